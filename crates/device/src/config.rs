@@ -1,0 +1,56 @@
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Geometry;
+
+/// Which medium holds the pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// A regular file or block device (O_DIRECT where possible).
+    #[default]
+    File,
+    /// DRAM; nothing survives a restart.
+    Mem,
+    /// An emulated NAND array with a timing and bit-error model.
+    Nand,
+}
+
+/// Flash chips described by the seed papers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// BlueDBM's SLC boards.
+    Bluedbm,
+    /// RFSA's MLC boards.
+    Rfsa,
+}
+
+/// How to build a node's device. Deserialized from the `[device]` table of a
+/// node's TOML configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceConfig {
+    /// The medium.
+    #[serde(default)]
+    pub backend: BackendKind,
+    /// Chip preset: sets the geometry (unless `geometry` is given) and, for the
+    /// `nand` backend, the timing model.
+    #[serde(default)]
+    pub preset: Option<Preset>,
+    /// Geometry; overrides the preset's.
+    #[serde(default)]
+    pub geometry: Option<Geometry>,
+    /// Backing file or block device for `file` (and `nand`); defaults to
+    /// `DATA_DIR/pages.bin`.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Use O_DIRECT for the `file` backend when the filesystem allows it
+    /// (default true).
+    #[serde(default)]
+    pub direct_io: Option<bool>,
+    /// Seed for the `nand` backend's bit-error and bad-block model.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}

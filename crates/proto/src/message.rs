@@ -1,0 +1,231 @@
+use std::fmt;
+use std::str::FromStr;
+
+use bytes::Bytes;
+use quarry_device::{parse_fields, AddrParseError, BlockAddr, DeviceInfo, PageAddr};
+use serde::{Deserialize, Serialize};
+
+/// A node's identity in the cluster (unique per cluster).
+pub type NodeId = u16;
+
+/// A requester's label for one request in flight on one connection; the answer
+/// carries the same tag. Tags only need to be unique per connection.
+pub type Tag = u32;
+
+/// A page anywhere in the cluster: `node:bus:chip:block:page`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GlobalPageAddr {
+    /// Owning node.
+    pub node: NodeId,
+    /// Page on that node's device.
+    pub page: PageAddr,
+}
+
+/// An erase block anywhere in the cluster: `node:bus:chip:block`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GlobalBlockAddr {
+    /// Owning node.
+    pub node: NodeId,
+    /// Block on that node's device.
+    pub block: BlockAddr,
+}
+
+impl fmt::Display for GlobalPageAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.node, self.page)
+    }
+}
+
+impl fmt::Display for GlobalBlockAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.node, self.block)
+    }
+}
+
+fn node_field(text: &str, value: u32) -> Result<NodeId, AddrParseError> {
+    NodeId::try_from(value).map_err(|_| AddrParseError {
+        text: text.to_string(),
+        reason: format!("node {value} exceeds {}", NodeId::MAX),
+    })
+}
+
+impl FromStr for GlobalPageAddr {
+    type Err = AddrParseError;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let f = parse_fields(text, &["node", "bus", "chip", "block", "page"])?;
+        Ok(GlobalPageAddr {
+            node: node_field(text, f[0])?,
+            page: PageAddr { bus: f[1], chip: f[2], block: f[3], page: f[4] },
+        })
+    }
+}
+
+impl FromStr for GlobalBlockAddr {
+    type Err = AddrParseError;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let f = parse_fields(text, &["node", "bus", "chip", "block"])?;
+        Ok(GlobalBlockAddr {
+            node: node_field(text, f[0])?,
+            block: BlockAddr { bus: f[1], chip: f[2], block: f[3] },
+        })
+    }
+}
+
+/// One member of the cluster as a node knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEntry {
+    /// Its id.
+    pub id: NodeId,
+    /// Its listen address (`host:port`).
+    pub addr: String,
+}
+
+/// What `NodeInfo` answers: one node's identity and device summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// The node's id.
+    pub id: NodeId,
+    /// Its listen address.
+    pub addr: String,
+    /// Seconds since it started.
+    pub uptime_secs: u64,
+    /// Its device.
+    pub device: DeviceInfo,
+}
+
+/// A request, as sent by a client or forwarded by a node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// Liveness check; answered by [`Response::Pong`].
+    Ping,
+    /// Read one page; answered by [`Response::Page`].
+    ReadPage(GlobalPageAddr),
+    /// Program one page; answered by [`Response::Done`].
+    ProgramPage {
+        /// Where.
+        addr: GlobalPageAddr,
+        /// Exactly one page of data.
+        data: Bytes,
+        /// At most the device's OOB size.
+        oob: Bytes,
+    },
+    /// Erase one block; answered by [`Response::Done`].
+    EraseBlock(GlobalBlockAddr),
+    /// Describe one node; answered by [`Response::NodeInfo`].
+    NodeInfo(NodeId),
+    /// List the cluster's members as the entry node knows them; answered by
+    /// [`Response::Cluster`].
+    Cluster,
+}
+
+/// An answer to one [`Request`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    /// Answer to [`Request::Ping`].
+    Pong,
+    /// Answer to [`Request::ReadPage`].
+    Page {
+        /// Page data.
+        data: Bytes,
+        /// OOB bytes.
+        oob: Bytes,
+        /// The page is erased (never programmed since the last erase).
+        erased: bool,
+        /// Bytes the ECC repaired.
+        corrected_bytes: u32,
+    },
+    /// Success with nothing to return (program, erase).
+    Done,
+    /// Answer to [`Request::NodeInfo`].
+    NodeInfo(Box<NodeInfo>),
+    /// Answer to [`Request::Cluster`].
+    Cluster(Vec<NodeEntry>),
+    /// The request failed; `status` says how, `message` says what was wrong.
+    Error {
+        /// Machine-readable class.
+        status: Status,
+        /// Human-readable reason naming the bad input.
+        message: String,
+    },
+}
+
+/// Machine-readable failure classes carried in a frame's status byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Status {
+    /// Success.
+    Ok = 0,
+    /// The frame or request was malformed.
+    BadRequest = 1,
+    /// The frame's protocol version is not spoken here.
+    UnsupportedVersion = 2,
+    /// An address lies outside the device's geometry.
+    AddressOutOfRange = 3,
+    /// NAND rule: page already programmed.
+    AlreadyProgrammed = 4,
+    /// NAND rule: pages of a block out of order.
+    OutOfOrder = 5,
+    /// The block is bad.
+    BadBlock = 6,
+    /// The page is damaged beyond correction.
+    Uncorrectable = 7,
+    /// The device is full.
+    NoSpace = 8,
+    /// Too much in flight; try again.
+    Busy = 9,
+    /// The addressed node id is not a member of the cluster.
+    UnknownNode = 10,
+    /// The owning node cannot be reached.
+    NodeUnreachable = 11,
+    /// The request did not finish in time.
+    Timeout = 12,
+    /// The node failed internally (I/O error, shutting down).
+    Internal = 13,
+}
+
+impl Status {
+    /// Decodes a status byte.
+    pub fn from_u8(byte: u8) -> Option<Status> {
+        use Status::*;
+        Some(match byte {
+            0 => Ok,
+            1 => BadRequest,
+            2 => UnsupportedVersion,
+            3 => AddressOutOfRange,
+            4 => AlreadyProgrammed,
+            5 => OutOfOrder,
+            6 => BadBlock,
+            7 => Uncorrectable,
+            8 => NoSpace,
+            9 => Busy,
+            10 => UnknownNode,
+            11 => NodeUnreachable,
+            12 => Timeout,
+            13 => Internal,
+            _ => return None,
+        })
+    }
+
+    /// The status a device error maps to.
+    pub fn of_device_error(error: &quarry_device::DeviceError) -> Status {
+        use quarry_device::DeviceError as E;
+        match error {
+            E::AddressOutOfRange { .. } => Status::AddressOutOfRange,
+            E::AlreadyProgrammed { .. } => Status::AlreadyProgrammed,
+            E::OutOfOrder { .. } => Status::OutOfOrder,
+            E::BadBlock { .. } => Status::BadBlock,
+            E::Uncorrectable { .. } => Status::Uncorrectable,
+            E::PageSize { .. } | E::OobSize { .. } => Status::BadRequest,
+            E::NoSpace { .. } => Status::NoSpace,
+            E::BlockBusy { .. } | E::QueueFull { .. } => Status::Busy,
+            _ => Status::Internal,
+        }
+    }
+}
+
+impl Response {
+    /// An error answer for a device failure, carrying the device's message.
+    pub fn from_device_error(error: &quarry_device::DeviceError) -> Response {
+        Response::Error { status: Status::of_device_error(error), message: error.to_string() }
+    }
+}
