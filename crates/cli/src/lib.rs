@@ -1,1 +1,48 @@
-//! placeholder
+//! The `quarry` command line: argument parsing and the commands behind it.
+//! The binary (`main.rs`) only installs logging and calls [`run`]; everything
+//! else lives here so tests and benchmarks can reuse it. A local cluster
+//! ([`LocalCluster`]) is a set of real `quarry node` processes on loopback.
+//!
+//! ```
+//! use clap::Parser;
+//! use quarry_cli::{Cli, Command};
+//!
+//! let cli = Cli::parse_from(["quarry", "up", "--nodes", "2", "--device", "mem", "--detach"]);
+//! assert!(matches!(cli.command, Command::Up(ref up) if up.nodes == 2 && up.detach));
+//! ```
+#![deny(missing_docs)]
+
+mod args;
+mod bench;
+mod commands;
+mod demo;
+mod local_cluster;
+mod stats;
+
+pub use args::{BenchCommand, BenchPageArgs, Cli, ClusterArg, Command, DemoArgs, DeviceArg, PageCommand, PresetArg, UpArgs};
+pub use local_cluster::{cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec};
+pub use stats::LatencyStats;
+
+use anyhow::Result;
+
+/// Runs one parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Node { config } => run_node(&config),
+        Command::Up(args) => commands::up(&args),
+        Command::Down { dir } => commands::down(&dir),
+        Command::Demo(args) => demo::demo(&args),
+        Command::Status { cluster, json } => commands::status(cluster.cluster.as_deref(), json),
+        Command::Page { cluster, command } => commands::page(cluster.cluster.as_deref(), &command),
+        Command::Bench { command } => match command {
+            BenchCommand::Page(args) => bench::page(&args),
+        },
+    }
+}
+
+fn run_node(config: &std::path::Path) -> Result<()> {
+    let config = quarry_node::NodeConfig::load(config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(quarry_node::run(config))?;
+    Ok(())
+}

@@ -1,1 +1,34 @@
-//! placeholder
+//! The Rust client of Quarry: connect to any node of a cluster and address any
+//! page of any node as `node:bus:chip:block:page`.
+//!
+//! [`Client`] is async and tagged: [`Client::submit`] sends a request under a
+//! free tag at once and hands back its completion, so one connection keeps
+//! hundreds of requests in flight, answered out of order (RFSA's driver API).
+//! [`BlockingClient`] wraps it for scripts. [`ClusterFile`] is how a client
+//! finds a cluster (`--cluster FILE`, `$QUARRY_CLUSTER`, `./.quarry/cluster.toml`).
+//!
+//! ```no_run
+//! use quarry_client::{BlockingClient, ClusterFile};
+//! use quarry_proto::GlobalPageAddr;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = ClusterFile::load(&ClusterFile::locate(None))?;
+//! let client = BlockingClient::connect_cluster(&cluster)?;
+//! let addr: GlobalPageAddr = "2:0:1:5:0".parse()?;
+//! let page = client.read_page(addr)?;
+//! println!("{} bytes, erased: {}", page.data.len(), page.erased);
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod blocking;
+mod client;
+mod cluster_file;
+mod error;
+
+pub use blocking::BlockingClient;
+pub use client::{into_result, page_of, Client, Completion};
+pub use cluster_file::{ClusterFile, ClusterNode, CLUSTER_ENV, DEFAULT_CLUSTER_PATH, MAX_CLUSTER_NODES};
+pub use error::ClientError;
+pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};

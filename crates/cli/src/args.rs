@@ -1,0 +1,185 @@
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Quarry: a distributed storage system that computes where the data lives.
+#[derive(Debug, Parser)]
+#[command(name = "quarry", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one storage node (a daemon; stops cleanly on SIGTERM or Ctrl-C).
+    Node {
+        /// The node's TOML configuration.
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Start a local cluster on loopback and write DIR/cluster.toml.
+    Up(UpArgs),
+    /// Stop the local cluster started by `quarry up` (its data stays).
+    Down {
+        /// The cluster's directory.
+        #[arg(long, default_value = ".quarry")]
+        dir: PathBuf,
+    },
+    /// Write and read data across every node of the cluster (starts a local
+    /// cluster first if none is running) and show what it did and how long it took.
+    Demo(DemoArgs),
+    /// Show the nodes, their addresses, geometry, capacity, bad blocks and wear.
+    Status {
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read, write or erase raw pages anywhere in the cluster.
+    Page {
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// What to do with the page.
+        #[command(subcommand)]
+        command: PageCommand,
+    },
+    /// Measure Quarry side by side with what a user would use instead.
+    Bench {
+        /// Which benchmark.
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+/// How a command finds the cluster.
+#[derive(Debug, Args, Clone)]
+pub struct ClusterArg {
+    /// The cluster file (default: $QUARRY_CLUSTER, else ./.quarry/cluster.toml).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub cluster: Option<PathBuf>,
+}
+
+/// Device backends selectable on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceArg {
+    /// A file per node (O_DIRECT where possible).
+    File,
+    /// DRAM; nothing survives a restart.
+    Mem,
+    /// Emulated NAND flash with a timing model.
+    Nand,
+}
+
+/// Chip presets selectable on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PresetArg {
+    /// BlueDBM's SLC boards.
+    Bluedbm,
+    /// RFSA's MLC boards.
+    Rfsa,
+}
+
+/// Arguments of `quarry up`.
+#[derive(Debug, Args, Clone)]
+pub struct UpArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 4)]
+    pub nodes: u16,
+    /// Where the cluster keeps its data, logs and cluster.toml.
+    #[arg(long, default_value = ".quarry")]
+    pub dir: PathBuf,
+    /// Device backend of every node.
+    #[arg(long, value_enum, default_value = "file")]
+    pub device: DeviceArg,
+    /// Chip preset (sets the geometry; the timing model for `nand`).
+    #[arg(long, value_enum)]
+    pub preset: Option<PresetArg>,
+    /// Return once the cluster is up instead of waiting for Ctrl-C.
+    #[arg(long)]
+    pub detach: bool,
+}
+
+/// Arguments of `quarry demo`.
+#[derive(Debug, Args, Clone)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArg,
+    /// Pages to write on each node.
+    #[arg(long, default_value_t = 64)]
+    pub pages_per_node: u32,
+}
+
+/// `quarry page ...`.
+#[derive(Debug, Subcommand)]
+pub enum PageCommand {
+    /// Read one page (`node:bus:chip:block:page`); raw bytes to stdout or --out,
+    /// a hex dump when stdout is a terminal.
+    Read {
+        /// The page address.
+        addr: String,
+        /// Write the data to this file.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// Print the OOB bytes (hex) and the ECC report to stderr.
+        #[arg(long)]
+        oob: bool,
+    },
+    /// Program one page from FILE or stdin; shorter input is padded with zero bytes.
+    Write {
+        /// The page address.
+        addr: String,
+        /// The data (default: stdin).
+        file: Option<PathBuf>,
+        /// OOB bytes as hex.
+        #[arg(long, value_name = "HEX")]
+        oob_hex: Option<String>,
+    },
+    /// Erase one block (`node:bus:chip:block`).
+    Erase {
+        /// The block address.
+        addr: String,
+    },
+}
+
+/// `quarry bench ...`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Page latency and throughput per backend, locally and through a forwarding
+    /// node; with --fio, side by side with fio on the same file.
+    Page(BenchPageArgs),
+}
+
+/// Arguments of `quarry bench page`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchPageArgs {
+    /// Backends to measure (default: all three).
+    #[arg(long = "device", value_enum)]
+    pub devices: Vec<DeviceArg>,
+    /// Preset of the nand backend.
+    #[arg(long, value_enum, default_value = "rfsa")]
+    pub preset: PresetArg,
+    /// Reads per measurement point.
+    #[arg(long, default_value_t = 4000)]
+    pub ops: u32,
+    /// Largest queue depth (powers of two from 1).
+    #[arg(long, default_value_t = 256)]
+    pub max_queue_depth: u32,
+    /// Also run fio on the file backend's backing file (8 KiB random reads,
+    /// O_DIRECT), alternating with Quarry, and report ratios.
+    #[arg(long)]
+    pub fio: bool,
+    /// Size of the file backend's device per node, in MiB (make it larger than
+    /// the page cache can hide when O_DIRECT is unavailable).
+    #[arg(long, default_value_t = 1024)]
+    pub file_size_mib: u64,
+    /// Where to keep the benchmark clusters (default: a temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,334 @@
+//! Local clusters on loopback: `quarry up` / `quarry down`, also used by the
+//! demo, the benchmarks and the integration tests. Each node is a real
+//! `quarry node` process, so a local cluster behaves like a deployed one.
+
+use std::fs;
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use quarry_client::{BlockingClient, ClusterFile, ClusterNode};
+use quarry_device::{BackendKind, Geometry, Preset};
+
+/// How long a starting node may take to answer its first ping.
+const NODE_START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a stopping node may take to exit after SIGTERM before it is killed.
+const NODE_STOP_TIMEOUT: Duration = Duration::from_secs(15);
+/// Bound on local cluster size: each node is a process with its own port.
+pub const MAX_LOCAL_NODES: u16 = 64;
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct LocalClusterSpec {
+    /// Number of nodes.
+    pub nodes: u16,
+    /// Directory holding cluster.toml and one `node-N` folder per node.
+    pub dir: PathBuf,
+    /// Backend of every node.
+    pub backend: BackendKind,
+    /// Chip preset.
+    pub preset: Option<Preset>,
+    /// Geometry override.
+    pub geometry: Option<Geometry>,
+    /// Use O_DIRECT on the file backend.
+    pub direct_io: bool,
+}
+
+impl LocalClusterSpec {
+    /// The default embedded cluster: 4 file-backed nodes under `dir`.
+    pub fn default_in(dir: &Path) -> Self {
+        LocalClusterSpec {
+            nodes: 4,
+            dir: dir.to_path_buf(),
+            backend: BackendKind::File,
+            preset: None,
+            geometry: None,
+            direct_io: true,
+        }
+    }
+}
+
+/// The cluster file of a local cluster directory.
+pub fn cluster_file_path(dir: &Path) -> PathBuf {
+    dir.join("cluster.toml")
+}
+
+/// A running local cluster: its cluster file and, when this process started
+/// the nodes, their process handles.
+pub struct LocalCluster {
+    /// Where cluster.toml lives.
+    pub cluster_path: PathBuf,
+    /// The members.
+    pub cluster: ClusterFile,
+    children: Vec<Child>,
+}
+
+impl LocalCluster {
+    /// Starts the nodes of `spec` with the `quarry` binary at `exe`, waits until
+    /// each answers, and writes `DIR/cluster.toml`. A node directory that already
+    /// exists is reused, so its data survives `down` and `up`.
+    pub fn start(spec: &LocalClusterSpec, exe: &Path) -> Result<LocalCluster> {
+        if spec.nodes == 0 || spec.nodes > MAX_LOCAL_NODES {
+            bail!("--nodes {} is out of range: a local cluster has 1..={MAX_LOCAL_NODES} nodes", spec.nodes);
+        }
+        fs::create_dir_all(&spec.dir).with_context(|| format!("cannot create {}", spec.dir.display()))?;
+        let dir = fs::canonicalize(&spec.dir).with_context(|| format!("cannot resolve {}", spec.dir.display()))?;
+        let cluster_path = cluster_file_path(&dir);
+        if let Ok(existing) = ClusterFile::load(&cluster_path) {
+            let alive: Vec<String> = existing
+                .nodes
+                .iter()
+                .filter_map(|n| n.pid.filter(|pid| process_alive(*pid)).map(|pid| format!("node {} (pid {pid})", n.id)))
+                .collect();
+            if !alive.is_empty() {
+                bail!(
+                    "a cluster is already running in {}: {}; stop it with `quarry down --dir {}`",
+                    dir.display(),
+                    alive.join(", "),
+                    spec.dir.display()
+                );
+            }
+        }
+        let ports = free_ports(spec.nodes as usize)?;
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let mut children: Vec<Child> = Vec::new();
+        let mut nodes = Vec::new();
+        let start = (|| -> Result<()> {
+            for id in 0..spec.nodes {
+                let node_dir = dir.join(format!("node-{id}"));
+                fs::create_dir_all(&node_dir).with_context(|| format!("cannot create {}", node_dir.display()))?;
+                let config_path = node_dir.join("node.toml");
+                fs::write(&config_path, node_config_toml(spec, id, &addrs))
+                    .with_context(|| format!("cannot write {}", config_path.display()))?;
+                let log_path = node_dir.join("node.log");
+                let log = fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log_path)
+                    .with_context(|| format!("cannot open {}", log_path.display()))?;
+                let log_err = log.try_clone().context("cannot duplicate the log handle")?;
+                let mut command = Command::new(exe);
+                command
+                    .arg("node")
+                    .arg("--config")
+                    .arg(&config_path)
+                    .stdin(Stdio::null())
+                    .stdout(log)
+                    .stderr(log_err)
+                    // Own process group: Ctrl-C in the terminal of `quarry up
+                    // --detach` must not reach the nodes.
+                    .process_group(0);
+                if std::env::var_os("RUST_LOG").is_none() {
+                    command.env("RUST_LOG", "info");
+                }
+                let child = command.spawn().with_context(|| format!("cannot start {}", exe.display()))?;
+                nodes.push(ClusterNode {
+                    id,
+                    addr: addrs[id as usize].clone(),
+                    config: Some(config_path),
+                    log: Some(log_path),
+                    pid: Some(child.id()),
+                });
+                children.push(child);
+            }
+            let deadline = Instant::now() + NODE_START_TIMEOUT;
+            for (node, child) in nodes.iter().zip(children.iter_mut()) {
+                wait_until_serving(node, child, deadline)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = start {
+            for child in &mut children {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            return Err(e);
+        }
+        let cluster = ClusterFile { nodes };
+        cluster.save(&cluster_path)?;
+        Ok(LocalCluster { cluster_path, cluster, children })
+    }
+
+    /// Lets the nodes outlive this process (`quarry up --detach`).
+    pub fn detach(mut self) -> ClusterFile {
+        self.children.clear();
+        self.cluster.clone()
+    }
+
+    /// Stops every node (SIGTERM, then SIGKILL after a bound) and removes the
+    /// cluster file.
+    pub fn stop(mut self) -> Result<()> {
+        let result = stop_nodes(&self.cluster);
+        for child in &mut self.children {
+            let _ = child.wait();
+        }
+        self.children.clear();
+        let _ = fs::remove_file(&self.cluster_path);
+        result
+    }
+
+    /// Reports nodes that exited on their own, as `node N exited with STATUS`.
+    pub fn exited_nodes(&mut self) -> Vec<String> {
+        let mut exited = Vec::new();
+        for (node, child) in self.cluster.nodes.iter().zip(self.children.iter_mut()) {
+            if let Ok(Some(status)) = child.try_wait() {
+                exited.push(format!("node {} exited with {status}", node.id));
+            }
+        }
+        exited
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        // A cluster owned by this process must not outlive it by accident
+        // (a panicking test, an error in a benchmark).
+        if !self.children.is_empty() {
+            let _ = stop_nodes(&self.cluster);
+            for child in &mut self.children {
+                let _ = child.wait();
+            }
+            let _ = fs::remove_file(&self.cluster_path);
+        }
+    }
+}
+
+/// Stops the local cluster in `dir`; returns how many nodes were running.
+pub fn down(dir: &Path) -> Result<usize> {
+    let path = cluster_file_path(dir);
+    let cluster = match ClusterFile::load(&path) {
+        Ok(cluster) => cluster,
+        Err(_) if !path.exists() => bail!("no cluster is running in {} (no cluster.toml there)", dir.display()),
+        Err(e) => return Err(e.into()),
+    };
+    let running = cluster.nodes.iter().filter(|n| n.pid.is_some_and(process_alive)).count();
+    stop_nodes(&cluster)?;
+    fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+    Ok(running)
+}
+
+fn stop_nodes(cluster: &ClusterFile) -> Result<()> {
+    let pids: Vec<(u16, u32)> = cluster.nodes.iter().filter_map(|n| n.pid.map(|pid| (n.id, pid))).collect();
+    for &(_, pid) in &pids {
+        signal(pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + NODE_STOP_TIMEOUT;
+    while Instant::now() < deadline && pids.iter().any(|&(_, pid)| process_alive(pid)) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut killed = Vec::new();
+    for &(id, pid) in &pids {
+        if process_alive(pid) {
+            signal(pid, libc::SIGKILL);
+            killed.push(format!("node {id} (pid {pid})"));
+        }
+    }
+    if !killed.is_empty() {
+        bail!("{} did not stop within {:?} of SIGTERM and were killed", killed.join(", "), NODE_STOP_TIMEOUT);
+    }
+    Ok(())
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    // SAFETY: kill(2) has no memory-safety preconditions; a stale pid at worst
+    // yields ESRCH, which we ignore.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// True when `pid` names a live process (a zombie counts as dead).
+pub fn process_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the parenthesised command name, which may itself contain spaces.
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}
+
+fn wait_until_serving(node: &ClusterNode, child: &mut Child, deadline: Instant) -> Result<()> {
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!("node {} exited during start-up with {status}; its log:\n{}", node.id, log_tail(node));
+        }
+        if let Ok(client) = BlockingClient::connect(&node.addr) {
+            if client.ping().is_ok() {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "node {} at {} did not answer within {:?}; its log:\n{}",
+                node.id,
+                node.addr,
+                NODE_START_TIMEOUT,
+                log_tail(node)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// The last lines of a node's log, for error messages.
+pub fn log_tail(node: &ClusterNode) -> String {
+    const TAIL_BYTES: usize = 4096;
+    let Some(path) = &node.log else { return "(no log)".into() };
+    let mut text = String::new();
+    if let Ok(mut file) = fs::File::open(path) {
+        let _ = file.read_to_string(&mut text);
+    }
+    let start = text.len().saturating_sub(TAIL_BYTES);
+    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+    text[start..].to_string()
+}
+
+fn free_ports(count: usize) -> Result<Vec<u16>> {
+    // Hold every listener until all ports are chosen so no two nodes get the same one.
+    let listeners: Vec<TcpListener> = (0..count)
+        .map(|_| TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
+        .collect::<Result<_>>()?;
+    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
+fn node_config_toml(spec: &LocalClusterSpec, id: u16, addrs: &[String]) -> String {
+    let backend = match spec.backend {
+        BackendKind::File => "file",
+        BackendKind::Mem => "mem",
+        BackendKind::Nand => "nand",
+    };
+    let mut text = format!(
+        "# Written by `quarry up`.\nid = {id}\nlisten = \"{}\"\ndata_dir = \".\"\n\n[device]\nbackend = \"{backend}\"\n",
+        addrs[id as usize]
+    );
+    if let Some(preset) = spec.preset {
+        let name = match preset {
+            Preset::Bluedbm => "bluedbm",
+            Preset::Rfsa => "rfsa",
+        };
+        text.push_str(&format!("preset = \"{name}\"\n"));
+    }
+    if spec.backend == BackendKind::File {
+        text.push_str(&format!("direct_io = {}\n", spec.direct_io));
+    }
+    text.push_str(&format!("seed = {}\n", 1000 + u64::from(id)));
+    if let Some(g) = spec.geometry {
+        text.push_str(&format!(
+            "\n[device.geometry]\nbuses = {}\nchips_per_bus = {}\nblocks_per_chip = {}\npages_per_block = {}\npage_size_bytes = {}\noob_size_bytes = {}\n",
+            g.buses, g.chips_per_bus, g.blocks_per_chip, g.pages_per_block, g.page_size_bytes, g.oob_size_bytes
+        ));
+    }
+    for (peer, addr) in addrs.iter().enumerate() {
+        if peer != id as usize {
+            text.push_str(&format!("\n[[peers]]\nid = {peer}\naddr = \"{addr}\"\n"));
+        }
+    }
+    text
+}

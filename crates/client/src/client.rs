@@ -1,0 +1,141 @@
+use std::future::Future;
+
+use bytes::Bytes;
+use quarry_device::PageRead;
+use quarry_proto::{
+    GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo, Request, Response, Session,
+    SessionLimits,
+};
+
+use crate::{ClientError, ClusterFile};
+
+/// An async connection to a Quarry cluster through one entry node. Every page of
+/// every node is reachable through it; the entry node forwards. Cloning is
+/// cheap and clones share the connection, so many tasks can keep many requests
+/// in flight at once.
+#[derive(Clone)]
+pub struct Client {
+    session: Session,
+    entry_addr: String,
+}
+
+/// A submitted request whose answer has not been awaited yet.
+pub type Completion = std::pin::Pin<Box<dyn Future<Output = Result<Response, ClientError>> + Send>>;
+
+impl Client {
+    /// Connects to the node at `addr` (`host:port`).
+    pub async fn connect(addr: &str) -> Result<Client, ClientError> {
+        Self::connect_with(addr, SessionLimits::default()).await
+    }
+
+    /// Connects with explicit session limits (in-flight bound, timeouts).
+    pub async fn connect_with(addr: &str, limits: SessionLimits) -> Result<Client, ClientError> {
+        let session = Session::connect(addr, limits).await?;
+        Ok(Client { session, entry_addr: addr.to_string() })
+    }
+
+    /// Connects to the first member of `cluster` that answers, in file order;
+    /// the error lists every address tried and why it failed.
+    pub async fn connect_cluster(cluster: &ClusterFile) -> Result<Client, ClientError> {
+        let mut tried = Vec::new();
+        for node in &cluster.nodes {
+            match Client::connect(&node.addr).await {
+                Ok(client) => return Ok(client),
+                Err(e) => tried.push(format!("node {} at {}: {e}", node.id, node.addr)),
+            }
+        }
+        Err(ClientError::NoEntryNode { tried: tried.join("; ") })
+    }
+
+    /// The entry node's address.
+    pub fn entry_addr(&self) -> &str {
+        &self.entry_addr
+    }
+
+    /// Sends `request` now under a free tag and returns its completion; await
+    /// it later. This is the tagged-submission API: keep many completions
+    /// outstanding to keep every bus of every node busy.
+    pub async fn submit(&self, request: Request) -> Result<Completion, ClientError> {
+        let pending = self.session.submit(request).await?;
+        Ok(Box::pin(async move { Ok(pending.await?) }))
+    }
+
+    /// Sends `request` and waits for its answer; an error answer becomes
+    /// [`ClientError::Remote`].
+    pub async fn call(&self, request: Request) -> Result<Response, ClientError> {
+        into_result(self.session.call(request).await?)
+    }
+
+    /// Liveness check of the entry node.
+    pub async fn ping(&self) -> Result<(), ClientError> {
+        expect_done("ping", self.call(Request::Ping).await?, |r| matches!(r, Response::Pong))
+    }
+
+    /// Reads one page anywhere in the cluster.
+    pub async fn read_page(&self, addr: GlobalPageAddr) -> Result<PageRead, ClientError> {
+        page_of(self.call(Request::ReadPage(addr)).await?)
+    }
+
+    /// Programs one page anywhere in the cluster (`data` exactly one page, `oob`
+    /// at most the device's OOB size).
+    pub async fn program_page(&self, addr: GlobalPageAddr, data: Bytes, oob: Bytes) -> Result<(), ClientError> {
+        let answer = self.call(Request::ProgramPage { addr, data, oob }).await?;
+        expect_done("program", answer, |r| matches!(r, Response::Done))
+    }
+
+    /// Erases one block anywhere in the cluster.
+    pub async fn erase_block(&self, addr: GlobalBlockAddr) -> Result<(), ClientError> {
+        expect_done("erase", self.call(Request::EraseBlock(addr)).await?, |r| matches!(r, Response::Done))
+    }
+
+    /// Describes one node (its device, geometry, wear).
+    pub async fn node_info(&self, node: NodeId) -> Result<NodeInfo, ClientError> {
+        match self.call(Request::NodeInfo(node)).await? {
+            Response::NodeInfo(info) => Ok(*info),
+            other => Err(unexpected("node info", &other)),
+        }
+    }
+
+    /// The cluster's members as the entry node knows them.
+    pub async fn cluster(&self) -> Result<Vec<NodeEntry>, ClientError> {
+        match self.call(Request::Cluster).await? {
+            Response::Cluster(nodes) => Ok(nodes),
+            other => Err(unexpected("cluster", &other)),
+        }
+    }
+}
+
+/// Turns an error answer into [`ClientError::Remote`].
+pub fn into_result(response: Response) -> Result<Response, ClientError> {
+    match response {
+        Response::Error { status, message } => Err(ClientError::Remote { status, message }),
+        other => Ok(other),
+    }
+}
+
+/// Extracts the page from a read answer.
+pub fn page_of(response: Response) -> Result<PageRead, ClientError> {
+    match into_result(response)? {
+        Response::Page { data, oob, erased, corrected_bytes } => Ok(PageRead { data, oob, erased, corrected_bytes }),
+        other => Err(unexpected("read page", &other)),
+    }
+}
+
+fn expect_done(
+    request: &'static str,
+    response: Response,
+    ok: impl Fn(&Response) -> bool,
+) -> Result<(), ClientError> {
+    let response = into_result(response)?;
+    if ok(&response) {
+        Ok(())
+    } else {
+        Err(unexpected(request, &response))
+    }
+}
+
+fn unexpected(request: &'static str, response: &Response) -> ClientError {
+    let mut answer = format!("{response:?}");
+    answer.truncate(120);
+    ClientError::UnexpectedAnswer { request, answer }
+}

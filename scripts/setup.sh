@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what Quarry needs on a fresh Debian machine of this kind: system
+# packages (fio for the side-by-side benchmarks, fuse3 for the mount, iproute2
+# for the multi-host tests) and a Rust toolchain if none is present.
+# Idempotent and quick when everything is already there.
+set -euo pipefail
+
+need=()
+command -v fio >/dev/null 2>&1 || need+=(fio)
+command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}" >&2
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: no Rust toolchain found; install one with rustup (https://rustup.rs)" >&2
+    exit 1
+  fi
+fi
