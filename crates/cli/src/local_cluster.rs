@@ -105,27 +105,7 @@ impl LocalCluster {
                 fs::write(&config_path, node_config_toml(spec, id, &addrs))
                     .with_context(|| format!("cannot write {}", config_path.display()))?;
                 let log_path = node_dir.join("node.log");
-                let log = fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&log_path)
-                    .with_context(|| format!("cannot open {}", log_path.display()))?;
-                let log_err = log.try_clone().context("cannot duplicate the log handle")?;
-                let mut command = Command::new(exe);
-                command
-                    .arg("node")
-                    .arg("--config")
-                    .arg(&config_path)
-                    .stdin(Stdio::null())
-                    .stdout(log)
-                    .stderr(log_err)
-                    // Own process group: Ctrl-C in the terminal of `quarry up
-                    // --detach` must not reach the nodes.
-                    .process_group(0);
-                if std::env::var_os("RUST_LOG").is_none() {
-                    command.env("RUST_LOG", "info");
-                }
-                let child = command.spawn().with_context(|| format!("cannot start {}", exe.display()))?;
+                let child = spawn_node(exe, &config_path, &log_path)?;
                 nodes.push(ClusterNode {
                     id,
                     addr: addrs[id as usize].clone(),
@@ -151,6 +131,53 @@ impl LocalCluster {
         let cluster = ClusterFile { nodes };
         cluster.save(&cluster_path)?;
         Ok(LocalCluster { cluster_path, cluster, children })
+    }
+
+    /// Kills node `id` at once (SIGKILL), as a crash would.
+    pub fn kill_node(&mut self, id: u16) -> Result<()> {
+        let index = self.index_of(id)?;
+        self.children[index].kill().with_context(|| format!("cannot kill node {id}"))?;
+        self.children[index].wait().with_context(|| format!("cannot reap node {id}"))?;
+        Ok(())
+    }
+
+    /// Stops node `id` cleanly (SIGTERM) and waits for it to exit.
+    pub fn stop_node(&mut self, id: u16) -> Result<std::process::ExitStatus> {
+        let index = self.index_of(id)?;
+        signal(self.children[index].id(), libc::SIGTERM);
+        let deadline = Instant::now() + NODE_STOP_TIMEOUT;
+        loop {
+            if let Some(status) = self.children[index].try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                bail!("node {id} did not stop within {NODE_STOP_TIMEOUT:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts node `id` again with its configuration (same address, same data)
+    /// and waits until it answers.
+    pub fn restart_node(&mut self, id: u16, exe: &Path) -> Result<()> {
+        let index = self.index_of(id)?;
+        let node = self.cluster.nodes[index].clone();
+        let (Some(config), Some(log)) = (&node.config, &node.log) else {
+            bail!("node {id} was not started by this cluster");
+        };
+        let mut child = spawn_node(exe, config, log)?;
+        wait_until_serving(&node, &mut child, Instant::now() + NODE_START_TIMEOUT)?;
+        self.cluster.nodes[index].pid = Some(child.id());
+        self.children[index] = child;
+        self.cluster.save(&self.cluster_path)?;
+        Ok(())
+    }
+
+    fn index_of(&self, id: u16) -> Result<usize> {
+        match self.cluster.nodes.iter().position(|n| n.id == id) {
+            Some(index) if index < self.children.len() => Ok(index),
+            _ => bail!("node {id} is not a running member of this local cluster"),
+        }
     }
 
     /// Lets the nodes outlive this process (`quarry up --detach`).
@@ -231,6 +258,30 @@ fn stop_nodes(cluster: &ClusterFile) -> Result<()> {
         bail!("{} did not stop within {:?} of SIGTERM and were killed", killed.join(", "), NODE_STOP_TIMEOUT);
     }
     Ok(())
+}
+
+fn spawn_node(exe: &Path, config_path: &Path, log_path: &Path) -> Result<Child> {
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let log_err = log.try_clone().context("cannot duplicate the log handle")?;
+    let mut command = Command::new(exe);
+    command
+        .arg("node")
+        .arg("--config")
+        .arg(config_path)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        // Own process group: Ctrl-C in the terminal of `quarry up --detach`
+        // must not reach the nodes.
+        .process_group(0);
+    if std::env::var_os("RUST_LOG").is_none() {
+        command.env("RUST_LOG", "info");
+    }
+    command.spawn().with_context(|| format!("cannot start {}", exe.display()))
 }
 
 fn signal(pid: u32, signal: libc::c_int) {
