@@ -1,74 +1,57 @@
-//! PLACEHOLDER lib.rs — the proto helper replaces the bodies; the public
-//! signatures below are the contract the fabric, node and client code against.
+//! Quarry's wire format (layer 2) and the tagged session over it.
+//!
+//! This crate owns everything that crosses a connection: the frame layout (a
+//! fixed 16-byte header with magic, version, opcode, status, flags, hop count,
+//! tag and body length, then a body per opcode; see `docs/protocol.md`), the
+//! hard limits on every length, the encoders and decoders of every message,
+//! the requesting end of a connection ([`Session`]: many requests in flight,
+//! answered out of order, matched by tag) and the answering end
+//! ([`serve_connection`]). It knows nothing of nodes or routing.
+//!
+//! ```
+//! use quarry_proto::{serve_connection, Request, Response, Session, SessionLimits};
+//!
+//! let runtime = tokio::runtime::Runtime::new().unwrap();
+//! runtime.block_on(async {
+//!     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//!     let addr = listener.local_addr().unwrap().to_string();
+//!     tokio::spawn(async move {
+//!         let (stream, _) = listener.accept().await.unwrap();
+//!         let handler = |request: Request| async move {
+//!             match request {
+//!                 Request::Ping => Response::Pong,
+//!                 _ => Response::Done,
+//!             }
+//!         };
+//!         serve_connection(stream, handler, SessionLimits::default()).await
+//!     });
+//!     let session = Session::connect(&addr, SessionLimits::default()).await.unwrap();
+//!     assert_eq!(session.call(Request::Ping).await.unwrap(), Response::Pong);
+//! });
+//! ```
 #![deny(missing_docs)]
 
+mod error;
+mod frame;
 mod message;
+mod server;
+mod session;
+mod wire;
 
+pub use error::ProtoError;
+pub use frame::{
+    Frame, FrameCodec, FrameHeader, HEADER_LEN_BYTES, MAGIC, MAX_ADDR_BYTES, MAX_BODY_BYTES,
+    MAX_CLUSTER_MEMBERS, MAX_ERROR_MESSAGE_BYTES,
+};
 pub use message::{
     GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo, Request, Response, Status, Tag,
 };
-
-use std::future::Future;
-use std::time::Duration;
+pub use server::{serve_connection, serve_connection_with, Incoming};
+pub use session::{Session, SessionLimits, MAX_IN_FLIGHT_LIMIT};
+pub use wire::{
+    check_request, decode_request, decode_response, encode_request, encode_response, opcode,
+    request_opcode,
+};
 
 /// Protocol version spoken by this build.
 pub const PROTOCOL_VERSION: u8 = 1;
-
-/// Why a frame could not be decoded or a session failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProtoError {
-    /// Placeholder variant.
-    #[error("closed")]
-    Closed,
-}
-
-/// Bounds on one session or connection.
-#[derive(Debug, Clone, Copy)]
-pub struct SessionLimits {
-    /// Requests in flight per connection (at least 256).
-    pub max_in_flight: usize,
-    /// Time to establish a connection.
-    pub connect_timeout: Duration,
-    /// Time from sending a request to its answer.
-    pub request_timeout: Duration,
-}
-
-/// The requesting end of one connection: take a free tag, send, get the answer
-/// matched by tag. Cloneable; clones share the connection.
-#[derive(Clone)]
-pub struct Session {
-    _private: (),
-}
-
-impl Session {
-    /// Connects to `addr` (`host:port`).
-    pub async fn connect(_addr: &str, _limits: SessionLimits) -> Result<Session, ProtoError> {
-        todo!()
-    }
-    /// Sends `request` under a free tag and waits for its answer.
-    pub async fn call(&self, _request: Request) -> Result<Response, ProtoError> {
-        todo!()
-    }
-    /// Sends `request` now; the returned future completes with its answer.
-    pub async fn submit(
-        &self,
-        _request: Request,
-    ) -> Result<impl Future<Output = Result<Response, ProtoError>> + Send + 'static, ProtoError> {
-        todo!();
-        #[allow(unreachable_code)]
-        Ok(async { Err(ProtoError::Closed) })
-    }
-}
-
-/// Serves one accepted connection: decodes requests, runs `handler` on each
-/// concurrently (at most `limits.max_in_flight` at once), and writes each answer
-/// under its request's tag as soon as it is ready.
-pub async fn serve_connection<S, H, F>(_stream: S, _handler: H, _limits: SessionLimits) -> Result<(), ProtoError>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-    H: Fn(Request) -> F + Send + Sync + 'static,
-    F: Future<Output = Response> + Send + 'static,
-{
-    todo!()
-}

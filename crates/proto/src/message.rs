@@ -55,7 +55,12 @@ impl FromStr for GlobalPageAddr {
         let f = parse_fields(text, &["node", "bus", "chip", "block", "page"])?;
         Ok(GlobalPageAddr {
             node: node_field(text, f[0])?,
-            page: PageAddr { bus: f[1], chip: f[2], block: f[3], page: f[4] },
+            page: PageAddr {
+                bus: f[1],
+                chip: f[2],
+                block: f[3],
+                page: f[4],
+            },
         })
     }
 }
@@ -66,7 +71,11 @@ impl FromStr for GlobalBlockAddr {
         let f = parse_fields(text, &["node", "bus", "chip", "block"])?;
         Ok(GlobalBlockAddr {
             node: node_field(text, f[0])?,
-            block: BlockAddr { bus: f[1], chip: f[2], block: f[3] },
+            block: BlockAddr {
+                bus: f[1],
+                chip: f[2],
+                block: f[3],
+            },
         })
     }
 }
@@ -226,6 +235,9 @@ impl Status {
 impl Response {
     /// An error answer for a device failure, carrying the device's message.
     pub fn from_device_error(error: &quarry_device::DeviceError) -> Response {
-        Response::Error { status: Status::of_device_error(error), message: error.to_string() }
+        Response::Error {
+            status: Status::of_device_error(error),
+            message: error.to_string(),
+        }
     }
 }
