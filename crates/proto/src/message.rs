@@ -190,6 +190,8 @@ pub enum Status {
     Timeout = 12,
     /// The node failed internally (I/O error, shutting down).
     Internal = 13,
+    /// The request crossed more fabric links than allowed (a forwarding loop).
+    HopLimitExceeded = 14,
 }
 
 impl Status {
@@ -211,6 +213,7 @@ impl Status {
             11 => NodeUnreachable,
             12 => Timeout,
             13 => Internal,
+            14 => HopLimitExceeded,
             _ => return None,
         })
     }
