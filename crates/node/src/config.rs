@@ -1,0 +1,197 @@
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use quarry_device::DeviceConfig;
+use quarry_fabric::FabricConfig;
+use quarry_proto::{NodeId, SessionLimits};
+use serde::{Deserialize, Serialize};
+
+use crate::NodeError;
+
+/// One node's configuration, read from TOML:
+///
+/// ```toml
+/// id = 0
+/// listen = "127.0.0.1:7400"
+/// data_dir = "node0"          # relative to the config file's folder
+/// [device]
+/// backend = "mem"
+/// [[peers]]
+/// id = 1
+/// addr = "127.0.0.1:7401"
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's id, unique in the cluster.
+    pub id: NodeId,
+    /// Listen address, `host:port` (port 0 picks a free port).
+    pub listen: String,
+    /// Folder for the device's files and metadata.
+    pub data_dir: PathBuf,
+    /// The device (`quarry_device::DeviceConfig`).
+    #[serde(default)]
+    pub device: DeviceConfig,
+    /// The other members of the cluster.
+    #[serde(default)]
+    pub peers: Vec<PeerConfig>,
+    /// Bounds and timeouts; every field has a default.
+    #[serde(default)]
+    pub limits: NodeLimits,
+}
+
+/// One peer of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerConfig {
+    /// Its id.
+    pub id: NodeId,
+    /// Its listen address, `host:port`.
+    pub addr: String,
+}
+
+/// A node's bounds and timeouts (the `[limits]` table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeLimits {
+    /// Open client and peer connections; further connections are closed at once.
+    pub max_connections: usize,
+    /// Requests in flight per connection (also per outgoing link).
+    pub max_in_flight: usize,
+    /// Time to connect to a peer before it counts as unreachable.
+    pub connect_timeout_ms: u64,
+    /// Time a forwarded request may take.
+    pub request_timeout_ms: u64,
+    /// Most fabric links a request may cross.
+    pub max_hops: u8,
+    /// After a failed connect to a peer, fail requests to it at once for this long.
+    pub retry_backoff_ms: u64,
+    /// On shutdown, time the requests in flight get to finish.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for NodeLimits {
+    fn default() -> Self {
+        NodeLimits {
+            max_connections: 256,
+            max_in_flight: 1024,
+            connect_timeout_ms: 1500,
+            request_timeout_ms: 30_000,
+            max_hops: 8,
+            retry_backoff_ms: 500,
+            shutdown_grace_ms: 5000,
+        }
+    }
+}
+
+impl NodeLimits {
+    /// Limits for served connections and outgoing links.
+    pub fn session_limits(&self) -> SessionLimits {
+        SessionLimits {
+            max_in_flight: self.max_in_flight,
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+        }
+    }
+
+    /// The fabric's configuration.
+    pub fn fabric_config(&self) -> FabricConfig {
+        FabricConfig {
+            limits: self.session_limits(),
+            max_hops: self.max_hops,
+            retry_backoff: Duration::from_millis(self.retry_backoff_ms),
+        }
+    }
+}
+
+fn check_addr(what: &str, addr: &str) -> Result<(), String> {
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(format!("{what} {addr:?} is not host:port"));
+    };
+    if host.is_empty() {
+        return Err(format!("{what} {addr:?} has no host"));
+    }
+    if port.parse::<u16>().is_err() {
+        return Err(format!(
+            "{what} {addr:?}: port {port:?} is not a number in 0..=65535"
+        ));
+    }
+    Ok(())
+}
+
+impl NodeConfig {
+    /// Reads and checks a TOML file. A relative `data_dir` (and device `path`)
+    /// is taken relative to the file's folder. Errors name the file and what
+    /// was wrong with it.
+    pub fn load(path: &Path) -> Result<NodeConfig, NodeError> {
+        let config_error = |reason: String| NodeError::Config {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text =
+            std::fs::read_to_string(path).map_err(|e| config_error(format!("cannot read: {e}")))?;
+        let base = path.parent().unwrap_or_else(|| Path::new("."));
+        NodeConfig::from_toml(&text, base).map_err(|e| match e {
+            NodeError::Config { reason, .. } => config_error(reason),
+            other => other,
+        })
+    }
+
+    /// Parses and checks TOML text; relative paths are taken relative to `base_dir`.
+    pub fn from_toml(text: &str, base_dir: &Path) -> Result<NodeConfig, NodeError> {
+        let config_error = |reason: String| NodeError::Config {
+            path: "<text>".to_string(),
+            reason,
+        };
+        let mut config: NodeConfig =
+            toml::from_str(text).map_err(|e| config_error(e.to_string()))?;
+        if config.data_dir.is_relative() {
+            config.data_dir = base_dir.join(&config.data_dir);
+        }
+        if let Some(device_path) = &config.device.path {
+            if device_path.is_relative() {
+                config.device.path = Some(base_dir.join(device_path));
+            }
+        }
+        config.validate().map_err(config_error)?;
+        Ok(config)
+    }
+
+    /// Checks addresses, peer ids and limits; the error says what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        check_addr("listen address", &self.listen)?;
+        let mut seen = HashSet::new();
+        for peer in &self.peers {
+            check_addr(&format!("peer {} address", peer.id), &peer.addr)?;
+            if peer.id == self.id {
+                return Err(format!(
+                    "peer {} at {} has this node's own id",
+                    peer.id, peer.addr
+                ));
+            }
+            if !seen.insert(peer.id) {
+                return Err(format!("duplicate peer id {}", peer.id));
+            }
+        }
+        if self.peers.len() >= quarry_fabric::MAX_MEMBERS {
+            return Err(format!(
+                "{} peers, at most {} allowed",
+                self.peers.len(),
+                quarry_fabric::MAX_MEMBERS - 1
+            ));
+        }
+        let limits = &self.limits;
+        if limits.max_connections == 0 {
+            return Err("limits.max_connections must be above zero".into());
+        }
+        if limits.shutdown_grace_ms == 0 {
+            return Err("limits.shutdown_grace_ms must be above zero".into());
+        }
+        limits
+            .session_limits()
+            .validate()
+            .map_err(|e| format!("limits: {e}"))?;
+        Ok(())
+    }
+}

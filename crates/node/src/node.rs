@@ -1,0 +1,303 @@
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quarry_device::Device;
+use quarry_fabric::{check_hops, Membership, MeshRouter, Router};
+use quarry_proto::{
+    serve_connection_with, Incoming, NodeEntry, NodeId, NodeInfo, Request, Response, SessionLimits,
+};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::{JoinHandle, JoinSet};
+use tracing::Instrument;
+
+use crate::{NodeConfig, NodeError};
+
+/// What serves requests: this node's device, and the router for every other id.
+struct NodeCore {
+    id: NodeId,
+    addr: String,
+    started: Instant,
+    device: Arc<Device>,
+    router: Arc<dyn Router>,
+    max_hops: u8,
+}
+
+impl NodeCore {
+    async fn dispatch(self: Arc<Self>, incoming: Incoming) -> Response {
+        let Incoming { request, hops } = incoming;
+        if let Err(refusal) = check_hops(hops, self.max_hops) {
+            return refusal;
+        }
+        let dest = match &request {
+            Request::Ping => return Response::Pong,
+            Request::Cluster => return Response::Cluster(self.router.membership().members()),
+            Request::ReadPage(addr) => addr.node,
+            Request::ProgramPage { addr, .. } => addr.node,
+            Request::EraseBlock(addr) => addr.node,
+            Request::NodeInfo(node) => *node,
+        };
+        if dest != self.id {
+            // Forwarded under a tag of the link's own session; the answer
+            // returns here and goes out under the requester's tag.
+            return self.router.route(dest, request, hops).await;
+        }
+        match request {
+            Request::ReadPage(addr) => match self.device.read_page(addr.page).await {
+                Ok(read) => Response::Page {
+                    data: read.data,
+                    oob: read.oob,
+                    erased: read.erased,
+                    corrected_bytes: read.corrected_bytes,
+                },
+                Err(e) => Response::from_device_error(&e),
+            },
+            Request::ProgramPage { addr, data, oob } => {
+                match self.device.program_page(addr.page, data, oob).await {
+                    Ok(()) => Response::Done,
+                    Err(e) => Response::from_device_error(&e),
+                }
+            }
+            Request::EraseBlock(addr) => match self.device.erase_block(addr.block).await {
+                Ok(()) => Response::Done,
+                Err(e) => Response::from_device_error(&e),
+            },
+            Request::NodeInfo(_) => Response::NodeInfo(Box::new(NodeInfo {
+                id: self.id,
+                addr: self.addr.clone(),
+                uptime_secs: self.started.elapsed().as_secs(),
+                device: self.device.info(),
+            })),
+            Request::Ping | Request::Cluster => Response::Pong,
+        }
+    }
+}
+
+/// Starts nodes. See [`Node::start`].
+pub struct Node;
+
+impl Node {
+    /// Opens the device, binds `config.listen` and serves in the background
+    /// on the current tokio runtime.
+    pub async fn start(config: NodeConfig) -> Result<NodeHandle, NodeError> {
+        let listener =
+            TcpListener::bind(&config.listen)
+                .await
+                .map_err(|source| NodeError::Bind {
+                    addr: config.listen.clone(),
+                    source,
+                })?;
+        Node::start_with_listener(config, listener).await
+    }
+
+    /// Like [`Node::start`] on an already bound listener (`config.listen` is
+    /// then only used to name the node). Lets a test or an embedded cluster
+    /// bind every node's port first and hand out the addresses before any node
+    /// starts.
+    pub async fn start_with_listener(
+        config: NodeConfig,
+        listener: TcpListener,
+    ) -> Result<NodeHandle, NodeError> {
+        config.validate().map_err(|reason| NodeError::Config {
+            path: "<in-memory>".to_string(),
+            reason,
+        })?;
+        let local_addr = listener.local_addr().map_err(|source| NodeError::Bind {
+            addr: config.listen.clone(),
+            source,
+        })?;
+        // Advertise the configured address unless it asked for any port.
+        let advertised = if config.listen.ends_with(":0") {
+            local_addr.to_string()
+        } else {
+            config.listen.clone()
+        };
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| NodeError::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let device =
+            Arc::new(Device::open(&config.device, &config.data_dir).map_err(NodeError::Device)?);
+        let peers = config.peers.iter().map(|p| NodeEntry {
+            id: p.id,
+            addr: p.addr.clone(),
+        });
+        let membership = Membership::new(
+            NodeEntry {
+                id: config.id,
+                addr: advertised.clone(),
+            },
+            peers,
+        )
+        .map_err(NodeError::Fabric)?;
+        let router = MeshRouter::new(membership, config.limits.fabric_config());
+        let core = Arc::new(NodeCore {
+            id: config.id,
+            addr: advertised,
+            started: Instant::now(),
+            device: device.clone(),
+            router: Arc::new(router),
+            max_hops: config.limits.max_hops,
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
+        let task = tokio::spawn(
+            accept_loop(
+                listener,
+                core,
+                config.limits.session_limits(),
+                config.limits.max_connections,
+                stop_rx,
+                grace,
+            )
+            .instrument(tracing::info_span!("node", id = config.id)),
+        );
+        tracing::info!(id = config.id, addr = %local_addr, "node listening");
+        Ok(NodeHandle {
+            id: config.id,
+            local_addr,
+            stop: stop_tx,
+            task,
+            device,
+        })
+    }
+}
+
+/// A running node. Dropping it stops accepting connections; call
+/// [`NodeHandle::shutdown`] to also finish in-flight work and close the device.
+pub struct NodeHandle {
+    id: NodeId,
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    device: Arc<Device>,
+}
+
+impl NodeHandle {
+    /// The address the node listens on (the real port when configured with 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Stops accepting, lets requests in flight finish (at most
+    /// `limits.shutdown_grace_ms`), closes every connection, then closes the
+    /// device.
+    pub async fn shutdown(mut self) -> Result<(), NodeError> {
+        let _ = self.stop.send(true);
+        if let Err(e) = (&mut self.task).await {
+            tracing::error!(id = self.id, "node task failed: {e}");
+        }
+        self.device.close().await.map_err(NodeError::Device)
+    }
+}
+
+impl Drop for NodeHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    core: Arc<NodeCore>,
+    limits: SessionLimits,
+    max_connections: usize,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let open = Arc::new(Semaphore::new(max_connections));
+    // Each connection gets its own receiver; the loop's own one is borrowed
+    // mutably by its wait inside select!.
+    let stop_template = stop.clone();
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = async { stop.wait_for(|stopped| *stopped).await.is_ok() } => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        // Typically EMFILE: pause rather than spin.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "refusing connection: {max_connections} connections already open");
+                    continue;
+                };
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::debug!(%peer, "TCP_NODELAY not set: {e}");
+                }
+                let core = core.clone();
+                let mut stop = stop_template.clone();
+                let span = tracing::debug_span!("conn", %peer);
+                connections.spawn(
+                    async move {
+                        let stopped = async move {
+                            let _ = stop.wait_for(|stopped| *stopped).await;
+                        };
+                        let handler = move |incoming: Incoming| core.clone().dispatch(incoming);
+                        match serve_connection_with(stream, limits, stopped, handler).await {
+                            Ok(()) => tracing::debug!("connection closed"),
+                            Err(e) => tracing::debug!("connection closed: {e}"),
+                        }
+                        drop(permit);
+                    }
+                    .instrument(span),
+                );
+            }
+        }
+    }
+    drop(listener);
+    let open_connections = connections.len();
+    let drained = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            "{} of {open_connections} connections still busy after {} ms; closing them",
+            connections.len(),
+            grace.as_millis()
+        );
+        connections.shutdown().await;
+    }
+}
+
+/// Starts the node described by `config` and serves until SIGTERM or SIGINT,
+/// then shuts down cleanly (logging "shutting down").
+pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
+    let handle = Node::start(config).await?;
+    wait_for_signal().await?;
+    tracing::info!(id = handle.id(), "shutting down");
+    handle.shutdown().await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// [`run`] on a runtime of its own, for a binary's `main`.
+pub fn run_blocking(config: NodeConfig) -> Result<(), NodeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(NodeError::Runtime)?;
+    runtime.block_on(run(config))
+}
+
+async fn wait_for_signal() -> Result<(), NodeError> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(NodeError::Signal)?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.map_err(NodeError::Signal),
+        _ = terminate.recv() => Ok(()),
+    }
+}

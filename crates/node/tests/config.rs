@@ -1,0 +1,90 @@
+//! Configuration loading and its error messages.
+
+use std::path::Path;
+
+use quarry_device::BackendKind;
+use quarry_node::NodeConfig;
+
+fn load_text(text: &str) -> Result<NodeConfig, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("node.toml");
+    std::fs::write(&path, text).unwrap();
+    NodeConfig::load(&path).map_err(|e| e.to_string())
+}
+
+#[test]
+fn full_config_loads_with_relative_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("node.toml");
+    std::fs::write(
+        &path,
+        r#"
+            id = 2
+            listen = "127.0.0.1:7402"
+            data_dir = "data/n2"
+            [device]
+            backend = "mem"
+            seed = 7
+            [[peers]]
+            id = 0
+            addr = "127.0.0.1:7400"
+            [[peers]]
+            id = 1
+            addr = "localhost:7401"
+            [limits]
+            max_hops = 3
+        "#,
+    )
+    .unwrap();
+    let config = NodeConfig::load(&path).unwrap();
+    assert_eq!(config.id, 2);
+    assert_eq!(config.data_dir, dir.path().join("data/n2"));
+    assert_eq!(config.device.backend, BackendKind::Mem);
+    assert_eq!(config.peers.len(), 2);
+    assert_eq!(config.limits.max_hops, 3);
+    assert_eq!(config.limits.max_in_flight, 1024);
+}
+
+#[test]
+fn missing_file_is_named() {
+    let err = NodeConfig::load(Path::new("/nonexistent/quarry.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("config /nonexistent/quarry.toml: cannot read"),
+        "{err}"
+    );
+}
+
+#[test]
+fn toml_errors_carry_the_location() {
+    let err =
+        load_text("id = 0\nlisten = \"127.0.0.1:1\"\ndata_dir = \"d\"\nbogus = 1\n").unwrap_err();
+    assert!(
+        err.contains("node.toml") && err.contains("line 4") && err.contains("bogus"),
+        "{err}"
+    );
+    let err = load_text("id = \"zero\"\n").unwrap_err();
+    assert!(err.contains("line 1"), "{err}");
+}
+
+#[test]
+fn bad_peers_and_addresses_are_refused() {
+    let base = "id = 0\nlisten = \"127.0.0.1:7400\"\ndata_dir = \"d\"\n";
+    let err = load_text(&format!(
+        "{base}[[peers]]\nid = 1\naddr = \"a:1\"\n[[peers]]\nid = 1\naddr = \"b:1\"\n"
+    ))
+    .unwrap_err();
+    assert!(err.ends_with("duplicate peer id 1"), "{err}");
+    let err = load_text(&format!("{base}[[peers]]\nid = 0\naddr = \"a:1\"\n")).unwrap_err();
+    assert!(err.contains("has this node's own id"), "{err}");
+    let err = load_text(&format!("{base}[[peers]]\nid = 3\naddr = \"nohost\"\n")).unwrap_err();
+    assert!(
+        err.contains("peer 3 address \"nohost\" is not host:port"),
+        "{err}"
+    );
+    let err = load_text("id = 0\nlisten = \"127.0.0.1:99999\"\ndata_dir = \"d\"\n").unwrap_err();
+    assert!(err.contains("port \"99999\""), "{err}");
+    let err = load_text(&format!("{base}[limits]\nmax_in_flight = 0\n")).unwrap_err();
+    assert!(err.contains("max_in_flight"), "{err}");
+}
