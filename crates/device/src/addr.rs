@@ -30,14 +30,23 @@ pub struct BlockAddr {
 impl PageAddr {
     /// The block this page belongs to.
     pub fn block_addr(&self) -> BlockAddr {
-        BlockAddr { bus: self.bus, chip: self.chip, block: self.block }
+        BlockAddr {
+            bus: self.bus,
+            chip: self.chip,
+            block: self.block,
+        }
     }
 }
 
 impl BlockAddr {
     /// Page `page` of this block.
     pub fn page(&self, page: u32) -> PageAddr {
-        PageAddr { bus: self.bus, chip: self.chip, block: self.block, page }
+        PageAddr {
+            bus: self.bus,
+            chip: self.chip,
+            block: self.block,
+            page,
+        }
     }
 }
 
@@ -88,7 +97,12 @@ impl FromStr for PageAddr {
     type Err = AddrParseError;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let f = parse_fields(text, &["bus", "chip", "block", "page"])?;
-        Ok(PageAddr { bus: f[0], chip: f[1], block: f[2], page: f[3] })
+        Ok(PageAddr {
+            bus: f[0],
+            chip: f[1],
+            block: f[2],
+            page: f[3],
+        })
     }
 }
 
@@ -96,6 +110,10 @@ impl FromStr for BlockAddr {
     type Err = AddrParseError;
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let f = parse_fields(text, &["bus", "chip", "block"])?;
-        Ok(BlockAddr { bus: f[0], chip: f[1], block: f[2] })
+        Ok(BlockAddr {
+            bus: f[0],
+            chip: f[1],
+            block: f[2],
+        })
     }
 }

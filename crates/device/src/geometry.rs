@@ -63,9 +63,24 @@ impl Geometry {
         };
         check("buses", self.buses, 1, MAX_BUSES)?;
         check("chips_per_bus", self.chips_per_bus, 1, MAX_CHIPS_PER_BUS)?;
-        check("blocks_per_chip", self.blocks_per_chip, 1, MAX_BLOCKS_PER_CHIP)?;
-        check("pages_per_block", self.pages_per_block, 1, MAX_PAGES_PER_BLOCK)?;
-        check("page_size_bytes", self.page_size_bytes, 512, MAX_PAGE_SIZE_BYTES)?;
+        check(
+            "blocks_per_chip",
+            self.blocks_per_chip,
+            1,
+            MAX_BLOCKS_PER_CHIP,
+        )?;
+        check(
+            "pages_per_block",
+            self.pages_per_block,
+            1,
+            MAX_PAGES_PER_BLOCK,
+        )?;
+        check(
+            "page_size_bytes",
+            self.page_size_bytes,
+            512,
+            MAX_PAGE_SIZE_BYTES,
+        )?;
         check("oob_size_bytes", self.oob_size_bytes, 0, MAX_OOB_SIZE_BYTES)?;
         if !self.page_size_bytes.is_multiple_of(512) {
             return Err(DeviceError::InvalidGeometry {
@@ -103,7 +118,12 @@ impl Geometry {
     pub fn check_page(&self, addr: PageAddr) -> Result<(), DeviceError> {
         self.check_block(addr.block_addr())?;
         if addr.page >= self.pages_per_block {
-            return Err(self.out_of_range("page", addr.page, self.pages_per_block, addr.to_string()));
+            return Err(self.out_of_range(
+                "page",
+                addr.page,
+                self.pages_per_block,
+                addr.to_string(),
+            ));
         }
         Ok(())
     }
@@ -123,7 +143,13 @@ impl Geometry {
         Ok(())
     }
 
-    fn out_of_range(&self, field: &'static str, value: u32, count: u32, addr: String) -> DeviceError {
+    fn out_of_range(
+        &self,
+        field: &'static str,
+        value: u32,
+        count: u32,
+        addr: String,
+    ) -> DeviceError {
         DeviceError::AddressOutOfRange {
             addr,
             field,

@@ -1,20 +1,60 @@
-//! PLACEHOLDER lib.rs — the device helper replaces this file.
+//! `quarry-device` — layer 1 of Quarry: one node's raw page store.
+//!
+//! This crate owns everything between a page address and the medium: the
+//! geometry (buses x chips x blocks x pages), the NAND rules (program once
+//! between erases, pages of a block in order, bad blocks refused), per-block
+//! write pointers, erase counts and the bad-block table (persisted in
+//! `DATA_DIR/device.meta`), the per-page error-correcting code (RS(255,243),
+//! interleaved, CRC-32C fast path — see [`SlotLayout`]), and three backends:
+//! `file` (a file or block device, O_DIRECT + io_uring), `mem` (DRAM) and
+//! `nand` (an emulated flash array with RFSA's per-bus scheduler, a timing
+//! model and wear-dependent bit errors — see [`NandTiming`]).
+//!
+//! ```
+//! use bytes::Bytes;
+//! use quarry_device::{BackendKind, Device, DeviceConfig, PageAddr};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let config = DeviceConfig { backend: BackendKind::Mem, ..DeviceConfig::default() };
+//! // The mem backend keeps nothing on disk, so the data directory is unused.
+//! let device = Device::open(&config, std::path::Path::new("unused"))?;
+//! let page = PageAddr { bus: 0, chip: 1, block: 2, page: 0 };
+//! let data = Bytes::from(vec![7u8; device.geometry().page_size_bytes as usize]);
+//! device.program_page(page, data.clone(), Bytes::from_static(b"oob")).await?;
+//! let read = device.read_page(page).await?;
+//! assert_eq!(read.data, data);
+//! assert_eq!(&read.oob[..3], b"oob");
+//! assert!(!read.erased);
+//! device.close().await?;
+//! # Ok::<(), quarry_device::DeviceError>(())
+//! # }).unwrap();
+//! ```
 #![deny(missing_docs)]
 
 mod addr;
+mod buf;
 mod config;
+mod device;
+mod ecc;
 mod error;
 mod geometry;
+mod io;
+mod meta;
+mod nand;
+mod rs;
 
 pub use addr::{parse_fields, AddrParseError, BlockAddr, PageAddr};
 pub use config::{BackendKind, DeviceConfig, Preset};
+pub use device::{preset_geometry, Device, OpenOptions, DEFAULT_MAX_INFLIGHT};
+pub use ecc::{
+    SlotLayout, ECC_CORRECTABLE_BYTES, ECC_MAX_DATA_BYTES, ECC_PARITY_BYTES, HEADER_BYTES,
+};
 pub use error::DeviceError;
 pub use geometry::{
     Geometry, MAX_BLOCKS_PER_CHIP, MAX_BUSES, MAX_CHIPS_PER_BUS, MAX_OOB_SIZE_BYTES,
     MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES,
 };
-
-use std::path::Path;
+pub use nand::{NandTiming, EARLY_WAKE, SPIN_MARGIN};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -55,40 +95,11 @@ pub struct DeviceInfo {
     pub programmed_pages: u64,
 }
 
-/// One node's page device. Cheap to share behind an `Arc`; every method may be
-/// called concurrently from many tasks.
-pub struct Device {
-    _private: (),
-}
-
-impl Device {
-    /// Opens (or creates) the device described by `config`, keeping metadata in
-    /// `data_dir`.
-    pub fn open(_config: &DeviceConfig, _data_dir: &Path) -> Result<Device, DeviceError> {
-        todo!()
-    }
-    /// The geometry.
-    pub fn geometry(&self) -> Geometry {
-        todo!()
-    }
-    /// Summary for status reports.
-    pub fn info(&self) -> DeviceInfo {
-        todo!()
-    }
-    /// Reads one page; corrects what the ECC can, returns an uncorrectable page as an error.
-    pub async fn read_page(&self, _addr: PageAddr) -> Result<PageRead, DeviceError> {
-        todo!()
-    }
-    /// Programs one page with data (exactly one page) and OOB (at most `oob_size_bytes`).
-    pub async fn program_page(&self, _addr: PageAddr, _data: Bytes, _oob: Bytes) -> Result<(), DeviceError> {
-        todo!()
-    }
-    /// Erases one block.
-    pub async fn erase_block(&self, _addr: BlockAddr) -> Result<(), DeviceError> {
-        todo!()
-    }
-    /// Persists metadata and stops the device's threads.
-    pub async fn close(&self) -> Result<(), DeviceError> {
-        todo!()
+#[cfg(test)]
+mod send_sync {
+    fn assert_send_sync<T: Send + Sync>() {}
+    #[test]
+    fn device_is_send_sync() {
+        assert_send_sync::<crate::Device>();
     }
 }

@@ -1,0 +1,161 @@
+//! Page-slot buffers aligned for O_DIRECT, recycled through a bounded pool.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+/// Alignment of every slot buffer: enough for O_DIRECT on 512- and 4096-byte
+/// logical-block devices.
+pub(crate) const BUF_ALIGN: usize = 4096;
+
+/// A zero-initialised heap buffer aligned to [`BUF_ALIGN`].
+pub(crate) struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: AlignedBuf uniquely owns its allocation (like a Box<[u8]>), so moving
+// it to or sharing it with another thread is as safe as for Box<[u8]>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out `&[u8]`; mutation needs `&mut self`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    pub(crate) fn new(len: usize) -> AlignedBuf {
+        assert!(len > 0, "aligned buffer must not be empty");
+        let layout = Layout::from_size_align(len, BUF_ALIGN).expect("valid buffer layout");
+        // SAFETY: layout has a non-zero size (asserted above).
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        AlignedBuf { ptr, len }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr points to `len` initialised (zeroed at allocation) bytes
+        // owned by self; the borrow of self keeps them alive and unaliased by
+        // any &mut.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in as_slice, and &mut self guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Raw pointer for handing the buffer to the kernel (io_uring / pread).
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = Layout::from_size_align(self.len, BUF_ALIGN).expect("valid buffer layout");
+        // SAFETY: ptr was allocated in `new` with exactly this layout and is
+        // freed only here, once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+    }
+}
+
+/// A bounded free list of slot-sized aligned buffers. Taking never blocks (a
+/// fresh buffer is allocated when the list is empty); returning keeps at most
+/// `max_free` buffers, so idle memory is bounded. Buffers in use are bounded by
+/// the device's in-flight limit plus what callers still hold in `PageRead`s.
+pub(crate) struct BufPool {
+    free: Mutex<Vec<AlignedBuf>>,
+    buf_len: usize,
+    max_free: usize,
+}
+
+impl BufPool {
+    pub(crate) fn new(buf_len: usize, max_free: usize) -> Arc<BufPool> {
+        Arc::new(BufPool {
+            free: Mutex::new(Vec::new()),
+            buf_len,
+            max_free,
+        })
+    }
+
+    pub(crate) fn take(self: &Arc<Self>) -> PooledBuf {
+        let buf = self
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_else(|| AlignedBuf::new(self.buf_len));
+        debug_assert_eq!(buf.len(), self.buf_len);
+        PooledBuf {
+            buf: Some(buf),
+            pool: Arc::clone(self),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn free_count(&self) -> usize {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// A buffer on loan from a [`BufPool`]; goes back to the pool when dropped.
+/// It is also the owner behind the `Bytes` of a `PageRead`, so page data is
+/// handed to callers without a copy.
+pub(crate) struct PooledBuf {
+    buf: Option<AlignedBuf>,
+    pool: Arc<BufPool>,
+}
+
+impl PooledBuf {
+    pub(crate) fn buf(&self) -> &AlignedBuf {
+        self.buf.as_ref().expect("buffer present until drop")
+    }
+    pub(crate) fn buf_mut(&mut self) -> &mut AlignedBuf {
+        self.buf.as_mut().expect("buffer present until drop")
+    }
+}
+
+impl AsRef<[u8]> for PooledBuf {
+    fn as_ref(&self) -> &[u8] {
+        self.buf().as_slice()
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
+            if free.len() < self.pool.max_free {
+                free.push(buf);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_and_zeroed_and_recycled() {
+        let pool = BufPool::new(9216, 2);
+        let mut a = pool.take();
+        assert_eq!(a.buf_mut().as_mut_ptr() as usize % BUF_ALIGN, 0);
+        assert!(a.as_ref().iter().all(|&b| b == 0));
+        a.buf_mut().as_mut_slice()[9215] = 7;
+        let b = pool.take();
+        let c = pool.take();
+        drop(a);
+        drop(b);
+        drop(c);
+        assert_eq!(pool.free_count(), 2, "pool keeps at most max_free buffers");
+        let bytes = bytes::Bytes::from_owner(pool.take());
+        assert_eq!(bytes.len(), 9216);
+        drop(bytes);
+        assert_eq!(pool.free_count(), 2);
+    }
+}

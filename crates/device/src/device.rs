@@ -1,0 +1,1038 @@
+//! The device: NAND rules, per-block state, backends and persistence.
+
+use std::fs::{File, OpenOptions as FsOpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{oneshot, Notify};
+
+use crate::buf::{AlignedBuf, BufPool, PooledBuf};
+use crate::ecc::{Ecc, Header, SlotLayout};
+use crate::io::IoEngine;
+use crate::meta::{self, BlockMeta, Snapshot, FLAG_BAD, FLAG_FACTORY_BAD};
+use crate::nand::{spin_until, NandOp, NandScheduler, NandTiming, OpKind, SplitMix};
+use crate::{
+    BackendKind, BlockAddr, DeviceConfig, DeviceError, DeviceInfo, Geometry, PageAddr, PageRead,
+    Preset,
+};
+
+/// Default bound on operations in flight per device.
+pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
+/// Free slot buffers kept for reuse.
+const POOL_MAX_FREE: usize = 512;
+/// Seed of the nand model when the configuration gives none.
+const DEFAULT_SEED: u64 = 0x5EED_0F_F1A5;
+
+/// Options beyond [`DeviceConfig`] (programmatic use: tests, benchmarks).
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Timing of the `nand` backend; `None` = the preset's (RFSA by default).
+    pub nand_timing: Option<NandTiming>,
+    /// Bound on operations in flight; beyond it operations fail with
+    /// [`DeviceError::QueueFull`].
+    pub max_inflight: usize,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            nand_timing: None,
+            max_inflight: DEFAULT_MAX_INFLIGHT,
+        }
+    }
+}
+
+/// The geometry a preset implies. Blocks per chip and pages per block are kept
+/// small (64 x 64) so an emulated device stays a few GiB of sparse file at
+/// most; real chips have thousands of blocks. Override with `geometry`.
+pub fn preset_geometry(preset: Preset) -> Geometry {
+    match preset {
+        // RFSA: 8 buses x 8 chips, 8 KiB MLC pages.
+        Preset::Rfsa => Geometry {
+            buses: 8,
+            chips_per_bus: 8,
+            blocks_per_chip: 64,
+            pages_per_block: 64,
+            page_size_bytes: 8192,
+            oob_size_bytes: 64,
+        },
+        // BlueDBM: 4 buses x 8 Micron SLC chips, 2 KiB pages (its latency
+        // figures are for 2048-byte pages).
+        Preset::Bluedbm => Geometry {
+            buses: 4,
+            chips_per_bus: 8,
+            blocks_per_chip: 64,
+            pages_per_block: 64,
+            page_size_bytes: 2048,
+            oob_size_bytes: 64,
+        },
+    }
+}
+
+#[derive(Debug, Default)]
+struct BlockState {
+    erase_count: u32,
+    /// Next page the block accepts; pages below it are programmed (or being).
+    wp: u32,
+    /// Pages whose program is still in flight (read as erased until done).
+    pending: Vec<u32>,
+    bad: bool,
+    factory_bad: bool,
+    erasing: bool,
+    reads: u32,
+}
+
+enum Store {
+    Mem(Vec<Mutex<Option<Box<[u8]>>>>),
+    File {
+        file: Arc<File>,
+        engine: RwLock<IoEngine>,
+    },
+    Nand {
+        file: Arc<File>,
+        sched: RwLock<NandScheduler>,
+        timing: NandTiming,
+    },
+}
+
+/// One node's page device. Cheap to share behind an `Arc`; every method may be
+/// called concurrently from many tasks. Needs a tokio runtime (multi- or
+/// current-thread) for the file and nand backends.
+///
+/// **Concurrency rules.** Programs of one block are accepted in page order
+/// and may be in flight together; a read of a page whose program has not
+/// completed returns the erased page. An erase while a program of the block is
+/// in flight fails with [`DeviceError::BlockBusy`]; an erase waits for reads of
+/// the block already in flight, and reads arriving during the erase see erased
+/// pages.
+pub struct Device {
+    backend: BackendKind,
+    preset: Option<Preset>,
+    geometry: Geometry,
+    ecc: Ecc,
+    blocks: Vec<Mutex<BlockState>>,
+    store: Store,
+    backing_path: Option<PathBuf>,
+    meta_path: Option<PathBuf>,
+    meta_lock: tokio::sync::Mutex<()>,
+    inflight: Arc<AtomicUsize>,
+    max_inflight: usize,
+    erased_data: Bytes,
+    erased_oob: Bytes,
+    drained: Notify,
+    closed: AtomicBool,
+    direct_io: bool,
+    pool: Arc<BufPool>,
+    seed: u64,
+    read_seq: AtomicU64,
+    rng: Mutex<SplitMix>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct OpGuard<'a>(&'a AtomicUsize);
+impl Drop for OpGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+struct ReadGuard<'a> {
+    dev: &'a Device,
+    block: usize,
+}
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        let mut b = lock(&self.dev.blocks[self.block]);
+        b.reads -= 1;
+        if b.erasing && b.reads == 0 {
+            self.dev.drained.notify_waiters();
+        }
+    }
+}
+
+fn io_err(context: impl Into<String>, source: io::Error) -> DeviceError {
+    DeviceError::Io {
+        context: context.into(),
+        source,
+    }
+}
+
+/// Opens the backing file (creating it sparse at `size`), with O_DIRECT when
+/// asked and possible. Returns the file and whether O_DIRECT is in effect.
+fn open_backing(path: &Path, size: u64, direct: bool) -> Result<(File, bool), DeviceError> {
+    let ctx = |what: &str| format!("{what} {}", path.display());
+    let file = FsOpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| io_err(ctx("opening"), e))?;
+    let md = file.metadata().map_err(|e| io_err(ctx("stat of"), e))?;
+    if md.file_type().is_block_device() {
+        let len = {
+            use std::io::Seek;
+            let mut f = &file;
+            f.seek(io::SeekFrom::End(0))
+                .map_err(|e| io_err(ctx("sizing"), e))?
+        };
+        if len < size {
+            return Err(DeviceError::Config {
+                reason: format!(
+                    "block device {} has {len} bytes, the geometry needs {size}",
+                    path.display()
+                ),
+            });
+        }
+    } else if md.len() < size {
+        file.set_len(size).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EFBIG) {
+                DeviceError::NoSpace {
+                    path: path.to_path_buf(),
+                    source: e,
+                }
+            } else {
+                io_err(ctx("sizing"), e)
+            }
+        })?;
+    }
+    if !direct {
+        return Ok((file, false));
+    }
+    match FsOpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(dfile) => {
+            let mut probe = AlignedBuf::new(4096);
+            match dfile.read_at(probe.as_mut_slice(), 0) {
+                Ok(_) => Ok((dfile, true)),
+                Err(e) => {
+                    tracing::warn!(
+                        "O_DIRECT read on {} failed ({e}); using buffered I/O",
+                        path.display()
+                    );
+                    Ok((file, false))
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(
+                "the filesystem of {} refuses O_DIRECT ({e}); using buffered I/O",
+                path.display()
+            );
+            Ok((file, false))
+        }
+    }
+}
+
+fn punch_or_zero(file: &File, offset: u64, len: u64, slot_size: usize) -> io::Result<()> {
+    // SAFETY: fallocate on an fd we own with plain integer arguments.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    tracing::debug!("punch hole failed ({err}); writing zeros");
+    let zeros = AlignedBuf::new(slot_size);
+    let mut at = offset;
+    while at < offset + len {
+        file.write_all_at(zeros.as_slice(), at)?;
+        at += slot_size as u64;
+    }
+    Ok(())
+}
+
+impl Device {
+    /// Opens (or creates) the device described by `config`, keeping metadata in
+    /// `data_dir`.
+    pub fn open(config: &DeviceConfig, data_dir: &Path) -> Result<Device, DeviceError> {
+        Device::open_with(config, data_dir, OpenOptions::default())
+    }
+
+    /// [`Device::open`] with extra options (nand timing, in-flight bound).
+    pub fn open_with(
+        config: &DeviceConfig,
+        data_dir: &Path,
+        options: OpenOptions,
+    ) -> Result<Device, DeviceError> {
+        let geometry = config
+            .geometry
+            .or_else(|| config.preset.map(preset_geometry))
+            .unwrap_or_default();
+        let layout = SlotLayout::new(&geometry)?;
+        if options.max_inflight == 0 {
+            return Err(DeviceError::Config {
+                reason: "max_inflight must be at least 1".into(),
+            });
+        }
+        let slot = layout.slot_size;
+        let total = geometry.pages().checked_mul(slot as u64).ok_or_else(|| {
+            DeviceError::InvalidGeometry {
+                reason: "device size overflows".into(),
+            }
+        })?;
+        let seed = config.seed.unwrap_or(DEFAULT_SEED);
+        let nblocks = geometry.blocks() as usize;
+        let inflight = Arc::new(AtomicUsize::new(0));
+        let mut blocks: Vec<BlockState> = (0..nblocks).map(|_| BlockState::default()).collect();
+        let mut meta_path = None;
+        let mut backing_path = None;
+        let mut direct_io = false;
+        let ecc = Ecc::new(layout.clone());
+
+        let store = match config.backend {
+            BackendKind::Mem => {
+                Store::Mem((0..geometry.pages()).map(|_| Mutex::new(None)).collect())
+            }
+            BackendKind::File | BackendKind::Nand => {
+                std::fs::create_dir_all(data_dir)
+                    .map_err(|e| io_err(format!("creating {}", data_dir.display()), e))?;
+                let path = config
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| data_dir.join("pages.bin"));
+                let mpath = data_dir.join("device.meta");
+                let snapshot = meta::load(&mpath, &geometry, slot as u32)?;
+                let want_direct =
+                    config.backend == BackendKind::File && config.direct_io.unwrap_or(true);
+                let (file, direct) = open_backing(&path, total, want_direct)?;
+                direct_io = direct;
+                let file = Arc::new(file);
+                let timing = if config.backend == BackendKind::Nand {
+                    let t = options.nand_timing.clone().unwrap_or_else(|| {
+                        NandTiming::preset(
+                            config.preset.unwrap_or(Preset::Rfsa),
+                            layout.used_bytes as u64,
+                        )
+                    });
+                    t.validate()?;
+                    Some(t)
+                } else {
+                    None
+                };
+                match snapshot {
+                    Some(s) => {
+                        for (b, m) in blocks.iter_mut().zip(&s.blocks) {
+                            b.erase_count = m.erase_count;
+                            b.wp = m.write_pointer;
+                            b.bad = m.flags & FLAG_BAD != 0;
+                            b.factory_bad = m.flags & FLAG_FACTORY_BAD != 0;
+                        }
+                        if !s.clean {
+                            let recovered = recover(&path, &geometry, &ecc, &mut blocks)?;
+                            tracing::info!(
+                                "device {}: unclean stop, recovered {recovered} programmed pages past saved write pointers",
+                                path.display()
+                            );
+                        }
+                    }
+                    None => {
+                        if let Some(t) = &timing {
+                            mark_factory_bad(&geometry, t.factory_bad_fraction, seed, &mut blocks);
+                        }
+                    }
+                }
+                // Mark dirty until close: write pointers will run ahead of the file.
+                meta::save(&mpath, &snapshot_of(&geometry, slot, false, blocks.iter()))?;
+                meta_path = Some(mpath);
+                backing_path = Some(path);
+                match timing {
+                    Some(timing) => {
+                        let sched =
+                            NandScheduler::start(&geometry, &timing, Arc::clone(&inflight))?;
+                        Store::Nand {
+                            file,
+                            sched: RwLock::new(sched),
+                            timing,
+                        }
+                    }
+                    None => {
+                        let engine = IoEngine::start(Arc::clone(&file), true)
+                            .map_err(|e| io_err("starting the I/O engine", e))?;
+                        tracing::debug!(
+                            "file device: {} engine, O_DIRECT {}",
+                            engine.name,
+                            direct_io
+                        );
+                        Store::File {
+                            file,
+                            engine: RwLock::new(engine),
+                        }
+                    }
+                }
+            }
+        };
+        Ok(Device {
+            backend: config.backend,
+            preset: config.preset,
+            geometry,
+            erased_data: Bytes::from(vec![0xFF; layout.page_size]),
+            erased_oob: Bytes::from(vec![0xFF; layout.oob_size]),
+            pool: BufPool::new(slot, POOL_MAX_FREE),
+            ecc,
+            blocks: blocks.into_iter().map(Mutex::new).collect(),
+            store,
+            backing_path,
+            meta_path,
+            meta_lock: tokio::sync::Mutex::new(()),
+            inflight,
+            max_inflight: options.max_inflight,
+            drained: Notify::new(),
+            closed: AtomicBool::new(false),
+            direct_io,
+            seed,
+            read_seq: AtomicU64::new(0),
+            rng: Mutex::new(SplitMix(seed ^ 0xA5A5_5A5A)),
+        })
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// Where pages live in the backing store.
+    pub fn slot_layout(&self) -> &SlotLayout {
+        self.ecc.layout()
+    }
+
+    /// Bytes per page slot in the backing store.
+    pub fn slot_size_bytes(&self) -> u64 {
+        self.ecc.layout().slot_size as u64
+    }
+
+    /// Byte offset of a page's data in the backing file (`file`/`nand`); the
+    /// page's slot spans `slot_size_bytes()` from there.
+    pub fn page_offset_bytes(&self, addr: PageAddr) -> Result<u64, DeviceError> {
+        self.geometry.check_page(addr)?;
+        let off = self
+            .ecc
+            .layout()
+            .slot_offset(self.geometry.page_index(addr));
+        assert!(off + self.slot_size_bytes() <= self.geometry.pages() * self.slot_size_bytes());
+        Ok(off)
+    }
+
+    /// The backing file, for `file` and `nand` devices.
+    pub fn backing_path(&self) -> Option<&Path> {
+        self.backing_path.as_deref()
+    }
+
+    /// The modeled timing of a `nand` device.
+    pub fn nand_timing(&self) -> Option<&NandTiming> {
+        match &self.store {
+            Store::Nand { timing, .. } => Some(timing),
+            _ => None,
+        }
+    }
+
+    /// Peak bandwidth of all buses of a `nand` device (buses x per-bus rate),
+    /// bytes per second.
+    pub fn peak_bus_bandwidth(&self) -> Option<u64> {
+        self.nand_timing()
+            .map(|t| t.peak_bus_bandwidth(&self.geometry))
+    }
+
+    /// Erase count of a block.
+    pub fn erase_count(&self, addr: BlockAddr) -> Result<u32, DeviceError> {
+        self.geometry.check_block(addr)?;
+        Ok(lock(&self.blocks[self.geometry.block_index(addr) as usize]).erase_count)
+    }
+
+    /// Whether a block is in the bad-block table.
+    pub fn is_bad(&self, addr: BlockAddr) -> Result<bool, DeviceError> {
+        self.geometry.check_block(addr)?;
+        Ok(lock(&self.blocks[self.geometry.block_index(addr) as usize]).bad)
+    }
+
+    /// The next page a block accepts (pages below it are programmed).
+    pub fn write_pointer(&self, addr: BlockAddr) -> Result<u32, DeviceError> {
+        self.geometry.check_block(addr)?;
+        Ok(lock(&self.blocks[self.geometry.block_index(addr) as usize]).wp)
+    }
+
+    /// Adds a block to the bad-block table (persisted). Its pages stay
+    /// readable; programs and erases are refused.
+    pub async fn mark_bad(&self, addr: BlockAddr) -> Result<(), DeviceError> {
+        self.check_open()?;
+        self.geometry.check_block(addr)?;
+        {
+            let mut b = lock(&self.blocks[self.geometry.block_index(addr) as usize]);
+            if b.bad {
+                return Ok(());
+            }
+            b.bad = true;
+        }
+        self.persist(false).await
+    }
+
+    /// Summary for status reports.
+    pub fn info(&self) -> DeviceInfo {
+        let mut bad_blocks = Vec::new();
+        let (mut min, mut max, mut sum, mut good, mut programmed) =
+            (u32::MAX, 0u32, 0u64, 0u64, 0u64);
+        for (i, b) in self.blocks.iter().enumerate() {
+            let b = lock(b);
+            programmed += u64::from(b.wp) - b.pending.len() as u64;
+            if b.bad {
+                bad_blocks.push(self.geometry.block_at(i as u64));
+                continue;
+            }
+            good += 1;
+            min = min.min(b.erase_count);
+            max = max.max(b.erase_count);
+            sum += u64::from(b.erase_count);
+        }
+        DeviceInfo {
+            backend: self.backend,
+            preset: self.preset,
+            geometry: self.geometry,
+            direct_io: self.direct_io,
+            bad_blocks,
+            erase_count_min: if good == 0 { 0 } else { min },
+            erase_count_max: max,
+            erase_count_mean: if good == 0 {
+                0.0
+            } else {
+                sum as f64 / good as f64
+            },
+            programmed_pages: programmed,
+        }
+    }
+
+    fn check_open(&self) -> Result<(), DeviceError> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(DeviceError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn begin_op(&self) -> Result<OpGuard<'_>, DeviceError> {
+        self.check_open()?;
+        let prev = self.inflight.fetch_add(1, Ordering::AcqRel);
+        if prev >= self.max_inflight {
+            self.inflight.fetch_sub(1, Ordering::AcqRel);
+            return Err(DeviceError::QueueFull {
+                limit: self.max_inflight,
+            });
+        }
+        Ok(OpGuard(&self.inflight))
+    }
+
+    fn erased(&self) -> PageRead {
+        PageRead {
+            data: self.erased_data.clone(),
+            oob: self.erased_oob.clone(),
+            erased: true,
+            corrected_bytes: 0,
+        }
+    }
+
+    fn sample(&self, lo: u64, hi: u64) -> Duration {
+        Duration::from_nanos(lock(&self.rng).range(lo, hi))
+    }
+
+    /// Runs one op through the nand timing model; returns its modeled end.
+    async fn model(
+        &self,
+        sched: &RwLock<NandScheduler>,
+        addr: BlockAddr,
+        kind: OpKind,
+        chip_time: Duration,
+        arrival: Instant,
+    ) -> Result<Instant, DeviceError> {
+        let (reply, rx) = oneshot::channel();
+        let op = NandOp {
+            bus: addr.bus,
+            chip: addr.chip,
+            kind,
+            chip_time,
+            arrival,
+            reply,
+        };
+        sched.read().unwrap_or_else(|e| e.into_inner()).submit(op)?;
+        rx.await.map_err(|_| DeviceError::Closed)
+    }
+
+    /// Reads one page; corrects what the ECC can, returns an uncorrectable page as an error.
+    pub async fn read_page(&self, addr: PageAddr) -> Result<PageRead, DeviceError> {
+        let arrival = Instant::now();
+        self.geometry.check_page(addr)?;
+        let _op = self.begin_op()?;
+        let bi = self.geometry.block_index(addr.block_addr()) as usize;
+        let erase_count;
+        let programmed = {
+            let mut b = lock(&self.blocks[bi]);
+            erase_count = b.erase_count;
+            let programmed = !b.erasing && addr.page < b.wp && !b.pending.contains(&addr.page);
+            if programmed {
+                b.reads += 1;
+            }
+            programmed
+        };
+        let _read_guard = programmed.then_some(ReadGuard {
+            dev: self,
+            block: bi,
+        });
+        let index = self.geometry.page_index(addr);
+        let offset = self.ecc.layout().slot_offset(index);
+        let mut buf = self.pool.take();
+        let (mut buf, deadline) = match &self.store {
+            Store::Mem(slots) => {
+                if !programmed {
+                    return Ok(self.erased());
+                }
+                match lock(&slots[index as usize]).as_deref() {
+                    Some(s) => buf.buf_mut().as_mut_slice().copy_from_slice(s),
+                    None => buf.buf_mut().as_mut_slice().fill(0),
+                }
+                (buf, None)
+            }
+            Store::File { engine, .. } => {
+                if !programmed {
+                    return Ok(self.erased());
+                }
+                let fut = engine
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .submit_read(offset, buf);
+                let (buf, res) = fut.wait().await;
+                let buf = buf.ok_or(DeviceError::Closed)?;
+                res.map_err(|e| io_err(format!("reading page {addr}"), e))?;
+                (buf, None)
+            }
+            Store::Nand {
+                file,
+                sched,
+                timing,
+            } => {
+                if programmed {
+                    file.read_exact_at(buf.buf_mut().as_mut_slice(), offset)
+                        .map_err(|e| io_err(format!("reading page {addr}"), e))?;
+                }
+                let t_r = self.sample(timing.t_read_min_ns, timing.t_read_max_ns);
+                let end = self
+                    .model(sched, addr.block_addr(), OpKind::Read, t_r, arrival)
+                    .await?;
+                if !programmed {
+                    spin_until(end);
+                    return Ok(self.erased());
+                }
+                self.inject_bit_errors(&mut buf, timing, erase_count, index);
+                (buf, Some(end))
+            }
+        };
+        let decoded = self.ecc.decode(buf.buf_mut().as_mut_slice());
+        let result = match decoded {
+            Ok(d) if d.header.page_index != index => Err(DeviceError::Uncorrectable {
+                addr,
+                detail: format!(
+                    "slot holds page #{} (misdirected write?)",
+                    d.header.page_index
+                ),
+            }),
+            Ok(d) => {
+                let l = self.ecc.layout();
+                let (page, oob_at, oob_len) = (l.page_size, l.oob_offset, l.oob_size);
+                let bytes = Bytes::from_owner(buf);
+                Ok(PageRead {
+                    data: bytes.slice(0..page),
+                    oob: bytes.slice(oob_at..oob_at + oob_len),
+                    erased: false,
+                    corrected_bytes: d.corrected_bytes,
+                })
+            }
+            Err(detail) => Err(DeviceError::Uncorrectable { addr, detail }),
+        };
+        if let Some(end) = deadline {
+            spin_until(end);
+        }
+        result
+    }
+
+    fn inject_bit_errors(
+        &self,
+        buf: &mut PooledBuf,
+        timing: &NandTiming,
+        erase_count: u32,
+        index: u64,
+    ) {
+        let bits = (self.ecc.layout().used_bytes * 8) as u64;
+        let lambda = timing.rber(erase_count) * bits as f64;
+        if lambda <= 0.0 {
+            return;
+        }
+        let seq = self.read_seq.fetch_add(1, Ordering::Relaxed);
+        let mut rng = SplitMix(
+            self.seed ^ index.wrapping_mul(0x9E37_79B9) ^ seq.wrapping_mul(0xD1B5_4A32_D192_ED03),
+        );
+        let flips = rng.poisson(lambda);
+        let slot = buf.buf_mut().as_mut_slice();
+        for _ in 0..flips {
+            let bit = rng.next_u64() % bits;
+            slot[(bit / 8) as usize] ^= 1 << (bit % 8);
+        }
+    }
+
+    /// Programs one page with data (exactly one page) and OOB (at most `oob_size_bytes`).
+    pub async fn program_page(
+        &self,
+        addr: PageAddr,
+        data: Bytes,
+        oob: Bytes,
+    ) -> Result<(), DeviceError> {
+        let arrival = Instant::now();
+        self.geometry.check_page(addr)?;
+        let l = self.ecc.layout();
+        if data.len() != l.page_size {
+            return Err(DeviceError::PageSize {
+                expected: self.geometry.page_size_bytes,
+                got: data.len(),
+            });
+        }
+        if oob.len() > l.oob_size {
+            return Err(DeviceError::OobSize {
+                max: self.geometry.oob_size_bytes,
+                got: oob.len(),
+            });
+        }
+        let _op = self.begin_op()?;
+        let block = addr.block_addr();
+        let bi = self.geometry.block_index(block) as usize;
+        let erase_count = {
+            let mut b = lock(&self.blocks[bi]);
+            if b.bad {
+                return Err(DeviceError::BadBlock { block });
+            }
+            if b.erasing {
+                return Err(DeviceError::BlockBusy {
+                    block,
+                    reason: "an erase is in flight".into(),
+                });
+            }
+            if addr.page < b.wp {
+                return Err(DeviceError::AlreadyProgrammed { addr });
+            }
+            if addr.page > b.wp {
+                return Err(DeviceError::OutOfOrder {
+                    addr,
+                    expected: b.wp,
+                });
+            }
+            b.wp += 1;
+            b.pending.push(addr.page);
+            b.erase_count
+        };
+        let index = self.geometry.page_index(addr);
+        let offset = l.slot_offset(index);
+        let result = self
+            .write_slot(addr, index, offset, &data, &oob, erase_count, arrival)
+            .await;
+        let mut b = lock(&self.blocks[bi]);
+        b.pending.retain(|&p| p != addr.page);
+        if result.is_err() && b.wp == addr.page + 1 {
+            // Nothing later was accepted: the page can be programmed again.
+            b.wp = addr.page;
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn write_slot(
+        &self,
+        addr: PageAddr,
+        index: u64,
+        offset: u64,
+        data: &[u8],
+        oob: &[u8],
+        erase_count: u32,
+        arrival: Instant,
+    ) -> Result<(), DeviceError> {
+        let mut buf = self.pool.take();
+        self.ecc.encode(
+            buf.buf_mut().as_mut_slice(),
+            data,
+            oob,
+            Header {
+                erase_count,
+                page_index: index,
+            },
+        );
+        let path = || self.backing_path.clone().unwrap_or_default();
+        let map = |e: io::Error| {
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                DeviceError::NoSpace {
+                    path: path(),
+                    source: e,
+                }
+            } else {
+                io_err(format!("programming page {addr}"), e)
+            }
+        };
+        match &self.store {
+            Store::Mem(slots) => {
+                *lock(&slots[index as usize]) = Some(buf.buf().as_slice().into());
+                Ok(())
+            }
+            Store::File { engine, .. } => {
+                let fut = engine
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .submit_write(offset, buf);
+                let (_, res) = fut.wait().await;
+                res.map_err(map)
+            }
+            Store::Nand {
+                file,
+                sched,
+                timing,
+            } => {
+                file.write_all_at(buf.buf().as_slice(), offset)
+                    .map_err(map)?;
+                let t_prog = self.sample(timing.t_prog_min_ns, timing.t_prog_max_ns);
+                let end = self
+                    .model(sched, addr.block_addr(), OpKind::Program, t_prog, arrival)
+                    .await?;
+                spin_until(end);
+                Ok(())
+            }
+        }
+    }
+
+    /// Erases one block.
+    pub async fn erase_block(&self, addr: BlockAddr) -> Result<(), DeviceError> {
+        let arrival = Instant::now();
+        self.geometry.check_block(addr)?;
+        let _op = self.begin_op()?;
+        let bi = self.geometry.block_index(addr) as usize;
+        {
+            let mut b = lock(&self.blocks[bi]);
+            if b.bad {
+                return Err(DeviceError::BadBlock { block: addr });
+            }
+            if b.erasing {
+                return Err(DeviceError::BlockBusy {
+                    block: addr,
+                    reason: "an erase is already in flight".into(),
+                });
+            }
+            if !b.pending.is_empty() {
+                return Err(DeviceError::BlockBusy {
+                    block: addr,
+                    reason: format!(
+                        "{} program(s) in flight (pages {:?})",
+                        b.pending.len(),
+                        b.pending
+                    ),
+                });
+            }
+            b.erasing = true;
+            b.erase_count = b.erase_count.saturating_add(1);
+            b.wp = 0;
+        }
+        // Wait for reads that started before the erase.
+        loop {
+            let notified = self.drained.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if lock(&self.blocks[bi]).reads == 0 {
+                break;
+            }
+            notified.await;
+        }
+        let result = self.erase_store(addr, arrival).await;
+        lock(&self.blocks[bi]).erasing = false;
+        result
+    }
+
+    async fn erase_store(&self, addr: BlockAddr, arrival: Instant) -> Result<(), DeviceError> {
+        // Persist the new erase count and write pointer before touching the
+        // pages: after a crash in between, the old pages carry the old erase
+        // count in their headers and are not taken for programmed ones.
+        if self.meta_path.is_some() {
+            self.persist(false).await?;
+        }
+        let ppb = u64::from(self.geometry.pages_per_block);
+        let first = self.geometry.block_index(addr) * ppb;
+        let slot = self.ecc.layout().slot_size;
+        let (offset, len) = (self.ecc.layout().slot_offset(first), ppb * slot as u64);
+        let file = match &self.store {
+            Store::Mem(slots) => {
+                for s in &slots[first as usize..(first + ppb) as usize] {
+                    *lock(s) = None;
+                }
+                return Ok(());
+            }
+            Store::File { file, .. } => Arc::clone(file),
+            Store::Nand {
+                file,
+                sched,
+                timing,
+            } => {
+                let t = Duration::from_nanos(timing.t_erase_ns);
+                let end = self.model(sched, addr, OpKind::Erase, t, arrival).await?;
+                spin_until(end);
+                Arc::clone(file)
+            }
+        };
+        tokio::task::spawn_blocking(move || punch_or_zero(&file, offset, len, slot))
+            .await
+            .map_err(|e| {
+                io_err(
+                    format!("erasing block {addr}"),
+                    io::Error::other(e.to_string()),
+                )
+            })?
+            .map_err(|e| io_err(format!("erasing block {addr}"), e))
+    }
+
+    /// Saves the metadata snapshot. Saves are serialised (an async mutex held
+    /// across the write), so a later state is never overwritten by an earlier.
+    async fn persist(&self, clean: bool) -> Result<(), DeviceError> {
+        let Some(path) = self.meta_path.clone() else {
+            return Ok(());
+        };
+        let _order = self.meta_lock.lock().await;
+        let snapshot = {
+            let guards: Vec<_> = self.blocks.iter().map(lock).collect();
+            snapshot_of(
+                &self.geometry,
+                self.ecc.layout().slot_size,
+                clean,
+                guards.iter().map(|g| &**g),
+            )
+        };
+        tokio::task::spawn_blocking(move || meta::save(&path, &snapshot))
+            .await
+            .map_err(|e| io_err("saving device metadata", io::Error::other(e.to_string())))?
+    }
+
+    /// Persists metadata and stops the device's threads.
+    pub async fn close(&self) -> Result<(), DeviceError> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let start = Instant::now();
+        while self.inflight.load(Ordering::Acquire) > 0 && start.elapsed() < Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let result = self.persist(true).await;
+        match &self.store {
+            Store::File { engine, file } => {
+                engine.write().unwrap_or_else(|e| e.into_inner()).stop();
+                let _ = file.sync_all();
+            }
+            Store::Nand { sched, file, .. } => {
+                sched.write().unwrap_or_else(|e| e.into_inner()).stop();
+                let _ = file.sync_all();
+            }
+            Store::Mem(_) => {}
+        }
+        result
+    }
+}
+
+fn snapshot_of<'a>(
+    geometry: &Geometry,
+    slot: usize,
+    clean: bool,
+    blocks: impl Iterator<Item = &'a BlockState>,
+) -> Snapshot {
+    Snapshot {
+        geometry: *geometry,
+        slot_size: slot as u32,
+        clean,
+        blocks: blocks
+            .map(|b| BlockMeta {
+                erase_count: b.erase_count,
+                write_pointer: b.wp,
+                flags: if b.bad { FLAG_BAD } else { 0 }
+                    | if b.factory_bad { FLAG_FACTORY_BAD } else { 0 },
+            })
+            .collect(),
+    }
+}
+
+/// Marks a seeded-random `fraction` of blocks bad, never every block of a chip.
+fn mark_factory_bad(geometry: &Geometry, fraction: f64, seed: u64, blocks: &mut [BlockState]) {
+    let mut rng = SplitMix(seed ^ 0xBAD_B10C);
+    let per_chip = geometry.blocks_per_chip as usize;
+    for chip in blocks.chunks_mut(per_chip) {
+        for b in chip.iter_mut() {
+            if rng.next_f64() < fraction {
+                b.bad = true;
+                b.factory_bad = true;
+            }
+        }
+        if chip.iter().all(|b| b.bad) {
+            chip[0].bad = false;
+            chip[0].factory_bad = false;
+        }
+    }
+}
+
+/// After an unclean stop: for every good block, probe the slots from the
+/// saved write pointer to the end of the block; a slot is programmed iff its
+/// header decodes, names this page and carries the block's current erase
+/// count. The write pointer moves past the last programmed slot (a gap below
+/// it was a program that never completed, so never acknowledged; it reads as
+/// uncorrectable). Only the spare area of each slot is read.
+fn recover(
+    path: &Path,
+    geometry: &Geometry,
+    ecc: &Ecc,
+    blocks: &mut [BlockState],
+) -> Result<u64, DeviceError> {
+    let file = File::open(path)
+        .map_err(|e| io_err(format!("opening {} for recovery", path.display()), e))?;
+    let l = ecc.layout();
+    let mut slot = vec![0u8; l.slot_size];
+    let mut recovered = 0;
+    for (bi, b) in blocks.iter_mut().enumerate() {
+        if b.bad || b.wp >= geometry.pages_per_block {
+            continue;
+        }
+        let mut last = None;
+        for page in b.wp..geometry.pages_per_block {
+            let index = bi as u64 * u64::from(geometry.pages_per_block) + u64::from(page);
+            let off = l.slot_offset(index);
+            slot.fill(0);
+            file.read_exact_at(
+                &mut slot[l.page_size..l.used_bytes],
+                off + l.page_size as u64,
+            )
+            .map_err(|e| io_err(format!("probing slot {index} of {}", path.display()), e))?;
+            if let Ok(h) = ecc.decode_meta(&mut slot) {
+                if h.page_index == index && h.erase_count == b.erase_count {
+                    last = Some(page);
+                }
+            }
+        }
+        if let Some(p) = last {
+            recovered += u64::from(p + 1 - b.wp);
+            b.wp = p + 1;
+        }
+    }
+    Ok(recovered)
+}
