@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::BytesMut;
 use futures::{FutureExt, StreamExt};
@@ -153,26 +154,46 @@ where
                 }
             }
             Ok(request) => {
-                let future = handler(Incoming {
-                    request,
-                    hops: frame.header.hops,
-                });
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    // A panicking handler must not leave its requester waiting
-                    // for the full timeout.
-                    let answer = AssertUnwindSafe(future)
-                        .catch_unwind()
-                        .await
-                        .unwrap_or_else(|_| Response::Error {
-                            status: Status::Internal,
-                            message: "request handler panicked".to_string(),
+                // A panicking handler must not leave its requester waiting
+                // for the full timeout.
+                let mut future = Box::pin(
+                    AssertUnwindSafe(handler(Incoming {
+                        request,
+                        hops: frame.header.hops,
+                    }))
+                    .catch_unwind(),
+                );
+                // Poll once here: answers that are ready at once (Ping, a DRAM
+                // page) skip a task spawn and a cross-thread wake.
+                match futures::poll!(&mut future) {
+                    Poll::Ready(answer) => {
+                        drop(permit);
+                        if tx
+                            .send((tag, answer.unwrap_or_else(|_| panicked())))
+                            .await
+                            .is_err()
+                        {
+                            return Ok(());
+                        }
+                    }
+                    Poll::Pending => {
+                        let tx = tx.clone();
+                        tokio::spawn(async move {
+                            let answer = future.await.unwrap_or_else(|_| panicked());
+                            let _ = tx.send((tag, answer)).await;
+                            drop(permit);
                         });
-                    let _ = tx.send((tag, answer)).await;
-                    drop(permit);
-                });
+                    }
+                }
             }
         }
+    }
+}
+
+fn panicked() -> Response {
+    Response::Error {
+        status: Status::Internal,
+        message: "request handler panicked".to_string(),
     }
 }
 

@@ -1,0 +1,219 @@
+//! An in-process cluster on loopback with the `mem` device backend.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use quarry_device::{BlockAddr, DeviceConfig, PageAddr};
+use quarry_node::{Node, NodeConfig, NodeHandle, NodeLimits, PeerConfig};
+use quarry_proto::{
+    GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Session, SessionLimits, Status,
+};
+use tokio::net::TcpListener;
+
+async fn cluster(n: u16, dir: &Path) -> Vec<NodeHandle> {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let addrs: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    let mut nodes = Vec::new();
+    for (id, listener) in listeners.into_iter().enumerate() {
+        let id = id as NodeId;
+        let config = NodeConfig {
+            id,
+            listen: addrs[usize::from(id)].clone(),
+            data_dir: dir.join(format!("node{id}")),
+            device: DeviceConfig {
+                backend: quarry_device::BackendKind::Mem,
+                ..DeviceConfig::default()
+            },
+            peers: (0..n)
+                .filter(|p| *p != id)
+                .map(|p| PeerConfig {
+                    id: p,
+                    addr: addrs[usize::from(p)].clone(),
+                })
+                .collect(),
+            limits: NodeLimits {
+                connect_timeout_ms: 1000,
+                retry_backoff_ms: 200,
+                ..NodeLimits::default()
+            },
+        };
+        nodes.push(Node::start_with_listener(config, listener).await.unwrap());
+    }
+    nodes
+}
+
+async fn session(node: &NodeHandle) -> Session {
+    Session::connect(&node.local_addr().to_string(), SessionLimits::default())
+        .await
+        .unwrap()
+}
+
+fn page(node: NodeId, page: u32) -> GlobalPageAddr {
+    GlobalPageAddr {
+        node,
+        page: PageAddr {
+            bus: 1,
+            chip: 0,
+            block: 2,
+            page,
+        },
+    }
+}
+
+fn error_of(response: Response) -> (Status, String) {
+    match response {
+        Response::Error { status, message } => (status, message),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn program_through_one_node_read_through_another_then_erase() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(3, dir.path()).await;
+    let via0 = session(&nodes[0]).await;
+    let via2 = session(&nodes[2]).await;
+    let data = Bytes::from((0..8192u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+    let oob = Bytes::from_static(b"owner=test");
+
+    let block = GlobalBlockAddr {
+        node: 1,
+        block: BlockAddr {
+            bus: 1,
+            chip: 0,
+            block: 2,
+        },
+    };
+    assert_eq!(
+        via0.call(Request::EraseBlock(block)).await.unwrap(),
+        Response::Done
+    );
+    let program = Request::ProgramPage {
+        addr: page(1, 0),
+        data: data.clone(),
+        oob: oob.clone(),
+    };
+    assert_eq!(via0.call(program).await.unwrap(), Response::Done);
+    match via2.call(Request::ReadPage(page(1, 0))).await.unwrap() {
+        Response::Page {
+            data: got,
+            oob: got_oob,
+            erased,
+            ..
+        } => {
+            assert_eq!(got, data);
+            assert_eq!(&got_oob[..oob.len()], &oob[..]);
+            assert!(!erased);
+        }
+        other => panic!("{other:?}"),
+    }
+    // NAND rule errors travel back through the forwarding node unchanged.
+    let again = Request::ProgramPage {
+        addr: page(1, 0),
+        data: data.clone(),
+        oob: Bytes::new(),
+    };
+    let (status, message) = error_of(via2.call(again).await.unwrap());
+    assert_eq!(status, Status::AlreadyProgrammed, "{message}");
+
+    assert_eq!(
+        via2.call(Request::EraseBlock(block)).await.unwrap(),
+        Response::Done
+    );
+    match via0.call(Request::ReadPage(page(1, 0))).await.unwrap() {
+        Response::Page { erased, .. } => assert!(erased),
+        other => panic!("{other:?}"),
+    }
+    for node in nodes {
+        node.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_info_and_cluster_of_remote_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(3, dir.path()).await;
+    let via0 = session(&nodes[0]).await;
+    match via0.call(Request::NodeInfo(2)).await.unwrap() {
+        Response::NodeInfo(info) => {
+            assert_eq!(info.id, 2);
+            assert_eq!(info.addr, nodes[2].local_addr().to_string());
+        }
+        other => panic!("{other:?}"),
+    }
+    match via0.call(Request::Cluster).await.unwrap() {
+        Response::Cluster(members) => {
+            assert_eq!(
+                members.iter().map(|m| m.id).collect::<Vec<_>>(),
+                vec![0, 1, 2]
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    let (status, message) = error_of(via0.call(Request::ReadPage(page(9, 0))).await.unwrap());
+    assert_eq!(status, Status::UnknownNode);
+    assert_eq!(message, "node 9 is not a member; members are 0,1,2");
+    let (status, _) = error_of(
+        via0.call(Request::ReadPage(GlobalPageAddr {
+            node: 1,
+            page: PageAddr {
+                bus: 99,
+                chip: 0,
+                block: 0,
+                page: 0,
+            },
+        }))
+        .await
+        .unwrap(),
+    );
+    assert_eq!(status, Status::AddressOutOfRange);
+    for node in nodes {
+        node.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_node_is_reported_within_bounded_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(3, dir.path()).await;
+    let dead_addr = nodes[2].local_addr().to_string();
+    nodes.pop().unwrap().shutdown().await.unwrap();
+    let via0 = session(&nodes[0]).await;
+    let started = Instant::now();
+    let (status, message) = error_of(via0.call(Request::NodeInfo(2)).await.unwrap());
+    assert_eq!(status, Status::NodeUnreachable);
+    assert_eq!(
+        message,
+        format!("node 2 at {dead_addr} is unreachable: connection refused")
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // The rest of the cluster still works.
+    assert!(matches!(
+        via0.call(Request::NodeInfo(1)).await.unwrap(),
+        Response::NodeInfo(_)
+    ));
+    for node in nodes {
+        node.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_client_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(1, dir.path()).await;
+    let client = session(&nodes[0]).await;
+    assert_eq!(client.call(Request::Ping).await.unwrap(), Response::Pong);
+    let started = Instant::now();
+    for node in nodes {
+        node.shutdown().await.unwrap();
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(client.call(Request::Ping).await.is_err());
+}
