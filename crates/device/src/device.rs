@@ -590,10 +590,7 @@ impl Device {
             }
             programmed
         };
-        let _read_guard = programmed.then_some(ReadGuard {
-            dev: self,
-            block: bi,
-        });
+        let _read_guard = if programmed { Some(ReadGuard { dev: self, block: bi }) } else { None };
         let index = self.geometry.page_index(addr);
         let offset = self.ecc.layout().slot_offset(index);
         let mut buf = self.pool.take();
