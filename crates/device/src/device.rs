@@ -27,7 +27,7 @@ pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
 /// Free slot buffers kept for reuse.
 const POOL_MAX_FREE: usize = 512;
 /// Seed of the nand model when the configuration gives none.
-const DEFAULT_SEED: u64 = 0x5EED_0F_F1A5;
+const DEFAULT_SEED: u64 = 0x005E_ED0F_F1A5;
 
 /// Options beyond [`DeviceConfig`] (programmatic use: tests, benchmarks).
 #[derive(Debug, Clone)]
@@ -590,7 +590,14 @@ impl Device {
             }
             programmed
         };
-        let _read_guard = if programmed { Some(ReadGuard { dev: self, block: bi }) } else { None };
+        let _read_guard = if programmed {
+            Some(ReadGuard {
+                dev: self,
+                block: bi,
+            })
+        } else {
+            None
+        };
         let index = self.geometry.page_index(addr);
         let offset = self.ecc.layout().slot_offset(index);
         let mut buf = self.pool.take();

@@ -74,16 +74,13 @@ impl Rs {
         // g(x) = prod_{i<12} (x - alpha^i), highest degree first, g[0] = 1.
         let mut g = [0u8; NPAR + 1];
         g[0] = 1;
-        let mut deg = 0;
-        for i in 0..NPAR {
-            let root = EXP[i];
-            // multiply by (x + root)
+        for (deg, &root) in EXP[..NPAR].iter().enumerate() {
+            // multiply by (x + root); g has degree `deg` so far
             let mut next = [0u8; NPAR + 1];
             for k in 0..=deg {
                 next[k] ^= g[k];
                 next[k + 1] ^= mul(g[k], root);
             }
-            deg += 1;
             g = next;
         }
         let mut feedback = Box::new([0u128; 256]);
