@@ -614,3 +614,72 @@ async fn erase_with_program_in_flight_is_busy() {
     assert!(!dev.read_page(b.page(0)).await.expect("read").erased);
     dev.close().await.expect("close");
 }
+
+/// Quick QD32 8 KiB random-read figure for the file backend (not a test of
+/// behaviour): `cargo test --release -p quarry-device --test device qd32 -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn qd32_file_random_read_iops() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let g = Geometry {
+        buses: 4,
+        chips_per_bus: 4,
+        blocks_per_chip: 64,
+        pages_per_block: 64,
+        page_size_bytes: 8192,
+        oob_size_bytes: 64,
+    };
+    let c = DeviceConfig {
+        backend: BackendKind::File,
+        geometry: Some(g),
+        ..DeviceConfig::default()
+    };
+    let dev = Arc::new(Device::open(&c, dir.path()).expect("open"));
+    let pages: Vec<PageAddr> = (0..g.blocks())
+        .flat_map(|b| {
+            let blk = BlockAddr {
+                bus: (b / 256) as u32,
+                chip: (b / 64 % 4) as u32,
+                block: (b % 64) as u32,
+            };
+            (0..g.pages_per_block).map(move |p| blk.page(p))
+        })
+        .collect();
+    let data = Bytes::from(vec![0x3Cu8; 8192]);
+    for chunk in pages.chunks(64) {
+        let futs: Vec<_> = chunk
+            .iter()
+            .map(|&p| dev.program_page(p, data.clone(), Bytes::new()))
+            .collect();
+        for f in futs {
+            f.await.expect("program");
+        }
+    }
+    let n_per = 4000usize;
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..32u64 {
+        let dev = Arc::clone(&dev);
+        let pages = pages.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut x = w.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            for _ in 0..n_per {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let p = pages[(x % pages.len() as u64) as usize];
+                dev.read_page(p).await.expect("read");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "file backend QD32 8 KiB random read: {:.0} IOPS (direct_io {})",
+        (32 * n_per) as f64 / secs,
+        dev.info().direct_io
+    );
+    dev.close().await.expect("close");
+}
