@@ -33,6 +33,7 @@ pub enum Command {
     Demo(DemoArgs),
     /// Show the nodes, their addresses, geometry, capacity, bad blocks and wear.
     Status {
+        /// How to find the cluster.
         #[command(flatten)]
         cluster: ClusterArg,
         /// Print JSON instead of a table.
@@ -41,6 +42,7 @@ pub enum Command {
     },
     /// Read, write or erase raw pages anywhere in the cluster.
     Page {
+        /// How to find the cluster.
         #[command(flatten)]
         cluster: ClusterArg,
         /// What to do with the page.
@@ -106,6 +108,7 @@ pub struct UpArgs {
 /// Arguments of `quarry demo`.
 #[derive(Debug, Args, Clone)]
 pub struct DemoArgs {
+    /// How to find the cluster.
     #[command(flatten)]
     pub cluster: ClusterArg,
     /// Pages to write on each node.

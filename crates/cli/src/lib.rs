@@ -41,8 +41,6 @@ pub fn run(cli: Cli) -> Result<()> {
 }
 
 fn run_node(config: &std::path::Path) -> Result<()> {
-    let config = quarry_node::NodeConfig::load(config)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(quarry_node::run(config))?;
+    quarry_node::run_blocking(quarry_node::NodeConfig::load(config)?)?;
     Ok(())
 }
