@@ -41,7 +41,7 @@ pub fn page(args: &BenchPageArgs) -> Result<()> {
     let mut report = Vec::new();
     for device in devices {
         let backend = backend_of(device);
-        let result = runtime.block_on(bench_backend(args, backend, &root.join(format!("{device:?}").to_lowercase())))?;
+        let result = bench_backend(&runtime, args, backend, &root.join(format!("{device:?}").to_lowercase()))?;
         if !args.json {
             print_backend(&result);
         }
@@ -95,7 +95,7 @@ struct BandwidthPoint {
     mib_per_s: f64,
 }
 
-async fn bench_backend(args: &BenchPageArgs, backend: BackendKind, dir: &Path) -> Result<BackendReport> {
+fn bench_backend(runtime: &tokio::runtime::Runtime, args: &BenchPageArgs, backend: BackendKind, dir: &Path) -> Result<BackendReport> {
     let geometry = bench_geometry(args, backend);
     let spec = LocalClusterSpec {
         nodes: 2,
@@ -107,6 +107,12 @@ async fn bench_backend(args: &BenchPageArgs, backend: BackendKind, dir: &Path) -
     };
     eprintln!("bench page: starting a 2-node {backend:?} cluster in {}", dir.display());
     let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
+    let report = runtime.block_on(measure_cluster(args, backend, &cluster));
+    cluster.stop()?;
+    report
+}
+
+async fn measure_cluster(args: &BenchPageArgs, backend: BackendKind, cluster: &LocalCluster) -> Result<BackendReport> {
     let client = Client::connect(&cluster.cluster.nodes[0].addr).await?;
     let geometry = client.node_info(0).await?.device.geometry;
     let bad0 = client.node_info(0).await?.device.bad_blocks;
@@ -164,7 +170,6 @@ async fn bench_backend(args: &BenchPageArgs, backend: BackendKind, dir: &Path) -
             request_pages *= 2;
         }
     }
-    cluster.stop()?;
     Ok(BackendReport {
         backend: format!("{backend:?}").to_lowercase(),
         geometry,
