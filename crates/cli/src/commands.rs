@@ -50,13 +50,19 @@ pub fn up(args: &UpArgs) -> Result<()> {
     println!("cluster file: {}", cluster.cluster_path.display());
     if args.detach {
         cluster.detach();
-        println!("running in the background; stop it with `quarry down --dir {}`", args.dir.display());
+        println!(
+            "running in the background; stop it with `quarry down --dir {}`",
+            args.dir.display()
+        );
         return Ok(());
     }
     println!("press Ctrl-C to stop");
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
-        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             tokio::select! {
@@ -78,7 +84,10 @@ pub fn up(args: &UpArgs) -> Result<()> {
 /// `quarry down`.
 pub fn down(dir: &Path) -> Result<()> {
     let stopped = local_cluster::down(dir)?;
-    println!("stopped {stopped} node(s) of the cluster in {}", dir.display());
+    println!(
+        "stopped {stopped} node(s) of the cluster in {}",
+        dir.display()
+    );
     Ok(())
 }
 
@@ -88,7 +97,9 @@ fn print_members(cluster: &ClusterFile) {
             "node {} listening on {} (pid {})",
             node.id,
             node.addr,
-            node.pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
+            node.pid
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "-".into())
         );
     }
 }
@@ -113,8 +124,12 @@ pub fn status(cluster: Option<&Path>, json: bool) -> Result<()> {
         let value: Vec<serde_json::Value> = rows
             .iter()
             .map(|(id, addr, info)| match info {
-                Ok(info) => serde_json::json!({"id": id, "addr": addr, "state": "up", "info": info}),
-                Err(e) => serde_json::json!({"id": id, "addr": addr, "state": "unreachable", "error": e}),
+                Ok(info) => {
+                    serde_json::json!({"id": id, "addr": addr, "state": "up", "info": info})
+                }
+                Err(e) => {
+                    serde_json::json!({"id": id, "addr": addr, "state": "unreachable", "error": e})
+                }
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&value)?);
@@ -122,8 +137,16 @@ pub fn status(cluster: Option<&Path>, json: bool) -> Result<()> {
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "node", "address", "state", "device", "geometry (bus x chip x block x page)", "page", "capacity",
-        "programmed", "bad blocks", "erases min/mean/max",
+        "node",
+        "address",
+        "state",
+        "device",
+        "geometry (bus x chip x block x page)",
+        "page",
+        "capacity",
+        "programmed",
+        "bad blocks",
+        "erases min/mean/max",
     ]);
     let mut capacity_total = 0u64;
     for (id, addr, info) in &rows {
@@ -146,22 +169,38 @@ pub fn status(cluster: Option<&Path>, json: bool) -> Result<()> {
                     addr.clone(),
                     format!("up {}s", info.uptime_secs),
                     backend,
-                    format!("{} x {} x {} x {}", g.buses, g.chips_per_bus, g.blocks_per_chip, g.pages_per_block),
+                    format!(
+                        "{} x {} x {} x {}",
+                        g.buses, g.chips_per_bus, g.blocks_per_chip, g.pages_per_block
+                    ),
                     format!("{} + {} B", g.page_size_bytes, g.oob_size_bytes),
                     human_bytes(g.capacity_bytes()),
                     format!("{} pages", d.programmed_pages),
                     bad_blocks_text(&d.bad_blocks),
-                    format!("{}/{:.1}/{}", d.erase_count_min, d.erase_count_mean, d.erase_count_max),
+                    format!(
+                        "{}/{:.1}/{}",
+                        d.erase_count_min, d.erase_count_mean, d.erase_count_max
+                    ),
                 ]);
             }
             Err(e) => {
-                table.add_row(vec![id.to_string(), addr.clone(), "unreachable".into(), e.clone()]);
+                table.add_row(vec![
+                    id.to_string(),
+                    addr.clone(),
+                    "unreachable".into(),
+                    e.clone(),
+                ]);
             }
         }
     }
     println!("{table}");
     let up = rows.iter().filter(|r| r.2.is_ok()).count();
-    println!("{up} of {} nodes up, {} total capacity (entry node {})", rows.len(), human_bytes(capacity_total), client.client().entry_addr());
+    println!(
+        "{up} of {} nodes up, {} total capacity (entry node {})",
+        rows.len(),
+        human_bytes(capacity_total),
+        client.client().entry_addr()
+    );
     Ok(())
 }
 
@@ -215,20 +254,31 @@ pub fn page(cluster: Option<&Path>, command: &PageCommand) -> Result<()> {
                 eprintln!("oob: {}", hex(&page.oob));
             }
             match out {
-                Some(path) => std::fs::write(path, &page.data).with_context(|| format!("cannot write {}", path.display()))?,
+                Some(path) => std::fs::write(path, &page.data)
+                    .with_context(|| format!("cannot write {}", path.display()))?,
                 None if std::io::stdout().is_terminal() => print!("{}", hex_dump(&page.data)),
-                None => std::io::stdout().lock().write_all(&page.data).context("cannot write to stdout")?,
+                None => std::io::stdout()
+                    .lock()
+                    .write_all(&page.data)
+                    .context("cannot write to stdout")?,
             }
             Ok(())
         }
-        PageCommand::Write { addr, file, oob_hex } => {
+        PageCommand::Write {
+            addr,
+            file,
+            oob_hex,
+        } => {
             let addr: GlobalPageAddr = addr.parse()?;
             let (_, client) = connect(cluster)?;
             let info = client.node_info(addr.node)?;
             let page_size = info.device.geometry.page_size_bytes as usize;
             let mut data = read_input(file.as_deref(), page_size)?;
             if data.len() > page_size {
-                bail!("input is {} bytes, more than the page size of {page_size} bytes", data.len());
+                bail!(
+                    "input is {} bytes, more than the page size of {page_size} bytes",
+                    data.len()
+                );
             }
             let given = data.len();
             data.resize(page_size, 0);
@@ -256,11 +306,18 @@ fn read_input(file: Option<&Path>, page_size: usize) -> Result<Vec<u8>> {
     let mut data = Vec::with_capacity(page_size);
     match file {
         Some(path) => {
-            let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-            f.take(limit).read_to_end(&mut data).with_context(|| format!("cannot read {}", path.display()))?;
+            let f = std::fs::File::open(path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            f.take(limit)
+                .read_to_end(&mut data)
+                .with_context(|| format!("cannot read {}", path.display()))?;
         }
         None => {
-            std::io::stdin().lock().take(limit).read_to_end(&mut data).context("cannot read stdin")?;
+            std::io::stdin()
+                .lock()
+                .take(limit)
+                .read_to_end(&mut data)
+                .context("cannot read stdin")?;
         }
     }
     Ok(data)
@@ -272,13 +329,14 @@ fn hex(bytes: &[u8]) -> String {
 
 fn parse_hex(text: &str) -> Result<Vec<u8>> {
     let text = text.trim();
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         bail!("--oob-hex {text:?} has an odd number of digits");
     }
     (0..text.len())
         .step_by(2)
         .map(|i| {
-            u8::from_str_radix(&text[i..i + 2], 16).with_context(|| format!("--oob-hex {text:?}: {:?} is not hex", &text[i..i + 2]))
+            u8::from_str_radix(&text[i..i + 2], 16)
+                .with_context(|| format!("--oob-hex {text:?}: {:?} is not hex", &text[i..i + 2]))
         })
         .collect()
 }
@@ -299,8 +357,21 @@ pub fn hex_dump(data: &[u8]) -> String {
         eliding = false;
         previous = Some(line);
         let hexes: Vec<String> = line.iter().map(|b| format!("{b:02x}")).collect();
-        let text: String = line.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect();
-        out.push_str(&format!("{:08x}: {:<47}  {text}\n", i * 16, hexes.join(" ")));
+        let text: String = line
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_graphic() || b == b' ' {
+                    b as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        out.push_str(&format!(
+            "{:08x}: {:<47}  {text}\n",
+            i * 16,
+            hexes.join(" ")
+        ));
     }
     out.push_str(&format!("{:08x}\n", data.len()));
     out

@@ -42,8 +42,14 @@ impl BlockingClient {
     }
 
     /// See [`Client::program_page`].
-    pub fn program_page(&self, addr: GlobalPageAddr, data: Bytes, oob: Bytes) -> Result<(), ClientError> {
-        self.runtime.block_on(self.client.program_page(addr, data, oob))
+    pub fn program_page(
+        &self,
+        addr: GlobalPageAddr,
+        data: Bytes,
+        oob: Bytes,
+    ) -> Result<(), ClientError> {
+        self.runtime
+            .block_on(self.client.program_page(addr, data, oob))
     }
 
     /// See [`Client::erase_block`].
@@ -63,5 +69,8 @@ impl BlockingClient {
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, ClientError> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ClientError::Runtime)
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ClientError::Runtime)
 }

@@ -31,7 +31,10 @@ impl Client {
     /// Connects with explicit session limits (in-flight bound, timeouts).
     pub async fn connect_with(addr: &str, limits: SessionLimits) -> Result<Client, ClientError> {
         let session = Session::connect(addr, limits).await?;
-        Ok(Client { session, entry_addr: addr.to_string() })
+        Ok(Client {
+            session,
+            entry_addr: addr.to_string(),
+        })
     }
 
     /// Connects to the first member of `cluster` that answers, in file order;
@@ -44,7 +47,9 @@ impl Client {
                 Err(e) => tried.push(format!("node {} at {}: {e}", node.id, node.addr)),
             }
         }
-        Err(ClientError::NoEntryNode { tried: tried.join("; ") })
+        Err(ClientError::NoEntryNode {
+            tried: tried.join("; "),
+        })
     }
 
     /// The entry node's address.
@@ -68,7 +73,9 @@ impl Client {
 
     /// Liveness check of the entry node.
     pub async fn ping(&self) -> Result<(), ClientError> {
-        expect_done("ping", self.call(Request::Ping).await?, |r| matches!(r, Response::Pong))
+        expect_done("ping", self.call(Request::Ping).await?, |r| {
+            matches!(r, Response::Pong)
+        })
     }
 
     /// Reads one page anywhere in the cluster.
@@ -78,14 +85,21 @@ impl Client {
 
     /// Programs one page anywhere in the cluster (`data` exactly one page, `oob`
     /// at most the device's OOB size).
-    pub async fn program_page(&self, addr: GlobalPageAddr, data: Bytes, oob: Bytes) -> Result<(), ClientError> {
+    pub async fn program_page(
+        &self,
+        addr: GlobalPageAddr,
+        data: Bytes,
+        oob: Bytes,
+    ) -> Result<(), ClientError> {
         let answer = self.call(Request::ProgramPage { addr, data, oob }).await?;
         expect_done("program", answer, |r| matches!(r, Response::Done))
     }
 
     /// Erases one block anywhere in the cluster.
     pub async fn erase_block(&self, addr: GlobalBlockAddr) -> Result<(), ClientError> {
-        expect_done("erase", self.call(Request::EraseBlock(addr)).await?, |r| matches!(r, Response::Done))
+        expect_done("erase", self.call(Request::EraseBlock(addr)).await?, |r| {
+            matches!(r, Response::Done)
+        })
     }
 
     /// Describes one node (its device, geometry, wear).
@@ -116,7 +130,17 @@ pub fn into_result(response: Response) -> Result<Response, ClientError> {
 /// Extracts the page from a read answer.
 pub fn page_of(response: Response) -> Result<PageRead, ClientError> {
     match into_result(response)? {
-        Response::Page { data, oob, erased, corrected_bytes } => Ok(PageRead { data, oob, erased, corrected_bytes }),
+        Response::Page {
+            data,
+            oob,
+            erased,
+            corrected_bytes,
+        } => Ok(PageRead {
+            data,
+            oob,
+            erased,
+            corrected_bytes,
+        }),
         other => Err(unexpected("read page", &other)),
     }
 }

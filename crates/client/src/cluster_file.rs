@@ -56,7 +56,10 @@ impl ClusterFile {
 
     /// Reads and checks a cluster file.
     pub fn load(path: &Path) -> Result<ClusterFile, ClientError> {
-        let fail = |reason: String| ClientError::ClusterFile { path: path.to_path_buf(), reason };
+        let fail = |reason: String| ClientError::ClusterFile {
+            path: path.to_path_buf(),
+            reason,
+        };
         let text = std::fs::read_to_string(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 fail("not found; start a cluster with `quarry up`, or pass --cluster FILE or set QUARRY_CLUSTER".into())
@@ -71,7 +74,10 @@ impl ClusterFile {
 
     /// Writes the file atomically (temp file, then rename).
     pub fn save(&self, path: &Path) -> Result<(), ClientError> {
-        let fail = |reason: String| ClientError::ClusterFile { path: path.to_path_buf(), reason };
+        let fail = |reason: String| ClientError::ClusterFile {
+            path: path.to_path_buf(),
+            reason,
+        };
         self.validate().map_err(fail)?;
         let text = toml::to_string_pretty(self).map_err(|e| fail(e.to_string()))?;
         let tmp = path.with_extension("toml.tmp");
@@ -84,7 +90,10 @@ impl ClusterFile {
             return Err("lists no nodes".into());
         }
         if self.nodes.len() > MAX_CLUSTER_NODES {
-            return Err(format!("lists {} nodes, at most {MAX_CLUSTER_NODES} are allowed", self.nodes.len()));
+            return Err(format!(
+                "lists {} nodes, at most {MAX_CLUSTER_NODES} are allowed",
+                self.nodes.len()
+            ));
         }
         let mut ids: Vec<NodeId> = self.nodes.iter().map(|n| n.id).collect();
         ids.sort_unstable();

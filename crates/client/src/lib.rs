@@ -29,6 +29,8 @@ mod error;
 
 pub use blocking::BlockingClient;
 pub use client::{into_result, page_of, Client, Completion};
-pub use cluster_file::{ClusterFile, ClusterNode, CLUSTER_ENV, DEFAULT_CLUSTER_PATH, MAX_CLUSTER_NODES};
+pub use cluster_file::{
+    ClusterFile, ClusterNode, CLUSTER_ENV, DEFAULT_CLUSTER_PATH, MAX_CLUSTER_NODES,
+};
 pub use error::ClientError;
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
