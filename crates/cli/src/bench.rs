@@ -28,7 +28,11 @@ const MAX_WORKING_SET_PAGES: u64 = 16 * 1024;
 
 /// Runs the page benchmark.
 pub fn page(args: &BenchPageArgs) -> Result<()> {
-    let devices = if args.devices.is_empty() { vec![DeviceArg::File, DeviceArg::Mem, DeviceArg::Nand] } else { args.devices.clone() };
+    let devices = if args.devices.is_empty() {
+        vec![DeviceArg::File, DeviceArg::Mem, DeviceArg::Nand]
+    } else {
+        args.devices.clone()
+    };
     let temp;
     let root = match &args.dir {
         Some(dir) => dir.clone(),
@@ -37,11 +41,19 @@ pub fn page(args: &BenchPageArgs) -> Result<()> {
             temp.path.clone()
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     let mut report = Vec::new();
     for device in devices {
         let backend = backend_of(device);
-        let result = bench_backend(&runtime, args, backend, &root.join(format!("{device:?}").to_lowercase()))?;
+        let result = bench_backend(
+            &runtime,
+            args,
+            backend,
+            &root.join(format!("{device:?}").to_lowercase()),
+        )?;
         if !args.json {
             print_backend(&result);
         }
@@ -95,7 +107,12 @@ struct BandwidthPoint {
     mib_per_s: f64,
 }
 
-fn bench_backend(runtime: &tokio::runtime::Runtime, args: &BenchPageArgs, backend: BackendKind, dir: &Path) -> Result<BackendReport> {
+fn bench_backend(
+    runtime: &tokio::runtime::Runtime,
+    args: &BenchPageArgs,
+    backend: BackendKind,
+    dir: &Path,
+) -> Result<BackendReport> {
     let geometry = bench_geometry(args, backend);
     let spec = LocalClusterSpec {
         nodes: 2,
@@ -105,23 +122,38 @@ fn bench_backend(runtime: &tokio::runtime::Runtime, args: &BenchPageArgs, backen
         geometry,
         direct_io: true,
     };
-    eprintln!("bench page: starting a 2-node {backend:?} cluster in {}", dir.display());
+    eprintln!(
+        "bench page: starting a 2-node {backend:?} cluster in {}",
+        dir.display()
+    );
     let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     let report = runtime.block_on(measure_cluster(args, backend, &cluster));
     cluster.stop()?;
     report
 }
 
-async fn measure_cluster(args: &BenchPageArgs, backend: BackendKind, cluster: &LocalCluster) -> Result<BackendReport> {
+async fn measure_cluster(
+    args: &BenchPageArgs,
+    backend: BackendKind,
+    cluster: &LocalCluster,
+) -> Result<BackendReport> {
     let client = Client::connect(&cluster.cluster.nodes[0].addr).await?;
     let geometry = client.node_info(0).await?.device.geometry;
     let bad0 = client.node_info(0).await?.device.bad_blocks;
     let bad1 = client.node_info(1).await?.device.bad_blocks;
     let full = backend == BackendKind::File && args.fio;
-    let limit = if full { geometry.pages() } else { geometry.pages().min(MAX_WORKING_SET_PAGES) };
+    let limit = if full {
+        geometry.pages()
+    } else {
+        geometry.pages().min(MAX_WORKING_SET_PAGES)
+    };
     let set0 = working_set(0, &geometry, &bad0, limit);
     let set1 = working_set(1, &geometry, &bad1, limit.min(MAX_WORKING_SET_PAGES));
-    eprintln!("bench page: filling {} pages on node 0 and {} on node 1", set0.len(), set1.len());
+    eprintln!(
+        "bench page: filling {} pages on node 0 and {} on node 1",
+        set0.len(),
+        set1.len()
+    );
     fill(&client, &geometry, &set0).await?;
     fill(&client, &geometry, &set1).await?;
 
@@ -129,7 +161,11 @@ async fn measure_cluster(args: &BenchPageArgs, backend: BackendKind, cluster: &L
     let mut depth = 1u32;
     while depth <= args.max_queue_depth {
         for (path, set) in [("local", &set0), ("forwarded", &set1)] {
-            let ops = if depth == 1 { args.ops.min(2000) } else { args.ops };
+            let ops = if depth == 1 {
+                args.ops.min(2000)
+            } else {
+                args.ops
+            };
             points.push(measure(&client, set, depth, u64::from(ops), path).await?);
         }
         depth *= 2;
@@ -146,7 +182,14 @@ async fn measure_cluster(args: &BenchPageArgs, backend: BackendKind, cluster: &L
         for round in 0..2 {
             for qd in [1u32, 32] {
                 let peer = run_fio(&file, qd)?;
-                let ours = measure(&client, &set0, qd, u64::from(args.ops.max(4000)) * 2, "local").await?;
+                let ours = measure(
+                    &client,
+                    &set0,
+                    qd,
+                    u64::from(args.ops.max(4000)) * 2,
+                    "local",
+                )
+                .await?;
                 fio.push(FioComparison {
                     queue_depth: qd,
                     round,
@@ -184,9 +227,15 @@ fn bench_geometry(args: &BenchPageArgs, backend: BackendKind) -> Option<Geometry
     match backend {
         BackendKind::File => {
             let base = Geometry::default();
-            let per_block = u64::from(base.buses * base.chips_per_bus * base.pages_per_block * base.page_size_bytes);
-            let blocks = ((args.file_size_mib << 20) / per_block).clamp(1, u64::from(quarry_device::MAX_BLOCKS_PER_CHIP));
-            Some(Geometry { blocks_per_chip: blocks as u32, ..base })
+            let per_block = u64::from(
+                base.buses * base.chips_per_bus * base.pages_per_block * base.page_size_bytes,
+            );
+            let blocks = ((args.file_size_mib << 20) / per_block)
+                .clamp(1, u64::from(quarry_device::MAX_BLOCKS_PER_CHIP));
+            Some(Geometry {
+                blocks_per_chip: blocks as u32,
+                ..base
+            })
         }
         BackendKind::Mem => None,
         BackendKind::Nand => None,
@@ -195,13 +244,23 @@ fn bench_geometry(args: &BenchPageArgs, backend: BackendKind) -> Option<Geometry
 
 /// Pages to read: striped bus first, then chip, then block (so consecutive
 /// pages use every bus), skipping bad blocks, at most `limit`.
-fn working_set(node: NodeId, g: &Geometry, bad: &[quarry_device::BlockAddr], limit: u64) -> Vec<GlobalPageAddr> {
+fn working_set(
+    node: NodeId,
+    g: &Geometry,
+    bad: &[quarry_device::BlockAddr],
+    limit: u64,
+) -> Vec<GlobalPageAddr> {
     let mut pages = Vec::new();
     'outer: for block in 0..g.blocks_per_chip {
         for page in 0..g.pages_per_block {
             for chip in 0..g.chips_per_bus {
                 for bus in 0..g.buses {
-                    let addr = PageAddr { bus, chip, block, page };
+                    let addr = PageAddr {
+                        bus,
+                        chip,
+                        block,
+                        page,
+                    };
                     if bad.contains(&addr.block_addr()) {
                         continue;
                     }
@@ -217,10 +276,21 @@ fn working_set(node: NodeId, g: &Geometry, bad: &[quarry_device::BlockAddr], lim
 }
 
 async fn fill(client: &Client, g: &Geometry, set: &[GlobalPageAddr]) -> Result<()> {
-    let mut blocks: Vec<GlobalBlockAddr> = set.iter().map(|a| GlobalBlockAddr { node: a.node, block: a.page.block_addr() }).collect();
+    let mut blocks: Vec<GlobalBlockAddr> = set
+        .iter()
+        .map(|a| GlobalBlockAddr {
+            node: a.node,
+            block: a.page.block_addr(),
+        })
+        .collect();
     blocks.sort();
     blocks.dedup();
-    run_pipelined(client, blocks.into_iter().map(Request::EraseBlock), FILL_QUEUE_DEPTH).await?;
+    run_pipelined(
+        client,
+        blocks.into_iter().map(Request::EraseBlock),
+        FILL_QUEUE_DEPTH,
+    )
+    .await?;
     let page_size = g.page_size_bytes as usize;
     let writes = set.iter().map(|addr| {
         let mut data = vec![0u8; page_size];
@@ -228,12 +298,20 @@ async fn fill(client: &Client, g: &Geometry, set: &[GlobalPageAddr]) -> Result<(
         for (i, b) in data.iter_mut().enumerate() {
             *b = stamp.as_bytes()[i % stamp.len()];
         }
-        Request::ProgramPage { addr: *addr, data: Bytes::from(data), oob: Bytes::new() }
+        Request::ProgramPage {
+            addr: *addr,
+            data: Bytes::from(data),
+            oob: Bytes::new(),
+        }
     });
     run_pipelined(client, writes, FILL_QUEUE_DEPTH).await
 }
 
-async fn run_pipelined(client: &Client, requests: impl Iterator<Item = Request>, depth: usize) -> Result<()> {
+async fn run_pipelined(
+    client: &Client,
+    requests: impl Iterator<Item = Request>,
+    depth: usize,
+) -> Result<()> {
     let mut in_flight = FuturesUnordered::new();
     for request in requests {
         if in_flight.len() >= depth {
@@ -250,7 +328,13 @@ async fn run_pipelined(client: &Client, requests: impl Iterator<Item = Request>,
 }
 
 /// Random reads over `set` with `depth` requests in flight.
-async fn measure(client: &Client, set: &[GlobalPageAddr], depth: u32, ops: u64, path: &'static str) -> Result<Point> {
+async fn measure(
+    client: &Client,
+    set: &[GlobalPageAddr],
+    depth: u32,
+    ops: u64,
+    path: &'static str,
+) -> Result<Point> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(depth));
     let mut stats = LatencyStats::new();
     let mut in_flight = FuturesUnordered::new();
@@ -286,7 +370,12 @@ async fn measure(client: &Client, set: &[GlobalPageAddr], depth: u32, ops: u64, 
 
 /// Reads requests of `pages` consecutive (striped) pages, one request at a
 /// time with all its pages in flight (RFSA Fig. 6).
-async fn bandwidth(client: &Client, set: &[GlobalPageAddr], pages: usize, g: &Geometry) -> Result<BandwidthPoint> {
+async fn bandwidth(
+    client: &Client,
+    set: &[GlobalPageAddr],
+    pages: usize,
+    g: &Geometry,
+) -> Result<BandwidthPoint> {
     let total_pages = (set.len()).max(pages * 4).min(set.len() * 4);
     let started = Instant::now();
     let mut done = 0usize;
@@ -304,7 +393,10 @@ async fn bandwidth(client: &Client, set: &[GlobalPageAddr], pages: usize, g: &Ge
         start = (start + pages) % set.len();
     }
     let bytes = done as u64 * u64::from(g.page_size_bytes);
-    Ok(BandwidthPoint { request_bytes: pages as u64 * u64::from(g.page_size_bytes), mib_per_s: bytes as f64 / started.elapsed().as_secs_f64() / (1 << 20) as f64 })
+    Ok(BandwidthPoint {
+        request_bytes: pages as u64 * u64::from(g.page_size_bytes),
+        mib_per_s: bytes as f64 / started.elapsed().as_secs_f64() / (1 << 20) as f64,
+    })
 }
 
 struct FioResult {
@@ -331,11 +423,17 @@ fn run_fio(file: &Path, queue_depth: u32) -> Result<FioResult> {
     if !output.status.success() {
         bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
     }
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).context("fio printed no JSON")?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("fio printed no JSON")?;
     let read = &json["jobs"][0]["read"];
     let iops = read["iops"].as_f64().context("fio JSON has no read.iops")?;
-    let latency_ns = read["clat_ns"]["mean"].as_f64().context("fio JSON has no read.clat_ns.mean")?;
-    Ok(FioResult { iops, latency_us_mean: latency_ns / 1e3 })
+    let latency_ns = read["clat_ns"]["mean"]
+        .as_f64()
+        .context("fio JSON has no read.clat_ns.mean")?;
+    Ok(FioResult {
+        iops,
+        latency_us_mean: latency_ns / 1e3,
+    })
 }
 
 fn print_backend(report: &BackendReport) {
@@ -352,7 +450,9 @@ fn print_backend(report: &BackendReport) {
         report.working_set_pages
     );
     let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec!["path", "QD", "IOPS", "MiB/s", "mean us", "p50 us", "p99 us"]);
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "path", "QD", "IOPS", "MiB/s", "mean us", "p50 us", "p99 us",
+    ]);
     for p in &report.points {
         table.add_row(vec![
             p.path.to_string(),
@@ -368,7 +468,14 @@ fn print_backend(report: &BackendReport) {
     if !report.fio.is_empty() {
         let mut table = Table::new();
         table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-            "round", "QD", "fio IOPS", "quarry IOPS", "ratio", "fio mean us", "quarry mean us", "added us",
+            "round",
+            "QD",
+            "fio IOPS",
+            "quarry IOPS",
+            "ratio",
+            "fio mean us",
+            "quarry mean us",
+            "added us",
         ]);
         for f in &report.fio {
             table.add_row(vec![
@@ -382,13 +489,20 @@ fn print_backend(report: &BackendReport) {
                 format!("{:.1}", f.added_latency_us),
             ]);
         }
-        println!("side by side with fio (8 KiB random reads, O_DIRECT, io_uring, same file):\n{table}");
+        println!(
+            "side by side with fio (8 KiB random reads, O_DIRECT, io_uring, same file):\n{table}"
+        );
     }
     if !report.nand_bandwidth.is_empty() {
         let mut table = Table::new();
-        table.load_preset(UTF8_FULL_CONDENSED).set_header(vec!["request size", "MiB/s"]);
+        table
+            .load_preset(UTF8_FULL_CONDENSED)
+            .set_header(vec!["request size", "MiB/s"]);
         for b in &report.nand_bandwidth {
-            table.add_row(vec![human_bytes(b.request_bytes), format!("{:.1}", b.mib_per_s)]);
+            table.add_row(vec![
+                human_bytes(b.request_bytes),
+                format!("{:.1}", b.mib_per_s),
+            ]);
         }
         println!("bandwidth vs request size (RFSA Fig. 6), through the entry node:\n{table}");
     }
@@ -402,7 +516,8 @@ struct TempDir {
 impl TempDir {
     fn new() -> Result<TempDir> {
         let path = std::env::temp_dir().join(format!("quarry-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&path).with_context(|| format!("cannot create {}", path.display()))?;
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
         Ok(TempDir { path })
     }
 }
@@ -412,4 +527,3 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
-

@@ -32,17 +32,33 @@ struct NodePlan {
 /// Runs the demo.
 pub fn demo(args: &DemoArgs) -> Result<()> {
     let path = ClusterFile::locate(args.cluster.cluster.as_deref());
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let client = match ClusterFile::load(&path).ok().map(|f| runtime.block_on(Client::connect_cluster(&f))) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let client = match ClusterFile::load(&path)
+        .ok()
+        .map(|f| runtime.block_on(Client::connect_cluster(&f)))
+    {
         Some(Ok(client)) => client,
         _ if args.cluster.cluster.is_some() => {
-            bail!("no node of the cluster in {} answers; start it with `quarry up`", path.display())
+            bail!(
+                "no node of the cluster in {} answers; start it with `quarry up`",
+                path.display()
+            )
         }
         _ => {
-            let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".quarry"));
-            println!("no cluster is running; starting the embedded 4-node cluster in {}", dir.display());
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new(".quarry"));
+            println!(
+                "no cluster is running; starting the embedded 4-node cluster in {}",
+                dir.display()
+            );
             let started = Instant::now();
-            let cluster = LocalCluster::start(&LocalClusterSpec::default_in(dir), &quarry_exe()?)?.detach();
+            let cluster =
+                LocalCluster::start(&LocalClusterSpec::default_in(dir), &quarry_exe()?)?.detach();
             println!(
                 "  {} nodes up in {:.2} s (stop them with `quarry down --dir {}`)",
                 cluster.nodes.len(),
@@ -57,29 +73,61 @@ pub fn demo(args: &DemoArgs) -> Result<()> {
 
 async fn run(client: Client, pages_per_node: u32) -> Result<()> {
     let members = client.cluster().await?;
-    println!("entry node {}; cluster of {} nodes", client.entry_addr(), members.len());
+    println!(
+        "entry node {}; cluster of {} nodes",
+        client.entry_addr(),
+        members.len()
+    );
     let mut plans = Vec::new();
     for member in &members {
-        let info = client.node_info(member.id).await.with_context(|| format!("node {} at {}", member.id, member.addr))?;
-        plans.push(plan(member.id, info.device.geometry, &info.device.bad_blocks, pages_per_node)?);
+        let info = client
+            .node_info(member.id)
+            .await
+            .with_context(|| format!("node {} at {}", member.id, member.addr))?;
+        plans.push(plan(
+            member.id,
+            info.device.geometry,
+            &info.device.bad_blocks,
+            pages_per_node,
+        )?);
     }
 
     // Erase first so the demo can run again and again on the same pages.
     let erase: Vec<Request> = plans
         .iter()
-        .flat_map(|p| p.blocks.iter().map(|b| Request::EraseBlock(GlobalBlockAddr { node: p.id, block: *b })))
+        .flat_map(|p| {
+            p.blocks.iter().map(|b| {
+                Request::EraseBlock(GlobalBlockAddr {
+                    node: p.id,
+                    block: *b,
+                })
+            })
+        })
         .collect();
     let erase_count = erase.len();
     let (erase_time, _) = pipeline(&client, erase).await?;
-    println!("erased {erase_count} blocks on {} nodes in {:.1} ms", plans.len(), ms(erase_time));
+    println!(
+        "erased {erase_count} blocks on {} nodes in {:.1} ms",
+        plans.len(),
+        ms(erase_time)
+    );
 
     let page_size = plans[0].geometry.page_size_bytes as usize;
     let writes: Vec<Request> = plans
         .iter()
-        .flat_map(|p| p.pages.iter().map(|a| Request::ProgramPage { addr: *a, data: demo_page(*a, page_size), oob: Bytes::new() }))
+        .flat_map(|p| {
+            p.pages.iter().map(|a| Request::ProgramPage {
+                addr: *a,
+                data: demo_page(*a, page_size),
+                oob: Bytes::new(),
+            })
+        })
         .collect();
     let total_pages = writes.len();
-    let total_bytes = plans.iter().map(|p| p.pages.len() as u64 * u64::from(p.geometry.page_size_bytes)).sum::<u64>();
+    let total_bytes = plans
+        .iter()
+        .map(|p| p.pages.len() as u64 * u64::from(p.geometry.page_size_bytes))
+        .sum::<u64>();
     let (write_time, _) = pipeline(&client, writes).await?;
     println!(
         "wrote {total_pages} pages ({}) across all nodes in {:.1} ms: {}/s",
@@ -88,7 +136,10 @@ async fn run(client: Client, pages_per_node: u32) -> Result<()> {
         human_bytes((total_bytes as f64 / write_time.as_secs_f64()) as u64)
     );
 
-    let reads: Vec<Request> = plans.iter().flat_map(|p| p.pages.iter().map(|a| Request::ReadPage(*a))).collect();
+    let reads: Vec<Request> = plans
+        .iter()
+        .flat_map(|p| p.pages.iter().map(|a| Request::ReadPage(*a)))
+        .collect();
     let addrs: Vec<GlobalPageAddr> = plans.iter().flat_map(|p| p.pages.iter().copied()).collect();
     let (read_time, answers) = pipeline(&client, reads).await?;
     let mut corrected = 0u64;
@@ -108,7 +159,13 @@ async fn run(client: Client, pages_per_node: u32) -> Result<()> {
 
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "node", "path from entry", "pages", "QD1 read avg", "p50", "p99", "sample page",
+        "node",
+        "path from entry",
+        "pages",
+        "QD1 read avg",
+        "p50",
+        "p99",
+        "sample page",
     ]);
     for (index, plan) in plans.iter().enumerate() {
         let mut stats = LatencyStats::new();
@@ -120,10 +177,22 @@ async fn run(client: Client, pages_per_node: u32) -> Result<()> {
         }
         let first = plan.pages[0];
         let page = client.read_page(first).await?;
-        let text = String::from_utf8_lossy(&page.data[..page.data.iter().position(|&b| b == b'\n').unwrap_or(40).min(40)]).to_string();
+        let text = String::from_utf8_lossy(
+            &page.data[..page
+                .data
+                .iter()
+                .position(|&b| b == b'\n')
+                .unwrap_or(40)
+                .min(40)],
+        )
+        .to_string();
         table.add_row(vec![
             plan.id.to_string(),
-            if index == 0 { "local".to_string() } else { "forwarded by the entry node".to_string() },
+            if index == 0 {
+                "local".to_string()
+            } else {
+                "forwarded by the entry node".to_string()
+            },
             plan.pages.len().to_string(),
             format!("{:.0} us", stats.mean_us()),
             format!("{:.0} us", stats.quantile_us(0.5)),
@@ -132,7 +201,10 @@ async fn run(client: Client, pages_per_node: u32) -> Result<()> {
         ]);
     }
     println!("{table}");
-    println!("next: `quarry status`, `quarry page read 1:0:0:{}:0`, `quarry bench page`", plans[0].blocks[0].block);
+    println!(
+        "next: `quarry status`, `quarry page read 1:0:0:{}:0`, `quarry bench page`",
+        plans[0].blocks[0].block
+    );
     Ok(())
 }
 
@@ -143,7 +215,11 @@ fn plan(id: NodeId, geometry: Geometry, bad: &[BlockAddr], pages: u32) -> Result
     for bus in 0..geometry.buses {
         let block = (0..geometry.blocks_per_chip)
             .rev()
-            .map(|block| BlockAddr { bus, chip: 0, block })
+            .map(|block| BlockAddr {
+                bus,
+                chip: 0,
+                block,
+            })
             .find(|b| !bad.contains(b))
             .with_context(|| format!("node {id}: every block of bus {bus} chip 0 is bad"))?;
         blocks.push(block);
@@ -153,10 +229,21 @@ fn plan(id: NodeId, geometry: Geometry, bad: &[BlockAddr], pages: u32) -> Result
     let pages = (0..pages)
         .map(|i| {
             let block = blocks[(i % geometry.buses) as usize];
-            GlobalPageAddr { node: id, page: PageAddr { page: i / geometry.buses, ..block.page(0) } }
+            GlobalPageAddr {
+                node: id,
+                page: PageAddr {
+                    page: i / geometry.buses,
+                    ..block.page(0)
+                },
+            }
         })
         .collect();
-    Ok(NodePlan { id, geometry, blocks, pages })
+    Ok(NodePlan {
+        id,
+        geometry,
+        blocks,
+        pages,
+    })
 }
 
 /// Recognisable page contents: the address in text, repeated.
@@ -172,7 +259,10 @@ fn demo_page(addr: GlobalPageAddr, page_size: usize) -> Bytes {
 
 /// Runs `requests` keeping up to [`DEMO_QUEUE_DEPTH`] in flight; answers come
 /// back in request order. An error answer fails the whole step.
-async fn pipeline(client: &Client, requests: Vec<Request>) -> Result<(Duration, Vec<quarry_client::Response>)> {
+async fn pipeline(
+    client: &Client,
+    requests: Vec<Request>,
+) -> Result<(Duration, Vec<quarry_client::Response>)> {
     let started = Instant::now();
     let mut in_flight: std::collections::VecDeque<Completion> = std::collections::VecDeque::new();
     let mut answers = Vec::with_capacity(requests.len());

@@ -19,8 +19,13 @@ mod demo;
 mod local_cluster;
 mod stats;
 
-pub use args::{BenchCommand, BenchPageArgs, Cli, ClusterArg, Command, DemoArgs, DeviceArg, PageCommand, PresetArg, UpArgs};
-pub use local_cluster::{cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec};
+pub use args::{
+    BenchCommand, BenchPageArgs, Cli, ClusterArg, Command, DemoArgs, DeviceArg, PageCommand,
+    PresetArg, UpArgs,
+};
+pub use local_cluster::{
+    cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec,
+};
 pub use stats::LatencyStats;
 
 use anyhow::Result;

@@ -73,16 +73,25 @@ impl LocalCluster {
     /// exists is reused, so its data survives `down` and `up`.
     pub fn start(spec: &LocalClusterSpec, exe: &Path) -> Result<LocalCluster> {
         if spec.nodes == 0 || spec.nodes > MAX_LOCAL_NODES {
-            bail!("--nodes {} is out of range: a local cluster has 1..={MAX_LOCAL_NODES} nodes", spec.nodes);
+            bail!(
+                "--nodes {} is out of range: a local cluster has 1..={MAX_LOCAL_NODES} nodes",
+                spec.nodes
+            );
         }
-        fs::create_dir_all(&spec.dir).with_context(|| format!("cannot create {}", spec.dir.display()))?;
-        let dir = fs::canonicalize(&spec.dir).with_context(|| format!("cannot resolve {}", spec.dir.display()))?;
+        fs::create_dir_all(&spec.dir)
+            .with_context(|| format!("cannot create {}", spec.dir.display()))?;
+        let dir = fs::canonicalize(&spec.dir)
+            .with_context(|| format!("cannot resolve {}", spec.dir.display()))?;
         let cluster_path = cluster_file_path(&dir);
         if let Ok(existing) = ClusterFile::load(&cluster_path) {
             let alive: Vec<String> = existing
                 .nodes
                 .iter()
-                .filter_map(|n| n.pid.filter(|pid| process_alive(*pid)).map(|pid| format!("node {} (pid {pid})", n.id)))
+                .filter_map(|n| {
+                    n.pid
+                        .filter(|pid| process_alive(*pid))
+                        .map(|pid| format!("node {} (pid {pid})", n.id))
+                })
                 .collect();
             if !alive.is_empty() {
                 bail!(
@@ -100,7 +109,8 @@ impl LocalCluster {
         let start = (|| -> Result<()> {
             for id in 0..spec.nodes {
                 let node_dir = dir.join(format!("node-{id}"));
-                fs::create_dir_all(&node_dir).with_context(|| format!("cannot create {}", node_dir.display()))?;
+                fs::create_dir_all(&node_dir)
+                    .with_context(|| format!("cannot create {}", node_dir.display()))?;
                 let config_path = node_dir.join("node.toml");
                 fs::write(&config_path, node_config_toml(spec, id, &addrs))
                     .with_context(|| format!("cannot write {}", config_path.display()))?;
@@ -130,14 +140,22 @@ impl LocalCluster {
         }
         let cluster = ClusterFile { nodes };
         cluster.save(&cluster_path)?;
-        Ok(LocalCluster { cluster_path, cluster, children })
+        Ok(LocalCluster {
+            cluster_path,
+            cluster,
+            children,
+        })
     }
 
     /// Kills node `id` at once (SIGKILL), as a crash would.
     pub fn kill_node(&mut self, id: u16) -> Result<()> {
         let index = self.index_of(id)?;
-        self.children[index].kill().with_context(|| format!("cannot kill node {id}"))?;
-        self.children[index].wait().with_context(|| format!("cannot reap node {id}"))?;
+        self.children[index]
+            .kill()
+            .with_context(|| format!("cannot kill node {id}"))?;
+        self.children[index]
+            .wait()
+            .with_context(|| format!("cannot reap node {id}"))?;
         Ok(())
     }
 
@@ -229,17 +247,28 @@ pub fn down(dir: &Path) -> Result<usize> {
     let path = cluster_file_path(dir);
     let cluster = match ClusterFile::load(&path) {
         Ok(cluster) => cluster,
-        Err(_) if !path.exists() => bail!("no cluster is running in {} (no cluster.toml there)", dir.display()),
+        Err(_) if !path.exists() => bail!(
+            "no cluster is running in {} (no cluster.toml there)",
+            dir.display()
+        ),
         Err(e) => return Err(e.into()),
     };
-    let running = cluster.nodes.iter().filter(|n| n.pid.is_some_and(process_alive)).count();
+    let running = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.pid.is_some_and(process_alive))
+        .count();
     stop_nodes(&cluster)?;
     fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
     Ok(running)
 }
 
 fn stop_nodes(cluster: &ClusterFile) -> Result<()> {
-    let pids: Vec<(u16, u32)> = cluster.nodes.iter().filter_map(|n| n.pid.map(|pid| (n.id, pid))).collect();
+    let pids: Vec<(u16, u32)> = cluster
+        .nodes
+        .iter()
+        .filter_map(|n| n.pid.map(|pid| (n.id, pid)))
+        .collect();
     for &(_, pid) in &pids {
         signal(pid, libc::SIGTERM);
     }
@@ -255,7 +284,11 @@ fn stop_nodes(cluster: &ClusterFile) -> Result<()> {
         }
     }
     if !killed.is_empty() {
-        bail!("{} did not stop within {:?} of SIGTERM and were killed", killed.join(", "), NODE_STOP_TIMEOUT);
+        bail!(
+            "{} did not stop within {:?} of SIGTERM and were killed",
+            killed.join(", "),
+            NODE_STOP_TIMEOUT
+        );
     }
     Ok(())
 }
@@ -281,11 +314,15 @@ fn spawn_node(exe: &Path, config_path: &Path, log_path: &Path) -> Result<Child> 
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "info");
     }
-    command.spawn().with_context(|| format!("cannot start {}", exe.display()))
+    command
+        .spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))
 }
 
 fn signal(pid: u32, signal: libc::c_int) {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
     // SAFETY: kill(2) has no memory-safety preconditions; a stale pid at worst
     // yields ESRCH, which we ignore.
     unsafe {
@@ -298,7 +335,9 @@ pub fn process_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the parenthesised command name, which may itself contain spaces.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
             !matches!(state, Some("Z") | Some("X") | None)
         }
         Err(_) => false,
@@ -308,7 +347,11 @@ pub fn process_alive(pid: u32) -> bool {
 fn wait_until_serving(node: &ClusterNode, child: &mut Child, deadline: Instant) -> Result<()> {
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            bail!("node {} exited during start-up with {status}; its log:\n{}", node.id, log_tail(node));
+            bail!(
+                "node {} exited during start-up with {status}; its log:\n{}",
+                node.id,
+                log_tail(node)
+            );
         }
         if let Ok(client) = BlockingClient::connect(&node.addr) {
             if client.ping().is_ok() {
@@ -331,13 +374,17 @@ fn wait_until_serving(node: &ClusterNode, child: &mut Child, deadline: Instant) 
 /// The last lines of a node's log, for error messages.
 pub fn log_tail(node: &ClusterNode) -> String {
     const TAIL_BYTES: usize = 4096;
-    let Some(path) = &node.log else { return "(no log)".into() };
+    let Some(path) = &node.log else {
+        return "(no log)".into();
+    };
     let mut text = String::new();
     if let Ok(mut file) = fs::File::open(path) {
         let _ = file.read_to_string(&mut text);
     }
     let start = text.len().saturating_sub(TAIL_BYTES);
-    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+    let start = (start..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
     text[start..].to_string()
 }
 
@@ -346,7 +393,10 @@ fn free_ports(count: usize) -> Result<Vec<u16>> {
     let listeners: Vec<TcpListener> = (0..count)
         .map(|_| TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
         .collect::<Result<_>>()?;
-    listeners.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect()
 }
 
 fn node_config_toml(spec: &LocalClusterSpec, id: u16, addrs: &[String]) -> String {

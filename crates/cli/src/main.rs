@@ -6,7 +6,10 @@ fn main() {
     // Node logs go to stderr (a node's log file under `quarry up`); client
     // commands only log warnings unless RUST_LOG says otherwise.
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     if let Err(error) = quarry_cli::run(cli) {
         eprintln!("error: {error:#}");
         std::process::exit(1);

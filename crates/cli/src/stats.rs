@@ -28,7 +28,9 @@ impl LatencyStats {
 
     /// Records one latency (clamped into the histogram's range).
     pub fn record(&mut self, latency: Duration) {
-        let ns = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX).clamp(1, 60_000_000_000);
+        let ns = u64::try_from(latency.as_nanos())
+            .unwrap_or(u64::MAX)
+            .clamp(1, 60_000_000_000);
         self.histogram.saturating_record(ns);
     }
 
