@@ -516,6 +516,15 @@ impl Device {
                 sum as f64 / good as f64
             },
             programmed_pages: programmed,
+            io_engine: match &self.store {
+                Store::Mem(_) => "memory".to_string(),
+                Store::File { engine, .. } => engine
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .name
+                    .to_string(),
+                Store::Nand { .. } => "nand-emulator".to_string(),
+            },
         }
     }
 

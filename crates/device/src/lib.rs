@@ -93,6 +93,10 @@ pub struct DeviceInfo {
     pub erase_count_mean: f64,
     /// Pages currently programmed.
     pub programmed_pages: u64,
+    /// What moves the bytes: `io_uring` or `threads` (file backend), `memory`,
+    /// or `nand-emulator`.
+    #[serde(default)]
+    pub io_engine: String,
 }
 
 #[cfg(test)]

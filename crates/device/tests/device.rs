@@ -615,7 +615,41 @@ async fn erase_with_program_in_flight_is_busy() {
     dev.close().await.expect("close");
 }
 
-/// Quick QD32 8 KiB random-read figure for the file backend (not a test of
+/// A device opened outside any tokio runtime has no reactor to reap io_uring
+/// completions, so it runs on blocking I/O threads; one opened inside a
+/// runtime uses io_uring. Both keep the same data.
+#[test]
+fn file_engine_with_and_without_a_runtime() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let outside = Device::open(&cfg(BackendKind::File), dir.path()).expect("open");
+    assert_eq!(outside.info().io_engine, "threads");
+    let data = page_data(&outside, 9);
+    runtime.block_on(async {
+        outside.erase_block(B).await.expect("erase");
+        outside
+            .program_page(B.page(0), data.clone(), Bytes::new())
+            .await
+            .expect("program");
+        outside.close().await.expect("close");
+    });
+    drop(outside);
+    let inside = runtime.block_on(async {
+        let dev = Device::open(&cfg(BackendKind::File), dir.path()).expect("reopen");
+        assert_eq!(dev.info().io_engine, "io_uring");
+        let read = dev.read_page(B.page(0)).await.expect("read");
+        assert_eq!(read.data, data);
+        dev.close().await.expect("close");
+        dev
+    });
+    drop(inside);
+}
+
+/// Quick 8 KiB random-read figure for the file backend at queue depth $QD (default 32; not a test of
 /// behaviour): `cargo test --release -p quarry-device --test device qd32 -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
@@ -655,10 +689,27 @@ async fn qd32_file_random_read_iops() {
             f.await.expect("program");
         }
     }
-    let n_per = 4000usize;
+    let depth: u64 = std::env::var("QD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32);
+    let n_per = 128_000 / depth as usize;
+    let cpu_secs = || {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<u64>().ok()))
+            .sum();
+        ticks as f64 / 100.0
+    };
+    let cpu_before = cpu_secs();
     let t = Instant::now();
     let mut tasks = Vec::new();
-    for w in 0..32u64 {
+    for w in 0..depth {
         let dev = Arc::clone(&dev);
         let pages = pages.clone();
         tasks.push(tokio::spawn(async move {
@@ -676,9 +727,12 @@ async fn qd32_file_random_read_iops() {
         t.await.expect("task");
     }
     let secs = t.elapsed().as_secs_f64();
+    let ops = depth as f64 * n_per as f64;
     println!(
-        "file backend QD32 8 KiB random read: {:.0} IOPS (direct_io {})",
-        (32 * n_per) as f64 / secs,
+        "file backend QD{depth} 8 KiB random read: {:.0} IOPS, mean {:.1} us, {:.1} us CPU per read (direct_io {})",
+        ops / secs,
+        secs * 1e6 * depth as f64 / ops,
+        (cpu_secs() - cpu_before) * 1e6 / ops,
         dev.info().direct_io
     );
     dev.close().await.expect("close");
