@@ -79,6 +79,7 @@ fn responses() -> Vec<Response> {
                 erase_count_max: 3,
                 erase_count_mean: 1.5,
                 programmed_pages: 10,
+                io_engine: "memory".into(),
             },
         })),
         Response::Cluster(vec![
