@@ -37,6 +37,11 @@ pub struct OpenOptions {
     /// Bound on operations in flight; beyond it operations fail with
     /// [`DeviceError::QueueFull`].
     pub max_inflight: usize,
+    /// Reads return the stored bytes without the CRC-32C check or any
+    /// Reed-Solomon decoding (and without checking the slot's header), so a
+    /// corrupt page is returned as data. Only for measuring what the ECC costs
+    /// on the read path (`quarry bench device`); never for serving data.
+    pub skip_read_check: bool,
 }
 
 impl Default for OpenOptions {
@@ -44,6 +49,7 @@ impl Default for OpenOptions {
         OpenOptions {
             nand_timing: None,
             max_inflight: DEFAULT_MAX_INFLIGHT,
+            skip_read_check: false,
         }
     }
 }
@@ -128,6 +134,7 @@ pub struct Device {
     drained: Notify,
     closed: AtomicBool,
     direct_io: bool,
+    skip_read_check: bool,
     pool: Arc<BufPool>,
     seed: u64,
     read_seq: AtomicU64,
@@ -399,6 +406,7 @@ impl Device {
             drained: Notify::new(),
             closed: AtomicBool::new(false),
             direct_io,
+            skip_read_check: options.skip_read_check,
             seed,
             read_seq: AtomicU64::new(0),
             rng: Mutex::new(SplitMix(seed ^ 0xA5A5_5A5A)),
@@ -655,6 +663,22 @@ impl Device {
                 (buf, Some(end))
             }
         };
+        if self.skip_read_check {
+            // Benchmark-only path: everything the normal path does except the
+            // check, so the difference in throughput is the cost of the ECC.
+            let l = self.ecc.layout();
+            let (page, oob_at, oob_len) = (l.page_size, l.oob_offset, l.oob_size);
+            let bytes = Bytes::from_owner(buf);
+            if let Some(end) = deadline {
+                spin_until(end);
+            }
+            return Ok(PageRead {
+                data: bytes.slice(0..page),
+                oob: bytes.slice(oob_at..oob_at + oob_len),
+                erased: false,
+                corrected_bytes: 0,
+            });
+        }
         let decoded = self.ecc.decode(buf.buf_mut().as_mut_slice());
         let result = match decoded {
             Ok(d) if d.header.page_index != index => Err(DeviceError::Uncorrectable {
@@ -1048,4 +1072,63 @@ fn recover(
         }
     }
     Ok(recovered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `skip_read_check` returns the stored bytes as they are; the normal
+    /// path corrects them. Guards against the switch leaking into the
+    /// default path.
+    #[test]
+    fn skip_read_check_returns_raw_bytes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = DeviceConfig {
+            backend: BackendKind::File,
+            direct_io: Some(false),
+            ..DeviceConfig::default()
+        };
+        let addr = PageAddr {
+            bus: 1,
+            chip: 0,
+            block: 3,
+            page: 0,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let page_size = config.geometry.unwrap_or_default().page_size_bytes as usize;
+            let data = Bytes::from(vec![0x42u8; page_size]);
+            let offset = {
+                let device = Device::open(&config, dir.path()).expect("open");
+                device
+                    .program_page(addr, data.clone(), Bytes::new())
+                    .await
+                    .expect("program");
+                let offset = device.page_offset_bytes(addr).expect("offset");
+                device.close().await.expect("close");
+                offset
+            };
+            let file = FsOpenOptions::new()
+                .write(true)
+                .open(dir.path().join("pages.bin"))
+                .expect("backing file");
+            file.write_all_at(&[0x00], offset + 17).expect("flip");
+            drop(file);
+            for skip in [true, false] {
+                let options = OpenOptions {
+                    skip_read_check: skip,
+                    ..OpenOptions::default()
+                };
+                let device = Device::open_with(&config, dir.path(), options).expect("reopen");
+                let read = device.read_page(addr).await.expect("read");
+                assert_eq!(read.data[17], if skip { 0x00 } else { 0x42 });
+                assert_eq!(read.corrected_bytes, if skip { 0 } else { 1 });
+                device.close().await.expect("close");
+            }
+        });
+    }
 }
