@@ -2,13 +2,12 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::task::Poll;
 
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::codec::FramedRead;
 
 use crate::frame::FrameCodec;
@@ -53,6 +52,12 @@ where
 ///
 /// Returns `Ok` when the peer closed cleanly or `stop` fired, and the
 /// protocol violation or I/O error that closed the connection otherwise.
+///
+/// One task does everything for the connection: it reads frames, polls the
+/// handlers' futures, and writes answers. A handler that finishes at once
+/// (Ping, a DRAM page) is answered in the same pass, and one that waits on the
+/// disk wakes only this task, not a task of its own and then a writer task:
+/// at queue depth 32 that halves the wake-ups per request.
 pub async fn serve_connection_with<S, H, F, St>(
     stream: S,
     limits: SessionLimits,
@@ -66,128 +71,102 @@ where
     St: Future<Output = ()> + Send,
 {
     limits.validate()?;
-    let (reader, writer) = tokio::io::split(stream);
-    // Each request holds one permit from decode until its answer is queued, and
-    // the reader waits for a permit before reading the next frame: a full
-    // connection stops reading, which pushes back on the sender through TCP.
-    let permits = Arc::new(Semaphore::new(limits.max_in_flight));
-    // +1: the one answer the reader itself may queue (an error) with no permit.
-    let (tx, rx) = mpsc::channel::<(Tag, Response)>(limits.max_in_flight + 1);
-    let write_failed = Arc::new(Notify::new());
-    let read = read_loop(
-        reader,
-        Arc::new(handler),
-        permits,
-        tx,
-        stop,
-        write_failed.clone(),
-    );
-    let write = write_loop(writer, rx, write_failed);
-    let (read_result, write_result) = tokio::join!(read, write);
-    read_result.and(write_result)
-}
-
-async fn read_loop<R, H, F, St>(
-    reader: R,
-    handler: Arc<H>,
-    permits: Arc<Semaphore>,
-    tx: mpsc::Sender<(Tag, Response)>,
-    stop: St,
-    write_failed: Arc<Notify>,
-) -> Result<(), ProtoError>
-where
-    R: AsyncRead + Unpin,
-    H: Fn(Incoming) -> F + Send + Sync + 'static,
-    F: Future<Output = Response> + Send + 'static,
-    St: Future<Output = ()>,
-{
+    let (reader, mut writer) = tokio::io::split(stream);
     let mut frames = FramedRead::with_capacity(reader, FrameCodec, READ_BUFFER_BYTES);
+    let mut in_flight = FuturesUnordered::new();
+    let mut out = BytesMut::with_capacity(64 * 1024);
+    let mut reading = true;
+    let mut outcome = Ok(());
     tokio::pin!(stop);
     loop {
-        let permit = tokio::select! {
-            _ = &mut stop => return Ok(()),
-            _ = write_failed.notified() => return Ok(()),
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                // The semaphore is never closed; treat it as a stop if it were.
-                Err(_) => return Ok(()),
-            },
-        };
-        let frame = tokio::select! {
-            _ = &mut stop => return Ok(()),
-            _ = write_failed.notified() => return Ok(()),
-            frame = frames.next() => frame,
-        };
-        let frame = match frame {
-            None => return Ok(()),
-            Some(Err(e)) => {
-                tracing::warn!("closing connection: {e}");
-                return Err(e);
-            }
-            Some(Ok(frame)) => frame,
-        };
-        let tag = frame.header.tag;
-        if frame.header.version != PROTOCOL_VERSION {
-            let error = ProtoError::UnsupportedVersion {
-                found: frame.header.version,
-                supported: PROTOCOL_VERSION,
-            };
-            tracing::warn!("closing connection: {error}");
-            let answer = Response::Error {
-                status: Status::UnsupportedVersion,
-                message: error.to_string(),
-            };
-            let _ = tx.send((tag, answer)).await;
-            return Err(error);
+        if !reading && in_flight.is_empty() && out.is_empty() {
+            break;
         }
-        match decode_request(&frame) {
-            Err(e) => {
-                // The header was sound, so framing is intact: answer this tag
-                // and keep serving.
-                tracing::debug!(tag, "bad request: {e}");
-                let answer = Response::Error {
-                    status: Status::BadRequest,
-                    message: e.to_string(),
-                };
-                if tx.send((tag, answer)).await.is_err() {
-                    return Ok(());
+        // A full connection stops reading, which pushes back on the sender
+        // through TCP; so does a peer that does not read its answers.
+        let can_read =
+            reading && in_flight.len() < limits.max_in_flight && out.len() < WRITE_BATCH_BYTES;
+        tokio::select! {
+            biased;
+            _ = &mut stop, if reading => reading = false,
+            Some((tag, answer)) = in_flight.next(), if !in_flight.is_empty() => {
+                encode_answer(tag, &answer, &mut out);
+                // Gather every other finished answer into the same write.
+                while out.len() < WRITE_BATCH_BYTES {
+                    match futures::poll!(in_flight.next()) {
+                        Poll::Ready(Some((tag, answer))) => encode_answer(tag, &answer, &mut out),
+                        _ => break,
+                    }
                 }
             }
-            Ok(request) => {
-                // A panicking handler must not leave its requester waiting
-                // for the full timeout.
-                let mut future = Box::pin(
-                    AssertUnwindSafe(handler(Incoming {
-                        request,
-                        hops: frame.header.hops,
-                    }))
-                    .catch_unwind(),
-                );
-                // Poll once here: answers that are ready at once (Ping, a DRAM
-                // page) skip a task spawn and a cross-thread wake.
-                match futures::poll!(&mut future) {
-                    Poll::Ready(answer) => {
-                        drop(permit);
-                        if tx
-                            .send((tag, answer.unwrap_or_else(|_| panicked())))
-                            .await
-                            .is_err()
-                        {
-                            return Ok(());
+            written = writer.write(&out), if !out.is_empty() => match written {
+                Ok(0) => return Err(ProtoError::Io {
+                    peer: "requester".to_string(),
+                    source: std::io::ErrorKind::WriteZero.into(),
+                }),
+                Ok(n) => out.advance(n),
+                Err(source) => return Err(ProtoError::Io {
+                    peer: "requester".to_string(),
+                    source,
+                }),
+            },
+            frame = frames.next(), if can_read => match frame {
+                None => reading = false,
+                Some(Err(e)) => {
+                    tracing::warn!("closing connection: {e}");
+                    reading = false;
+                    outcome = Err(e);
+                }
+                Some(Ok(frame)) => {
+                    let tag = frame.header.tag;
+                    if frame.header.version != PROTOCOL_VERSION {
+                        let error = ProtoError::UnsupportedVersion {
+                            found: frame.header.version,
+                            supported: PROTOCOL_VERSION,
+                        };
+                        tracing::warn!("closing connection: {error}");
+                        let answer = Response::Error {
+                            status: Status::UnsupportedVersion,
+                            message: error.to_string(),
+                        };
+                        encode_answer(tag, &answer, &mut out);
+                        reading = false;
+                        outcome = Err(error);
+                        continue;
+                    }
+                    match decode_request(&frame) {
+                        // The header was sound, so framing is intact: answer
+                        // this tag and keep serving.
+                        Err(e) => {
+                            tracing::debug!(tag, "bad request: {e}");
+                            let answer = Response::Error {
+                                status: Status::BadRequest,
+                                message: e.to_string(),
+                            };
+                            encode_answer(tag, &answer, &mut out);
+                        }
+                        Ok(request) => {
+                            let future = handler(Incoming {
+                                request,
+                                hops: frame.header.hops,
+                            });
+                            // A panicking handler must not leave its requester
+                            // waiting for the full timeout.
+                            in_flight.push(async move {
+                                let answer = AssertUnwindSafe(future)
+                                    .catch_unwind()
+                                    .await
+                                    .unwrap_or_else(|_| panicked());
+                                (tag, answer)
+                            });
                         }
                     }
-                    Poll::Pending => {
-                        let tx = tx.clone();
-                        tokio::spawn(async move {
-                            let answer = future.await.unwrap_or_else(|_| panicked());
-                            let _ = tx.send((tag, answer)).await;
-                            drop(permit);
-                        });
-                    }
                 }
-            }
+            },
         }
     }
+    let _ = writer.shutdown().await;
+    outcome
 }
 
 fn panicked() -> Response {
@@ -195,38 +174,6 @@ fn panicked() -> Response {
         status: Status::Internal,
         message: "request handler panicked".to_string(),
     }
-}
-
-async fn write_loop<W>(
-    mut writer: W,
-    mut rx: mpsc::Receiver<(Tag, Response)>,
-    write_failed: Arc<Notify>,
-) -> Result<(), ProtoError>
-where
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = BytesMut::with_capacity(64 * 1024);
-    // Ends when the reader and every handler task have dropped their senders,
-    // i.e. after the last answer in flight is queued.
-    while let Some((tag, answer)) = rx.recv().await {
-        encode_answer(tag, &answer, &mut buf);
-        while buf.len() < WRITE_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok((tag, answer)) => encode_answer(tag, &answer, &mut buf),
-                Err(_) => break,
-            }
-        }
-        if let Err(source) = writer.write_all(&buf).await {
-            write_failed.notify_one();
-            return Err(ProtoError::Io {
-                peer: "requester".to_string(),
-                source,
-            });
-        }
-        buf.clear();
-    }
-    let _ = writer.shutdown().await;
-    Ok(())
 }
 
 fn encode_answer(tag: Tag, answer: &Response, buf: &mut BytesMut) {
