@@ -35,9 +35,11 @@
 
 mod membership;
 mod mesh;
+mod topology;
 
 pub use membership::{Membership, MAX_MEMBERS};
 pub use mesh::{check_hops, FabricConfig, MeshRouter};
+pub use topology::{links_of, Link, LinkAdvert, LinkStateDb, Route, RoutingTable, TopologyKind};
 
 use futures::future::BoxFuture;
 use quarry_proto::{NodeId, Request, Response};
