@@ -154,6 +154,10 @@ pub enum BenchCommand {
     /// Page latency and throughput per backend, locally and through a forwarding
     /// node; with --fio, side by side with fio on the same file.
     Page(BenchPageArgs),
+    /// Device-level figures in this process (no node, no network): NAND QD1
+    /// latency against the timing model, bandwidth vs request size (RFSA
+    /// Fig. 6, with an SVG plot), and the read path's ECC cost.
+    Device(BenchDeviceArgs),
 }
 
 /// Arguments of `quarry bench page`.
@@ -185,4 +189,30 @@ pub struct BenchPageArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// A tiny run (few reads, queue depths up to 4, small devices): checks
+    /// the benchmark works, in seconds; the figures mean little.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// Arguments of `quarry bench device`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchDeviceArgs {
+    /// Preset of the nand device (geometry and timing).
+    #[arg(long, value_enum, default_value = "rfsa")]
+    pub preset: PresetArg,
+    /// Write an SVG plot of bandwidth vs request size to this file.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// Where to keep the devices' files (default: a temporary directory,
+    /// removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// A tiny run (few reads, request sizes up to 256 KiB, small working
+    /// sets): checks the benchmark works, in seconds; the figures mean little.
+    #[arg(long)]
+    pub quick: bool,
 }

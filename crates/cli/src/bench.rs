@@ -25,9 +25,28 @@ const FILL_QUEUE_DEPTH: usize = 64;
 /// Bound on the working set for backends where filling is slow (nand) or
 /// lives in memory (mem).
 const MAX_WORKING_SET_PAGES: u64 = 16 * 1024;
+/// `--quick`: working set, reads per point, deepest queue, file device size
+/// and largest nand request, so a run takes seconds.
+const QUICK_WORKING_SET_PAGES: u64 = 256;
+const QUICK_OPS: u32 = 200;
+const QUICK_MAX_QUEUE_DEPTH: u32 = 4;
+const QUICK_FILE_SIZE_MIB: u64 = 64;
+const QUICK_MAX_REQUEST_BYTES: u64 = 256 << 10;
 
 /// Runs the page benchmark.
 pub fn page(args: &BenchPageArgs) -> Result<()> {
+    let quick;
+    let args = if args.quick {
+        quick = BenchPageArgs {
+            ops: args.ops.min(QUICK_OPS),
+            max_queue_depth: args.max_queue_depth.min(QUICK_MAX_QUEUE_DEPTH),
+            file_size_mib: args.file_size_mib.min(QUICK_FILE_SIZE_MIB),
+            ..args.clone()
+        };
+        &quick
+    } else {
+        args
+    };
     let devices = if args.devices.is_empty() {
         vec![DeviceArg::File, DeviceArg::Mem, DeviceArg::Nand]
     } else {
@@ -145,13 +164,18 @@ async fn measure_cluster(
     let bad0 = client.node_info(0).await?.device.bad_blocks;
     let bad1 = client.node_info(1).await?.device.bad_blocks;
     let full = backend == BackendKind::File && args.fio;
+    let cap = if args.quick {
+        QUICK_WORKING_SET_PAGES
+    } else {
+        MAX_WORKING_SET_PAGES
+    };
     let limit = if full {
         geometry.pages()
     } else {
-        geometry.pages().min(MAX_WORKING_SET_PAGES)
+        geometry.pages().min(cap)
     };
     let set0 = working_set(0, &geometry, &bad0, limit);
-    let set1 = working_set(1, &geometry, &bad1, limit.min(MAX_WORKING_SET_PAGES));
+    let set1 = working_set(1, &geometry, &bad1, limit.min(cap));
     eprintln!(
         "bench page: filling {} pages on node 0 and {} on node 1",
         set0.len(),
@@ -219,8 +243,13 @@ async fn measure_cluster(
 
     let mut nand_bandwidth = Vec::new();
     if backend == BackendKind::Nand {
+        let max_request_bytes = if args.quick {
+            QUICK_MAX_REQUEST_BYTES
+        } else {
+            16 << 20
+        };
         let mut request_pages = 1u64;
-        while request_pages * u64::from(geometry.page_size_bytes) <= 16 << 20 {
+        while request_pages * u64::from(geometry.page_size_bytes) <= max_request_bytes {
             let pages = (request_pages as usize).min(set0.len());
             nand_bandwidth.push(bandwidth(&client, &set0, pages, &geometry).await?);
             request_pages *= 2;

@@ -14,14 +14,16 @@
 
 mod args;
 mod bench;
+mod bench_device;
 mod commands;
 mod demo;
 mod local_cluster;
+mod plot;
 mod stats;
 
 pub use args::{
-    BenchCommand, BenchPageArgs, Cli, ClusterArg, Command, DemoArgs, DeviceArg, PageCommand,
-    PresetArg, UpArgs,
+    BenchCommand, BenchDeviceArgs, BenchPageArgs, Cli, ClusterArg, Command, DemoArgs, DeviceArg,
+    PageCommand, PresetArg, UpArgs,
 };
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec,
@@ -41,6 +43,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Page { cluster, command } => commands::page(cluster.cluster.as_deref(), &command),
         Command::Bench { command } => match command {
             BenchCommand::Page(args) => bench::page(&args),
+            BenchCommand::Device(args) => bench_device::device(&args),
         },
     }
 }

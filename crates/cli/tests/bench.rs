@@ -1,0 +1,157 @@
+//! The benchmarks run end to end through the built binary in `--quick` mode:
+//! their JSON has the expected shape and sane values. Nothing here asserts
+//! anything about time (the figures of a quick run mean little).
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn quarry_json(dir: &Path, args: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_quarry"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("QUARRY_CLUSTER")
+        .env("RUST_LOG", "warn")
+        .env("TMPDIR", dir)
+        .output()
+        .expect("run quarry");
+    assert!(
+        output.status.success(),
+        "quarry {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "quarry {args:?} printed no JSON ({e}):\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+fn positive(v: &Value, key: &str) {
+    let x = num(v, key);
+    assert!(x.is_finite() && x > 0.0, "{key} = {x} in {v}");
+}
+
+#[test]
+fn bench_device_quick_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plot = dir.path().join("bandwidth.svg");
+    let plot_arg = plot.to_str().expect("utf-8 path");
+    let r = quarry_json(
+        dir.path(),
+        &["bench", "device", "--quick", "--json", "--plot", plot_arg],
+    );
+    assert_eq!(r["preset"], "rfsa");
+    assert_eq!(r["quick"], true);
+    let page_bytes = r["geometry"]["page_size_bytes"]
+        .as_u64()
+        .expect("page size");
+    assert_eq!(page_bytes, 8192);
+
+    let l = &r["latency"];
+    for key in [
+        "nand_latency_us_mean",
+        "nand_latency_us_p50",
+        "nand_latency_us_p99",
+        "modeled_device_time_us",
+        "software_latency_us_mean",
+        "ratio_mean",
+    ] {
+        positive(l, key);
+    }
+    // RFSA Table II: 69-75 us tR + ~43 us transfer.
+    let modeled = num(l, "modeled_device_time_us");
+    assert!((100.0..150.0).contains(&modeled), "modeled {modeled} us");
+    assert!(num(l, "modeled_device_time_us_min") <= modeled);
+    assert!(num(l, "modeled_device_time_us_max") >= modeled);
+    assert!(l["goal_met"].is_boolean());
+
+    let b = &r["bandwidth"];
+    positive(b, "peak_bus_bytes_per_s");
+    let points = b["points"].as_array().expect("bandwidth points");
+    // Quick: 8 KiB .. 256 KiB, both patterns, with and without bit errors.
+    for pages in [1u64, 2, 4, 8, 16, 32] {
+        for pattern in ["sequential", "random"] {
+            for bit_errors in [true, false] {
+                let p = points
+                    .iter()
+                    .find(|p| {
+                        p["request_bytes"].as_u64() == Some(pages * page_bytes)
+                            && p["pattern"] == pattern
+                            && p["bit_errors"] == bit_errors
+                    })
+                    .unwrap_or_else(|| {
+                        panic!("no {pattern} point of {pages} pages (bit errors {bit_errors})")
+                    });
+                positive(p, "bytes_per_s");
+                positive(p, "peak_fraction");
+                assert!(num(p, "peak_fraction") <= 1.0, "{p}");
+            }
+        }
+    }
+    assert!(num(b, "best_peak_fraction") > 0.0);
+
+    let e = &r["ecc"];
+    assert_eq!(e["queue_depth"], 32);
+    let rows = e["backends"].as_array().expect("ecc rows");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["backend"].as_str()).collect();
+    assert_eq!(names, ["file", "mem"]);
+    for row in rows {
+        for key in [
+            "read_checked_iops",
+            "read_unchecked_iops",
+            "program_iops",
+            "program_bytes_per_s",
+        ] {
+            positive(row, key);
+        }
+        assert!(num(row, "cost_fraction") < 1.0, "{row}");
+    }
+
+    let svg = std::fs::read_to_string(&plot).expect("plot written");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("<polyline"),
+        "{svg}"
+    );
+    assert!(svg.contains("stroke-dasharray"), "goal line is dashed");
+}
+
+#[test]
+fn bench_page_quick_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = quarry_json(
+        dir.path(),
+        &["bench", "page", "--quick", "--device", "mem", "--json"],
+    );
+    let backends = r.as_array().expect("one report per backend");
+    assert_eq!(backends.len(), 1);
+    let mem = &backends[0];
+    assert_eq!(mem["backend"], "mem");
+    assert!(mem["working_set_pages"].as_u64().unwrap_or(0) > 0);
+    let points = mem["points"].as_array().expect("points");
+    for depth in [1u64, 2, 4] {
+        for path in ["local", "forwarded"] {
+            let p = points
+                .iter()
+                .find(|p| p["queue_depth"].as_u64() == Some(depth) && p["path"] == path)
+                .unwrap_or_else(|| panic!("no {path} point at QD{depth}"));
+            positive(p, "iops");
+            positive(p, "mib_per_s");
+            positive(p, "latency_us_p50");
+            assert!(num(p, "latency_us_p99") >= num(p, "latency_us_p50"), "{p}");
+        }
+    }
+    assert!(
+        !points.iter().any(|p| p["queue_depth"].as_u64() > Some(4)),
+        "--quick stops at QD4"
+    );
+}
