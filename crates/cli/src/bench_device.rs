@@ -204,8 +204,9 @@ pub fn device(args: &BenchDeviceArgs) -> Result<()> {
             temp.path.clone()
         }
     };
-    // One worker: the nand emulator's scheduler thread needs the second core
-    // (it spins near events), and one worker makes CPU time per page plain.
+    // The measuring loops run on this thread (block_on) and one worker drives
+    // the I/O reactor: the nand emulator's scheduler thread needs the other
+    // core (it spins near events), and one busy thread keeps CPU per page plain.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -49,6 +49,8 @@ const RIGHT: f64 = 30.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 70.0;
 const Y_TICKS: u32 = 5;
+const LEGEND_TOP: f64 = 16.0;
+const LEGEND_ROW: f64 = 18.0;
 
 impl LinePlot {
     /// The plot as a standalone SVG document.
@@ -81,8 +83,12 @@ impl LinePlot {
             .flat_map(|s| s.points.iter().map(|p| p.1))
             .chain(self.hlines.iter().map(|h| h.y))
             .fold(0.0f64, f64::max);
-        let y_max = nice_ceiling(y_top);
         let (pw, ph) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
+        // Headroom above the highest line for the legend (top-left corner),
+        // so no line crosses it.
+        let entries = (self.series.len() + self.hlines.len()) as f64;
+        let legend_px = LEGEND_TOP + LEGEND_ROW * entries;
+        let y_max = nice_ceiling(y_top * ph / (ph - legend_px).max(ph / 4.0));
         let px = |x: f64| LEFT + (tx(x) - x_min) / (x_max - x_min) * pw;
         let py = |y: f64| TOP + ph - y / y_max * ph;
 
@@ -179,7 +185,7 @@ impl LinePlot {
         }
         // Legend in the top-left corner of the plot area.
         for (i, (name, color, dashed)) in legend.iter().enumerate() {
-            let y = TOP + 16.0 + 18.0 * i as f64;
+            let y = TOP + LEGEND_TOP + LEGEND_ROW * i as f64;
             let dash = if *dashed {
                 r#" stroke-dasharray="6 4""#
             } else {
@@ -203,13 +209,14 @@ impl LinePlot {
     }
 }
 
-/// The smallest 1, 2 or 5 times a power of ten at or above `v` (an axis top).
+/// The smallest round number (1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power
+/// of ten) at or above `v`: an axis top whose five ticks read easily.
 fn nice_ceiling(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
         return 1.0;
     }
     let base = 10f64.powf(v.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
+    [1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0]
         .iter()
         .map(|m| m * base)
         .find(|&c| c >= v)
@@ -259,6 +266,7 @@ mod tests {
         assert!(svg.contains("<polyline") && svg.contains("stroke-dasharray"));
         assert!(svg.contains("a &lt; b") && !svg.contains("a < b"));
         assert_eq!(nice_ceiling(45.0), 50.0);
-        assert_eq!(nice_ceiling(1300.0), 2000.0);
+        assert_eq!(nice_ceiling(1300.0), 1500.0);
+        assert_eq!(nice_ceiling(2410.0), 2500.0);
     }
 }
