@@ -5,12 +5,13 @@ use std::panic::AssertUnwindSafe;
 use std::task::Poll;
 
 use bytes::{Buf, BytesMut};
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 
-use crate::frame::FrameCodec;
+use crate::frame::{Frame, FrameCodec};
 use crate::session::{READ_BUFFER_BYTES, WRITE_BATCH_BYTES};
 use crate::wire::{decode_request, encode_response};
 use crate::{ProtoError, Request, Response, SessionLimits, Status, Tag, PROTOCOL_VERSION};
@@ -73,7 +74,8 @@ where
     limits.validate()?;
     let (reader, mut writer) = tokio::io::split(stream);
     let mut frames = FramedRead::with_capacity(reader, FrameCodec, READ_BUFFER_BYTES);
-    let mut in_flight = FuturesUnordered::new();
+    let mut in_flight: FuturesUnordered<BoxFuture<'static, (Tag, Response)>> =
+        FuturesUnordered::new();
     let mut out = BytesMut::with_capacity(64 * 1024);
     let mut reading = true;
     let mut outcome = Ok(());
@@ -110,63 +112,103 @@ where
                     source,
                 }),
             },
-            frame = frames.next(), if can_read => match frame {
-                None => reading = false,
-                Some(Err(e)) => {
-                    tracing::warn!("closing connection: {e}");
-                    reading = false;
-                    outcome = Err(e);
-                }
-                Some(Ok(frame)) => {
-                    let tag = frame.header.tag;
-                    if frame.header.version != PROTOCOL_VERSION {
-                        let error = ProtoError::UnsupportedVersion {
-                            found: frame.header.version,
-                            supported: PROTOCOL_VERSION,
-                        };
-                        tracing::warn!("closing connection: {error}");
-                        let answer = Response::Error {
-                            status: Status::UnsupportedVersion,
-                            message: error.to_string(),
-                        };
-                        encode_answer(tag, &answer, &mut out);
-                        reading = false;
-                        outcome = Err(error);
-                        continue;
-                    }
-                    match decode_request(&frame) {
-                        // The header was sound, so framing is intact: answer
-                        // this tag and keep serving.
-                        Err(e) => {
-                            tracing::debug!(tag, "bad request: {e}");
-                            let answer = Response::Error {
-                                status: Status::BadRequest,
-                                message: e.to_string(),
-                            };
-                            encode_answer(tag, &answer, &mut out);
+            frame = frames.next(), if can_read => {
+                let mut frame = frame;
+                // Take every frame already buffered before answering any, so
+                // a burst of requests costs one read and one write syscall,
+                // not one of each per request.
+                for taken in 1..=READ_BURST_FRAMES {
+                    match frame {
+                        None => reading = false,
+                        Some(Err(e)) => {
+                            tracing::warn!("closing connection: {e}");
+                            reading = false;
+                            outcome = Err(e);
                         }
-                        Ok(request) => {
-                            let future = handler(Incoming {
-                                request,
-                                hops: frame.header.hops,
-                            });
-                            // A panicking handler must not leave its requester
-                            // waiting for the full timeout.
-                            in_flight.push(async move {
-                                let answer = AssertUnwindSafe(future)
-                                    .catch_unwind()
-                                    .await
-                                    .unwrap_or_else(|_| panicked());
-                                (tag, answer)
-                            });
+                        Some(Ok(frame)) => {
+                            if let Err(e) = accept(frame, &handler, &mut in_flight, &mut out) {
+                                reading = false;
+                                outcome = Err(e);
+                            }
                         }
                     }
+                    if !reading
+                        || in_flight.len() >= limits.max_in_flight
+                        || taken == READ_BURST_FRAMES
+                    {
+                        break;
+                    }
+                    match futures::poll!(frames.next()) {
+                        Poll::Ready(next) => frame = next,
+                        Poll::Pending => break,
+                    }
                 }
-            },
+            }
         }
     }
     let _ = writer.shutdown().await;
     outcome
+}
+
+/// Most frames taken from the read buffer in one pass before answers are
+/// gathered and written.
+const READ_BURST_FRAMES: usize = 64;
+
+/// Starts the handler for one frame, or queues the error answer for a frame
+/// that is not a request. Returns the error that must close the connection
+/// (a version this end does not speak).
+fn accept<H, F>(
+    frame: Frame,
+    handler: &H,
+    in_flight: &mut FuturesUnordered<BoxFuture<'static, (Tag, Response)>>,
+    out: &mut BytesMut,
+) -> Result<(), ProtoError>
+where
+    H: Fn(Incoming) -> F,
+    F: Future<Output = Response> + Send + 'static,
+{
+    let tag = frame.header.tag;
+    if frame.header.version != PROTOCOL_VERSION {
+        let error = ProtoError::UnsupportedVersion {
+            found: frame.header.version,
+            supported: PROTOCOL_VERSION,
+        };
+        tracing::warn!("closing connection: {error}");
+        let answer = Response::Error {
+            status: Status::UnsupportedVersion,
+            message: error.to_string(),
+        };
+        encode_answer(tag, &answer, out);
+        return Err(error);
+    }
+    match decode_request(&frame) {
+        // The header was sound, so framing is intact: answer this tag and
+        // keep serving.
+        Err(e) => {
+            tracing::debug!(tag, "bad request: {e}");
+            let answer = Response::Error {
+                status: Status::BadRequest,
+                message: e.to_string(),
+            };
+            encode_answer(tag, &answer, out);
+        }
+        Ok(request) => {
+            let future = handler(Incoming {
+                request,
+                hops: frame.header.hops,
+            });
+            // A panicking handler must not leave its requester waiting for
+            // the full timeout.
+            in_flight.push(Box::pin(async move {
+                let answer = AssertUnwindSafe(future)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| panicked());
+                (tag, answer)
+            }));
+        }
+    }
+    Ok(())
 }
 
 fn panicked() -> Response {
