@@ -56,7 +56,7 @@ pub fn page(args: &BenchPageArgs) -> Result<()> {
     let root = match &args.dir {
         Some(dir) => dir.clone(),
         None => {
-            temp = TempDir::new()?;
+            temp = TempDir::new("quarry-bench")?;
             temp.path.clone()
         }
     };
@@ -557,14 +557,16 @@ fn print_backend(report: &BackendReport) {
     }
 }
 
-/// A temporary directory removed on drop.
-struct TempDir {
-    path: PathBuf,
+/// A temporary directory removed on drop (the CLI has no tempfile dependency
+/// outside its tests).
+pub(crate) struct TempDir {
+    pub(crate) path: PathBuf,
 }
 
 impl TempDir {
-    fn new() -> Result<TempDir> {
-        let path = std::env::temp_dir().join(format!("quarry-bench-{}", std::process::id()));
+    /// `$TMPDIR/{prefix}-{pid}`, created.
+    pub(crate) fn new(prefix: &str) -> Result<TempDir> {
+        let path = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
         std::fs::create_dir_all(&path)
             .with_context(|| format!("cannot create {}", path.display()))?;
         Ok(TempDir { path })

@@ -15,7 +15,7 @@
 //! about time.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use serde::Serialize;
 
 use crate::args::BenchDeviceArgs;
+use crate::bench::TempDir;
 use crate::commands::{human_bytes, preset_of};
 use crate::plot::{HLine, LinePlot, Series};
 use crate::stats::LatencyStats;
@@ -200,7 +201,7 @@ pub fn device(args: &BenchDeviceArgs) -> Result<()> {
     let root = match &args.dir {
         Some(dir) => dir.clone(),
         None => {
-            temp = TempDir::new()?;
+            temp = TempDir::new("quarry-bench-device")?;
             temp.path.clone()
         }
     };
@@ -943,26 +944,5 @@ fn bandwidth_plot(r: &Report) -> LinePlot {
                 y: peak_mib * b.goal_peak_fraction_min,
             },
         ],
-    }
-}
-
-/// A temporary directory removed on drop (as in `bench page`; the CLI has no
-/// tempfile dependency outside its tests).
-struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    fn new() -> Result<TempDir> {
-        let path = std::env::temp_dir().join(format!("quarry-bench-device-{}", std::process::id()));
-        std::fs::create_dir_all(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(TempDir { path })
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
