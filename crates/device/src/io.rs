@@ -17,7 +17,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 
 use io_uring::{opcode, types, IoUring};
@@ -203,6 +203,10 @@ struct InFlight {
 struct Ring {
     ring: IoUring,
     fd: types::Fd,
+    /// Keeps `fd` open for as long as requests may be in the kernel.
+    _file: Arc<File>,
+    /// Completions taken off the ring, reused so reaping allocates nothing.
+    reaped: Vec<(u64, i32)>,
     slots: Vec<Option<InFlight>>,
     free: Vec<usize>,
     backlog: VecDeque<IoReq>,
@@ -278,12 +282,10 @@ impl Ring {
 
     /// Takes every completion off the ring; finished requests go into `done`.
     fn reap(&mut self, done: &mut Vec<(IoReq, io::Result<()>)>) {
-        let completions: Vec<(u64, i32)> = self
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
-        for (token, res) in completions {
+        let mut reaped = std::mem::take(&mut self.reaped);
+        reaped.clear();
+        reaped.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+        for &(token, res) in &reaped {
             let idx = token as usize;
             let Some(f) = self.slots.get_mut(idx).and_then(Option::as_mut) else {
                 tracing::error!(token, "io_uring completion for no request");
@@ -311,6 +313,7 @@ impl Ring {
                 }
             }
         }
+        self.reaped = reaped;
         while !self.free.is_empty() {
             let Some(req) = self.backlog.pop_front() else {
                 break;
@@ -339,7 +342,8 @@ struct Reactor {
     ring: Mutex<Ring>,
     /// The reaper; once it has ended (its runtime shut down) requests fail
     /// instead of waiting for completions nobody would deliver.
-    reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Set once at start; a `OnceLock` so checking it costs no lock per request.
+    reaper: OnceLock<tokio::task::JoinHandle<()>>,
 }
 
 impl Reactor {
@@ -357,13 +361,15 @@ impl Reactor {
         let reactor = Arc::new(Reactor {
             ring: Mutex::new(Ring {
                 fd: types::Fd(file.as_raw_fd()),
+                _file: file,
                 ring,
                 slots: (0..entries).map(|_| None).collect(),
                 free: (0..entries).rev().collect(),
                 backlog: VecDeque::new(),
+                reaped: Vec::with_capacity(entries),
                 stopped: false,
             }),
-            reaper: Mutex::new(None),
+            reaper: OnceLock::new(),
         });
         // Registering with the reactor needs the runtime's context.
         let efd = {
@@ -373,13 +379,13 @@ impl Reactor {
             unsafe { AsyncFd::register_with_interest(efd, Interest::READABLE) }
                 .map_err(io::Error::from)?
         };
-        let task = runtime.spawn(reap_loop(Arc::clone(&reactor), efd, file));
-        *lock(&reactor.reaper) = Some(task);
+        let task = runtime.spawn(reap_loop(Arc::clone(&reactor), efd));
+        let _ = reactor.reaper.set(task);
         Ok(reactor)
     }
 
     fn submit(&self, req: IoReq) -> Result<(), IoReq> {
-        if lock(&self.reaper).as_ref().is_none_or(|t| t.is_finished()) {
+        if self.reaper.get().is_none_or(|t| t.is_finished()) {
             return Err(req);
         }
         let mut ring = lock(&self.ring);
@@ -415,13 +421,13 @@ impl Reactor {
             }
         }
         reply_all(done);
-        if let Some(task) = lock(&self.reaper).take() {
+        if let Some(task) = self.reaper.get() {
             task.abort();
         }
     }
 }
 
-async fn reap_loop(reactor: Arc<Reactor>, efd: AsyncFd<OwnedFd>, _file: Arc<File>) {
+async fn reap_loop(reactor: Arc<Reactor>, efd: AsyncFd<OwnedFd>) {
     let mut done = Vec::new();
     loop {
         let mut ready = match efd.readable().await {
