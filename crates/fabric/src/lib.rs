@@ -1,83 +1,181 @@
-//! The storage fabric (layer 3): who is in the cluster and how a request for
-//! another node's page gets there.
+//! The storage fabric (layer 3): the links between nodes, how every node
+//! learns the network, and how a request for another node's page gets there
+//! and back, hop by hop.
 //!
-//! This crate owns cluster membership ([`Membership`]), the links between
-//! nodes, and forwarding behind the [`Router`] interface. Today's router is
-//! [`MeshRouter`]: a full mesh from configuration, one lazily connected
-//! [`quarry_proto::Session`] per peer, so every request is one hop. Flooding
-//! discovery, routing tables and multi-hop forwarding will be other `Router`
-//! implementations; the hop count every request carries already guards them
-//! against loops.
+//! This crate owns:
+//! - the **link protocol** (a connection between neighbours, told apart from
+//!   client connections by its magic `QL`): a handshake, link-state adverts,
+//!   and requests and answers cut into fragments on two virtual channels,
+//!   control and data, each with credit-based flow control and bounded
+//!   buffers (RFSA §IV.B);
+//! - **discovery and routing**: every change of a link floods an advert of the
+//!   node's live links; every node keeps the newest advert of each node in a
+//!   [`LinkStateDb`] and computes shortest routes from it ([`RoutingTable`]),
+//!   so nodes can be plugged in and links cut while the cluster runs (BlueDBM
+//!   §4.1). Topologies for configuration come from [`links_of`];
+//! - the **switch** ([`Fabric`]): a request is forwarded under a tag of the
+//!   next link and its answer mapped back to the requester's stream (two-layer
+//!   tags, BlueDBM §3.3); fragments are passed on as they arrive, so hops
+//!   overlap (BlueDBM §7.3); each link sends one fragment per requester flow
+//!   in turn (rotating priority, RFSA §IV.A).
 //!
-//! Failures come back as [`Response::Error`] answers naming the node and the
-//! reason (unknown id, unreachable address, timeout, hop limit), ready to be
-//! sent to the requester unchanged.
+//! Failures come back as [`quarry_proto::Response::Error`] answers naming the
+//! node and the reason (unknown id, no live path, timeout, busy, hop limit),
+//! ready to be sent to the requester unchanged.
 //!
 //! ```
-//! use quarry_fabric::{FabricConfig, Membership, MeshRouter, Router};
+//! use std::sync::Arc;
+//! use quarry_fabric::{Fabric, FabricConfig, LocalHandler};
 //! use quarry_proto::{NodeEntry, Request, Response, Status};
 //!
 //! let runtime = tokio::runtime::Runtime::new().unwrap();
 //! runtime.block_on(async {
+//!     let handler: LocalHandler = Arc::new(|_request| Box::pin(async { Response::Done }));
 //!     let local = NodeEntry { id: 0, addr: "127.0.0.1:7400".into() };
-//!     let peers = vec![NodeEntry { id: 1, addr: "127.0.0.1:7401".into() }];
-//!     let router = MeshRouter::new(Membership::new(local, peers).unwrap(), FabricConfig::default());
-//!     match router.route(9, Request::Ping, 0).await {
+//!     let config = FabricConfig { route_wait: std::time::Duration::from_millis(50), ..FabricConfig::default() };
+//!     let fabric = Fabric::start(local, Vec::new(), config, handler).unwrap();
+//!     match fabric.route(9, Request::NodeInfo(9), 0, 1).await {
 //!         Response::Error { status, message } => {
 //!             assert_eq!(status, Status::UnknownNode);
-//!             assert_eq!(message, "node 9 is not a member; members are 0,1");
+//!             assert_eq!(message, "node 9 is not known to node 0; reachable nodes are 0");
 //!         }
 //!         other => panic!("{other:?}"),
 //!     }
+//!     fabric.shutdown();
 //! });
 //! ```
 #![deny(missing_docs)]
 
-mod membership;
-mod mesh;
+mod fabric;
+mod link;
 mod topology;
+mod wire;
 
-pub use membership::{Membership, MAX_MEMBERS};
-pub use mesh::{check_hops, FabricConfig, MeshRouter};
+pub use fabric::{Fabric, LocalHandler};
 pub use topology::{links_of, Link, LinkAdvert, LinkStateDb, Route, RoutingTable, TopologyKind};
+pub use wire::{LINK_MAGIC, FRAGMENT_BYTES};
 
-use futures::future::BoxFuture;
-use quarry_proto::{NodeId, Request, Response};
+use std::time::Duration;
 
-/// Forwards requests to other nodes. Implementations own their links and
-/// their tags: they send under tags of their own sessions and hand back the
-/// answer, which the caller returns under the requester's tag.
-pub trait Router: Send + Sync + 'static {
-    /// Delivers `request` (which has crossed `hops` links so far) to node
-    /// `dest` and returns its answer, or an error answer naming why it could
-    /// not be delivered. Never panics, and completes within the configured
-    /// connect plus request timeouts.
-    fn route(&self, dest: NodeId, request: Request, hops: u8) -> BoxFuture<'static, Response>;
+use quarry_proto::{NodeId, Response, Status};
 
-    /// The members this router knows.
-    fn membership(&self) -> &Membership;
+/// Most members a cluster may have; matches the Cluster answer's limit.
+pub const MAX_MEMBERS: usize = quarry_proto::MAX_CLUSTER_MEMBERS;
+
+/// Bounds and timings of the fabric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FabricConfig {
+    /// Time to connect to a neighbour and finish the handshake.
+    pub connect_timeout: Duration,
+    /// Time a request routed from this node may take end to end.
+    pub request_timeout: Duration,
+    /// Most links a request may cross; one more is refused as a loop.
+    pub max_hops: u8,
+    /// Pause between attempts to dial a configured neighbour that is down.
+    pub retry_backoff: Duration,
+    /// A link with nothing to send sends a keepalive this often.
+    pub keepalive_interval: Duration,
+    /// A link silent for this long is declared dead and routed around (TCP
+    /// alone does not notice a cable pulled or a peer frozen).
+    pub dead_after: Duration,
+    /// How long a request waits for a route to its node to appear (a link
+    /// coming up or a reroute) before it fails as unreachable.
+    pub route_wait: Duration,
+    /// Receive buffer of each virtual channel of each link, in fragments
+    /// (credits); bounds the memory a link can hold.
+    pub window_fragments: u32,
+    /// Requests in flight on one link in each direction.
+    pub max_streams_per_link: usize,
 }
 
-/// Why a fabric could not be set up.
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig {
+            connect_timeout: Duration::from_millis(1500),
+            request_timeout: Duration::from_secs(30),
+            max_hops: 8,
+            retry_backoff: Duration::from_millis(500),
+            keepalive_interval: Duration::from_millis(200),
+            dead_after: Duration::from_millis(1000),
+            route_wait: Duration::from_millis(1000),
+            window_fragments: 128,
+            max_streams_per_link: 4096,
+        }
+    }
+}
+
+impl FabricConfig {
+    /// Checks every field; the error names the bad one.
+    pub fn validate(&self) -> Result<(), FabricError> {
+        let bad = |reason: String| Err(FabricError::InvalidConfig { reason });
+        for (name, value) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+            ("retry_backoff", self.retry_backoff),
+            ("keepalive_interval", self.keepalive_interval),
+            ("route_wait", self.route_wait),
+        ] {
+            if value.is_zero() {
+                return bad(format!("{name} must be above zero"));
+            }
+        }
+        if self.dead_after <= self.keepalive_interval * 2 {
+            return bad(format!(
+                "dead_after ({} ms) must exceed twice keepalive_interval ({} ms)",
+                self.dead_after.as_millis(),
+                self.keepalive_interval.as_millis()
+            ));
+        }
+        if !(2..=4096).contains(&self.window_fragments) {
+            return bad(format!(
+                "window_fragments = {}, must be in 2..=4096",
+                self.window_fragments
+            ));
+        }
+        if !(1..=65536).contains(&self.max_streams_per_link) {
+            return bad(format!(
+                "max_streams_per_link = {}, must be in 1..=65536",
+                self.max_streams_per_link
+            ));
+        }
+        if self.max_hops == 0 {
+            return bad("max_hops must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a request that would cross more than `max_hops` links.
+pub fn check_hops(hops: u8, max_hops: u8) -> Result<(), Response> {
+    if hops > max_hops {
+        return Err(Response::Error {
+            status: Status::HopLimitExceeded,
+            message: format!(
+                "request has crossed {hops} links, the limit is {max_hops}; is there a forwarding loop?"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Why a fabric could not be set up, or why a link was closed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FabricError {
-    /// Two peers share an id.
-    #[error("duplicate peer id {id}: both {first} and {second}")]
+    /// Two neighbours share an id.
+    #[error("duplicate neighbour id {id} (at {addr})")]
     DuplicatePeer {
         /// The id.
         id: NodeId,
-        /// The first address listed for it.
-        first: String,
-        /// The second.
-        second: String,
+        /// The second address listed for it.
+        addr: String,
     },
-    /// This node's own id is listed among its peers.
-    #[error("peer {id} at {addr} has this node's own id")]
+    /// This node's own id is listed among its neighbours.
+    #[error("neighbour {id} at {addr} has this node's own id")]
     SelfAmongPeers {
         /// The id.
         id: NodeId,
-        /// The peer's address.
+        /// The neighbour's address.
         addr: String,
     },
     /// Too many members.
@@ -85,5 +183,23 @@ pub enum FabricError {
     TooManyMembers {
         /// The limit.
         limit: usize,
+    },
+    /// A configuration value is out of range.
+    #[error("fabric config: {reason}")]
+    InvalidConfig {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A neighbour broke the link protocol; the link is closed.
+    #[error("link protocol: {reason}")]
+    BadLinkFrame {
+        /// What was wrong.
+        reason: String,
+    },
+    /// Reading or writing a link failed.
+    #[error("link I/O: {source}")]
+    LinkIo {
+        /// The OS error.
+        source: std::io::Error,
     },
 }

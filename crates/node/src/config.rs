@@ -33,7 +33,9 @@ pub struct NodeConfig {
     /// The device (`quarry_device::DeviceConfig`).
     #[serde(default)]
     pub device: DeviceConfig,
-    /// The other members of the cluster.
+    /// The nodes this node has a fabric link to (its neighbours). Every
+    /// other member is found by flooding discovery and reached hop by hop;
+    /// listing every member makes a full mesh.
     #[serde(default)]
     pub peers: Vec<PeerConfig>,
     /// Bounds and timeouts; every field has a default.
@@ -69,6 +71,14 @@ pub struct NodeLimits {
     pub retry_backoff_ms: u64,
     /// On shutdown, time the requests in flight get to finish.
     pub shutdown_grace_ms: u64,
+    /// A fabric link with nothing to send sends a keepalive this often.
+    pub keepalive_interval_ms: u64,
+    /// A fabric link silent this long is declared dead and routed around.
+    pub link_dead_after_ms: u64,
+    /// How long a request waits for a route to its node to (re)appear.
+    pub route_wait_ms: u64,
+    /// Receive buffer per virtual channel per link, in 2 KiB fragments.
+    pub link_window_fragments: u32,
 }
 
 impl Default for NodeLimits {
@@ -81,6 +91,10 @@ impl Default for NodeLimits {
             max_hops: 8,
             retry_backoff_ms: 500,
             shutdown_grace_ms: 5000,
+            keepalive_interval_ms: 200,
+            link_dead_after_ms: 1000,
+            route_wait_ms: 1000,
+            link_window_fragments: 128,
         }
     }
 }
@@ -98,9 +112,15 @@ impl NodeLimits {
     /// The fabric's configuration.
     pub fn fabric_config(&self) -> FabricConfig {
         FabricConfig {
-            limits: self.session_limits(),
+            connect_timeout: Duration::from_millis(self.connect_timeout_ms),
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
             max_hops: self.max_hops,
             retry_backoff: Duration::from_millis(self.retry_backoff_ms),
+            keepalive_interval: Duration::from_millis(self.keepalive_interval_ms),
+            dead_after: Duration::from_millis(self.link_dead_after_ms),
+            route_wait: Duration::from_millis(self.route_wait_ms),
+            window_fragments: self.link_window_fragments,
+            max_streams_per_link: self.max_in_flight.max(1024),
         }
     }
 }
@@ -190,6 +210,10 @@ impl NodeConfig {
         }
         limits
             .session_limits()
+            .validate()
+            .map_err(|e| format!("limits: {e}"))?;
+        limits
+            .fabric_config()
             .validate()
             .map_err(|e| format!("limits: {e}"))?;
         Ok(())

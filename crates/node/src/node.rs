@@ -3,9 +3,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quarry_device::Device;
-use quarry_fabric::{check_hops, Membership, MeshRouter, Router};
+use quarry_fabric::{check_hops, Fabric, LocalHandler, LINK_MAGIC};
 use quarry_proto::{
     serve_connection_with, Incoming, NodeEntry, NodeId, NodeInfo, Request, Response, SessionLimits,
+    Status,
 };
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -14,35 +15,16 @@ use tracing::Instrument;
 
 use crate::{NodeConfig, NodeError};
 
-/// What serves requests: this node's device, and the router for every other id.
-struct NodeCore {
+/// What runs requests addressed to this node: its device and its identity.
+struct LocalService {
     id: NodeId,
     addr: String,
     started: Instant,
     device: Arc<Device>,
-    router: Arc<dyn Router>,
-    max_hops: u8,
 }
 
-impl NodeCore {
-    async fn dispatch(self: Arc<Self>, incoming: Incoming) -> Response {
-        let Incoming { request, hops } = incoming;
-        if let Err(refusal) = check_hops(hops, self.max_hops) {
-            return refusal;
-        }
-        let dest = match &request {
-            Request::Ping => return Response::Pong,
-            Request::Cluster => return Response::Cluster(self.router.membership().members()),
-            Request::ReadPage(addr) => addr.node,
-            Request::ProgramPage { addr, .. } => addr.node,
-            Request::EraseBlock(addr) => addr.node,
-            Request::NodeInfo(node) => *node,
-        };
-        if dest != self.id {
-            // Forwarded under a tag of the link's own session; the answer
-            // returns here and goes out under the requester's tag.
-            return self.router.route(dest, request, hops).await;
-        }
+impl LocalService {
+    async fn serve(self: Arc<Self>, request: Request) -> Response {
         match request {
             Request::ReadPage(addr) => match self.device.read_page(addr.page).await {
                 Ok(read) => Response::Page {
@@ -69,8 +51,46 @@ impl NodeCore {
                 uptime_secs: self.started.elapsed().as_secs(),
                 device: self.device.info(),
             })),
-            Request::Ping | Request::Cluster => Response::Pong,
+            Request::Ping => Response::Pong,
+            Request::Cluster | Request::Routes(_) => Response::Error {
+                status: Status::Internal,
+                message: "a fabric request reached the device".to_string(),
+            },
         }
+    }
+}
+
+/// What serves a client connection: this node's own requests, and the fabric
+/// for every other node's.
+struct NodeCore {
+    local: Arc<LocalService>,
+    fabric: Fabric,
+    max_hops: u8,
+}
+
+impl NodeCore {
+    async fn dispatch(self: Arc<Self>, incoming: Incoming, flow: u32) -> Response {
+        let Incoming { request, hops } = incoming;
+        if let Err(refusal) = check_hops(hops, self.max_hops) {
+            return refusal;
+        }
+        let dest = match &request {
+            Request::Ping => return Response::Pong,
+            Request::Cluster => return Response::Cluster(self.fabric.members()),
+            Request::ReadPage(addr) => addr.node,
+            Request::ProgramPage { addr, .. } => addr.node,
+            Request::EraseBlock(addr) => addr.node,
+            Request::NodeInfo(node) | Request::Routes(node) => *node,
+        };
+        if dest != self.local.id {
+            // Forwarded under a tag of the link's own; the answer returns
+            // here and goes out under the requester's tag.
+            return self.fabric.route(dest, request, hops, flow).await;
+        }
+        if let Request::Routes(_) = request {
+            return Response::Routes(Box::new(self.fabric.routes()));
+        }
+        self.local.clone().serve(request).await
     }
 }
 
@@ -119,25 +139,35 @@ impl Node {
         })?;
         let device =
             Arc::new(Device::open(&config.device, &config.data_dir).map_err(NodeError::Device)?);
-        let peers = config.peers.iter().map(|p| NodeEntry {
-            id: p.id,
-            addr: p.addr.clone(),
-        });
-        let membership = Membership::new(
-            NodeEntry {
-                id: config.id,
-                addr: advertised.clone(),
-            },
-            peers,
-        )
-        .map_err(NodeError::Fabric)?;
-        let router = MeshRouter::new(membership, config.limits.fabric_config());
-        let core = Arc::new(NodeCore {
+        let neighbors = config
+            .peers
+            .iter()
+            .map(|p| NodeEntry {
+                id: p.id,
+                addr: p.addr.clone(),
+            })
+            .collect();
+        let local = Arc::new(LocalService {
             id: config.id,
-            addr: advertised,
+            addr: advertised.clone(),
             started: Instant::now(),
             device: device.clone(),
-            router: Arc::new(router),
+        });
+        let service = local.clone();
+        let handler: LocalHandler = Arc::new(move |request| Box::pin(service.clone().serve(request)));
+        let fabric = Fabric::start(
+            NodeEntry {
+                id: config.id,
+                addr: advertised,
+            },
+            neighbors,
+            config.limits.fabric_config(),
+            handler,
+        )
+        .map_err(NodeError::Fabric)?;
+        let core = Arc::new(NodeCore {
+            local,
+            fabric: fabric.clone(),
             max_hops: config.limits.max_hops,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -160,6 +190,7 @@ impl Node {
             stop: stop_tx,
             task,
             device,
+            fabric,
         })
     }
 }
@@ -172,6 +203,7 @@ pub struct NodeHandle {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     device: Arc<Device>,
+    fabric: Fabric,
 }
 
 impl NodeHandle {
@@ -185,6 +217,11 @@ impl NodeHandle {
         self.id
     }
 
+    /// This node's fabric (its links and routes).
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+
     /// Stops accepting, lets requests in flight finish (at most
     /// `limits.shutdown_grace_ms`), closes every connection, then closes the
     /// device.
@@ -193,6 +230,7 @@ impl NodeHandle {
         if let Err(e) = (&mut self.task).await {
             tracing::error!(id = self.id, "node task failed: {e}");
         }
+        self.fabric.shutdown();
         self.device.close().await.map_err(NodeError::Device)
     }
 }
@@ -200,6 +238,7 @@ impl NodeHandle {
 impl Drop for NodeHandle {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        self.fabric.shutdown();
     }
 }
 
@@ -216,6 +255,7 @@ async fn accept_loop(
     // mutably by its wait inside select!.
     let stop_template = stop.clone();
     let mut connections = JoinSet::new();
+    let mut connection_count: u32 = 0;
     loop {
         tokio::select! {
             _ = async { stop.wait_for(|stopped| *stopped).await.is_ok() } => break,
@@ -240,12 +280,31 @@ async fn accept_loop(
                 let core = core.clone();
                 let mut stop = stop_template.clone();
                 let span = tracing::debug_span!("conn", %peer);
+                connection_count = connection_count.wrapping_add(1);
+                // A flow names one requester on the fabric's links, for the
+                // rotating-priority arbiters: this node's id and connection.
+                let flow = u32::from(core.local.id) << 16 | (connection_count & 0xFFFF);
                 connections.spawn(
                     async move {
+                        match is_link(&stream, limits.connect_timeout).await {
+                            Ok(true) => {
+                                // The link runs in the fabric's own tasks and
+                                // does not count as a client connection.
+                                drop(permit);
+                                core.fabric.accept(stream);
+                                return;
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::debug!("connection closed before its first bytes: {e}");
+                                return;
+                            }
+                        }
                         let stopped = async move {
                             let _ = stop.wait_for(|stopped| *stopped).await;
                         };
-                        let handler = move |incoming: Incoming| core.clone().dispatch(incoming);
+                        let handler =
+                            move |incoming: Incoming| core.clone().dispatch(incoming, flow);
                         match serve_connection_with(stream, limits, stopped, handler).await {
                             Ok(()) => tracing::debug!("connection closed"),
                             Err(e) => tracing::debug!("connection closed: {e}"),
@@ -271,6 +330,28 @@ async fn accept_loop(
         );
         connections.shutdown().await;
     }
+}
+
+/// Whether a new connection speaks the link protocol (a neighbour) rather
+/// than the client protocol: looks at its first two bytes without taking them.
+async fn is_link(stream: &tokio::net::TcpStream, timeout: Duration) -> std::io::Result<bool> {
+    let mut magic = [0u8; 2];
+    let peeked = tokio::time::timeout(timeout, async {
+        loop {
+            let n = stream.peek(&mut magic).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            if n >= 2 {
+                return Ok(u16::from_be_bytes(magic) == LINK_MAGIC);
+            }
+            // One byte so far: wait for the next rather than spin on it.
+            stream.readable().await?;
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    peeked.unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
 }
 
 /// Starts the node described by `config` and serves until SIGTERM or SIGINT,

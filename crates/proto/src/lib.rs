@@ -44,7 +44,8 @@ pub use frame::{
     MAX_CLUSTER_MEMBERS, MAX_ERROR_MESSAGE_BYTES,
 };
 pub use message::{
-    GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo, Request, Response, Status, Tag,
+    GlobalBlockAddr, GlobalPageAddr, LinkEntry, NodeEntry, NodeId, NodeInfo, Request, Response,
+    RouteEntry, RoutesInfo, Status, Tag,
 };
 pub use server::{serve_connection, serve_connection_with, Incoming};
 pub use session::{Session, SessionLimits, MAX_IN_FLIGHT_LIMIT};

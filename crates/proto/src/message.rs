@@ -102,6 +102,39 @@ pub struct NodeInfo {
     pub device: DeviceInfo,
 }
 
+/// One row of a node's routing table: how it reaches `dest`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteEntry {
+    /// The destination node.
+    pub dest: NodeId,
+    /// The neighbour a request for `dest` is handed to.
+    pub next_hop: NodeId,
+    /// Links on the shortest path (1 for a neighbour).
+    pub hops: u8,
+}
+
+/// One live link of a node, as `Routes` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkEntry {
+    /// The neighbour at the other end.
+    pub peer: NodeId,
+    /// Its address.
+    pub addr: String,
+    /// Requests this node has in flight on the link right now.
+    pub in_flight: u32,
+}
+
+/// What `Routes` answers: one node's links and routing table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoutesInfo {
+    /// The node described.
+    pub node: NodeId,
+    /// Its live links, by peer id.
+    pub links: Vec<LinkEntry>,
+    /// Its routes, by destination; a node missing here is unreachable from it.
+    pub routes: Vec<RouteEntry>,
+}
+
 /// A request, as sent by a client or forwarded by a node.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
@@ -125,6 +158,9 @@ pub enum Request {
     /// List the cluster's members as the entry node knows them; answered by
     /// [`Response::Cluster`].
     Cluster,
+    /// One node's fabric view: its live links and its routing table; answered
+    /// by [`Response::Routes`].
+    Routes(NodeId),
 }
 
 /// An answer to one [`Request`].
@@ -149,6 +185,8 @@ pub enum Response {
     NodeInfo(Box<NodeInfo>),
     /// Answer to [`Request::Cluster`].
     Cluster(Vec<NodeEntry>),
+    /// Answer to [`Request::Routes`].
+    Routes(Box<RoutesInfo>),
     /// The request failed; `status` says how, `message` says what was wrong.
     Error {
         /// Machine-readable class.

@@ -9,8 +9,8 @@ use crate::frame::{
     MAX_ERROR_MESSAGE_BYTES,
 };
 use crate::{
-    GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeInfo, ProtoError, Request, Response, Status,
-    Tag,
+    GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeInfo, ProtoError, Request, Response,
+    RoutesInfo, Status, Tag,
 };
 
 /// Opcode numbers; requests have the top bit clear, answers have it set.
@@ -27,6 +27,8 @@ pub mod opcode {
     pub const NODE_INFO: u8 = 0x05;
     /// Request: list the cluster.
     pub const CLUSTER: u8 = 0x06;
+    /// Request: one node's links and routing table.
+    pub const ROUTES: u8 = 0x07;
     /// Answer to PING (empty body).
     pub const PONG: u8 = 0x81;
     /// Answer to READ_PAGE.
@@ -37,6 +39,8 @@ pub mod opcode {
     pub const NODE_INFO_ANSWER: u8 = 0x85;
     /// Answer to CLUSTER (JSON).
     pub const CLUSTER_ANSWER: u8 = 0x86;
+    /// Answer to ROUTES (JSON).
+    pub const ROUTES_ANSWER: u8 = 0x87;
     /// Failure: the status byte says how, the body (UTF-8) says what.
     pub const ERROR: u8 = 0xFF;
 }
@@ -50,6 +54,7 @@ pub fn request_opcode(request: &Request) -> u8 {
         Request::EraseBlock(_) => opcode::ERASE_BLOCK,
         Request::NodeInfo(_) => opcode::NODE_INFO,
         Request::Cluster => opcode::CLUSTER,
+        Request::Routes(_) => opcode::ROUTES,
     }
 }
 
@@ -140,7 +145,7 @@ pub fn encode_request(
                 dst.put_u32(addr.block.chip);
                 dst.put_u32(addr.block.block);
             }
-            Request::NodeInfo(node) => dst.put_u16(*node),
+            Request::NodeInfo(node) | Request::Routes(node) => dst.put_u16(*node),
         }
         Ok(())
     })
@@ -171,6 +176,7 @@ pub fn encode_response(
         Response::Done => (opcode::DONE, 0),
         Response::NodeInfo(_) => (opcode::NODE_INFO_ANSWER, 0),
         Response::Cluster(_) => (opcode::CLUSTER_ANSWER, 0),
+        Response::Routes(_) => (opcode::ROUTES_ANSWER, 0),
         Response::Error { status, .. } => (opcode::ERROR, *status as u8),
     };
     frame_into(dst, FrameHeader::new(op, status, 0, tag), |dst| {
@@ -215,6 +221,14 @@ pub fn encode_response(
                 })?;
                 dst.extend_from_slice(&json);
             }
+            Response::Routes(info) => {
+                check_routes(info)?;
+                let json = serde_json::to_vec(info).map_err(|e| ProtoError::Malformed {
+                    what: "Routes answer",
+                    reason: e.to_string(),
+                })?;
+                dst.extend_from_slice(&json);
+            }
             Response::Error { message, .. } => {
                 dst.extend_from_slice(bounded_message(message).as_bytes())
             }
@@ -230,6 +244,25 @@ fn check_addr(addr: &str) -> Result<(), ProtoError> {
             len: addr.len(),
             limit: MAX_ADDR_BYTES,
         });
+    }
+    Ok(())
+}
+
+fn check_routes(info: &RoutesInfo) -> Result<(), ProtoError> {
+    for (what, len) in [
+        ("route count", info.routes.len()),
+        ("link count", info.links.len()),
+    ] {
+        if len > MAX_CLUSTER_MEMBERS {
+            return Err(ProtoError::TooLarge {
+                what,
+                len,
+                limit: MAX_CLUSTER_MEMBERS,
+            });
+        }
+    }
+    for link in &info.links {
+        check_addr(&link.addr)?;
     }
     Ok(())
 }
@@ -344,6 +377,7 @@ fn what_of_request(op: u8) -> &'static str {
         opcode::ERASE_BLOCK => "EraseBlock",
         opcode::NODE_INFO => "NodeInfo",
         opcode::CLUSTER => "Cluster",
+        opcode::ROUTES => "Routes",
         _ => "request",
     }
 }
@@ -371,6 +405,7 @@ pub fn decode_request(frame: &Frame) -> Result<Request, ProtoError> {
             },
         }),
         opcode::NODE_INFO => Request::NodeInfo(c.u16("node")?),
+        opcode::ROUTES => Request::Routes(c.u16("node")?),
         other => {
             return Err(ProtoError::UnknownOpcode {
                 opcode: other,
@@ -457,6 +492,18 @@ pub fn decode_response(frame: &Frame) -> Result<Response, ProtoError> {
                 })?;
             }
             Response::Cluster(members)
+        }
+        opcode::ROUTES_ANSWER => {
+            let info: RoutesInfo =
+                serde_json::from_slice(&frame.body).map_err(|e| ProtoError::Malformed {
+                    what: "Routes answer",
+                    reason: e.to_string(),
+                })?;
+            check_routes(&info).map_err(|e| ProtoError::Malformed {
+                what: "Routes answer",
+                reason: e.to_string(),
+            })?;
+            Response::Routes(Box::new(info))
         }
         opcode::ERROR => {
             let status = Status::from_u8(frame.header.status)

@@ -42,6 +42,7 @@ fn requests() -> Vec<Request> {
         }),
         Request::NodeInfo(12),
         Request::Cluster,
+        Request::Routes(7),
     ]
 }
 
@@ -92,6 +93,19 @@ fn responses() -> Vec<Response> {
                 addr: "127.0.0.1:7401".into(),
             },
         ]),
+        Response::Routes(Box::new(RoutesInfo {
+            node: 1,
+            links: vec![LinkEntry {
+                peer: 2,
+                addr: "127.0.0.1:7402".into(),
+                in_flight: 3,
+            }],
+            routes: vec![RouteEntry {
+                dest: 3,
+                next_hop: 2,
+                hops: 2,
+            }],
+        })),
         Response::Error {
             status: Status::UnknownNode,
             message: "node 9 is not a member".into(),

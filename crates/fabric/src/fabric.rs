@@ -1,0 +1,1077 @@
+//! The fabric of one node: its links, the link-state database and routing
+//! table they feed, and the switch that moves request and answer fragments
+//! between links (or to and from this node) under tags of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use quarry_proto::{
+    decode_request, decode_response, encode_request, encode_response, FrameCodec, LinkEntry,
+    NodeEntry, NodeId, Request, Response, RouteEntry, RoutesInfo, Status, HEADER_LEN_BYTES,
+    MAX_BODY_BYTES, PROTOCOL_VERSION,
+};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, watch};
+use tokio_util::codec::{Decoder, FramedRead};
+
+use crate::link::{lock, Inbound, Link, OutFragment, Pending, Release};
+use crate::topology::{LinkAdvert, LinkStateDb, RoutingTable};
+use crate::wire::{
+    decode_credit, decode_json, encode_json, Channel, Hello, Kind, LinkCodec, LinkFrame,
+    LinkHeader,
+};
+use crate::{FabricConfig, FabricError};
+
+/// Largest client-protocol frame carried over a link (a maximal page).
+const MAX_MESSAGE_BYTES: usize = HEADER_LEN_BYTES + MAX_BODY_BYTES as usize;
+
+/// Runs a request addressed to this node (a device operation, a NodeInfo) and
+/// answers it.
+pub type LocalHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response> + Send + Sync>;
+
+/// One node's view of the storage network, and the switch that forwards
+/// requests hop by hop. Cloning is cheap; clones share everything.
+///
+/// Links come from [`Fabric::start`]'s neighbour list (dialled and redialled
+/// by this node) and from neighbours that dial in ([`Fabric::accept`]).
+/// Every change of a link floods a new link-state advertisement, and every node
+/// recomputes its shortest routes from what it has heard, so a node plugged in
+/// with one link becomes reachable from all, and traffic moves off a dead link
+/// onto another path if there is one.
+#[derive(Clone)]
+pub struct Fabric {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    local: NodeEntry,
+    instance: u64,
+    config: FabricConfig,
+    handler: LocalHandler,
+    state: RwLock<State>,
+    /// Bumped on every routing change; route lookups wait on it.
+    version: watch::Sender<u64>,
+    started: Instant,
+    next_serial: AtomicU64,
+    stop: watch::Sender<bool>,
+}
+
+struct State {
+    links: BTreeMap<NodeId, Arc<Link>>,
+    db: LinkStateDb,
+    table: RoutingTable,
+    sequence: u64,
+}
+
+impl Fabric {
+    /// Starts the fabric of node `local` on the current tokio runtime: it
+    /// dials each of `neighbors` (and keeps redialling any that drop), and
+    /// runs requests that arrive for this node with `handler`.
+    pub fn start(
+        local: NodeEntry,
+        neighbors: Vec<NodeEntry>,
+        config: FabricConfig,
+        handler: LocalHandler,
+    ) -> Result<Fabric, FabricError> {
+        config.validate()?;
+        let mut seen = BTreeSet::new();
+        for neighbor in &neighbors {
+            if neighbor.id == local.id {
+                return Err(FabricError::SelfAmongPeers {
+                    id: neighbor.id,
+                    addr: neighbor.addr.clone(),
+                });
+            }
+            if !seen.insert(neighbor.id) {
+                return Err(FabricError::DuplicatePeer {
+                    id: neighbor.id,
+                    addr: neighbor.addr.clone(),
+                });
+            }
+        }
+        if neighbors.len() + 1 > crate::MAX_MEMBERS {
+            return Err(FabricError::TooManyMembers {
+                limit: crate::MAX_MEMBERS,
+            });
+        }
+        // A restarted node's adverts must supersede its previous run's.
+        let instance = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(1);
+        let mut db = LinkStateDb::new();
+        db.apply(LinkAdvert {
+            origin: local.id,
+            addr: local.addr.clone(),
+            sequence: instance,
+            neighbors: BTreeSet::new(),
+        });
+        let (stop, _) = watch::channel(false);
+        let fabric = Fabric {
+            inner: Arc::new(Inner {
+                local,
+                instance,
+                config,
+                handler,
+                state: RwLock::new(State {
+                    links: BTreeMap::new(),
+                    db,
+                    table: RoutingTable::default(),
+                    sequence: instance,
+                }),
+                version: watch::channel(0).0,
+                started: Instant::now(),
+                next_serial: AtomicU64::new(1),
+                stop,
+            }),
+        };
+        for neighbor in neighbors {
+            tokio::spawn(fabric.inner.clone().dial_loop(neighbor));
+        }
+        tokio::spawn(fabric.inner.clone().housekeeping());
+        Ok(fabric)
+    }
+
+    /// This node.
+    pub fn local(&self) -> &NodeEntry {
+        &self.inner.local
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &FabricConfig {
+        &self.inner.config
+    }
+
+    /// Takes over a connection a neighbour opened (its first bytes are the
+    /// link magic); returns at once, the handshake runs in the background.
+    pub fn accept(&self, stream: TcpStream) {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let peer = stream
+                .peer_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            if let Err(e) = inner.clone().run_link(stream, None).await {
+                tracing::warn!(%peer, "link refused: {e}");
+            }
+        });
+    }
+
+    /// Delivers `request` (which has crossed `hops` links so far) to node
+    /// `dest` over the fabric and returns its answer, or an error answer
+    /// naming why it could not: no such node, no live path, timeout, busy,
+    /// hop limit. `flow` names the requester, for fair sharing of links.
+    /// Completes within the route wait plus the request timeout.
+    pub async fn route(&self, dest: NodeId, request: Request, hops: u8, flow: u32) -> Response {
+        self.inner.clone().route(dest, request, hops, flow).await
+    }
+
+    /// This node and every node it has a route to, by id.
+    pub fn members(&self) -> Vec<NodeEntry> {
+        let state = self.inner.read();
+        let mut members = vec![self.inner.local.clone()];
+        for route in state.table.routes() {
+            if let Some(advert) = state.db.get(route.dest) {
+                members.push(NodeEntry {
+                    id: route.dest,
+                    addr: advert.addr.clone(),
+                });
+            }
+        }
+        members.sort_by_key(|m| m.id);
+        members
+    }
+
+    /// This node's links and routing table.
+    pub fn routes(&self) -> RoutesInfo {
+        let state = self.inner.read();
+        RoutesInfo {
+            node: self.inner.local.id,
+            links: state
+                .links
+                .values()
+                .filter(|link| !link.is_closed())
+                .map(|link| LinkEntry {
+                    peer: link.peer,
+                    addr: link.peer_addr.clone(),
+                    in_flight: link.in_flight() as u32,
+                })
+                .collect(),
+            routes: state
+                .table
+                .routes()
+                .map(|r| RouteEntry {
+                    dest: r.dest,
+                    next_hop: r.next_hop,
+                    hops: r.hops,
+                })
+                .collect(),
+        }
+    }
+
+    /// Waits until this node has a route to every node in `ids` or `timeout`
+    /// passes; returns whether it has.
+    pub async fn wait_for_routes(&self, ids: &[NodeId], timeout: Duration) -> bool {
+        let mut version = self.inner.version.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            {
+                let state = self.inner.read();
+                if ids
+                    .iter()
+                    .all(|id| *id == self.inner.local.id || state.table.route(*id).is_some())
+                {
+                    return true;
+                }
+            }
+            if tokio::time::timeout_at(deadline, version.changed())
+                .await
+                .is_err()
+            {
+                return false;
+            }
+        }
+    }
+
+    /// Closes every link and stops dialling.
+    pub fn shutdown(&self) {
+        let _ = self.inner.stop.send(true);
+        let links: Vec<Arc<Link>> = self.inner.read().links.values().cloned().collect();
+        for link in links {
+            self.inner.link_down(&link, "this node is shutting down");
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+fn error(status: Status, message: String) -> Response {
+    Response::Error { status, message }
+}
+
+fn encode_answer(answer: &Response) -> Bytes {
+    let mut buf = BytesMut::new();
+    if encode_response(0, answer, &mut buf).is_err() {
+        buf.clear();
+        let fallback = error(Status::Internal, "answer could not be encoded".into());
+        // An error answer with a short message always encodes.
+        let _ = encode_response(0, &fallback, &mut buf);
+    }
+    buf.freeze()
+}
+
+/// Decodes one whole client-protocol frame carried over a link.
+fn decode_frame(bytes: Bytes) -> Result<quarry_proto::Frame, String> {
+    let mut buf = BytesMut::from(&bytes[..]);
+    match FrameCodec.decode(&mut buf) {
+        Ok(Some(frame)) if buf.is_empty() => Ok(frame),
+        Ok(Some(_)) => Err(format!("{} bytes after the frame", buf.len())),
+        Ok(None) => Err(format!("truncated frame of {} bytes", bytes.len())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Requests that change nothing, so one that failed because a link died may
+/// be sent again on another path.
+fn is_idempotent(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::Ping
+            | Request::ReadPage(_)
+            | Request::NodeInfo(_)
+            | Request::Cluster
+            | Request::Routes(_)
+    )
+}
+
+impl Inner {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    async fn route(self: Arc<Self>, dest: NodeId, request: Request, hops: u8, flow: u32) -> Response {
+        let hops = hops.saturating_add(1);
+        if let Err(refusal) = crate::check_hops(hops, self.config.max_hops) {
+            return refusal;
+        }
+        let local = self.local.id;
+        if dest == local {
+            return error(
+                Status::Internal,
+                format!("node {dest} is this node; a local request reached the fabric"),
+            );
+        }
+        let mut message = BytesMut::new();
+        if let Err(e) = encode_request(0, hops, &request, &mut message) {
+            return error(Status::BadRequest, format!("cannot forward to node {dest}: {e}"));
+        }
+        let message = message.freeze();
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        let attempts = if is_idempotent(&request) { 2 } else { 1 };
+        let mut last_failure = String::new();
+        for _ in 0..attempts {
+            let link = match self.next_link(dest).await {
+                Ok(link) => link,
+                Err(refusal) => return refusal,
+            };
+            let (reply, answer) = oneshot::channel();
+            let stream = lock(&link.outbound).insert(Pending::Local {
+                buf: BytesMut::new(),
+                reply,
+            });
+            let Some(stream) = stream else {
+                return error(
+                    Status::Busy,
+                    format!(
+                        "link to node {} has {} requests in flight, the limit",
+                        link.peer, self.config.max_streams_per_link
+                    ),
+                );
+            };
+            let header = LinkHeader {
+                kind: Kind::Request,
+                channel: Channel::Control,
+                flags: 0,
+                hops,
+                stream,
+                dest,
+                origin: local,
+                flow,
+                len_bytes: 0,
+            };
+            link.send_message(header, message.clone());
+            match tokio::time::timeout_at(deadline, answer).await {
+                Ok(Ok(Ok(bytes))) => {
+                    return match decode_frame(bytes).and_then(|frame| {
+                        decode_response(&frame).map_err(|e| e.to_string())
+                    }) {
+                        Ok(answer) => answer,
+                        Err(e) => error(
+                            Status::Internal,
+                            format!("node {dest} sent a malformed answer: {e}"),
+                        ),
+                    };
+                }
+                Ok(Ok(Err(reason))) => last_failure = reason,
+                Ok(Err(_)) => last_failure = format!("link to node {} closed", link.peer),
+                Err(_) => {
+                    lock(&link.outbound).remove(stream);
+                    return error(
+                        Status::Timeout,
+                        format!(
+                            "node {dest} did not answer within {} ms (sent via node {})",
+                            self.config.request_timeout.as_millis(),
+                            link.peer
+                        ),
+                    );
+                }
+            }
+        }
+        error(
+            Status::NodeUnreachable,
+            format!("node {dest} is unreachable: {last_failure}"),
+        )
+    }
+
+    /// The link towards `dest`, waiting up to the route wait for a route to
+    /// appear (a link coming up, or a reroute after one went down).
+    async fn next_link(&self, dest: NodeId) -> Result<Arc<Link>, Response> {
+        let mut version = self.version.subscribe();
+        let deadline = tokio::time::Instant::now() + self.config.route_wait;
+        loop {
+            let known = {
+                let state = self.read();
+                if let Some(route) = state.table.route(dest) {
+                    if let Some(link) = state.links.get(&route.next_hop) {
+                        if !link.is_closed() {
+                            return Ok(link.clone());
+                        }
+                    }
+                }
+                state.db.get(dest).is_some()
+            };
+            // An id never heard of is only worth waiting for while the fabric
+            // is still discovering the network.
+            let discovering = self.started.elapsed() < self.config.route_wait * 2;
+            let waited_out = tokio::time::Instant::now() >= deadline;
+            if waited_out || (!known && !discovering) {
+                let reachable: Vec<String> = {
+                    let state = self.read();
+                    std::iter::once(self.local.id)
+                        .chain(state.table.routes().map(|r| r.dest))
+                        .map(|id| id.to_string())
+                        .collect()
+                };
+                let reachable = reachable.join(",");
+                return Err(if known {
+                    error(
+                        Status::NodeUnreachable,
+                        format!(
+                            "node {dest} is unreachable from node {}: no live path to it (reachable: {reachable})",
+                            self.local.id
+                        ),
+                    )
+                } else {
+                    error(
+                        Status::UnknownNode,
+                        format!(
+                            "node {dest} is not known to node {}; reachable nodes are {reachable}",
+                            self.local.id
+                        ),
+                    )
+                });
+            }
+            let _ = tokio::time::timeout_at(deadline, version.changed()).await;
+        }
+    }
+
+    /// Dials `neighbor` whenever there is no live link to it.
+    async fn dial_loop(self: Arc<Self>, neighbor: NodeEntry) {
+        let mut stop = self.stop.subscribe();
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let existing = self.read().links.get(&neighbor.id).cloned();
+            if let Some(link) = existing.filter(|l| !l.is_closed()) {
+                tokio::select! {
+                    _ = link.closed() => {}
+                    _ = stop.changed() => return,
+                }
+            } else {
+                let dialled = tokio::time::timeout(
+                    self.config.connect_timeout,
+                    TcpStream::connect(&neighbor.addr),
+                )
+                .await;
+                match dialled {
+                    Ok(Ok(stream)) => {
+                        let inner = self.clone();
+                        let id = neighbor.id;
+                        // The link runs in its own task; this loop waits for
+                        // it to be registered or to fail.
+                        let result = tokio::select! {
+                            r = inner.run_link(stream, Some(id)) => r,
+                            _ = stop.changed() => return,
+                        };
+                        if let Err(e) = result {
+                            tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "link: {e}");
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "dial failed: {e}")
+                    }
+                    Err(_) => tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "dial timed out"),
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.retry_backoff) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// Handshakes on `stream`, registers the link and serves it until it
+    /// closes. `expect` is the neighbour dialled, or None for an accepted link.
+    async fn run_link(self: Arc<Self>, stream: TcpStream, expect: Option<NodeId>) -> Result<(), FabricError> {
+        let _ = stream.set_nodelay(true);
+        let (reader, mut writer) = stream.into_split();
+        let mut frames = FramedRead::with_capacity(reader, LinkCodec, 128 * 1024);
+        let hello = Hello {
+            id: self.local.id,
+            addr: self.local.addr.clone(),
+            instance: self.instance,
+            expect,
+        };
+        let handshake = async {
+            let mut buf = BytesMut::new();
+            encode_json(Kind::Hello, &hello, &mut buf)?;
+            tokio::io::AsyncWriteExt::write_all(&mut writer, &buf).await?;
+            match frames.next().await {
+                Some(Ok(frame)) if frame.header.kind == Kind::Hello => {
+                    decode_json::<Hello>(Kind::Hello, &frame.payload)
+                }
+                Some(Ok(frame)) => Err(FabricError::BadLinkFrame {
+                    reason: format!("expected Hello, got {:?}", frame.header.kind),
+                }),
+                Some(Err(e)) => Err(e),
+                None => Err(FabricError::BadLinkFrame {
+                    reason: "closed during the handshake".into(),
+                }),
+            }
+        };
+        let theirs = tokio::time::timeout(self.config.connect_timeout, handshake)
+            .await
+            .map_err(|_| FabricError::BadLinkFrame {
+                reason: format!(
+                    "no handshake within {} ms",
+                    self.config.connect_timeout.as_millis()
+                ),
+            })??;
+        if theirs.id == self.local.id {
+            return Err(FabricError::BadLinkFrame {
+                reason: format!("the node at {} has this node's own id {}", theirs.addr, theirs.id),
+            });
+        }
+        if let Some(expected) = expect {
+            if theirs.id != expected {
+                return Err(FabricError::BadLinkFrame {
+                    reason: format!(
+                        "dialled node {expected} but the node there says it is node {}",
+                        theirs.id
+                    ),
+                });
+            }
+        }
+        if let Some(expected) = theirs.expect {
+            if expected != self.local.id {
+                return Err(FabricError::BadLinkFrame {
+                    reason: format!(
+                        "node {} dialled this node as node {expected}, but it is node {}",
+                        theirs.id, self.local.id
+                    ),
+                });
+            }
+        }
+        let dialer = if expect.is_some() { self.local.id } else { theirs.id };
+        let link = Arc::new(Link::new(
+            self.next_serial.fetch_add(1, Ordering::Relaxed),
+            theirs.id,
+            theirs.addr.clone(),
+            theirs.instance,
+            dialer,
+            self.config.window_fragments,
+            self.config.max_streams_per_link,
+        ));
+        link.heard();
+        if !self.register(&link) {
+            return Ok(());
+        }
+        tracing::info!(peer = link.peer, addr = %link.peer_addr, serial = link.serial, "link up");
+        let writer_task = tokio::spawn(link.clone().write_loop(writer, self.config.keepalive_interval));
+        let reason = match self.clone().read_loop(&link, &mut frames).await {
+            Ok(()) => "closed by the peer".to_string(),
+            Err(e) => e.to_string(),
+        };
+        self.link_down(&link, &reason);
+        writer_task.abort();
+        Ok(())
+    }
+
+    /// Adds `link` to the live links, unless a better link to the same peer is
+    /// already there; returns whether it was added.
+    fn register(self: &Arc<Self>, link: &Arc<Link>) -> bool {
+        let mut state = self.write();
+        if let Some(existing) = state.links.get(&link.peer).cloned() {
+            if !existing.is_closed() {
+                // Both ends dialled each other: both keep the link the lower id
+                // dialled. A peer that restarted replaces its old link.
+                let keep_existing = existing.peer_instance == link.peer_instance
+                    && existing.dialer != link.dialer
+                    && existing.dialer < link.dialer;
+                if keep_existing {
+                    return false;
+                }
+                existing.close();
+                self.fail_streams(&existing, "replaced by a newer link");
+            }
+        }
+        state.links.insert(link.peer, link.clone());
+        // The new neighbour learns everything this node knows at once.
+        let mut adverts = BytesMut::new();
+        for advert in state.db.adverts() {
+            if encode_json(Kind::Advert, advert, &mut adverts).is_err() {
+                tracing::error!(origin = advert.origin, "advert too large to send");
+            }
+        }
+        link.send_control(adverts.freeze());
+        self.readvertise(&mut state);
+        true
+    }
+
+    /// Floods a new advert of this node's live links and recomputes routes.
+    fn readvertise(&self, state: &mut State) {
+        state.sequence += 1;
+        let advert = LinkAdvert {
+            origin: self.local.id,
+            addr: self.local.addr.clone(),
+            sequence: state.sequence,
+            neighbors: state
+                .links
+                .values()
+                .filter(|l| !l.is_closed())
+                .map(|l| l.peer)
+                .collect(),
+        };
+        state.db.apply(advert.clone());
+        self.flood(state, &advert, None);
+        self.recompute(state);
+    }
+
+    fn flood(&self, state: &State, advert: &LinkAdvert, except: Option<NodeId>) {
+        let mut frame = BytesMut::new();
+        if encode_json(Kind::Advert, advert, &mut frame).is_err() {
+            return;
+        }
+        let frame = frame.freeze();
+        for link in state.links.values() {
+            if Some(link.peer) != except && !link.send_control(frame.clone()) && !link.is_closed() {
+                tracing::warn!(peer = link.peer, "advert dropped: control backlog full");
+            }
+        }
+    }
+
+    fn recompute(&self, state: &mut State) {
+        let table = RoutingTable::compute(self.local.id, &state.db);
+        if table != state.table {
+            tracing::info!(
+                routes = ?table.routes().map(|r| (r.dest, r.next_hop, r.hops)).collect::<Vec<_>>(),
+                "routes changed"
+            );
+            state.table = table;
+        }
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    fn on_advert(&self, from: &Arc<Link>, advert: LinkAdvert) {
+        let mut state = self.write();
+        if advert.origin == self.local.id {
+            // An advert of this node's previous run: outbid it.
+            if advert.sequence >= state.sequence {
+                state.sequence = advert.sequence;
+                self.readvertise(&mut state);
+            }
+            return;
+        }
+        if state.db.apply(advert.clone()) {
+            self.flood(&state, &advert, Some(from.peer));
+            self.recompute(&mut state);
+        }
+    }
+
+    /// Takes `link` out of service: new routes, and every stream on it
+    /// failed or aborted so nobody waits for the timeout.
+    fn link_down(&self, link: &Arc<Link>, reason: &str) {
+        let first = link.close();
+        {
+            let mut state = self.write();
+            if state
+                .links
+                .get(&link.peer)
+                .is_some_and(|l| Arc::ptr_eq(l, link))
+            {
+                state.links.remove(&link.peer);
+                if !self.stopped() {
+                    self.readvertise(&mut state);
+                }
+                tracing::warn!(peer = link.peer, addr = %link.peer_addr, "link down: {reason}");
+            }
+        }
+        if first {
+            self.fail_streams(link, reason);
+        }
+    }
+
+    fn fail_streams(&self, link: &Arc<Link>, reason: &str) {
+        let why = format!(
+            "link from node {} to node {} lost: {reason}",
+            self.local.id, link.peer
+        );
+        let pending = lock(&link.outbound).drain();
+        for entry in pending {
+            match entry {
+                Pending::Local { reply, .. } => {
+                    let _ = reply.send(Err(why.clone()));
+                }
+                Pending::Forward {
+                    up,
+                    up_stream,
+                    started,
+                    ..
+                } => self.fail_upstream(&up, up_stream, started, &why),
+            }
+        }
+        let inbound: Vec<Inbound> = lock(&link.inbound).drain().map(|(_, v)| v).collect();
+        for entry in inbound {
+            if let Inbound::Forward { down, down_stream } = entry {
+                lock(&down.outbound).remove(down_stream);
+                down.send_abort(Kind::AbortRequest, down_stream);
+            }
+        }
+    }
+
+    /// Tells `up` its stream failed: an error answer if nothing of the answer
+    /// went back yet, else an abort of the half-sent answer.
+    fn fail_upstream(&self, up: &Arc<Link>, up_stream: u32, started: bool, why: &str) {
+        if started {
+            up.send_abort(Kind::AbortResponse, up_stream);
+        } else {
+            let answer = encode_answer(&error(Status::NodeUnreachable, why.to_string()));
+            let mut header = LinkHeader::control(Kind::Response, 0);
+            header.stream = up_stream;
+            header.origin = self.local.id;
+            up.send_message(header, answer);
+        }
+    }
+
+    async fn read_loop(
+        self: Arc<Self>,
+        link: &Arc<Link>,
+        frames: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, LinkCodec>,
+    ) -> Result<(), FabricError> {
+        loop {
+            let frame = tokio::select! {
+                frame = frames.next() => frame,
+                _ = link.closed() => return Ok(()),
+            };
+            let Some(frame) = frame else {
+                return Ok(());
+            };
+            let frame = frame?;
+            link.heard();
+            self.on_frame(link, frame)?;
+        }
+    }
+
+    fn on_frame(self: &Arc<Self>, link: &Arc<Link>, frame: LinkFrame) -> Result<(), FabricError> {
+        let LinkFrame { header, payload } = frame;
+        match header.kind {
+            Kind::Keepalive => Ok(()),
+            Kind::Credit => {
+                let (control, data) = decode_credit(&payload)?;
+                link.add_credits(control, data)
+            }
+            Kind::Hello => Err(FabricError::BadLinkFrame {
+                reason: "a second Hello".into(),
+            }),
+            Kind::Advert => {
+                let advert: LinkAdvert = decode_json(Kind::Advert, &payload)?;
+                if advert.neighbors.len() > crate::MAX_MEMBERS {
+                    return Err(FabricError::BadLinkFrame {
+                        reason: format!("advert lists {} neighbours", advert.neighbors.len()),
+                    });
+                }
+                self.on_advert(link, advert);
+                Ok(())
+            }
+            Kind::Request => {
+                link.receive(header.channel)?;
+                self.on_request_fragment(link, header, payload)
+            }
+            Kind::Response => {
+                link.receive(header.channel)?;
+                self.on_response_fragment(link, header, payload);
+                Ok(())
+            }
+            Kind::AbortRequest => {
+                let entry = lock(&link.inbound).remove(&header.stream);
+                if let Some(Inbound::Forward { down, down_stream }) = entry {
+                    lock(&down.outbound).remove(down_stream);
+                    down.send_abort(Kind::AbortRequest, down_stream);
+                }
+                Ok(())
+            }
+            Kind::AbortResponse => {
+                let entry = lock(&link.outbound).remove(header.stream);
+                match entry {
+                    Some(Pending::Local { reply, .. }) => {
+                        let _ = reply.send(Err(format!(
+                            "node {} broke off the answer",
+                            link.peer
+                        )));
+                    }
+                    Some(Pending::Forward { up, up_stream, .. }) => {
+                        up.send_abort(Kind::AbortResponse, up_stream);
+                    }
+                    None => {}
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn release(link: &Arc<Link>, channel: Channel) -> Option<Release> {
+        Some(Release {
+            link: link.clone(),
+            channel,
+        })
+    }
+
+    fn on_request_fragment(
+        self: &Arc<Self>,
+        link: &Arc<Link>,
+        header: LinkHeader,
+        payload: Bytes,
+    ) -> Result<(), FabricError> {
+        let stream = header.stream;
+        let mut inbound = lock(&link.inbound);
+        if header.is_first() {
+            if inbound.contains_key(&stream) {
+                return Err(FabricError::BadLinkFrame {
+                    reason: format!("node {} reopened stream {stream:#x}", link.peer),
+                });
+            }
+            let entry = self.open_inbound(link, &header);
+            inbound.insert(stream, entry);
+        }
+        let Some(entry) = inbound.get_mut(&stream) else {
+            // The stream was dropped (its link closed, or it timed out).
+            drop(inbound);
+            link.release(header.channel);
+            return Ok(());
+        };
+        match entry {
+            Inbound::Local { buf, .. } => {
+                if buf.len() + payload.len() > MAX_MESSAGE_BYTES {
+                    return Err(FabricError::BadLinkFrame {
+                        reason: format!("request stream {stream:#x} exceeds {MAX_MESSAGE_BYTES} bytes"),
+                    });
+                }
+                buf.extend_from_slice(&payload);
+                link.release(header.channel);
+                if header.is_last() {
+                    if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
+                        drop(inbound);
+                        tokio::spawn(self.clone().serve_local(link.clone(), header, buf.freeze(), permit));
+                    }
+                }
+            }
+            Inbound::Forward { down, down_stream } => {
+                let down = down.clone();
+                let mut forwarded = header;
+                forwarded.stream = *down_stream;
+                forwarded.hops = header.hops.saturating_add(1);
+                if header.is_last() {
+                    inbound.remove(&stream);
+                }
+                drop(inbound);
+                down.send(OutFragment {
+                    header: forwarded,
+                    payload,
+                    release: Self::release(link, header.channel),
+                });
+            }
+            Inbound::Discard => {
+                if header.is_last() {
+                    inbound.remove(&stream);
+                }
+                drop(inbound);
+                link.release(header.channel);
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides what becomes of a new request stream: run here, forward under a
+    /// tag of the next link, or answer with an error at once.
+    fn open_inbound(self: &Arc<Self>, link: &Arc<Link>, header: &LinkHeader) -> Inbound {
+        let refuse = |status: Status, message: String| {
+            let mut answer_header = LinkHeader::control(Kind::Response, 0);
+            answer_header.stream = header.stream;
+            answer_header.origin = header.origin;
+            answer_header.flow = header.flow;
+            link.send_message(answer_header, encode_answer(&error(status, message)));
+            Inbound::Discard
+        };
+        if header.dest == self.local.id {
+            return match link.local_permits.clone().try_acquire_owned() {
+                Ok(permit) => Inbound::Local {
+                    buf: BytesMut::new(),
+                    permit,
+                },
+                Err(_) => refuse(
+                    Status::Busy,
+                    format!(
+                        "node {} has {} requests from node {} running, the limit",
+                        self.local.id, self.config.max_streams_per_link, link.peer
+                    ),
+                ),
+            };
+        }
+        let next_hops = header.hops.saturating_add(1);
+        if let Err(Response::Error { status, message }) =
+            crate::check_hops(next_hops, self.config.max_hops)
+        {
+            return refuse(status, message);
+        }
+        let down = {
+            let state = self.read();
+            state
+                .table
+                .route(header.dest)
+                .and_then(|route| state.links.get(&route.next_hop).cloned())
+                .filter(|down| !down.is_closed())
+        };
+        let Some(down) = down else {
+            return refuse(
+                Status::NodeUnreachable,
+                format!(
+                    "node {} is unreachable from node {}: no live path to it",
+                    header.dest, self.local.id
+                ),
+            );
+        };
+        let tag = lock(&down.outbound).insert(Pending::Forward {
+            up: link.clone(),
+            up_stream: header.stream,
+            started: false,
+            created: Instant::now(),
+        });
+        match tag {
+            Some(down_stream) => Inbound::Forward { down, down_stream },
+            None => refuse(
+                Status::Busy,
+                format!(
+                    "link from node {} to node {} has {} requests in flight, the limit",
+                    self.local.id, down.peer, self.config.max_streams_per_link
+                ),
+            ),
+        }
+    }
+
+    fn on_response_fragment(&self, link: &Arc<Link>, header: LinkHeader, payload: Bytes) {
+        let mut outbound = lock(&link.outbound);
+        let Some(entry) = outbound.get_mut(header.stream) else {
+            // Its requester gave up (timeout) or its upstream link died.
+            drop(outbound);
+            link.release(header.channel);
+            return;
+        };
+        match entry {
+            Pending::Local { buf, .. } => {
+                let too_big = buf.len() + payload.len() > MAX_MESSAGE_BYTES;
+                if !too_big {
+                    buf.extend_from_slice(&payload);
+                }
+                if header.is_last() || too_big {
+                    if let Some(Pending::Local { buf, reply }) = outbound.remove(header.stream) {
+                        let result = if too_big {
+                            Err(format!("answer from node {} exceeds {MAX_MESSAGE_BYTES} bytes", link.peer))
+                        } else {
+                            Ok(buf.freeze())
+                        };
+                        let _ = reply.send(result);
+                    }
+                }
+                drop(outbound);
+                link.release(header.channel);
+            }
+            Pending::Forward {
+                up,
+                up_stream,
+                started,
+                ..
+            } => {
+                *started = true;
+                let up = up.clone();
+                let mut forwarded = header;
+                forwarded.stream = *up_stream;
+                if header.is_last() {
+                    outbound.remove(header.stream);
+                }
+                drop(outbound);
+                up.send(OutFragment {
+                    header: forwarded,
+                    payload,
+                    release: Self::release(link, header.channel),
+                });
+            }
+        }
+    }
+
+    /// Runs a request that arrived over `link` for this node and sends its
+    /// answer back on the same stream.
+    async fn serve_local(
+        self: Arc<Self>,
+        link: Arc<Link>,
+        header: LinkHeader,
+        message: Bytes,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) {
+        let answer = match decode_frame(message) {
+            Err(reason) => error(Status::BadRequest, format!("malformed request: {reason}")),
+            Ok(frame) if frame.header.version != PROTOCOL_VERSION => error(
+                Status::UnsupportedVersion,
+                format!(
+                    "protocol version {} is not spoken here ({PROTOCOL_VERSION} is)",
+                    frame.header.version
+                ),
+            ),
+            Ok(frame) => match decode_request(&frame) {
+                Err(e) => error(Status::BadRequest, e.to_string()),
+                Ok(Request::Routes(_)) => Response::Routes(Box::new(
+                    Fabric {
+                        inner: self.clone(),
+                    }
+                    .routes(),
+                )),
+                Ok(request) => (self.handler)(request).await,
+            },
+        };
+        drop(permit);
+        let mut answer_header = LinkHeader::control(Kind::Response, 0);
+        answer_header.stream = header.stream;
+        answer_header.origin = header.origin;
+        answer_header.flow = header.flow;
+        link.send_message(answer_header, encode_answer(&answer));
+    }
+
+    /// Declares silent links dead and drops forwarded streams whose answer is
+    /// long overdue, so no table grows with a peer that stopped answering.
+    async fn housekeeping(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        let tick = self.config.keepalive_interval;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = stop.changed() => return,
+            }
+            let links: Vec<Arc<Link>> = self.read().links.values().cloned().collect();
+            for link in links {
+                let silent = link.silent_for();
+                if silent > self.config.dead_after {
+                    self.link_down(
+                        &link,
+                        &format!("nothing heard for {} ms", silent.as_millis()),
+                    );
+                    continue;
+                }
+                let stale = lock(&link.outbound).stale_forwards(self.config.request_timeout * 2);
+                for tag in stale {
+                    let entry = lock(&link.outbound).remove(tag);
+                    if let Some(Pending::Forward {
+                        up,
+                        up_stream,
+                        started,
+                        ..
+                    }) = entry
+                    {
+                        let why = format!("node {} did not answer in time", link.peer);
+                        self.fail_upstream(&up, up_stream, started, &why);
+                    }
+                }
+            }
+        }
+    }
+}

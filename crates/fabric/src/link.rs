@@ -1,0 +1,505 @@
+//! One live link to a neighbour: its send queues (a rotating queue of flows
+//! per virtual channel), its credits, and the tables that map the streams on
+//! it to where their other end is.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use quarry_proto::NodeId;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{oneshot, Notify, Semaphore};
+
+use crate::wire::{encode_credit, flags, Channel, Kind, LinkHeader, FRAGMENT_BYTES};
+use crate::FabricError;
+
+/// Largest write the link's writer gathers before it writes.
+const WRITE_BATCH_BYTES: usize = 256 * 1024;
+/// Most unsent control frames (adverts, aborts) a link holds; a peer that
+/// does not read them for this long is cut off rather than buffered for.
+pub(crate) const MAX_CONTROL_BACKLOG: usize = 4096;
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A fragment waiting to be written, and the credit its writing frees on the
+/// link it came in on (for a fragment being forwarded).
+pub(crate) struct OutFragment {
+    pub header: LinkHeader,
+    pub payload: Bytes,
+    pub release: Option<Release>,
+}
+
+/// A receive-buffer slot of `link`'s `channel`, freed once the fragment that
+/// holds it has moved on.
+pub(crate) struct Release {
+    pub link: Arc<Link>,
+    pub channel: Channel,
+}
+
+impl Release {
+    pub fn run(self) {
+        self.link.release(self.channel);
+    }
+}
+
+/// Fragments of one channel, queued per flow and sent one fragment per flow
+/// in turn (RFSA's rotating-priority arbiter): a requester streaming megabytes
+/// and one asking for a single page share the link fragment by fragment.
+#[derive(Default)]
+struct FlowQueues {
+    order: VecDeque<u32>,
+    flows: HashMap<u32, VecDeque<OutFragment>>,
+}
+
+impl FlowQueues {
+    fn push(&mut self, fragment: OutFragment) {
+        let flow = fragment.header.flow;
+        let queue = self.flows.entry(flow).or_default();
+        if queue.is_empty() {
+            self.order.push_back(flow);
+        }
+        queue.push_back(fragment);
+    }
+
+    fn pop(&mut self) -> Option<OutFragment> {
+        let flow = self.order.pop_front()?;
+        let queue = self.flows.get_mut(&flow)?;
+        let fragment = queue.pop_front();
+        if queue.is_empty() {
+            self.flows.remove(&flow);
+        } else {
+            self.order.push_back(flow);
+        }
+        fragment
+    }
+
+    fn drain(&mut self) -> Vec<OutFragment> {
+        self.order.clear();
+        self.flows.drain().flat_map(|(_, queue)| queue).collect()
+    }
+}
+
+struct Outbox {
+    /// Fragments this end may still send per channel before the peer frees
+    /// buffer space.
+    credits: [u32; 2],
+    queues: [FlowQueues; 2],
+    /// Encoded control frames that spend no credit.
+    control: VecDeque<Bytes>,
+    /// Credits to hand back to the peer in the next Credit frame.
+    credit_return: [u32; 2],
+}
+
+/// A stream this node sent a request on over this link, awaiting its answer.
+pub(crate) enum Pending {
+    /// The request entered here; the answer is assembled for `reply`.
+    Local {
+        buf: BytesMut,
+        reply: oneshot::Sender<Result<Bytes, String>>,
+    },
+    /// The request is being forwarded for `up`'s stream `up_stream`; answer
+    /// fragments go back there as they arrive.
+    Forward {
+        up: Arc<Link>,
+        up_stream: u32,
+        /// Some answer fragment has already been passed back.
+        started: bool,
+        created: Instant,
+    },
+}
+
+/// A request stream the peer sent on this link.
+pub(crate) enum Inbound {
+    /// For this node: its fragments are gathered, then the request runs.
+    Local {
+        buf: BytesMut,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    },
+    /// For a node further on: fragments pass to `down` as they arrive.
+    Forward { down: Arc<Link>, down_stream: u32 },
+    /// Already answered with an error; the rest of it is dropped.
+    Discard,
+}
+
+/// Streams this node opened on a link, by tag. A tag is the slot index in its
+/// low 16 bits and the slot's generation above, so an answer that comes after
+/// its request gave up cannot be taken for the slot's next request.
+pub(crate) struct TagTable {
+    slots: Vec<(u16, Option<Pending>)>,
+    free: Vec<u32>,
+    limit: usize,
+}
+
+impl TagTable {
+    fn new(limit: usize) -> TagTable {
+        TagTable {
+            slots: Vec::new(),
+            free: Vec::new(),
+            limit: limit.min(1 << 16),
+        }
+    }
+
+    pub fn insert(&mut self, pending: Pending) -> Option<u32> {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None if self.slots.len() < self.limit => {
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
+            }
+            None => return None,
+        };
+        let slot = &mut self.slots[index as usize];
+        debug_assert!(slot.1.is_none(), "a free tag slot holds a stream");
+        slot.1 = Some(pending);
+        Some(u32::from(slot.0) << 16 | index)
+    }
+
+    fn slot(&mut self, tag: u32) -> Option<&mut (u16, Option<Pending>)> {
+        let slot = self.slots.get_mut((tag & 0xFFFF) as usize)?;
+        (u32::from(slot.0) == tag >> 16 && slot.1.is_some()).then_some(slot)
+    }
+
+    pub fn get_mut(&mut self, tag: u32) -> Option<&mut Pending> {
+        self.slot(tag).and_then(|slot| slot.1.as_mut())
+    }
+
+    pub fn remove(&mut self, tag: u32) -> Option<Pending> {
+        let slot = self.slot(tag)?;
+        let pending = slot.1.take();
+        slot.0 = slot.0.wrapping_add(1);
+        self.free.push(tag & 0xFFFF);
+        pending
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Tags of forwarded streams older than `max_age`.
+    pub fn stale_forwards(&self, max_age: Duration) -> Vec<u32> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(index, (generation, pending))| match pending {
+                Some(Pending::Forward { created, .. }) if created.elapsed() > max_age => {
+                    Some(u32::from(*generation) << 16 | index as u32)
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn drain(&mut self) -> Vec<Pending> {
+        let mut all = Vec::new();
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if let Some(pending) = slot.1.take() {
+                slot.0 = slot.0.wrapping_add(1);
+                self.free.push(index as u32);
+                all.push(pending);
+            }
+        }
+        all
+    }
+}
+
+/// One live link to a neighbour.
+pub(crate) struct Link {
+    /// Unique among this process's links.
+    pub serial: u64,
+    pub peer: NodeId,
+    pub peer_addr: String,
+    pub peer_instance: u64,
+    /// The node that dialled; when both ends dial each other, the link dialled
+    /// by the lower id is kept.
+    pub dialer: NodeId,
+    window: u32,
+    out: Mutex<Outbox>,
+    writer_wake: Notify,
+    pub outbound: Mutex<TagTable>,
+    pub inbound: Mutex<HashMap<u32, Inbound>>,
+    /// Requests of the peer running on this node at once.
+    pub local_permits: Arc<Semaphore>,
+    /// Fragments received per channel whose buffer space is not yet freed.
+    held: [AtomicU32; 2],
+    closed: AtomicBool,
+    closed_notify: Notify,
+    created: Instant,
+    last_heard_ms: AtomicU64,
+}
+
+impl Link {
+    pub fn new(
+        serial: u64,
+        peer: NodeId,
+        peer_addr: String,
+        peer_instance: u64,
+        dialer: NodeId,
+        window: u32,
+        max_streams: usize,
+    ) -> Link {
+        Link {
+            serial,
+            peer,
+            peer_addr,
+            peer_instance,
+            dialer,
+            window,
+            out: Mutex::new(Outbox {
+                credits: [window; 2],
+                queues: [FlowQueues::default(), FlowQueues::default()],
+                control: VecDeque::new(),
+                credit_return: [0; 2],
+            }),
+            writer_wake: Notify::new(),
+            outbound: Mutex::new(TagTable::new(max_streams)),
+            inbound: Mutex::new(HashMap::new()),
+            local_permits: Arc::new(Semaphore::new(max_streams)),
+            held: [AtomicU32::new(0), AtomicU32::new(0)],
+            closed: AtomicBool::new(false),
+            closed_notify: Notify::new(),
+            created: Instant::now(),
+            last_heard_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Marks the link closed, wakes its tasks, and frees the receive slots
+    /// held by the fragments still queued on it. Returns false if it already was.
+    pub fn close(&self) -> bool {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.closed_notify.notify_waiters();
+        self.writer_wake.notify_one();
+        let dropped: Vec<OutFragment> = {
+            let mut out = lock(&self.out);
+            out.control.clear();
+            let mut all = out.queues[0].drain();
+            all.extend(out.queues[1].drain());
+            all
+        };
+        for fragment in dropped {
+            if let Some(release) = fragment.release {
+                release.run();
+            }
+        }
+        true
+    }
+
+    /// Completes when the link is closed.
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.closed_notify.notified();
+            if self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    pub fn heard(&self) {
+        let ms = self.created.elapsed().as_millis() as u64;
+        self.last_heard_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn silent_for(&self) -> Duration {
+        let now_ms = self.created.elapsed().as_millis() as u64;
+        Duration::from_millis(now_ms.saturating_sub(self.last_heard_ms.load(Ordering::Relaxed)))
+    }
+
+    /// Counts a received fragment against its channel's window; a peer that
+    /// sends beyond its credits breaks the protocol.
+    pub fn receive(&self, channel: Channel) -> Result<(), FabricError> {
+        let held = self.held[channel.index()].fetch_add(1, Ordering::AcqRel) + 1;
+        if held > self.window {
+            return Err(FabricError::BadLinkFrame {
+                reason: format!(
+                    "node {} sent {held} {channel:?} fragments against a window of {}",
+                    self.peer, self.window
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Frees one receive slot of `channel` and owes the peer a credit for it.
+    pub fn release(&self, channel: Channel) {
+        let before = self.held[channel.index()].fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "released more {channel:?} slots than were held");
+        if self.is_closed() {
+            return;
+        }
+        lock(&self.out).credit_return[channel.index()] += 1;
+        self.writer_wake.notify_one();
+    }
+
+    pub fn add_credits(&self, control: u32, data: u32) -> Result<(), FabricError> {
+        let mut out = lock(&self.out);
+        for (index, more) in [control, data].into_iter().enumerate() {
+            let credits = out.credits[index].saturating_add(more);
+            if credits > self.window {
+                return Err(FabricError::BadLinkFrame {
+                    reason: format!(
+                        "node {} returned credits beyond the window of {}",
+                        self.peer, self.window
+                    ),
+                });
+            }
+            out.credits[index] = credits;
+        }
+        drop(out);
+        self.writer_wake.notify_one();
+        Ok(())
+    }
+
+    /// Queues a fragment. On a closed link it is dropped and its receive slot
+    /// upstream freed; returns whether it was queued.
+    pub fn send(&self, fragment: OutFragment) -> bool {
+        if self.is_closed() {
+            if let Some(release) = fragment.release {
+                release.run();
+            }
+            return false;
+        }
+        lock(&self.out).queues[fragment.header.channel.index()].push(fragment);
+        self.writer_wake.notify_one();
+        true
+    }
+
+    /// Queues a whole message (a client-protocol frame) as fragments of one
+    /// stream.
+    pub fn send_message(&self, mut header: LinkHeader, message: Bytes) -> bool {
+        header.channel = Channel::for_message(message.len());
+        let count = message.len().div_ceil(FRAGMENT_BYTES).max(1);
+        let mut out = lock(&self.out);
+        if self.is_closed() {
+            return false;
+        }
+        for index in 0..count {
+            let start = index * FRAGMENT_BYTES;
+            let end = (start + FRAGMENT_BYTES).min(message.len());
+            let mut h = header;
+            h.flags = 0;
+            if index == 0 {
+                h.flags |= flags::FIRST;
+            }
+            if index + 1 == count {
+                h.flags |= flags::LAST;
+            }
+            h.len_bytes = (end - start) as u32;
+            out.queues[h.channel.index()].push(OutFragment {
+                header: h,
+                payload: message.slice(start..end),
+                release: None,
+            });
+        }
+        drop(out);
+        self.writer_wake.notify_one();
+        true
+    }
+
+    /// Queues an encoded control frame (advert, abort, keepalive). Returns
+    /// false if the link is closed or its control backlog is full.
+    pub fn send_control(&self, frame: Bytes) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        let mut out = lock(&self.out);
+        if out.control.len() >= MAX_CONTROL_BACKLOG {
+            return false;
+        }
+        out.control.push_back(frame);
+        drop(out);
+        self.writer_wake.notify_one();
+        true
+    }
+
+    pub fn send_abort(&self, kind: Kind, stream: u32) -> bool {
+        let mut header = LinkHeader::control(kind, 0);
+        header.stream = stream;
+        let mut frame = BytesMut::with_capacity(crate::wire::LINK_HEADER_BYTES);
+        header.put(&mut frame);
+        self.send_control(frame.freeze())
+    }
+
+    pub fn in_flight(&self) -> usize {
+        lock(&self.outbound).len()
+    }
+
+    /// Writes whatever is queued, control frames first, then each channel as
+    /// far as its credits go, until the link closes. Sends a keepalive when
+    /// there has been nothing to send for `keepalive`.
+    pub async fn write_loop<W>(
+        self: Arc<Self>,
+        mut writer: W,
+        keepalive: Duration,
+    ) -> Result<(), FabricError>
+    where
+        W: tokio::io::AsyncWrite + Unpin,
+    {
+        let mut batch = BytesMut::with_capacity(WRITE_BATCH_BYTES + FRAGMENT_BYTES);
+        let mut releases = Vec::new();
+        loop {
+            if self.is_closed() {
+                return Ok(());
+            }
+            {
+                let mut out = lock(&self.out);
+                let [control_back, data_back] = out.credit_return;
+                if control_back + data_back > 0 {
+                    encode_credit(control_back, data_back, &mut batch);
+                    out.credit_return = [0; 2];
+                }
+                while batch.len() < WRITE_BATCH_BYTES {
+                    let Some(frame) = out.control.pop_front() else {
+                        break;
+                    };
+                    batch.extend_from_slice(&frame);
+                }
+                for channel in Channel::ALL {
+                    let index = channel.index();
+                    while out.credits[index] > 0 && batch.len() < WRITE_BATCH_BYTES {
+                        let Some(fragment) = out.queues[index].pop() else {
+                            break;
+                        };
+                        out.credits[index] -= 1;
+                        fragment.header.put(&mut batch);
+                        // One copy into the write buffer per hop: it turns a
+                        // burst of fragments into one write system call.
+                        batch.extend_from_slice(&fragment.payload);
+                        if let Some(release) = fragment.release {
+                            releases.push(release);
+                        }
+                    }
+                }
+            }
+            // Buffer space upstream is freed only now that the fragment has
+            // left this node: that is the hop-by-hop back-pressure.
+            for release in releases.drain(..) {
+                release.run();
+            }
+            if batch.is_empty() {
+                let woken = tokio::time::timeout(keepalive, self.writer_wake.notified()).await;
+                if woken.is_err() {
+                    LinkHeader::control(Kind::Keepalive, 0).put(&mut batch);
+                } else {
+                    continue;
+                }
+            }
+            // A peer that stops reading must not pin this task once the link
+            // is declared dead.
+            tokio::select! {
+                written = writer.write_all(&batch) => written?,
+                _ = self.closed() => return Ok(()),
+            }
+            batch.clear();
+        }
+    }
+}

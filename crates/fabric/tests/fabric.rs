@@ -1,0 +1,383 @@
+//! Fabrics of several nodes over real loopback links: discovery, hop-by-hop
+//! forwarding of multi-fragment pages, hot plug, failure and reroute.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use quarry_device::PageAddr;
+use quarry_fabric::{links_of, Fabric, FabricConfig, LocalHandler, TopologyKind};
+use quarry_proto::{GlobalPageAddr, NodeEntry, NodeId, Request, Response, Status};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
+
+const PAGE_BYTES: usize = 8192;
+
+/// The page a test node holds at `addr`: its id and the address, repeated.
+fn page_of(node: NodeId, page: u32) -> Bytes {
+    let mut data = Vec::with_capacity(PAGE_BYTES);
+    while data.len() < PAGE_BYTES {
+        data.extend_from_slice(&node.to_be_bytes());
+        data.extend_from_slice(&page.to_be_bytes());
+        data.push((data.len() % 251) as u8);
+    }
+    data.truncate(PAGE_BYTES);
+    Bytes::from(data)
+}
+
+fn handler(id: NodeId) -> LocalHandler {
+    Arc::new(move |request| {
+        Box::pin(async move {
+            match request {
+                Request::ReadPage(addr) => Response::Page {
+                    data: page_of(id, addr.page.page),
+                    oob: Bytes::from(vec![id as u8; 16]),
+                    erased: false,
+                    corrected_bytes: 0,
+                },
+                // Echo a program's checksum in an error message, so a test can
+                // see the whole page arrived intact after several hops.
+                Request::ProgramPage { data, .. } => Response::Error {
+                    status: Status::BadRequest,
+                    message: format!("node {id} got {} bytes summing {}", data.len(), sum(&data)),
+                },
+                _ => Response::Done,
+            }
+        })
+    })
+}
+
+fn sum(data: &[u8]) -> u64 {
+    data.iter().map(|b| u64::from(*b)).sum()
+}
+
+fn config() -> FabricConfig {
+    FabricConfig {
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(5),
+        retry_backoff: Duration::from_millis(100),
+        keepalive_interval: Duration::from_millis(50),
+        dead_after: Duration::from_millis(400),
+        route_wait: Duration::from_millis(300),
+        ..FabricConfig::default()
+    }
+}
+
+struct TestNode {
+    fabric: Fabric,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl TestNode {
+    fn stop(self) {
+        self.accept.abort();
+        self.fabric.shutdown();
+    }
+}
+
+async fn listeners(count: usize) -> Vec<(TcpListener, String)> {
+    let mut all = Vec::new();
+    for _ in 0..count {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        all.push((listener, addr));
+    }
+    all
+}
+
+fn start(id: NodeId, listener: TcpListener, addr: &str, neighbors: Vec<NodeEntry>) -> TestNode {
+    let local = NodeEntry {
+        id,
+        addr: addr.to_string(),
+    };
+    let fabric = Fabric::start(local, neighbors, config(), handler(id)).unwrap();
+    let acceptor = fabric.clone();
+    let accept = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            acceptor.accept(stream);
+        }
+    });
+    TestNode { fabric, accept }
+}
+
+/// Starts `ids.len()` nodes linked as `kind`; each dials its higher-id neighbours.
+async fn cluster(kind: TopologyKind, count: u16) -> (Vec<TestNode>, Vec<String>) {
+    let ids: Vec<NodeId> = (0..count).collect();
+    let links = links_of(kind, &ids);
+    let bound = listeners(count as usize).await;
+    let addrs: Vec<String> = bound.iter().map(|(_, a)| a.clone()).collect();
+    let mut nodes = Vec::new();
+    for (id, (listener, addr)) in bound.into_iter().enumerate() {
+        let id = id as NodeId;
+        let neighbors = links
+            .iter()
+            .filter(|(a, _)| *a == id)
+            .map(|&(_, b)| NodeEntry {
+                id: b,
+                addr: addrs[b as usize].clone(),
+            })
+            .collect();
+        nodes.push(start(id, listener, &addr, neighbors));
+    }
+    for node in &nodes {
+        assert!(
+            node.fabric.wait_for_routes(&ids, Duration::from_secs(5)).await,
+            "node {} never learned every route: {:?}",
+            node.fabric.local().id,
+            node.fabric.routes()
+        );
+    }
+    (nodes, addrs)
+}
+
+fn addr(node: NodeId, page: u32) -> GlobalPageAddr {
+    GlobalPageAddr {
+        node,
+        page: PageAddr {
+            bus: 0,
+            chip: 0,
+            block: 0,
+            page,
+        },
+    }
+}
+
+async fn read(fabric: &Fabric, node: NodeId, page: u32) -> Response {
+    fabric.route(node, Request::ReadPage(addr(node, page)), 0, 7).await
+}
+
+fn assert_page(answer: Response, node: NodeId, page: u32) {
+    match answer {
+        Response::Page { data, oob, .. } => {
+            assert!(data == page_of(node, page), "page {node}:{page} came back wrong");
+            assert_eq!(oob[0], node as u8);
+        }
+        other => panic!("reading {node}:{page}: {other:?}"),
+    }
+}
+
+fn error_of(answer: Response) -> (Status, String) {
+    match answer {
+        Response::Error { status, message } => (status, message),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_learns_its_routes_and_forwards_pages_three_hops() {
+    let (nodes, _) = cluster(TopologyKind::Line, 4).await;
+    let routes = nodes[0].fabric.routes();
+    let to_3 = routes.routes.iter().find(|r| r.dest == 3).unwrap();
+    assert_eq!((to_3.next_hop, to_3.hops), (1, 3));
+    assert_eq!(routes.links.len(), 1, "node 0 of a line has one link");
+    assert_eq!(
+        nodes[3].fabric.members().iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    // Every node reads every other node's pages, many at once.
+    let mut reads = Vec::new();
+    for from in 0..4u16 {
+        for to in 0..4u16 {
+            if from == to {
+                continue;
+            }
+            for page in 0..8 {
+                let fabric = nodes[from as usize].fabric.clone();
+                reads.push(tokio::spawn(async move {
+                    (to, page, read(&fabric, to, page).await)
+                }));
+            }
+        }
+    }
+    for read in reads {
+        let (to, page, answer) = read.await.unwrap();
+        assert_page(answer, to, page);
+    }
+    // A page-sized request streams three hops the other way, intact.
+    let data = page_of(9, 9);
+    let answer = nodes[0]
+        .fabric
+        .route(
+            3,
+            Request::ProgramPage {
+                addr: addr(3, 0),
+                data: data.clone(),
+                oob: Bytes::new(),
+            },
+            0,
+            1,
+        )
+        .await;
+    let (_, message) = error_of(answer);
+    assert_eq!(message, format!("node 3 got 8192 bytes summing {}", sum(&data)));
+    for node in nodes {
+        node.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_plugged_in_with_one_link_becomes_reachable_from_all() {
+    let (mut nodes, addrs) = cluster(TopologyKind::Line, 3).await;
+    let (listener, addr4) = listeners(1).await.pop().unwrap();
+    let newcomer = start(
+        4,
+        listener,
+        &addr4,
+        vec![NodeEntry {
+            id: 1,
+            addr: addrs[1].clone(),
+        }],
+    );
+    nodes.push(newcomer);
+    for node in &nodes {
+        assert!(
+            node.fabric
+                .wait_for_routes(&[0, 1, 2, 4], Duration::from_secs(5))
+                .await
+        );
+    }
+    assert_page(read(&nodes[0].fabric, 4, 3).await, 4, 3);
+    assert_page(read(&nodes[3].fabric, 2, 5).await, 2, 5);
+    let via = nodes[2].fabric.routes();
+    let to_4 = via.routes.iter().find(|r| r.dest == 4).unwrap();
+    assert_eq!((to_4.next_hop, to_4.hops), (1, 2));
+    for node in nodes {
+        node.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_reroutes_around_a_dead_node_and_fails_fast_for_it() {
+    let (mut nodes, _) = cluster(TopologyKind::Ring, 4).await;
+    let before = nodes[0].fabric.routes();
+    let to_2 = before.routes.iter().find(|r| r.dest == 2).unwrap();
+    assert_eq!((to_2.next_hop, to_2.hops), (1, 2), "ties go to the lower id");
+    assert_page(read(&nodes[0].fabric, 2, 1).await, 2, 1);
+
+    // Node 1 dies: its links close; 0 reaches 2 through 3 instead.
+    nodes.remove(1).stop();
+    let started = Instant::now();
+    for page in 0..20 {
+        assert_page(read(&nodes[0].fabric, 2, page).await, 2, page);
+    }
+    let after = nodes[0].fabric.routes();
+    let to_2 = after.routes.iter().find(|r| r.dest == 2).unwrap();
+    assert_eq!((to_2.next_hop, to_2.hops), (3, 2));
+
+    // Requests for the dead node fail with a clear error, quickly.
+    let asked = Instant::now();
+    let (status, message) = error_of(read(&nodes[0].fabric, 1, 0).await);
+    assert_eq!(status, Status::NodeUnreachable, "{message}");
+    assert!(message.contains("node 1 is unreachable"), "{message}");
+    assert!(
+        asked.elapsed() < config().route_wait + Duration::from_secs(2),
+        "took {:?}",
+        asked.elapsed()
+    );
+    // An id nobody ever heard of is refused as unknown.
+    let (status, message) = error_of(read(&nodes[0].fabric, 77, 0).await);
+    assert_eq!(status, Status::UnknownNode, "{message}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    for node in nodes {
+        node.stop();
+    }
+}
+
+/// The bytes of a link Hello from node `id`, built by hand as a foreign
+/// implementation would.
+fn hello_frame(id: NodeId) -> Vec<u8> {
+    let json = format!(r#"{{"id":{id},"addr":"127.0.0.1:9","instance":1,"expect":null}}"#);
+    let mut frame = vec![0x51, 0x4C, 1, 1, 0, 0, 0, 0];
+    frame.extend_from_slice(&[0; 12]);
+    frame.extend_from_slice(&(json.len() as u32).to_be_bytes());
+    frame.extend_from_slice(json.as_bytes());
+    frame
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_link_is_declared_dead() {
+    let (nodes, addrs) = cluster(TopologyKind::Line, 2).await;
+    // A "node 5" that shakes hands and then freezes: its socket stays open,
+    // so only the missing keepalives can tell.
+    let mut frozen = tokio::net::TcpStream::connect(&addrs[0]).await.unwrap();
+    frozen.write_all(&hello_frame(5)).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !nodes[0].fabric.routes().links.iter().any(|l| l.peer == 5) {
+        assert!(Instant::now() < deadline, "the link to node 5 never came up");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let up = Instant::now();
+    while nodes[0].fabric.routes().links.iter().any(|l| l.peer == 5) {
+        assert!(
+            up.elapsed() < config().dead_after * 4,
+            "a silent link still up after {:?}",
+            up.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(up.elapsed() >= config().dead_after / 2, "declared dead too soon");
+    // The real neighbour, which sends keepalives, stays.
+    assert_page(read(&nodes[0].fabric, 1, 4).await, 1, 4);
+    drop(frozen);
+    for node in nodes {
+        node.stop();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_on_a_link_closes_that_link_only() {
+    let (nodes, addrs) = cluster(TopologyKind::Line, 2).await;
+    for garbage in [
+        &b"QL\x01\x63nonsense-kind-and-more-bytes"[..],
+        &b"QL\x07\x01version-seven-header-bytes"[..],
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(&addrs[1]).await.unwrap();
+        stream.write_all(garbage).await.unwrap();
+        let _ = stream.shutdown().await;
+    }
+    // A handshake claiming node 1's own id is refused too.
+    let mut impostor = tokio::net::TcpStream::connect(&addrs[1]).await.unwrap();
+    impostor.write_all(&hello_frame(1)).await.unwrap();
+    assert_page(read(&nodes[0].fabric, 1, 2).await, 1, 2);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_page(read(&nodes[0].fabric, 1, 3).await, 1, 3);
+    assert_eq!(nodes[1].fabric.routes().links.len(), 1);
+    for node in nodes {
+        node.stop();
+    }
+}
+
+#[tokio::test]
+async fn bad_configuration_is_refused_with_the_reason() {
+    let local = NodeEntry {
+        id: 0,
+        addr: "127.0.0.1:1".into(),
+    };
+    let itself = vec![local.clone()];
+    let error = Fabric::start(local.clone(), itself, config(), handler(0))
+        .err()
+        .unwrap();
+    assert_eq!(error.to_string(), "neighbour 0 at 127.0.0.1:1 has this node's own id");
+    let twice = vec![
+        NodeEntry {
+            id: 1,
+            addr: "a:1".into(),
+        },
+        NodeEntry {
+            id: 1,
+            addr: "b:1".into(),
+        },
+    ];
+    let error = Fabric::start(local.clone(), twice, config(), handler(0))
+        .err()
+        .unwrap();
+    assert_eq!(error.to_string(), "duplicate neighbour id 1 (at b:1)");
+    let silly = FabricConfig {
+        dead_after: Duration::from_millis(10),
+        ..config()
+    };
+    let error = Fabric::start(local, Vec::new(), silly, handler(0))
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("dead_after"), "{error}");
+}
