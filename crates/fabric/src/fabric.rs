@@ -555,7 +555,7 @@ impl Inner {
             }
         }
         let dialer = if expect.is_some() { self.local.id } else { theirs.id };
-        let link = Arc::new(Link::new(
+        let (link, jobs) = Link::new(
             self.next_serial.fetch_add(1, Ordering::Relaxed),
             theirs.id,
             theirs.addr.clone(),
@@ -563,12 +563,14 @@ impl Inner {
             dialer,
             self.config.window_fragments,
             self.config.max_streams_per_link,
-        ));
+        );
+        let link = Arc::new(link);
         link.heard();
         if !self.register(&link) {
             return Ok(());
         }
         tracing::info!(peer = link.peer, addr = %link.peer_addr, serial = link.serial, "link up");
+        tokio::spawn(link.clone().local_runner(jobs));
         let writer_task = tokio::spawn(link.clone().write_loop(writer, self.config.keepalive_interval));
         let reason = match self.clone().read_loop(&link, &mut frames).await {
             Ok(()) => "closed by the peer".to_string(),
@@ -853,7 +855,8 @@ impl Inner {
                 if header.is_last() {
                     if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
                         drop(inbound);
-                        tokio::spawn(self.clone().serve_local(link.clone(), header, buf.freeze(), permit));
+                        let job = self.clone().serve_local(link.clone(), header, buf.freeze(), permit);
+                        link.run_local(Box::pin(job));
                     }
                 }
             }

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use quarry_proto::NodeId;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{oneshot, Notify, Semaphore};
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use crate::wire::{encode_credit, flags, Channel, Kind, LinkHeader, FRAGMENT_BYTES};
 use crate::FabricError;
@@ -223,6 +225,10 @@ pub(crate) struct Link {
     pub inbound: Mutex<HashMap<u32, Inbound>>,
     /// Requests of the peer running on this node at once.
     pub local_permits: Arc<Semaphore>,
+    /// Requests of the peer to run on this node, started in arrival order
+    /// (NAND takes a block's pages only in order, and a client that sends
+    /// them in order must see them programmed in order).
+    local_jobs: mpsc::UnboundedSender<BoxFuture<'static, ()>>,
     /// Fragments received per channel whose buffer space is not yet freed.
     held: [AtomicU32; 2],
     closed: AtomicBool,
@@ -240,8 +246,11 @@ impl Link {
         dialer: NodeId,
         window: u32,
         max_streams: usize,
-    ) -> Link {
-        Link {
+    ) -> (Link, mpsc::UnboundedReceiver<BoxFuture<'static, ()>>) {
+        // Unbounded in type only: a job exists per held permit, at most
+        // `max_streams`.
+        let (local_jobs, jobs) = mpsc::unbounded_channel();
+        let link = Link {
             serial,
             peer,
             peer_addr,
@@ -258,12 +267,39 @@ impl Link {
             outbound: Mutex::new(TagTable::new(max_streams)),
             inbound: Mutex::new(HashMap::new()),
             local_permits: Arc::new(Semaphore::new(max_streams)),
+            local_jobs,
             held: [AtomicU32::new(0), AtomicU32::new(0)],
             closed: AtomicBool::new(false),
             closed_notify: Notify::new(),
             created: Instant::now(),
             last_heard_ms: AtomicU64::new(0),
+        };
+        (link, jobs)
+    }
+
+    /// Queues a request of the peer to run here.
+    pub fn run_local(&self, job: BoxFuture<'static, ()>) {
+        // Fails only once the runner has stopped with the link; the request
+        // is then dropped with it.
+        let _ = self.local_jobs.send(job);
+    }
+
+    /// Runs the peer's requests for this node: each is polled first in the
+    /// order it arrived, and all run concurrently.
+    pub async fn local_runner(self: Arc<Self>, mut jobs: mpsc::UnboundedReceiver<BoxFuture<'static, ()>>) {
+        let mut running = FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                biased;
+                job = jobs.recv() => match job {
+                    Some(job) => running.push(job),
+                    None => break,
+                },
+                Some(()) = running.next(), if !running.is_empty() => {}
+                _ = self.closed(), if running.is_empty() => break,
+            }
         }
+        while running.next().await.is_some() {}
     }
 
     pub fn is_closed(&self) -> bool {

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use quarry_device::PageAddr;
-use quarry_fabric::{links_of, Fabric, FabricConfig, LocalHandler, TopologyKind};
+use quarry_fabric::{
+    links_of, Fabric, FabricConfig, LinkAdvert, LinkStateDb, LocalHandler, RoutingTable, TopologyKind,
+};
 use quarry_proto::{GlobalPageAddr, NodeEntry, NodeId, Request, Response, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
@@ -119,13 +121,41 @@ async fn cluster(kind: TopologyKind, count: u16) -> (Vec<TestNode>, Vec<String>)
             .collect();
         nodes.push(start(id, listener, &addr, neighbors));
     }
+    // Wait until every node's table is the one the whole topology gives,
+    // not just some route to everyone.
+    let mut db = LinkStateDb::new();
+    for &id in &ids {
+        db.apply(LinkAdvert {
+            origin: id,
+            addr: String::new(),
+            sequence: 1,
+            neighbors: links
+                .iter()
+                .filter_map(|&(a, b)| (a == id).then_some(b).or((b == id).then_some(a)))
+                .collect(),
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
     for node in &nodes {
-        assert!(
-            node.fabric.wait_for_routes(&ids, Duration::from_secs(5)).await,
-            "node {} never learned every route: {:?}",
-            node.fabric.local().id,
-            node.fabric.routes()
-        );
+        let id = node.fabric.local().id;
+        let want: Vec<(NodeId, NodeId, u8)> = RoutingTable::compute(id, &db)
+            .routes()
+            .map(|r| (r.dest, r.next_hop, r.hops))
+            .collect();
+        loop {
+            let have: Vec<(NodeId, NodeId, u8)> = node
+                .fabric
+                .routes()
+                .routes
+                .iter()
+                .map(|r| (r.dest, r.next_hop, r.hops))
+                .collect();
+            if have == want {
+                break;
+            }
+            assert!(Instant::now() < deadline, "node {id} has routes {have:?}, want {want:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
     (nodes, addrs)
 }
