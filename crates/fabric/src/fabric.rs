@@ -22,8 +22,7 @@ use tokio_util::codec::{Decoder, FramedRead};
 use crate::link::{lock, Inbound, Link, OutFragment, Pending, Release};
 use crate::topology::{LinkAdvert, LinkStateDb, RoutingTable};
 use crate::wire::{
-    decode_credit, decode_json, encode_json, Channel, Hello, Kind, LinkCodec, LinkFrame,
-    LinkHeader,
+    decode_credit, decode_json, encode_json, Channel, Hello, Kind, LinkCodec, LinkFrame, LinkHeader,
 };
 use crate::{FabricConfig, FabricError};
 
@@ -306,11 +305,25 @@ impl Inner {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// `node 3 (at 10.0.0.3:7400)`, with the address last advertised.
+    fn name(&self, id: NodeId) -> String {
+        match self.read().db.get(id) {
+            Some(advert) => format!("node {id} (at {})", advert.addr),
+            None => format!("node {id}"),
+        }
+    }
+
     fn stopped(&self) -> bool {
         *self.stop.borrow()
     }
 
-    async fn route(self: Arc<Self>, dest: NodeId, request: Request, hops: u8, flow: u32) -> Response {
+    async fn route(
+        self: Arc<Self>,
+        dest: NodeId,
+        request: Request,
+        hops: u8,
+        flow: u32,
+    ) -> Response {
         let hops = hops.saturating_add(1);
         if let Err(refusal) = crate::check_hops(hops, self.config.max_hops) {
             return refusal;
@@ -324,7 +337,10 @@ impl Inner {
         }
         let mut message = BytesMut::new();
         if let Err(e) = encode_request(0, hops, &request, &mut message) {
-            return error(Status::BadRequest, format!("cannot forward to node {dest}: {e}"));
+            return error(
+                Status::BadRequest,
+                format!("cannot forward to node {dest}: {e}"),
+            );
         }
         let message = message.freeze();
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
@@ -363,9 +379,9 @@ impl Inner {
             link.send_message(header, message.clone());
             match tokio::time::timeout_at(deadline, answer).await {
                 Ok(Ok(Ok(bytes))) => {
-                    return match decode_frame(bytes).and_then(|frame| {
-                        decode_response(&frame).map_err(|e| e.to_string())
-                    }) {
+                    return match decode_frame(bytes)
+                        .and_then(|frame| decode_response(&frame).map_err(|e| e.to_string()))
+                    {
                         Ok(answer) => answer,
                         Err(e) => error(
                             Status::Internal,
@@ -390,7 +406,7 @@ impl Inner {
         }
         error(
             Status::NodeUnreachable,
-            format!("node {dest} is unreachable: {last_failure}"),
+            format!("{} is unreachable: {last_failure}", self.name(dest)),
         )
     }
 
@@ -428,7 +444,8 @@ impl Inner {
                     error(
                         Status::NodeUnreachable,
                         format!(
-                            "node {dest} is unreachable from node {}: no live path to it (reachable: {reachable})",
+                            "{} is unreachable from node {}: no live path to it (reachable: {reachable})",
+                            self.name(dest),
                             self.local.id
                         ),
                     )
@@ -471,10 +488,9 @@ impl Inner {
                         let id = neighbor.id;
                         // The link runs in its own task; this loop waits for
                         // it to be registered or to fail.
-                        let result = tokio::select! {
-                            r = inner.run_link(stream, Some(id)) => r,
-                            _ = stop.changed() => return,
-                        };
+                        // Not cancelled on stop: shutdown closes the link,
+                        // which ends it cleanly through link_down.
+                        let result = inner.run_link(stream, Some(id)).await;
                         if let Err(e) = result {
                             tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "link: {e}");
                         }
@@ -482,7 +498,9 @@ impl Inner {
                     Ok(Err(e)) => {
                         tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "dial failed: {e}")
                     }
-                    Err(_) => tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "dial timed out"),
+                    Err(_) => {
+                        tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "dial timed out")
+                    }
                 }
             }
             tokio::select! {
@@ -494,7 +512,11 @@ impl Inner {
 
     /// Handshakes on `stream`, registers the link and serves it until it
     /// closes. `expect` is the neighbour dialled, or None for an accepted link.
-    async fn run_link(self: Arc<Self>, stream: TcpStream, expect: Option<NodeId>) -> Result<(), FabricError> {
+    async fn run_link(
+        self: Arc<Self>,
+        stream: TcpStream,
+        expect: Option<NodeId>,
+    ) -> Result<(), FabricError> {
         let _ = stream.set_nodelay(true);
         let (reader, mut writer) = stream.into_split();
         let mut frames = FramedRead::with_capacity(reader, LinkCodec, 128 * 1024);
@@ -531,7 +553,10 @@ impl Inner {
             })??;
         if theirs.id == self.local.id {
             return Err(FabricError::BadLinkFrame {
-                reason: format!("the node at {} has this node's own id {}", theirs.addr, theirs.id),
+                reason: format!(
+                    "the node at {} has this node's own id {}",
+                    theirs.addr, theirs.id
+                ),
             });
         }
         if let Some(expected) = expect {
@@ -554,7 +579,11 @@ impl Inner {
                 });
             }
         }
-        let dialer = if expect.is_some() { self.local.id } else { theirs.id };
+        let dialer = if expect.is_some() {
+            self.local.id
+        } else {
+            theirs.id
+        };
         let (link, jobs) = Link::new(
             self.next_serial.fetch_add(1, Ordering::Relaxed),
             theirs.id,
@@ -571,7 +600,10 @@ impl Inner {
         }
         tracing::info!(peer = link.peer, addr = %link.peer_addr, serial = link.serial, "link up");
         tokio::spawn(link.clone().local_runner(jobs));
-        let writer_task = tokio::spawn(link.clone().write_loop(writer, self.config.keepalive_interval));
+        let writer_task = tokio::spawn(
+            link.clone()
+                .write_loop(writer, self.config.keepalive_interval),
+        );
         let reason = match self.clone().read_loop(&link, &mut frames).await {
             Ok(()) => "closed by the peer".to_string(),
             Err(e) => e.to_string(),
@@ -584,31 +616,42 @@ impl Inner {
     /// Adds `link` to the live links, unless a better link to the same peer is
     /// already there; returns whether it was added.
     fn register(self: &Arc<Self>, link: &Arc<Link>) -> bool {
-        let mut state = self.write();
-        if let Some(existing) = state.links.get(&link.peer).cloned() {
-            if !existing.is_closed() {
-                // Both ends dialled each other: both keep the link the lower id
-                // dialled. A peer that restarted replaces its old link.
-                let keep_existing = existing.peer_instance == link.peer_instance
-                    && existing.dialer != link.dialer
-                    && existing.dialer < link.dialer;
-                if keep_existing {
-                    return false;
+        let replaced = {
+            let mut state = self.write();
+            if self.stopped() {
+                return false;
+            }
+            let mut replaced = None;
+            if let Some(existing) = state.links.get(&link.peer).cloned() {
+                if !existing.is_closed() {
+                    // Both ends dialled each other: both keep the link the
+                    // lower id dialled. A peer that restarted replaces its
+                    // old link.
+                    let keep_existing = existing.peer_instance == link.peer_instance
+                        && existing.dialer != link.dialer
+                        && existing.dialer < link.dialer;
+                    if keep_existing {
+                        return false;
+                    }
+                    existing.close();
+                    replaced = Some(existing);
                 }
-                existing.close();
-                self.fail_streams(&existing, "replaced by a newer link");
             }
-        }
-        state.links.insert(link.peer, link.clone());
-        // The new neighbour learns everything this node knows at once.
-        let mut adverts = BytesMut::new();
-        for advert in state.db.adverts() {
-            if encode_json(Kind::Advert, advert, &mut adverts).is_err() {
-                tracing::error!(origin = advert.origin, "advert too large to send");
+            state.links.insert(link.peer, link.clone());
+            // The new neighbour learns everything this node knows at once.
+            let mut adverts = BytesMut::new();
+            for advert in state.db.adverts() {
+                if encode_json(Kind::Advert, advert, &mut adverts).is_err() {
+                    tracing::error!(origin = advert.origin, "advert too large to send");
+                }
             }
+            link.send_control(adverts.freeze());
+            self.readvertise(&mut state);
+            replaced
+        };
+        if let Some(old) = replaced {
+            self.fail_streams(&old, "replaced by a newer link");
         }
-        link.send_control(adverts.freeze());
-        self.readvertise(&mut state);
         true
     }
 
@@ -709,9 +752,13 @@ impl Inner {
                 Pending::Forward {
                     up,
                     up_stream,
+                    dest,
                     started,
                     ..
-                } => self.fail_upstream(&up, up_stream, started, &why),
+                } => {
+                    let why = format!("{} is unreachable: {why}", self.name(dest));
+                    self.fail_upstream(&up, up_stream, started, &why)
+                }
             }
         }
         let inbound: Vec<Inbound> = lock(&link.inbound).drain().map(|(_, v)| v).collect();
@@ -798,10 +845,7 @@ impl Inner {
                 let entry = lock(&link.outbound).remove(header.stream);
                 match entry {
                     Some(Pending::Local { reply, .. }) => {
-                        let _ = reply.send(Err(format!(
-                            "node {} broke off the answer",
-                            link.peer
-                        )));
+                        let _ = reply.send(Err(format!("node {} broke off the answer", link.peer)));
                     }
                     Some(Pending::Forward { up, up_stream, .. }) => {
                         up.send_abort(Kind::AbortResponse, up_stream);
@@ -847,7 +891,9 @@ impl Inner {
             Inbound::Local { buf, .. } => {
                 if buf.len() + payload.len() > MAX_MESSAGE_BYTES {
                     return Err(FabricError::BadLinkFrame {
-                        reason: format!("request stream {stream:#x} exceeds {MAX_MESSAGE_BYTES} bytes"),
+                        reason: format!(
+                            "request stream {stream:#x} exceeds {MAX_MESSAGE_BYTES} bytes"
+                        ),
                     });
                 }
                 buf.extend_from_slice(&payload);
@@ -855,7 +901,9 @@ impl Inner {
                 if header.is_last() {
                     if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
                         drop(inbound);
-                        let job = self.clone().serve_local(link.clone(), header, buf.freeze(), permit);
+                        let job =
+                            self.clone()
+                                .serve_local(link.clone(), header, buf.freeze(), permit);
                         link.run_local(Box::pin(job));
                     }
                 }
@@ -930,14 +978,16 @@ impl Inner {
             return refuse(
                 Status::NodeUnreachable,
                 format!(
-                    "node {} is unreachable from node {}: no live path to it",
-                    header.dest, self.local.id
+                    "{} is unreachable from node {}: no live path to it",
+                    self.name(header.dest),
+                    self.local.id
                 ),
             );
         };
         let tag = lock(&down.outbound).insert(Pending::Forward {
             up: link.clone(),
             up_stream: header.stream,
+            dest: header.dest,
             started: false,
             created: Instant::now(),
         });
@@ -970,7 +1020,10 @@ impl Inner {
                 if header.is_last() || too_big {
                     if let Some(Pending::Local { buf, reply }) = outbound.remove(header.stream) {
                         let result = if too_big {
-                            Err(format!("answer from node {} exceeds {MAX_MESSAGE_BYTES} bytes", link.peer))
+                            Err(format!(
+                                "answer from node {} exceeds {MAX_MESSAGE_BYTES} bytes",
+                                link.peer
+                            ))
                         } else {
                             Ok(buf.freeze())
                         };
@@ -1066,11 +1119,17 @@ impl Inner {
                     if let Some(Pending::Forward {
                         up,
                         up_stream,
+                        dest,
                         started,
                         ..
                     }) = entry
                     {
-                        let why = format!("node {} did not answer in time", link.peer);
+                        let why = format!(
+                            "{} did not answer in time (forwarded by node {} via node {})",
+                            self.name(dest),
+                            self.local.id,
+                            link.peer
+                        );
                         self.fail_upstream(&up, up_stream, started, &why);
                     }
                 }

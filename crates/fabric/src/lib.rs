@@ -53,7 +53,7 @@ mod wire;
 
 pub use fabric::{Fabric, LocalHandler};
 pub use topology::{links_of, Link, LinkAdvert, LinkStateDb, Route, RoutingTable, TopologyKind};
-pub use wire::{LINK_MAGIC, FRAGMENT_BYTES};
+pub use wire::{FRAGMENT_BYTES, LINK_MAGIC};
 
 use std::time::Duration;
 

@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use quarry_proto::NodeId;
-use tokio::io::AsyncWriteExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
+use quarry_proto::NodeId;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use crate::wire::{encode_credit, flags, Channel, Kind, LinkHeader, FRAGMENT_BYTES};
@@ -24,7 +24,9 @@ const WRITE_BATCH_BYTES: usize = 256 * 1024;
 pub(crate) const MAX_CONTROL_BACKLOG: usize = 4096;
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A fragment waiting to be written, and the credit its writing frees on the
@@ -108,6 +110,8 @@ pub(crate) enum Pending {
     Forward {
         up: Arc<Link>,
         up_stream: u32,
+        /// The node the request is for.
+        dest: NodeId,
         /// Some answer fragment has already been passed back.
         started: bool,
         created: Instant,
@@ -286,7 +290,10 @@ impl Link {
 
     /// Runs the peer's requests for this node: each is polled first in the
     /// order it arrived, and all run concurrently.
-    pub async fn local_runner(self: Arc<Self>, mut jobs: mpsc::UnboundedReceiver<BoxFuture<'static, ()>>) {
+    pub async fn local_runner(
+        self: Arc<Self>,
+        mut jobs: mpsc::UnboundedReceiver<BoxFuture<'static, ()>>,
+    ) {
         let mut running = FuturesUnordered::new();
         loop {
             tokio::select! {

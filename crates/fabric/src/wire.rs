@@ -184,7 +184,8 @@ impl LinkHeader {
             )));
         }
         let kind_byte = bytes.get_u8();
-        let kind = Kind::from_u8(kind_byte).ok_or_else(|| bad(format!("unknown kind {kind_byte}")))?;
+        let kind =
+            Kind::from_u8(kind_byte).ok_or_else(|| bad(format!("unknown kind {kind_byte}")))?;
         let channel = match bytes.get_u8() {
             0 => Channel::Control,
             1 => Channel::Data,
@@ -359,7 +360,8 @@ mod tests {
 
     #[test]
     fn malformed_headers_are_refused_with_the_reason() {
-        let cases: Vec<(Box<dyn Fn(&mut BytesMut)>, &str)> = vec![
+        type Corruption = Box<dyn Fn(&mut BytesMut)>;
+        let cases: Vec<(Corruption, &str)> = vec![
             (Box::new(|b| b[0] = b'X'), "magic"),
             (Box::new(|b| b[2] = 9), "version 9"),
             (Box::new(|b| b[3] = 42), "unknown kind 42"),
@@ -393,7 +395,10 @@ mod tests {
         assert_eq!(decode_credit(&credit.payload).unwrap(), (3, 4));
         let frame = LinkCodec.decode(&mut buf).unwrap().unwrap();
         assert_eq!(frame.header.kind, Kind::Hello);
-        assert_eq!(decode_json::<Hello>(Kind::Hello, &frame.payload).unwrap(), hello);
+        assert_eq!(
+            decode_json::<Hello>(Kind::Hello, &frame.payload).unwrap(),
+            hello
+        );
         assert!(decode_json::<Hello>(Kind::Hello, b"{").is_err());
     }
 }

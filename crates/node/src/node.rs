@@ -154,7 +154,8 @@ impl Node {
             device: device.clone(),
         });
         let service = local.clone();
-        let handler: LocalHandler = Arc::new(move |request| Box::pin(service.clone().serve(request)));
+        let handler: LocalHandler =
+            Arc::new(move |request| Box::pin(service.clone().serve(request)));
         let fabric = Fabric::start(
             NodeEntry {
                 id: config.id,
