@@ -33,10 +33,12 @@
 //! ```
 #![deny(missing_docs)]
 
+mod linear;
 mod membership;
 mod mesh;
 mod topology;
 
+pub use linear::{LinearSpace, LinearSpaceError};
 pub use membership::{Membership, MAX_MEMBERS};
 pub use mesh::{check_hops, FabricConfig, MeshRouter};
 pub use topology::{links_of, Link, LinkAdvert, LinkStateDb, Route, RoutingTable, TopologyKind};
