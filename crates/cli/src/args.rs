@@ -40,7 +40,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Read, write or erase raw pages anywhere in the cluster.
+    /// Read, write or erase raw pages anywhere in the cluster, by global
+    /// address or linear page number.
+    ///
+    /// A page is named either by its global address `node:bus:chip:block:page`
+    /// or by its number in the cluster's linear page space, where consecutive
+    /// pages go to different nodes, then buses, then chips, then pages of a
+    /// block, then blocks, so one sequential range uses every node and bus.
+    /// `N` is one linear page, `N..M` the pages N to M-1, `N+COUNT` COUNT
+    /// pages from N.
     Page {
         /// How to find the cluster.
         #[command(flatten)]
@@ -119,33 +127,58 @@ pub struct DemoArgs {
 /// `quarry page ...`.
 #[derive(Debug, Subcommand)]
 pub enum PageCommand {
-    /// Read one page (`node:bus:chip:block:page`); raw bytes to stdout or --out,
-    /// a hex dump when stdout is a terminal.
+    /// Read pages to stdout or --out.
+    ///
+    /// Raw bytes, or a hex dump when one page goes to a terminal; the pages of
+    /// a linear range come concatenated, in linear order.
     Read {
-        /// The page address.
+        /// `node:bus:chip:block:page`, a linear page `N`, or a linear range
+        /// `N..M` (end exclusive) or `N+COUNT`.
+        #[arg(value_name = "ADDR")]
         addr: String,
         /// Write the data to this file.
         #[arg(long, short)]
         out: Option<PathBuf>,
-        /// Print the OOB bytes (hex) and the ECC report to stderr.
+        /// Print the OOB bytes (hex) and the ECC report to stderr (one page only).
         #[arg(long)]
         oob: bool,
+        /// Page reads in flight for a range.
+        #[arg(long, default_value_t = 32, value_parser = queue_depth_parser())]
+        queue_depth: u32,
     },
-    /// Program one page from FILE or stdin; shorter input is padded with zero bytes.
+    /// Program pages from FILE or stdin; the last page is padded with zero bytes.
+    ///
+    /// A global address takes at most one page of input. A linear page `N`
+    /// takes as many consecutive linear pages as the input needs; a range
+    /// `N..M` or `N+COUNT` the same, but no more than the range holds
+    /// (checked before anything is programmed). Input is read whole first,
+    /// at most 1 GiB. The pages must be erased, and a block's pages are
+    /// programmed in order.
     Write {
-        /// The page address.
+        /// `node:bus:chip:block:page`, a linear page `N`, or a linear range
+        /// `N..M` (end exclusive) or `N+COUNT`.
+        #[arg(value_name = "ADDR")]
         addr: String,
         /// The data (default: stdin).
         file: Option<PathBuf>,
-        /// OOB bytes as hex.
+        /// OOB bytes as hex (only when the input fits one page).
         #[arg(long, value_name = "HEX")]
         oob_hex: Option<String>,
+        /// Page programs in flight (narrowed to one per chip of the cluster,
+        /// so the pages of a block are programmed in order).
+        #[arg(long, default_value_t = 32, value_parser = queue_depth_parser())]
+        queue_depth: u32,
     },
     /// Erase one block (`node:bus:chip:block`).
     Erase {
         /// The block address.
         addr: String,
     },
+}
+
+/// `--queue-depth` accepts 1 to the client's limit for one linear request.
+fn queue_depth_parser() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(1..=quarry_client::MAX_LINEAR_QUEUE_DEPTH as i64)
 }
 
 /// `quarry bench ...`.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use quarry_client::{BlockingClient, ClusterFile};
+use quarry_client::{BlockingClient, ClusterFile, LinearSpace, LinearSpaceError};
 use quarry_device::{BackendKind, Preset};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeInfo};
 
@@ -235,60 +235,170 @@ pub fn human_bytes(bytes: u64) -> String {
     }
 }
 
+/// What a `quarry page read|write` address names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageTarget {
+    /// One page by its global address `node:bus:chip:block:page`.
+    Global(GlobalPageAddr),
+    /// Linear pages from `first`: exactly `count` of them for a range
+    /// (`N..M`, `N+COUNT`), else one to read or as many as the input needs
+    /// to write (`N`).
+    Linear {
+        /// The first linear page.
+        first: u64,
+        /// The range's length, when one was given.
+        count: Option<u64>,
+    },
+}
+
+const ADDR_FORMS: &str =
+    "expected node:bus:chip:block:page, a linear page N, or a linear range N..M (end exclusive) or N+COUNT";
+
+impl std::str::FromStr for PageTarget {
+    type Err = anyhow::Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        let text = text.trim();
+        if text.contains(':') {
+            return Ok(PageTarget::Global(text.parse()?));
+        }
+        let number = |part: &str, what: &str| -> Result<u64> {
+            part.trim().parse::<u64>().map_err(|e| {
+                anyhow::anyhow!(
+                    "page address {text:?}: {what} {part:?} is not a number ({e}); {ADDR_FORMS}"
+                )
+            })
+        };
+        if let Some((start, end)) = text.split_once("..") {
+            let (first, end) = (number(start, "start")?, number(end, "end")?);
+            if end <= first {
+                bail!("linear range {text} is empty: the end (exclusive) must be above the start");
+            }
+            return Ok(PageTarget::Linear {
+                first,
+                count: Some(end - first),
+            });
+        }
+        if let Some((start, count)) = text.split_once('+') {
+            let (first, count) = (number(start, "start")?, number(count, "count")?);
+            if count == 0 {
+                bail!("linear range {text} is empty: the count must be at least 1");
+            }
+            if first.checked_add(count).is_none() {
+                bail!("linear range {text} ends past the largest page number");
+            }
+            return Ok(PageTarget::Linear {
+                first,
+                count: Some(count),
+            });
+        }
+        Ok(PageTarget::Linear {
+            first: number(text, "page")?,
+            count: None,
+        })
+    }
+}
+
+/// Pages one client call moves when the CLI streams a range: bounds the
+/// memory of a read (32 MiB at 8 KiB pages) while keeping the pipeline full
+/// long enough that the refill between calls costs little.
+const CLI_CHUNK_PAGES: u64 = 4096;
+const _: () = assert!(CLI_CHUNK_PAGES <= quarry_client::MAX_LINEAR_PAGES);
+
+/// Largest input one `quarry page write` takes: the input is read whole
+/// before anything is programmed, so that input longer than the range is an
+/// error that leaves the pages untouched.
+const MAX_WRITE_INPUT_BYTES: u64 = 1 << 30;
+
 /// `quarry page ...`.
 pub fn page(cluster: Option<&Path>, command: &PageCommand) -> Result<()> {
     match command {
-        PageCommand::Read { addr, out, oob } => {
-            let addr: GlobalPageAddr = addr.parse()?;
+        PageCommand::Read {
+            addr,
+            out,
+            oob,
+            queue_depth,
+        } => {
+            let target: PageTarget = addr.parse()?;
             let (_, client) = connect(cluster)?;
-            let page = client.read_page(addr)?;
-            if *oob || page.corrected_bytes > 0 {
-                eprintln!(
-                    "page {addr}: {} data bytes, erased: {}, ECC corrected {} bytes",
-                    page.data.len(),
-                    page.erased,
-                    page.corrected_bytes
-                );
+            match target {
+                PageTarget::Global(addr) => read_one(&client, addr, None, out.as_deref(), *oob),
+                PageTarget::Linear { first, count } => {
+                    let space = client.linear_space()?;
+                    let count = count.unwrap_or(1);
+                    if count == 1 {
+                        let addr = space.to_global(first)?;
+                        return read_one(&client, addr, Some(first), out.as_deref(), *oob);
+                    }
+                    if *oob {
+                        bail!("--oob shows one page; {addr} is {count} pages");
+                    }
+                    read_range(&client, &space, first, count, *queue_depth, out.as_deref())
+                }
             }
-            if *oob {
-                eprintln!("oob: {}", hex(&page.oob));
-            }
-            match out {
-                Some(path) => std::fs::write(path, &page.data)
-                    .with_context(|| format!("cannot write {}", path.display()))?,
-                None if std::io::stdout().is_terminal() => print!("{}", hex_dump(&page.data)),
-                None => std::io::stdout()
-                    .lock()
-                    .write_all(&page.data)
-                    .context("cannot write to stdout")?,
-            }
-            Ok(())
         }
         PageCommand::Write {
             addr,
             file,
             oob_hex,
+            queue_depth,
         } => {
-            let addr: GlobalPageAddr = addr.parse()?;
-            let (_, client) = connect(cluster)?;
-            let info = client.node_info(addr.node)?;
-            let page_size = info.device.geometry.page_size_bytes as usize;
-            let mut data = read_input(file.as_deref(), page_size)?;
-            if data.len() > page_size {
-                bail!(
-                    "input is {} bytes, more than the page size of {page_size} bytes",
-                    data.len()
-                );
-            }
-            let given = data.len();
-            data.resize(page_size, 0);
+            let target: PageTarget = addr.parse()?;
             let oob = match oob_hex {
                 Some(text) => parse_hex(text)?,
                 None => Vec::new(),
             };
-            client.program_page(addr, Bytes::from(data), Bytes::from(oob))?;
-            eprintln!("programmed page {addr} ({given} bytes given, padded to {page_size})");
-            Ok(())
+            let (_, client) = connect(cluster)?;
+            match target {
+                PageTarget::Global(addr) => {
+                    let info = client.node_info(addr.node)?;
+                    let page_size = u64::from(info.device.geometry.page_size_bytes);
+                    let data = read_input(file.as_deref(), page_size)?;
+                    if data.len() as u64 > page_size {
+                        bail!("input is more than the page size of {page_size} bytes");
+                    }
+                    program_one(&client, addr, None, data, page_size, oob)
+                }
+                PageTarget::Linear { first, count } => {
+                    let space = client.linear_space()?;
+                    // Fails here, before reading any input, when `first`
+                    // itself is outside the space.
+                    let first_addr = space.to_global(first)?;
+                    let page_size = u64::from(space.geometry().page_size_bytes);
+                    let room = space.pages() - first;
+                    let (pages, what) = match count {
+                        Some(count) if count > room => {
+                            return Err(past_the_end(&space)
+                                .context(format!("linear range {addr} does not fit in the space")))
+                        }
+                        Some(count) => (count, format!("linear range {addr}")),
+                        None => (room, format!("the space from linear page {first} on")),
+                    };
+                    let limit = pages.saturating_mul(page_size).min(MAX_WRITE_INPUT_BYTES);
+                    let data = read_input(file.as_deref(), limit)?;
+                    if data.len() as u64 > limit {
+                        if limit == MAX_WRITE_INPUT_BYTES {
+                            bail!(
+                                "input is more than {}, the most one write takes",
+                                human_bytes(MAX_WRITE_INPUT_BYTES)
+                            );
+                        }
+                        bail!(
+                            "input is more than {limit} bytes: {what} holds {pages} pages of {page_size} bytes; nothing was programmed"
+                        );
+                    }
+                    if data.len() as u64 <= page_size {
+                        return program_one(&client, first_addr, Some(first), data, page_size, oob);
+                    }
+                    if !oob.is_empty() {
+                        bail!(
+                            "--oob-hex programs one page; the input needs {} pages",
+                            data.len().div_ceil(page_size as usize)
+                        );
+                    }
+                    write_range(&client, &space, first, &data, *queue_depth)
+                }
+            }
         }
         PageCommand::Erase { addr } => {
             let addr: GlobalBlockAddr = addr.parse()?;
@@ -300,10 +410,174 @@ pub fn page(cluster: Option<&Path>, command: &PageCommand) -> Result<()> {
     }
 }
 
-fn read_input(file: Option<&Path>, page_size: usize) -> Result<Vec<u8>> {
-    // Read one byte past a page so oversized input is detected without reading it all.
-    let limit = page_size as u64 + 1;
-    let mut data = Vec::with_capacity(page_size);
+/// Names a page for messages: its global address, and its linear number when
+/// the user gave one.
+fn page_label(addr: GlobalPageAddr, linear: Option<u64>) -> String {
+    match linear {
+        Some(linear) => format!("linear page {linear} ({addr})"),
+        None => format!("page {addr}"),
+    }
+}
+
+fn read_one(
+    client: &BlockingClient,
+    addr: GlobalPageAddr,
+    linear: Option<u64>,
+    out: Option<&Path>,
+    oob: bool,
+) -> Result<()> {
+    let label = page_label(addr, linear);
+    let page = client
+        .read_page(addr)
+        .with_context(|| format!("cannot read {label}"))?;
+    if oob || page.corrected_bytes > 0 {
+        eprintln!(
+            "{label}: {} data bytes, erased: {}, ECC corrected {} bytes",
+            page.data.len(),
+            page.erased,
+            page.corrected_bytes
+        );
+    }
+    if oob {
+        eprintln!("oob: {}", hex(&page.oob));
+    }
+    match out {
+        Some(path) => std::fs::write(path, &page.data)
+            .with_context(|| format!("cannot write {}", path.display()))?,
+        None if std::io::stdout().is_terminal() => print!("{}", hex_dump(&page.data)),
+        None => std::io::stdout()
+            .lock()
+            .write_all(&page.data)
+            .context("cannot write to stdout")?,
+    }
+    Ok(())
+}
+
+/// Streams `count` linear pages from `first` to `out` (or stdout), raw and
+/// concatenated, in calls of at most [`CLI_CHUNK_PAGES`] pages.
+fn read_range(
+    client: &BlockingClient,
+    space: &LinearSpace,
+    first: u64,
+    count: u64,
+    queue_depth: u32,
+    out: Option<&Path>,
+) -> Result<()> {
+    // Check the whole range before any output, so a range that runs past the
+    // end writes nothing rather than its first chunks.
+    let end = match first.checked_add(count) {
+        Some(end) if end <= space.pages() => end,
+        _ => {
+            return Err(past_the_end(space).context(format!(
+                "linear range {first}..{} does not fit in the space",
+                first.saturating_add(count)
+            )))
+        }
+    };
+    let mut sink: Box<dyn Write> = match out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    let target = match out {
+        Some(path) => path.display().to_string(),
+        None => "stdout".into(),
+    };
+    let mut bytes = 0u64;
+    let mut chunk_first = first;
+    while chunk_first < end {
+        let chunk = (end - chunk_first).min(CLI_CHUNK_PAGES);
+        let pages = client.read_linear(space, chunk_first, chunk, queue_depth as usize)?;
+        for (i, page) in pages.iter().enumerate() {
+            if page.corrected_bytes > 0 {
+                let linear = chunk_first + i as u64;
+                eprintln!(
+                    "{}: ECC corrected {} bytes",
+                    page_label(space.to_global(linear)?, Some(linear)),
+                    page.corrected_bytes
+                );
+            }
+            sink.write_all(&page.data)
+                .with_context(|| format!("cannot write to {target}"))?;
+            bytes += page.data.len() as u64;
+        }
+        chunk_first += chunk;
+    }
+    sink.flush()
+        .with_context(|| format!("cannot write to {target}"))?;
+    eprintln!(
+        "read linear pages {first}..{end} ({count} pages, {}) from {} nodes",
+        human_bytes(bytes),
+        nodes_touched(space, count)
+    );
+    Ok(())
+}
+
+fn program_one(
+    client: &BlockingClient,
+    addr: GlobalPageAddr,
+    linear: Option<u64>,
+    mut data: Vec<u8>,
+    page_size: u64,
+    oob: Vec<u8>,
+) -> Result<()> {
+    let label = page_label(addr, linear);
+    let given = data.len();
+    data.resize(page_size as usize, 0);
+    client
+        .program_page(addr, Bytes::from(data), Bytes::from(oob))
+        .with_context(|| format!("cannot program {label}"))?;
+    eprintln!("programmed {label} ({given} bytes given, padded to {page_size})");
+    Ok(())
+}
+
+/// Programs `data` onto consecutive linear pages from `first`, in calls of at
+/// most [`CLI_CHUNK_PAGES`] pages.
+fn write_range(
+    client: &BlockingClient,
+    space: &LinearSpace,
+    first: u64,
+    data: &[u8],
+    queue_depth: u32,
+) -> Result<()> {
+    let page_size = space.geometry().page_size_bytes as usize;
+    let mut programmed = 0u64;
+    for chunk in data.chunks(CLI_CHUNK_PAGES as usize * page_size) {
+        programmed +=
+            client.write_linear(space, first + programmed, chunk, queue_depth as usize)?;
+    }
+    eprintln!(
+        "programmed linear pages {first}..{} ({programmed} pages on {} nodes, {} bytes given, the last page padded to {page_size})",
+        first + programmed,
+        nodes_touched(space, programmed),
+        data.len()
+    );
+    Ok(())
+}
+
+/// How many nodes `count` consecutive linear pages reach: consecutive pages
+/// go to consecutive members, so it is the count, at most every member.
+fn nodes_touched(space: &LinearSpace, count: u64) -> u64 {
+    count.min(space.nodes().len() as u64)
+}
+
+/// The error for a range that runs past the end: it names the first linear
+/// page outside the space and the space's size.
+fn past_the_end(space: &LinearSpace) -> anyhow::Error {
+    LinearSpaceError::OutOfRange {
+        linear: space.pages(),
+        pages: space.pages(),
+    }
+    .into()
+}
+
+fn read_input(file: Option<&Path>, limit: u64) -> Result<Vec<u8>> {
+    // Read one byte past the limit so oversized input is detected without
+    // reading it all.
+    let limit = limit.saturating_add(1);
+    let mut data = Vec::new();
     match file {
         Some(path) => {
             let f = std::fs::File::open(path)
@@ -375,4 +649,60 @@ pub fn hex_dump(data: &[u8]) -> String {
     }
     out.push_str(&format!("{:08x}\n", data.len()));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<PageTarget> {
+        text.parse()
+    }
+
+    fn error(text: &str) -> String {
+        format!("{:#}", parse(text).expect_err("bad address"))
+    }
+
+    #[test]
+    fn page_targets_parse_every_form() {
+        let global = parse("2:1:0:3:4").expect("global");
+        assert_eq!(
+            global,
+            PageTarget::Global("2:1:0:3:4".parse().expect("global"))
+        );
+        assert_eq!(
+            parse("17").expect("linear"),
+            PageTarget::Linear {
+                first: 17,
+                count: None
+            }
+        );
+        assert_eq!(
+            parse("4..10").expect("range"),
+            PageTarget::Linear {
+                first: 4,
+                count: Some(6)
+            }
+        );
+        assert_eq!(
+            parse("4+3").expect("range"),
+            PageTarget::Linear {
+                first: 4,
+                count: Some(3)
+            }
+        );
+    }
+
+    #[test]
+    fn bad_page_targets_say_what_was_expected() {
+        for text in ["abc", "1..x", "+3", "1.5"] {
+            let message = error(text);
+            assert!(message.contains(ADDR_FORMS), "{text}: {message}");
+        }
+        assert!(error("5..5").contains("is empty"));
+        assert!(error("5..3").contains("is empty"));
+        assert!(error("5+0").contains("is empty"));
+        assert!(error(&format!("{}+2", u64::MAX)).contains("past the largest"));
+        assert!(error("1:2:3").contains("expected 5 fields"));
+    }
 }

@@ -155,3 +155,160 @@ fn bad_node_config_is_reported_with_the_file_name() {
         text(&missing)
     );
 }
+
+/// Stops the cluster in a directory when dropped, so a failing assertion
+/// leaves no node processes behind.
+struct Down<'a>(&'a Path);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = quarry(self.0, &["down"]);
+    }
+}
+
+/// Where linear page `l` lives in a 4-node cluster of the default geometry
+/// (4 buses x 4 chips, 64 pages per block), by the permutation's definition:
+/// nodes first, then buses, then chips, then pages of a block, then blocks.
+fn default_linear_addr(l: u64) -> String {
+    let (node, r) = (l % 4, l / 4);
+    let (bus, r) = (r % 4, r / 4);
+    let (chip, r) = (r % 4, r / 4);
+    let (page, block) = (r % 64, r / 64);
+    format!("{node}:{bus}:{chip}:{block}:{page}")
+}
+
+#[test]
+fn linear_pages_stream_across_four_nodes() {
+    const PAGE: usize = 8192;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let up = quarry(d, &["up", "--nodes", "4", "--device", "mem", "--detach"]);
+    let _down = Down(d);
+    assert!(up.status.success(), "{}", text(&up));
+    let path = |name: &str| d.join(name).to_str().expect("utf-8 path").to_string();
+
+    // Ten pages less 100 bytes into a range of 12: ten pages are programmed.
+    let data: Vec<u8> = (0..10 * PAGE - 100)
+        .map(|i| (i % 251) as u8 ^ (i / PAGE) as u8)
+        .collect();
+    std::fs::write(d.join("in.bin"), &data).expect("write input");
+    let write = quarry(
+        d,
+        &[
+            "page",
+            "write",
+            "0..12",
+            &path("in.bin"),
+            "--queue-depth",
+            "8",
+        ],
+    );
+    assert!(write.status.success(), "{}", text(&write));
+    let out = text(&write);
+    assert!(
+        out.contains("programmed linear pages 0..10 (10 pages on 4 nodes"),
+        "{out}"
+    );
+
+    // The range reads back equal, zero padded, concatenated into --out.
+    let read = quarry(d, &["page", "read", "0..10", "--out", &path("out.bin")]);
+    assert!(read.status.success(), "{}", text(&read));
+    let back = std::fs::read(d.join("out.bin")).expect("read output");
+    assert_eq!(back.len(), 10 * PAGE);
+    assert_eq!(&back[..data.len()], &data[..]);
+    assert!(back[data.len()..].iter().all(|&b| b == 0));
+
+    // N+COUNT into a pipe: raw bytes, concatenated.
+    let read = quarry(d, &["page", "read", "4+3"]);
+    assert!(read.status.success(), "{}", text(&read));
+    assert_eq!(read.stdout, &back[4 * PAGE..7 * PAGE]);
+
+    // Each page is on the node, bus and chip the permutation names, so the
+    // ten pages are spread over all four nodes.
+    let mut nodes = std::collections::BTreeSet::new();
+    for l in 0..10u64 {
+        let global = default_linear_addr(l);
+        nodes.insert(global.split(':').next().map(str::to_string));
+        let read = quarry(d, &["page", "read", &global]);
+        assert!(read.status.success(), "{}", text(&read));
+        let l = l as usize;
+        assert_eq!(read.stdout, &back[l * PAGE..(l + 1) * PAGE], "{global}");
+        let single = quarry(d, &["page", "read", &l.to_string()]);
+        assert_eq!(single.stdout, read.stdout, "linear page {l} is {global}");
+    }
+    assert_eq!(nodes.len(), 4);
+
+    // One linear page with OOB bytes, read back with --oob.
+    std::fs::write(d.join("small.txt"), b"one page").expect("write input");
+    let write = quarry(
+        d,
+        &[
+            "page",
+            "write",
+            "12",
+            &path("small.txt"),
+            "--oob-hex",
+            "abcd",
+        ],
+    );
+    assert!(write.status.success(), "{}", text(&write));
+    assert!(
+        text(&write).contains("linear page 12 (0:3:0:0:0)"),
+        "{}",
+        text(&write)
+    );
+    let read = quarry(d, &["page", "read", "12", "--oob"]);
+    assert!(read.status.success(), "{}", text(&read));
+    assert!(text(&read).contains("oob: abcd"), "{}", text(&read));
+    assert_eq!(&read.stdout[..8], b"one page");
+
+    // Input longer than an explicit range programs nothing.
+    std::fs::write(d.join("four.bin"), vec![7u8; 3 * PAGE + 1]).expect("write input");
+    let over = quarry(d, &["page", "write", "20..23", &path("four.bin")]);
+    assert!(!over.status.success());
+    assert!(
+        text(&over).contains("linear range 20..23 holds 3 pages"),
+        "{}",
+        text(&over)
+    );
+    let untouched = quarry(d, &["page", "read", "20"]);
+    assert!(untouched.stdout.iter().all(|&b| b == 0xFF), "still erased");
+
+    // A page out of block order names the linear page and its address.
+    let out_of_order = quarry(d, &["page", "write", "100", &path("small.txt")]);
+    assert!(!out_of_order.status.success());
+    let out = text(&out_of_order);
+    assert!(out.contains("linear page 100 (0:1:2:0:1)"), "{out}");
+    assert!(out.contains("expects page 0"), "{out}");
+
+    // Bad addresses give clear errors.
+    let bad = quarry(d, &["page", "read", "abc"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad).contains("expected node:bus:chip:block:page, a linear page N"),
+        "{}",
+        text(&bad)
+    );
+    let bad = quarry(d, &["page", "read", "5..3"]);
+    assert!(
+        text(&bad).contains("linear range 5..3 is empty"),
+        "{}",
+        text(&bad)
+    );
+    let bad = quarry(d, &["page", "read", "99999999"]);
+    assert!(
+        text(&bad).contains("linear page 99999999 is outside the space of 262144 pages"),
+        "{}",
+        text(&bad)
+    );
+    let bad = quarry(d, &["page", "read", "262140..262150", "--out", &path("x")]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("does not fit"), "{}", text(&bad));
+    assert!(!d.join("x").exists(), "nothing written for a bad range");
+    let bad = quarry(d, &["page", "read", "0..4", "--queue-depth", "0"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("--queue-depth"), "{}", text(&bad));
+
+    let down = quarry(d, &["down"]);
+    assert!(down.status.success(), "{}", text(&down));
+}

@@ -1,5 +1,6 @@
 use bytes::Bytes;
 use quarry_device::PageRead;
+use quarry_fabric::LinearSpace;
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo};
 
 use crate::{Client, ClientError, ClusterFile};
@@ -65,6 +66,35 @@ impl BlockingClient {
     /// See [`Client::cluster`].
     pub fn cluster(&self) -> Result<Vec<NodeEntry>, ClientError> {
         self.runtime.block_on(self.client.cluster())
+    }
+
+    /// See [`Client::linear_space`].
+    pub fn linear_space(&self) -> Result<LinearSpace, ClientError> {
+        self.runtime.block_on(self.client.linear_space())
+    }
+
+    /// See [`Client::read_linear`].
+    pub fn read_linear(
+        &self,
+        space: &LinearSpace,
+        first: u64,
+        count: u64,
+        queue_depth: usize,
+    ) -> Result<Vec<PageRead>, ClientError> {
+        self.runtime
+            .block_on(self.client.read_linear(space, first, count, queue_depth))
+    }
+
+    /// See [`Client::write_linear`].
+    pub fn write_linear(
+        &self,
+        space: &LinearSpace,
+        first: u64,
+        data: &[u8],
+        queue_depth: usize,
+    ) -> Result<u64, ClientError> {
+        self.runtime
+            .block_on(self.client.write_linear(space, first, data, queue_depth))
     }
 }
 

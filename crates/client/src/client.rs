@@ -145,7 +145,7 @@ pub fn page_of(response: Response) -> Result<PageRead, ClientError> {
     }
 }
 
-fn expect_done(
+pub(crate) fn expect_done(
     request: &'static str,
     response: Response,
     ok: impl Fn(&Response) -> bool,

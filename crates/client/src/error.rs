@@ -1,6 +1,7 @@
 use std::path::PathBuf;
 
-use quarry_proto::{ProtoError, Status};
+use quarry_fabric::LinearSpaceError;
+use quarry_proto::{GlobalPageAddr, ProtoError, Status};
 
 /// Everything a client call can fail with; each message names what was wrong.
 #[derive(Debug, thiserror::Error)]
@@ -39,16 +40,49 @@ pub enum ClientError {
         /// What was wrong.
         reason: String,
     },
+    /// The linear page space could not be built, or a linear page lies
+    /// outside it.
+    #[error(transparent)]
+    LinearSpace(#[from] LinearSpaceError),
+    /// One page of a linear read or write failed.
+    #[error("linear page {linear} ({addr}): {reason}")]
+    LinearPage {
+        /// The linear page number.
+        linear: u64,
+        /// Its global address.
+        addr: GlobalPageAddr,
+        /// What went wrong. Not a `#[source]`: the message already contains
+        /// it, and error reports that print the chain would say it twice.
+        reason: Box<ClientError>,
+    },
+    /// A linear request asked for more pages than one call moves.
+    #[error("{count} pages in one linear request, more than the limit of {limit}")]
+    TooManyPages {
+        /// Pages asked for.
+        count: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A linear request's queue depth is out of bounds.
+    #[error("queue depth {queue_depth} is outside 1..={limit}")]
+    InvalidQueueDepth {
+        /// The queue depth asked for.
+        queue_depth: usize,
+        /// The largest allowed.
+        limit: usize,
+    },
     /// A local runtime could not be built (blocking client).
     #[error("cannot start the client runtime: {0}")]
     Runtime(std::io::Error),
 }
 
 impl ClientError {
-    /// The remote status, when the cluster answered with an error.
+    /// The remote status, when the cluster answered with an error (also for
+    /// the page of a linear request that failed).
     pub fn status(&self) -> Option<Status> {
         match self {
             ClientError::Remote { status, .. } => Some(*status),
+            ClientError::LinearPage { reason, .. } => reason.status(),
             _ => None,
         }
     }

@@ -7,6 +7,11 @@
 //! [`BlockingClient`] wraps it for scripts. [`ClusterFile`] is how a client
 //! finds a cluster (`--cluster FILE`, `$QUARRY_CLUSTER`, `./.quarry/cluster.toml`).
 //!
+//! Besides global addresses, the cluster's pages have linear numbers
+//! ([`LinearSpace`], from [`Client::linear_space`]): consecutive linear pages
+//! go to different nodes, then buses, then chips, so [`Client::read_linear`]
+//! and [`Client::write_linear`] stream over every node and bus at once.
+//!
 //! ```no_run
 //! use quarry_client::{BlockingClient, ClusterFile};
 //! use quarry_proto::GlobalPageAddr;
@@ -26,6 +31,7 @@ mod blocking;
 mod client;
 mod cluster_file;
 mod error;
+mod linear;
 
 pub use blocking::BlockingClient;
 pub use client::{into_result, page_of, Client, Completion};
@@ -33,4 +39,6 @@ pub use cluster_file::{
     ClusterFile, ClusterNode, CLUSTER_ENV, DEFAULT_CLUSTER_PATH, MAX_CLUSTER_NODES,
 };
 pub use error::ClientError;
+pub use linear::{MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH};
+pub use quarry_fabric::{LinearSpace, LinearSpaceError};
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};

@@ -47,11 +47,13 @@
 #![deny(missing_docs)]
 
 mod fabric;
+mod linear;
 mod link;
 mod topology;
 mod wire;
 
 pub use fabric::{Fabric, LocalHandler};
+pub use linear::{LinearSpace, LinearSpaceError};
 pub use topology::{links_of, Link, LinkAdvert, LinkStateDb, Route, RoutingTable, TopologyKind};
 pub use wire::{FRAGMENT_BYTES, LINK_MAGIC};
 

@@ -1,0 +1,215 @@
+//! The linear page space through the client, against an in-process cluster of
+//! `mem` nodes on loopback.
+
+use std::path::Path;
+
+use quarry_client::{
+    Client, ClientError, LinearSpaceError, Status, MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH,
+};
+use quarry_device::{BackendKind, DeviceConfig, Geometry};
+use quarry_node::{Node, NodeConfig, NodeHandle, NodeLimits, PeerConfig};
+use quarry_proto::NodeId;
+use tokio::net::TcpListener;
+
+fn small_geometry() -> Geometry {
+    Geometry {
+        buses: 2,
+        chips_per_bus: 2,
+        blocks_per_chip: 4,
+        pages_per_block: 8,
+        page_size_bytes: 512,
+        oob_size_bytes: 16,
+    }
+}
+
+/// Starts `geometries.len()` nodes, node `i` with `geometries[i]`.
+async fn cluster(dir: &Path, geometries: &[Geometry]) -> Vec<NodeHandle> {
+    let n = geometries.len() as NodeId;
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
+    }
+    let addrs: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().expect("local addr").to_string())
+        .collect();
+    let mut nodes = Vec::new();
+    for (id, listener) in listeners.into_iter().enumerate() {
+        let id = id as NodeId;
+        let config = NodeConfig {
+            id,
+            listen: addrs[usize::from(id)].clone(),
+            data_dir: dir.join(format!("node{id}")),
+            device: DeviceConfig {
+                backend: BackendKind::Mem,
+                geometry: Some(geometries[usize::from(id)]),
+                ..DeviceConfig::default()
+            },
+            peers: (0..n)
+                .filter(|p| *p != id)
+                .map(|p| PeerConfig {
+                    id: p,
+                    addr: addrs[usize::from(p)].clone(),
+                })
+                .collect(),
+            limits: NodeLimits {
+                connect_timeout_ms: 1000,
+                retry_backoff_ms: 200,
+                ..NodeLimits::default()
+            },
+        };
+        nodes.push(
+            Node::start_with_listener(config, listener)
+                .await
+                .expect("node starts"),
+        );
+    }
+    nodes
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 512) as u8).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_then_read_a_linear_stream_across_four_nodes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = cluster(dir.path(), &[small_geometry(); 4]).await;
+    let client = Client::connect(&nodes[1].local_addr().to_string())
+        .await
+        .expect("connect");
+    let space = client.linear_space().await.expect("linear space");
+    assert_eq!(space.nodes(), &[0, 1, 2, 3]);
+    assert_eq!(space.pages(), 4 * small_geometry().pages());
+    assert_eq!(space.stride(), 16);
+
+    // 3 pages per block of every chip and a short last page: the stream
+    // crosses block pages in order, and the queue depth (64) is wider than
+    // the stride (16), which the write must narrow to keep block order.
+    let data = pattern(16 * 3 * 512 + 100);
+    let written = client
+        .write_linear(&space, 0, &data, 64)
+        .await
+        .expect("write");
+    assert_eq!(written, 49);
+    let pages = client
+        .read_linear(&space, 0, written, 64)
+        .await
+        .expect("read");
+    assert_eq!(pages.len(), 49);
+    let mut read = Vec::new();
+    for page in &pages {
+        assert!(!page.erased);
+        read.extend_from_slice(&page.data);
+    }
+    assert_eq!(&read[..data.len()], &data[..]);
+    assert!(read[data.len()..].iter().all(|&b| b == 0), "zero padded");
+
+    // Every page is where the permutation says, read by its global address.
+    let mut nodes_hit = std::collections::BTreeSet::new();
+    for linear in 0..written {
+        let addr = space.to_global(linear).expect("in range");
+        nodes_hit.insert(addr.node);
+        let page = client.read_page(addr).await.expect("read global");
+        assert_eq!(page.data, pages[linear as usize].data, "{addr}");
+    }
+    assert_eq!(nodes_hit.len(), 4);
+
+    // The page after the stream was never programmed: it reads erased.
+    let tail = client
+        .read_linear(&space, written, 1, 1)
+        .await
+        .expect("read erased");
+    assert!(tail[0].erased);
+
+    // Programming a page twice names the linear page and its address.
+    let error = client
+        .write_linear(&space, 5, &[1, 2, 3], 1)
+        .await
+        .expect_err("already programmed");
+    assert_eq!(error.status(), Some(Status::AlreadyProgrammed));
+    let addr = space.to_global(5).expect("in range");
+    let text = error.to_string();
+    assert!(
+        text.starts_with(&format!("linear page 5 ({addr}): ")),
+        "{text}"
+    );
+    for node in nodes {
+        node.shutdown().await.expect("shutdown");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_and_ranges_are_checked_before_sending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = cluster(dir.path(), &[small_geometry(); 2]).await;
+    let client = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .expect("connect");
+    let space = client.linear_space().await.expect("linear space");
+    let pages = space.pages();
+    match client.read_linear(&space, pages - 1, 2, 4).await {
+        Err(ClientError::LinearSpace(LinearSpaceError::OutOfRange { linear, pages: p })) => {
+            assert_eq!((linear, p), (pages, pages));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        client.read_linear(&space, u64::MAX, 2, 4).await,
+        Err(ClientError::LinearSpace(_))
+    ));
+    assert!(matches!(
+        client.read_linear(&space, 0, MAX_LINEAR_PAGES + 1, 4).await,
+        Err(ClientError::TooManyPages { .. })
+    ));
+    for depth in [0, MAX_LINEAR_QUEUE_DEPTH + 1] {
+        let error = client
+            .read_linear(&space, 0, 1, depth)
+            .await
+            .expect_err("bad depth");
+        assert!(
+            matches!(error, ClientError::InvalidQueueDepth { .. }),
+            "{error}"
+        );
+    }
+    let too_long = vec![0u8; 512 * 3];
+    assert!(matches!(
+        client.write_linear(&space, pages - 2, &too_long, 4).await,
+        Err(ClientError::LinearSpace(
+            LinearSpaceError::OutOfRange { .. }
+        ))
+    ));
+    assert_eq!(
+        client.write_linear(&space, 0, &[], 4).await.expect("empty"),
+        0
+    );
+    assert!(client
+        .read_linear(&space, 0, 0, 4)
+        .await
+        .expect("empty")
+        .is_empty());
+    for node in nodes {
+        node.shutdown().await.expect("shutdown");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mismatched_geometry_names_the_node() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let odd = Geometry {
+        chips_per_bus: 4,
+        ..small_geometry()
+    };
+    let nodes = cluster(dir.path(), &[small_geometry(), small_geometry(), odd]).await;
+    let client = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .expect("connect");
+    let error = client.linear_space().await.expect_err("geometries differ");
+    assert_eq!(
+        error.to_string(),
+        "node 2's geometry differs from node 0's: chips_per_bus 4 (node 0 has 2)"
+    );
+    for node in nodes {
+        node.shutdown().await.expect("shutdown");
+    }
+}
