@@ -64,6 +64,16 @@ async fn cluster(dir: &Path, geometries: &[Geometry]) -> Vec<NodeHandle> {
                 .expect("node starts"),
         );
     }
+    let ids: Vec<NodeId> = (0..n).collect();
+    for node in &nodes {
+        assert!(
+            node.fabric()
+                .wait_for_routes(&ids, std::time::Duration::from_secs(5))
+                .await,
+            "node {} did not learn every route",
+            node.id()
+        );
+    }
     nodes
 }
 
