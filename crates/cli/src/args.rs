@@ -31,11 +31,15 @@ pub enum Command {
     /// Write and read data across every node of the cluster (starts a local
     /// cluster first if none is running) and show what it did and how long it took.
     Demo(DemoArgs),
-    /// Show the nodes, their addresses, geometry, capacity, bad blocks and wear.
+    /// Show the nodes, their addresses, geometry, capacity, bad blocks and wear;
+    /// with --routes, every node's fabric links and routing table.
     Status {
         /// How to find the cluster.
         #[command(flatten)]
         cluster: ClusterArg,
+        /// Print each node's links and routing table instead.
+        #[arg(long)]
+        routes: bool,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -108,9 +112,30 @@ pub struct UpArgs {
     /// Chip preset (sets the geometry; the timing model for `nand`).
     #[arg(long, value_enum)]
     pub preset: Option<PresetArg>,
+    /// How the nodes are linked (default: every node to every other).
+    #[arg(long, value_enum, conflicts_with = "links")]
+    pub topology: Option<TopologyArg>,
+    /// Exactly these links instead of a shape, as `0-1,1-2,1-3`.
+    #[arg(long, value_name = "A-B,...")]
+    pub links: Option<String>,
     /// Return once the cluster is up instead of waiting for Ctrl-C.
     #[arg(long)]
     pub detach: bool,
+}
+
+/// Shapes of the fabric selectable on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TopologyArg {
+    /// Every node linked to every other.
+    Mesh,
+    /// Nodes in id order, each linked to the next.
+    Line,
+    /// A line whose ends are linked too.
+    Ring,
+    /// Node 0 linked to every other node.
+    Star,
+    /// A binary tree: node i linked to node (i - 1) / 2.
+    Tree,
 }
 
 /// Arguments of `quarry demo`.

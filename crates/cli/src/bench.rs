@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::args::{BenchPageArgs, DeviceArg};
 use crate::commands::{backend_of, human_bytes, preset_of, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec};
+use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
 use crate::stats::LatencyStats;
 
 /// Pages kept in flight while filling the working set.
@@ -143,6 +143,7 @@ fn bench_backend(
         preset: (backend == BackendKind::Nand).then(|| preset_of(args.preset)),
         geometry,
         direct_io: true,
+        topology: Topology::default(),
     };
     eprintln!(
         "bench page: starting a 2-node {backend:?} cluster in {}",

@@ -10,8 +10,9 @@ use quarry_client::{BlockingClient, ClusterFile, LinearSpace, LinearSpaceError};
 use quarry_device::{BackendKind, Preset};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeInfo};
 
-use crate::args::{DeviceArg, PageCommand, PresetArg, UpArgs};
-use crate::local_cluster::{self, LocalCluster, LocalClusterSpec};
+use crate::args::{DeviceArg, PageCommand, PresetArg, TopologyArg, UpArgs};
+use crate::local_cluster::{self, LocalCluster, LocalClusterSpec, Topology};
+use quarry_fabric::TopologyKind;
 
 /// Converts the CLI's backend choice.
 pub fn backend_of(arg: DeviceArg) -> BackendKind {
@@ -44,9 +45,11 @@ pub fn up(args: &UpArgs) -> Result<()> {
         preset: args.preset.map(preset_of),
         geometry: None,
         direct_io: true,
+        topology: topology_of(args)?,
     };
     let mut cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     print_members(&cluster.cluster);
+    println!("topology: {}", spec.topology.describe());
     println!("cluster file: {}", cluster.cluster_path.display());
     if args.detach {
         cluster.detach();
@@ -79,6 +82,72 @@ pub fn up(args: &UpArgs) -> Result<()> {
     })?;
     println!("stopping");
     cluster.stop()
+}
+
+/// The topology `quarry up` was asked for.
+pub fn topology_of(args: &UpArgs) -> Result<Topology> {
+    if let Some(links) = &args.links {
+        return Topology::parse_links(links);
+    }
+    Ok(Topology::Shape(match args.topology {
+        None | Some(TopologyArg::Mesh) => TopologyKind::Mesh,
+        Some(TopologyArg::Line) => TopologyKind::Line,
+        Some(TopologyArg::Ring) => TopologyKind::Ring,
+        Some(TopologyArg::Star) => TopologyKind::Star,
+        Some(TopologyArg::Tree) => TopologyKind::Tree,
+    }))
+}
+
+/// `quarry status --routes`: every node's links and routing table.
+pub fn routes(cluster: Option<&Path>, json: bool) -> Result<()> {
+    let (file, client) = connect(cluster)?;
+    let mut tables = Vec::new();
+    for node in &file.nodes {
+        tables.push((
+            node.id,
+            node.addr.clone(),
+            client.routes(node.id).map_err(|e| e.to_string()),
+        ));
+    }
+    if json {
+        let value: Vec<serde_json::Value> = tables
+            .iter()
+            .map(|(id, addr, routes)| match routes {
+                Ok(info) => serde_json::json!({"id": id, "addr": addr, "state": "up", "links": info.links, "routes": info.routes}),
+                Err(e) => serde_json::json!({"id": id, "addr": addr, "state": "unreachable", "error": e}),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    for (id, addr, routes) in &tables {
+        match routes {
+            Err(e) => println!("node {id} ({addr}): unreachable: {e}\n"),
+            Ok(info) => {
+                let links: Vec<String> = info.links.iter().map(|l| l.peer.to_string()).collect();
+                println!(
+                    "node {id} ({addr}), links to: {}",
+                    if links.is_empty() {
+                        "none".to_string()
+                    } else {
+                        links.join(", ")
+                    }
+                );
+                let mut table = Table::new();
+                table.load_preset(UTF8_FULL_CONDENSED);
+                table.set_header(["destination", "next hop", "hops"]);
+                for route in &info.routes {
+                    table.add_row([
+                        route.dest.to_string(),
+                        route.next_hop.to_string(),
+                        route.hops.to_string(),
+                    ]);
+                }
+                println!("{table}\n");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `quarry down`.

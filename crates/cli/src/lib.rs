@@ -23,10 +23,10 @@ mod stats;
 
 pub use args::{
     BenchCommand, BenchDeviceArgs, BenchPageArgs, Cli, ClusterArg, Command, DemoArgs, DeviceArg,
-    PageCommand, PresetArg, UpArgs,
+    PageCommand, PresetArg, TopologyArg, UpArgs,
 };
 pub use local_cluster::{
-    cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec,
+    cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
 };
 pub use stats::LatencyStats;
 
@@ -39,7 +39,16 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Up(args) => commands::up(&args),
         Command::Down { dir } => commands::down(&dir),
         Command::Demo(args) => demo::demo(&args),
-        Command::Status { cluster, json } => commands::status(cluster.cluster.as_deref(), json),
+        Command::Status {
+            cluster,
+            json,
+            routes: false,
+        } => commands::status(cluster.cluster.as_deref(), json),
+        Command::Status {
+            cluster,
+            json,
+            routes: true,
+        } => commands::routes(cluster.cluster.as_deref(), json),
         Command::Page { cluster, command } => commands::page(cluster.cluster.as_deref(), &command),
         Command::Bench { command } => match command {
             BenchCommand::Page(args) => bench::page(&args),

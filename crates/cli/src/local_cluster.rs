@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use quarry_client::{BlockingClient, ClusterFile, ClusterNode};
 use quarry_device::{BackendKind, Geometry, Preset};
+use quarry_fabric::{links_of, Link, TopologyKind};
+use std::collections::BTreeSet;
 
 /// How long a starting node may take to answer its first ping.
 const NODE_START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -36,6 +38,96 @@ pub struct LocalClusterSpec {
     pub geometry: Option<Geometry>,
     /// Use O_DIRECT on the file backend.
     pub direct_io: bool,
+    /// Which nodes are linked.
+    pub topology: Topology,
+}
+
+/// The links of a local cluster: a named shape or an explicit list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Topology {
+    /// A shape over nodes `0..n` in id order.
+    Shape(TopologyKind),
+    /// Exactly these links (`a-b` pairs).
+    Links(BTreeSet<Link>),
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology::Shape(TopologyKind::Mesh)
+    }
+}
+
+impl Topology {
+    /// Parses `0-1,1-2,2-3` into links; the error names the bad item.
+    pub fn parse_links(text: &str) -> Result<Topology> {
+        let mut links = BTreeSet::new();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let parsed = item.split_once('-').and_then(|(a, b)| {
+                Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+            });
+            let Some((a, b)) = parsed else {
+                bail!("link {item:?} is not of the form A-B with node ids A and B");
+            };
+            if a == b {
+                bail!("link {item:?} links node {a} to itself");
+            }
+            links.insert((a.min(b), a.max(b)));
+        }
+        if links.is_empty() {
+            bail!("--links lists no links; give pairs like 0-1,1-2");
+        }
+        Ok(Topology::Links(links))
+    }
+
+    /// The links over nodes `0..nodes`; fails if an explicit link names a node
+    /// outside the cluster or leaves a node with no path to node 0.
+    pub fn links(&self, nodes: u16) -> Result<BTreeSet<Link>> {
+        let ids: Vec<u16> = (0..nodes).collect();
+        let links = match self {
+            Topology::Shape(kind) => links_of(*kind, &ids),
+            Topology::Links(links) => {
+                if let Some((a, b)) = links.iter().find(|(_, b)| *b >= nodes) {
+                    bail!(
+                        "link {a}-{b} names node {b}, but the cluster has nodes 0..={}",
+                        nodes - 1
+                    );
+                }
+                links.clone()
+            }
+        };
+        let mut reached = BTreeSet::from([0u16]);
+        let mut frontier = vec![0u16];
+        while let Some(at) = frontier.pop() {
+            for &(a, b) in &links {
+                let other = if a == at {
+                    b
+                } else if b == at {
+                    a
+                } else {
+                    continue;
+                };
+                if reached.insert(other) {
+                    frontier.push(other);
+                }
+            }
+        }
+        if let Some(lost) = ids.iter().find(|id| !reached.contains(id)) {
+            bail!("node {lost} has no path to node 0 over the links given");
+        }
+        Ok(links)
+    }
+
+    /// `mesh`, `line`, ... or the links as `0-1,1-2`.
+    pub fn describe(&self) -> String {
+        match self {
+            Topology::Shape(kind) => format!("{kind:?}").to_lowercase(),
+            Topology::Links(links) => links
+                .iter()
+                .map(|(a, b)| format!("{a}-{b}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
 }
 
 impl LocalClusterSpec {
@@ -48,6 +140,7 @@ impl LocalClusterSpec {
             preset: None,
             geometry: None,
             direct_io: true,
+            topology: Topology::default(),
         }
     }
 }
@@ -102,6 +195,7 @@ impl LocalCluster {
                 );
             }
         }
+        let links = spec.topology.links(spec.nodes)?;
         let ports = free_ports(spec.nodes as usize)?;
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let mut children: Vec<Child> = Vec::new();
@@ -112,7 +206,7 @@ impl LocalCluster {
                 fs::create_dir_all(&node_dir)
                     .with_context(|| format!("cannot create {}", node_dir.display()))?;
                 let config_path = node_dir.join("node.toml");
-                fs::write(&config_path, node_config_toml(spec, id, &addrs))
+                fs::write(&config_path, node_config_toml(spec, id, &addrs, &links))
                     .with_context(|| format!("cannot write {}", config_path.display()))?;
                 let log_path = node_dir.join("node.log");
                 let child = spawn_node(exe, &config_path, &log_path)?;
@@ -128,6 +222,9 @@ impl LocalCluster {
             let deadline = Instant::now() + NODE_START_TIMEOUT;
             for (node, child) in nodes.iter().zip(children.iter_mut()) {
                 wait_until_serving(node, child, deadline)?;
+            }
+            for node in &nodes {
+                wait_until_routed(node, spec.nodes, deadline)?;
             }
             Ok(())
         })();
@@ -371,6 +468,27 @@ fn wait_until_serving(node: &ClusterNode, child: &mut Child, deadline: Instant) 
     }
 }
 
+/// Waits until `node` has discovered the whole cluster over the fabric.
+fn wait_until_routed(node: &ClusterNode, nodes: u16, deadline: Instant) -> Result<()> {
+    let client = BlockingClient::connect(&node.addr)?;
+    loop {
+        let members = client.cluster()?;
+        if members.len() == usize::from(nodes) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "node {} knows only nodes {:?} after {:?}; its log:\n{}",
+                node.id,
+                members.iter().map(|m| m.id).collect::<Vec<_>>(),
+                NODE_START_TIMEOUT,
+                log_tail(node)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The last lines of a node's log, for error messages.
 pub fn log_tail(node: &ClusterNode) -> String {
     const TAIL_BYTES: usize = 4096;
@@ -399,7 +517,12 @@ fn free_ports(count: usize) -> Result<Vec<u16>> {
         .collect()
 }
 
-fn node_config_toml(spec: &LocalClusterSpec, id: u16, addrs: &[String]) -> String {
+fn node_config_toml(
+    spec: &LocalClusterSpec,
+    id: u16,
+    addrs: &[String],
+    links: &BTreeSet<Link>,
+) -> String {
     let backend = match spec.backend {
         BackendKind::File => "file",
         BackendKind::Mem => "mem",
@@ -426,8 +549,11 @@ fn node_config_toml(spec: &LocalClusterSpec, id: u16, addrs: &[String]) -> Strin
             g.buses, g.chips_per_bus, g.blocks_per_chip, g.pages_per_block, g.page_size_bytes, g.oob_size_bytes
         ));
     }
+    // Both ends list a link; whichever dials first keeps it, and either
+    // end redials it after a failure.
     for (peer, addr) in addrs.iter().enumerate() {
-        if peer != id as usize {
+        let peer = peer as u16;
+        if links.contains(&(id.min(peer), id.max(peer))) {
             text.push_str(&format!("\n[[peers]]\nid = {peer}\naddr = \"{addr}\"\n"));
         }
     }

@@ -312,3 +312,73 @@ fn linear_pages_stream_across_four_nodes() {
     let down = quarry(d, &["down"]);
     assert!(down.status.success(), "{}", text(&down));
 }
+
+#[test]
+fn up_with_a_topology_and_status_routes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let up = quarry(
+        d,
+        &[
+            "up",
+            "--nodes",
+            "4",
+            "--topology",
+            "ring",
+            "--device",
+            "mem",
+            "--detach",
+        ],
+    );
+    assert!(up.status.success(), "{}", text(&up));
+    assert!(text(&up).contains("topology: ring"), "{}", text(&up));
+
+    let routes = quarry(d, &["status", "--routes", "--json"]);
+    assert!(routes.status.success(), "{}", text(&routes));
+    let value: serde_json::Value =
+        serde_json::from_slice(&routes.stdout).expect("status --routes --json is JSON");
+    let nodes = value.as_array().expect("one entry per node");
+    assert_eq!(nodes.len(), 4);
+    let node0 = &nodes[0];
+    let links: Vec<u64> = node0["links"]
+        .as_array()
+        .expect("links")
+        .iter()
+        .filter_map(|l| l["peer"].as_u64())
+        .collect();
+    assert_eq!(links, vec![1, 3], "node 0 of a ring links to 1 and 3");
+    let to_2 = node0["routes"]
+        .as_array()
+        .expect("routes")
+        .iter()
+        .find(|r| r["dest"] == 2)
+        .expect("a route to node 2");
+    assert_eq!(to_2["hops"], 2);
+
+    let table = quarry(d, &["status", "--routes"]);
+    assert!(table.status.success(), "{}", text(&table));
+    assert!(text(&table).contains("node 3 ("), "{}", text(&table));
+
+    let down = quarry(d, &["down"]);
+    assert!(down.status.success(), "{}", text(&down));
+
+    // Links that leave a node cut off are refused before anything starts.
+    let bad = quarry(
+        d,
+        &[
+            "up", "--nodes", "4", "--links", "0-1,2-3", "--device", "mem", "--detach",
+        ],
+    );
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad).contains("node 2 has no path to node 0"),
+        "{}",
+        text(&bad)
+    );
+    let bad = quarry(d, &["up", "--nodes", "2", "--links", "0-x", "--detach"]);
+    assert!(
+        text(&bad).contains("is not of the form A-B"),
+        "{}",
+        text(&bad)
+    );
+}

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use quarry_cli::{LocalCluster, LocalClusterSpec};
+use quarry_cli::{LocalCluster, LocalClusterSpec, Topology};
 use quarry_client::{BlockingClient, ClientError, Status};
 use quarry_device::{BackendKind, BlockAddr, Geometry, PageAddr};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr};
@@ -32,6 +32,7 @@ fn start(dir: &Path, nodes: u16, backend: BackendKind) -> LocalCluster {
         preset: None,
         geometry: Some(small_geometry()),
         direct_io: true,
+        topology: Topology::default(),
     };
     match LocalCluster::start(&spec, &exe()) {
         Ok(cluster) => cluster,

@@ -1,7 +1,7 @@
 use bytes::Bytes;
 use quarry_device::PageRead;
 use quarry_fabric::LinearSpace;
-use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo};
+use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo, RoutesInfo};
 
 use crate::{Client, ClientError, ClusterFile};
 
@@ -66,6 +66,11 @@ impl BlockingClient {
     /// See [`Client::cluster`].
     pub fn cluster(&self) -> Result<Vec<NodeEntry>, ClientError> {
         self.runtime.block_on(self.client.cluster())
+    }
+
+    /// See [`Client::routes`].
+    pub fn routes(&self, node: NodeId) -> Result<RoutesInfo, ClientError> {
+        self.runtime.block_on(self.client.routes(node))
     }
 
     /// See [`Client::linear_space`].

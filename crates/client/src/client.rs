@@ -3,8 +3,8 @@ use std::future::Future;
 use bytes::Bytes;
 use quarry_device::PageRead;
 use quarry_proto::{
-    GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo, Request, Response, Session,
-    SessionLimits,
+    GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo, Request, Response, RoutesInfo,
+    Session, SessionLimits,
 };
 
 use crate::{ClientError, ClusterFile};
@@ -107,6 +107,14 @@ impl Client {
         match self.call(Request::NodeInfo(node)).await? {
             Response::NodeInfo(info) => Ok(*info),
             other => Err(unexpected("node info", &other)),
+        }
+    }
+
+    /// One node's fabric links and routing table.
+    pub async fn routes(&self, node: NodeId) -> Result<RoutesInfo, ClientError> {
+        match self.call(Request::Routes(node)).await? {
+            Response::Routes(info) => Ok(*info),
+            other => Err(unexpected("routes", &other)),
         }
     }
 
