@@ -376,7 +376,13 @@ impl Inner {
                 flow,
                 len_bytes: 0,
             };
-            link.send_message(header, message.clone());
+            if !link.send_message(header, message.clone()) {
+                // The link closed after the route was chosen; if its streams
+                // were already failed, this one was not among them.
+                lock(&link.outbound).remove(stream);
+                last_failure = format!("link to node {} closed", link.peer);
+                continue;
+            }
             match tokio::time::timeout_at(deadline, answer).await {
                 Ok(Ok(Ok(bytes))) => {
                     return match decode_frame(bytes)
@@ -910,18 +916,38 @@ impl Inner {
             }
             Inbound::Forward { down, down_stream } => {
                 let down = down.clone();
+                let down_stream = *down_stream;
                 let mut forwarded = header;
-                forwarded.stream = *down_stream;
+                forwarded.stream = down_stream;
                 forwarded.hops = header.hops.saturating_add(1);
                 if header.is_last() {
                     inbound.remove(&stream);
                 }
-                drop(inbound);
-                down.send(OutFragment {
+                let sent = down.send(OutFragment {
                     header: forwarded,
                     payload,
                     release: Self::release(link, header.channel),
                 });
+                if !sent {
+                    // The next link died under the stream. Unless its
+                    // failure was already reported upstream, report it now,
+                    // and drop the rest of the request.
+                    if !header.is_last() {
+                        inbound.insert(stream, Inbound::Discard);
+                    }
+                    drop(inbound);
+                    if let Some(Pending::Forward { dest, started, .. }) =
+                        lock(&down.outbound).remove(down_stream)
+                    {
+                        let why = format!(
+                            "{} is unreachable: link from node {} to node {} closed",
+                            self.name(dest),
+                            self.local.id,
+                            down.peer
+                        );
+                        self.fail_upstream(link, stream, started, &why);
+                    }
+                }
             }
             Inbound::Discard => {
                 if header.is_last() {

@@ -546,3 +546,123 @@ impl Link {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fragment(flow: u32, stream: u32) -> OutFragment {
+        let mut header = LinkHeader::control(Kind::Response, 0);
+        header.channel = Channel::Data;
+        header.flow = flow;
+        header.stream = stream;
+        OutFragment {
+            header,
+            payload: Bytes::new(),
+            release: None,
+        }
+    }
+
+    #[test]
+    fn flows_take_turns_one_fragment_each() {
+        let mut queues = FlowQueues::default();
+        // A bulk flow queues a hundred fragments before a small one arrives.
+        for i in 0..100 {
+            queues.push(fragment(1, i));
+        }
+        queues.push(fragment(2, 1000));
+        queues.push(fragment(2, 1001));
+        let order: Vec<(u32, u32)> = std::iter::from_fn(|| queues.pop())
+            .map(|f| (f.header.flow, f.header.stream))
+            .take(5)
+            .collect();
+        assert_eq!(order, vec![(1, 0), (2, 1000), (1, 1), (2, 1001), (1, 2)]);
+        // Within a flow, order is kept.
+        let rest: Vec<u32> = std::iter::from_fn(|| queues.pop())
+            .map(|f| f.header.stream)
+            .collect();
+        assert_eq!(rest, (3..100).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_stale_tag_does_not_find_the_slots_next_stream() {
+        let mut table = TagTable::new(2);
+        let (reply, _answer) = oneshot::channel();
+        let first = table
+            .insert(Pending::Local {
+                buf: BytesMut::new(),
+                reply,
+            })
+            .unwrap();
+        assert!(table.remove(first).is_some());
+        let (reply, _answer) = oneshot::channel();
+        let second = table
+            .insert(Pending::Local {
+                buf: BytesMut::new(),
+                reply,
+            })
+            .unwrap();
+        assert_eq!(first & 0xFFFF, second & 0xFFFF, "the slot is reused");
+        assert_ne!(first, second, "under a new generation");
+        assert!(table.get_mut(first).is_none());
+        assert!(table.get_mut(second).is_some());
+        let (reply, _answer) = oneshot::channel();
+        assert!(table
+            .insert(Pending::Local {
+                buf: BytesMut::new(),
+                reply
+            })
+            .is_some());
+        let (reply, _answer) = oneshot::channel();
+        assert!(
+            table
+                .insert(Pending::Local {
+                    buf: BytesMut::new(),
+                    reply
+                })
+                .is_none(),
+            "the table is bounded"
+        );
+        assert_eq!(table.drain().len(), 2);
+        assert_eq!(table.len(), 0);
+    }
+
+    #[test]
+    fn credits_bound_what_a_peer_may_send_and_return() {
+        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, 2, 16);
+        link.receive(Channel::Data).unwrap();
+        link.receive(Channel::Data).unwrap();
+        let error = link.receive(Channel::Data).unwrap_err().to_string();
+        assert!(error.contains("against a window of 2"), "{error}");
+        // The control channel has its own window.
+        link.receive(Channel::Control).unwrap();
+        let error = link.add_credits(0, 1).unwrap_err().to_string();
+        assert!(error.contains("beyond the window"), "{error}");
+    }
+
+    #[test]
+    fn a_closed_link_frees_the_slots_of_what_it_held() {
+        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, 4, 16);
+        let upstream = Arc::new(upstream);
+        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, 4, 16);
+        upstream.receive(Channel::Data).unwrap();
+        let mut queued = fragment(3, 1);
+        queued.release = Some(Release {
+            link: upstream.clone(),
+            channel: Channel::Data,
+        });
+        assert!(down.send(queued));
+        assert_eq!(upstream.held[1].load(Ordering::Acquire), 1);
+        assert!(down.close());
+        assert_eq!(upstream.held[1].load(Ordering::Acquire), 0);
+        assert_eq!(lock(&upstream.out).credit_return, [0, 1]);
+        let mut late = fragment(3, 2);
+        upstream.receive(Channel::Data).unwrap();
+        late.release = Some(Release {
+            link: upstream.clone(),
+            channel: Channel::Data,
+        });
+        assert!(!down.send(late), "a closed link takes nothing");
+        assert_eq!(upstream.held[1].load(Ordering::Acquire), 0);
+    }
+}

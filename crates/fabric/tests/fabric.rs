@@ -62,6 +62,9 @@ fn config() -> FabricConfig {
         keepalive_interval: Duration::from_millis(50),
         dead_after: Duration::from_millis(400),
         route_wait: Duration::from_millis(300),
+        // Small windows make every test exercise credit flow control, and
+        // make a backlog on a link certain in the overtaking test.
+        window_fragments: 8,
         ..FabricConfig::default()
     }
 }
@@ -443,4 +446,45 @@ async fn bad_configuration_is_refused_with_the_reason() {
         .err()
         .unwrap();
     assert!(error.to_string().contains("dead_after"), "{error}");
+}
+
+/// Virtual channels and rotating priority: a requester asking for one page
+/// is answered while another requester's two hundred pages are still
+/// queued on the same link, not after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_request_overtakes_a_bulk_flow() {
+    let (nodes, _) = cluster(TopologyKind::Line, 2).await;
+    let done = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut bulk = Vec::new();
+    for page in 0..200u32 {
+        let fabric = nodes[0].fabric.clone();
+        let done = done.clone();
+        bulk.push(async move {
+            let answer = fabric
+                .route(1, Request::ReadPage(addr(1, page)), 0, 1)
+                .await;
+            assert_page(answer, 1, page);
+            done.lock().unwrap().push(page);
+        });
+    }
+    let fabric = nodes[0].fabric.clone();
+    let small_done = done.clone();
+    let small = async move {
+        // Sent after every bulk request is on its way.
+        tokio::task::yield_now().await;
+        let answer = fabric
+            .route(1, Request::ReadPage(addr(1, 9999)), 0, 2)
+            .await;
+        assert_page(answer, 1, 9999);
+        small_done.lock().unwrap().len()
+    };
+    let (bulk_done_before_small, _) = tokio::join!(small, futures::future::join_all(bulk));
+    eprintln!("bulk pages answered before the small one: {bulk_done_before_small} of 200");
+    assert!(
+        bulk_done_before_small < 100,
+        "the small request waited for {bulk_done_before_small} of 200 bulk pages"
+    );
+    for node in nodes {
+        node.stop();
+    }
 }
