@@ -55,7 +55,10 @@ mod wire;
 pub use fabric::{Fabric, LocalHandler};
 pub use linear::{LinearSpace, LinearSpaceError};
 pub use topology::{links_of, Link, LinkAdvert, LinkStateDb, Route, RoutingTable, TopologyKind};
-pub use wire::{FRAGMENT_BYTES, LINK_MAGIC};
+pub use wire::{
+    decode_json, encode_json, flags as link_flags, Channel, Hello, Kind as LinkKind, LinkCodec,
+    LinkFrame, LinkHeader, FRAGMENT_BYTES, LINK_HEADER_BYTES, LINK_MAGIC, LINK_VERSION,
+};
 
 use std::time::Duration;
 

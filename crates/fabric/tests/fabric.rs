@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::StreamExt;
 use quarry_device::PageAddr;
 use quarry_fabric::{
-    links_of, Fabric, FabricConfig, LinkAdvert, LinkStateDb, LocalHandler, RoutingTable,
-    TopologyKind,
+    decode_json, encode_json, link_flags, links_of, Channel, Fabric, FabricConfig, Hello,
+    LinkAdvert, LinkCodec, LinkFrame, LinkHeader, LinkKind, LinkStateDb, LocalHandler,
+    RoutingTable, TopologyKind, FRAGMENT_BYTES,
 };
 use quarry_proto::{GlobalPageAddr, NodeEntry, NodeId, Request, Response, Status};
 use tokio::io::AsyncWriteExt;
@@ -484,6 +486,170 @@ async fn a_small_request_overtakes_a_bulk_flow() {
         bulk_done_before_small < 100,
         "the small request waited for {bulk_done_before_small} of 200 bulk pages"
     );
+    for node in nodes {
+        node.stop();
+    }
+}
+
+/// A hand-driven node at the far end of a link: speaks the link protocol
+/// byte by byte, as another implementation would.
+struct FakeNode {
+    frames: tokio_util::codec::FramedRead<tokio::net::tcp::OwnedReadHalf, LinkCodec>,
+    writer: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl FakeNode {
+    /// Dials `addr` as node `id` and advertises a link to `neighbor`.
+    async fn join(addr: &str, id: NodeId, neighbor: NodeId) -> FakeNode {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (reader, writer) = stream.into_split();
+        let mut fake = FakeNode {
+            frames: tokio_util::codec::FramedRead::new(reader, LinkCodec),
+            writer,
+        };
+        let mut buf = bytes::BytesMut::new();
+        let hello = Hello {
+            id,
+            addr: format!("fake-{id}:1"),
+            instance: 1,
+            expect: Some(neighbor),
+        };
+        encode_json(LinkKind::Hello, &hello, &mut buf).unwrap();
+        let advert = LinkAdvert {
+            origin: id,
+            addr: format!("fake-{id}:1"),
+            sequence: 1,
+            neighbors: [neighbor].into(),
+        };
+        encode_json(LinkKind::Advert, &advert, &mut buf).unwrap();
+        fake.writer.write_all(&buf).await.unwrap();
+        let theirs = fake.next(LinkKind::Hello).await;
+        let hello: Hello = decode_json(LinkKind::Hello, &theirs.payload).unwrap();
+        assert_eq!(hello.id, neighbor);
+        fake
+    }
+
+    /// The next frame of `kind`, skipping adverts, credits and keepalives.
+    async fn next(&mut self, kind: LinkKind) -> LinkFrame {
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(5), self.frames.next())
+                .await
+                .unwrap_or_else(|_| panic!("no {kind:?} frame within 5 s"))
+                .expect("link open")
+                .expect("well-formed frame");
+            if frame.header.kind == kind {
+                return frame;
+            }
+        }
+    }
+
+    async fn send(&mut self, header: LinkHeader, payload: &[u8]) {
+        let mut buf = bytes::BytesMut::new();
+        header.put(&mut buf);
+        buf.extend_from_slice(payload);
+        self.writer.write_all(&buf).await.unwrap();
+    }
+}
+
+/// Hop-by-hop streaming and tag renaming, seen on the wire: a request from
+/// node 7 to node 8 crosses a real node 1 under a tag of node 1's choosing,
+/// and the first fragment of the answer is passed back to node 7 before node 8
+/// has sent the rest of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_node_renames_tags_and_streams_fragments_on() {
+    let (nodes, addrs) = cluster(TopologyKind::Line, 2).await;
+    let mut entry = FakeNode::join(&addrs[1], 7, 1).await;
+    let mut target = FakeNode::join(&addrs[1], 8, 1).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !nodes[1]
+        .fabric
+        .wait_for_routes(&[7, 8], Duration::from_millis(10))
+        .await
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node 1 never routed to the fakes"
+        );
+    }
+
+    // Node 7 asks node 8 for a page, under its own stream tag 0x77.
+    let mut request = bytes::BytesMut::new();
+    quarry_proto::encode_request(0, 1, &Request::ReadPage(addr(8, 3)), &mut request).unwrap();
+    let header = LinkHeader {
+        kind: LinkKind::Request,
+        channel: Channel::Control,
+        flags: link_flags::FIRST | link_flags::LAST,
+        hops: 1,
+        stream: 0x77,
+        dest: 8,
+        origin: 7,
+        flow: 5,
+        len_bytes: request.len() as u32,
+    };
+    entry.send(header, &request).await;
+    let arrived = target.next(LinkKind::Request).await;
+    assert_eq!(arrived.header.dest, 8);
+    assert_eq!(arrived.header.hops, 2, "node 1 counted its hop");
+    assert_eq!(arrived.header.origin, 7);
+    assert_eq!(
+        &arrived.payload[..],
+        &request[..],
+        "the request is passed on unchanged"
+    );
+    let renamed = arrived.header.stream;
+
+    // Node 8 answers with a page in five fragments but sends only the first.
+    let mut answer = bytes::BytesMut::new();
+    let page = page_of(8, 3);
+    quarry_proto::encode_response(
+        0,
+        &Response::Page {
+            data: page.clone(),
+            oob: Bytes::new(),
+            erased: false,
+            corrected_bytes: 0,
+        },
+        &mut answer,
+    )
+    .unwrap();
+    let fragments: Vec<&[u8]> = answer.chunks(FRAGMENT_BYTES).collect();
+    assert_eq!(fragments.len(), 5);
+    let fragment_header = |index: usize| LinkHeader {
+        kind: LinkKind::Response,
+        channel: Channel::Data,
+        flags: if index == 0 { link_flags::FIRST } else { 0 }
+            | if index == fragments.len() - 1 {
+                link_flags::LAST
+            } else {
+                0
+            },
+        hops: 0,
+        stream: renamed,
+        dest: 0,
+        origin: 7,
+        flow: 5,
+        len_bytes: fragments[index].len() as u32,
+    };
+    target.send(fragment_header(0), fragments[0]).await;
+    let first = entry.next(LinkKind::Response).await;
+    assert_eq!(first.header.stream, 0x77, "mapped back to node 7's own tag");
+    assert!(first.header.is_first() && !first.header.is_last());
+    assert_eq!(&first.payload[..], fragments[0]);
+
+    // The rest follows, in order, and the page is whole at node 7.
+    for index in 1..fragments.len() {
+        target.send(fragment_header(index), fragments[index]).await;
+    }
+    let mut whole = first.payload.to_vec();
+    loop {
+        let next = entry.next(LinkKind::Response).await;
+        assert_eq!(next.header.stream, 0x77);
+        whole.extend_from_slice(&next.payload);
+        if next.header.is_last() {
+            break;
+        }
+    }
+    assert_eq!(whole, answer.to_vec());
     for node in nodes {
         node.stop();
     }
