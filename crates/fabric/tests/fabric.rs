@@ -637,8 +637,8 @@ async fn a_forwarding_node_renames_tags_and_streams_fragments_on() {
     assert_eq!(&first.payload[..], fragments[0]);
 
     // The rest follows, in order, and the page is whole at node 7.
-    for index in 1..fragments.len() {
-        target.send(fragment_header(index), fragments[index]).await;
+    for (index, fragment) in fragments.iter().enumerate().skip(1) {
+        target.send(fragment_header(index), fragment).await;
     }
     let mut whole = first.payload.to_vec();
     loop {
