@@ -884,6 +884,18 @@ impl Inner {
                     reason: format!("node {} reopened stream {stream:#x}", link.peer),
                 });
             }
+            // Streams run here or forwarded are bounded by permits and tags;
+            // this bounds the refused ones a peer leaves open too.
+            if inbound.len() >= 2 * self.config.max_streams_per_link {
+                return Err(FabricError::BadLinkFrame {
+                    reason: format!(
+                        "node {} has {} request streams open, the limit is {}",
+                        link.peer,
+                        inbound.len(),
+                        2 * self.config.max_streams_per_link
+                    ),
+                });
+            }
             let entry = self.open_inbound(link, &header);
             inbound.insert(stream, entry);
         }
