@@ -216,6 +216,10 @@ pub enum BenchCommand {
     /// latency against the timing model, bandwidth vs request size (RFSA
     /// Fig. 6, with an SVG plot), and the read path's ECC cost.
     Device(BenchDeviceArgs),
+    /// The storage fabric on the nand backend (BlueDBM timing): latency vs
+    /// hops, bandwidth vs nodes, many hosts and many nodes, and QD1 latency
+    /// under a competing stream; tables, --json and SVG plots.
+    Fabric(BenchFabricArgs),
 }
 
 /// Arguments of `quarry bench page`.
@@ -271,6 +275,59 @@ pub struct BenchDeviceArgs {
     pub json: bool,
     /// A tiny run (few reads, request sizes up to 256 KiB, small working
     /// sets): checks the benchmark works, in seconds; the figures mean little.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// Parts of `quarry bench fabric`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FabricPart {
+    /// QD1 read latency vs hops on a 4-node line (nand, and mem for reference).
+    Latency,
+    /// Sequential read bandwidth of one client over 1, 2 and 4 nodes.
+    Bandwidth,
+    /// Many hosts on one node, and many hosts on many nodes.
+    Multi,
+    /// QD1 latency while another client streams over the same link.
+    Load,
+}
+
+/// Arguments of `quarry bench fabric`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchFabricArgs {
+    /// Run only these parts (comma separated; default: all).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<FabricPart>,
+    /// Buses per node (the nand device's bandwidth is 25 MB/s per bus with
+    /// the BlueDBM preset).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub buses: u32,
+    /// Chips per bus.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub chips: u32,
+    /// Pages written per node before the reads (8 KiB each).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(16..=16384))]
+    pub pages_per_node: u64,
+    /// QD1 reads per hop count (latency) and per load case.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(10..=1_000_000))]
+    pub reads: u64,
+    /// Seconds each bandwidth measurement streams.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Reads in flight per node of the target set for bandwidth runs, per bus.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=128))]
+    pub queue_depth: u32,
+    /// Write the plots (fabric-*.svg) into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub plot_dir: Option<PathBuf>,
+    /// Where to keep the benchmark clusters (default: a temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// A tiny run (few pages and reads, short streams): checks the benchmark
+    /// works, in seconds; the figures mean little.
     #[arg(long)]
     pub quick: bool,
 }

@@ -15,6 +15,7 @@
 mod args;
 mod bench;
 mod bench_device;
+mod bench_fabric;
 mod commands;
 mod demo;
 mod local_cluster;
@@ -22,8 +23,8 @@ mod plot;
 mod stats;
 
 pub use args::{
-    BenchCommand, BenchDeviceArgs, BenchPageArgs, Cli, ClusterArg, Command, DemoArgs, DeviceArg,
-    PageCommand, PresetArg, TopologyArg, UpArgs,
+    BenchCommand, BenchDeviceArgs, BenchFabricArgs, BenchPageArgs, Cli, ClusterArg, Command,
+    DemoArgs, DeviceArg, FabricPart, PageCommand, PresetArg, TopologyArg, UpArgs,
 };
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
@@ -53,6 +54,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench { command } => match command {
             BenchCommand::Page(args) => bench::page(&args),
             BenchCommand::Device(args) => bench_device::device(&args),
+            BenchCommand::Fabric(args) => bench_fabric::fabric(&args),
         },
     }
 }
