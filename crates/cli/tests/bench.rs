@@ -155,3 +155,108 @@ fn bench_page_quick_json() {
         "--quick stops at QD4"
     );
 }
+
+#[test]
+fn bench_fabric_quick_json() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plots = dir.path().join("plots");
+    let plots_arg = plots.to_str().expect("utf-8 path");
+    let r = quarry_json(
+        dir.path(),
+        &[
+            "bench",
+            "fabric",
+            "--quick",
+            "--json",
+            "--plot-dir",
+            plots_arg,
+        ],
+    );
+    assert_eq!(r["quick"], true);
+    assert_eq!(r["preset"], "bluedbm");
+    positive(&r, "device_peak_mib_per_s_per_node");
+    positive(&r, "device_read_us");
+
+    // 1. Latency vs hops: nand and mem, hop counts 0..3 on the line.
+    let backends = r["latency"]["backends"].as_array().expect("latency");
+    let names: Vec<&str> = backends
+        .iter()
+        .filter_map(|b| b["backend"].as_str())
+        .collect();
+    assert_eq!(names, ["nand", "mem"]);
+    for b in backends {
+        let rows = b["rows"].as_array().expect("hop rows");
+        let hops: Vec<u64> = rows.iter().filter_map(|row| row["hops"].as_u64()).collect();
+        assert_eq!(hops, [0, 1, 2, 3], "{b}");
+        for row in rows {
+            positive(row, "mean_us");
+            assert!(num(row, "p99_us") >= num(row, "p50_us"), "{row}");
+        }
+        assert!(num(b, "slope_us_per_hop_mean").is_finite());
+        assert_eq!(b["step_us_mean"].as_array().map(Vec::len), Some(3));
+        assert!(b["goal_met"].is_boolean());
+    }
+
+    // 2. Bandwidth over 1, 2 and 4 nodes.
+    let rows = r["bandwidth"]["rows"].as_array().expect("bandwidth rows");
+    let nodes: Vec<u64> = rows
+        .iter()
+        .filter_map(|row| row["nodes"].as_u64())
+        .collect();
+    assert_eq!(nodes, [1, 2, 4]);
+    for row in rows {
+        positive(row, "mib_per_s");
+        positive(row, "ratio_to_one_node");
+        positive(row, "modeled_peak_mib_per_s");
+        positive(row, "client_bytes");
+    }
+    assert_eq!(
+        rows[0]["fabric_bytes"], 0,
+        "one node: nothing crosses a link"
+    );
+    positive(&rows[2], "fabric_bytes");
+    assert!(r["bandwidth"]["goal_met"].is_boolean());
+
+    // 3. Multi-access: a host at every node of the 4-node mesh.
+    let m = &r["multi_access"];
+    for part in ["many_to_one", "many_to_many"] {
+        let hosts = m[part]["hosts"].as_array().expect("hosts");
+        assert_eq!(hosts.len(), 4, "{part}");
+        let shares: f64 = hosts.iter().map(|h| num(h, "share")).sum();
+        assert!((shares - 1.0).abs() < 1e-6, "{part} shares sum to {shares}");
+        for h in hosts {
+            positive(h, "mib_per_s");
+        }
+    }
+    positive(&m["many_to_one"], "min_max_ratio");
+    positive(&m["many_to_many"], "fraction");
+    assert_eq!(m["many_to_many"]["alone"].as_array().map(Vec::len), Some(4));
+
+    // 4. QD1 under load: both backends, the link-only and shared-device cases.
+    let load = r["load"]["backends"].as_array().expect("load");
+    assert_eq!(load.len(), 2);
+    for b in load {
+        positive(&b["unloaded"], "p99_us");
+        let cases = b["cases"].as_array().expect("cases");
+        assert_eq!(cases.len(), 2);
+        assert_eq!(cases[0]["stream_target"], 2);
+        assert_eq!(cases[1]["stream_target"], 1);
+        for c in cases {
+            positive(c, "stream_mib_per_s");
+            positive(c, "p99_ratio");
+        }
+    }
+
+    for name in [
+        "fabric-latency-hops.svg",
+        "fabric-bandwidth-nodes.svg",
+        "fabric-multi-access.svg",
+        "fabric-qd1-under-load.svg",
+    ] {
+        let svg = std::fs::read_to_string(plots.join(name)).expect("plot written");
+        assert!(
+            svg.starts_with("<svg") && svg.contains("<polyline"),
+            "{name}"
+        );
+    }
+}
