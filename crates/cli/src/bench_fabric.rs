@@ -152,6 +152,11 @@ struct HopSeries {
     /// mean(h) - mean(h-1) for h = 1..
     step_us_mean: Vec<f64>,
     goal_met: bool,
+    /// The floor series this one compares with (nand: the relay chain whose
+    /// server holds answers for the device time; mem: the bare relay chain).
+    floor: Option<String>,
+    /// slope / the floor's slope.
+    ratio_to_floor: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -374,6 +379,30 @@ pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
                 load_series.push(series);
             }
             bed.stop()?;
+        }
+        if wants(FabricPart::Latency) {
+            eprintln!("bench fabric: QD1 latency vs hops, blocking TCP relays (the floor)");
+            hop_series.push(tcp_relay_floor(&plan, Duration::ZERO, FLOOR_BACKEND)?);
+            // The same with the answer held for the modeled device time: the
+            // relays' cores fall idle meanwhile, as the nodes' do on nand.
+            let device = Duration::from_secs_f64(report.device_read_us / 1e6);
+            hop_series.push(tcp_relay_floor(&plan, device, FLOOR_DEVICE_BACKEND)?);
+        }
+        let slope_of = |name: &str, all: &[HopSeries]| {
+            all.iter()
+                .find(|s| s.backend == name)
+                .map(|s| s.slope_us_per_hop_mean)
+        };
+        for i in 0..hop_series.len() {
+            let floor = match hop_series[i].backend.as_str() {
+                "nand" => FLOOR_DEVICE_BACKEND,
+                "mem" => FLOOR_BACKEND,
+                _ => continue,
+            };
+            if let Some(slope) = slope_of(floor, &hop_series) {
+                hop_series[i].ratio_to_floor = Some(hop_series[i].slope_us_per_hop_mean / slope);
+                hop_series[i].floor = Some(floor.into());
+            }
         }
         if !hop_series.is_empty() {
             report.latency = Some(LatencyReport {
@@ -835,6 +864,124 @@ async fn latency_vs_hops(bed: &Bed, plan: &Plan) -> Result<HopSeries> {
             p99_us: s.quantile_us(0.99),
         })
         .collect();
+    Ok(hop_series(backend_name(bed.backend), rows))
+}
+
+/// Size of the floor's request message (a page address and a tag).
+const FLOOR_REQUEST_BYTES: usize = 32;
+
+/// The floor of a hop on this machine: QD1 round trips over loopback TCP
+/// through chains of 0..3 blocking relay threads (each reads a 32-byte
+/// request, passes it on, reads the page-sized answer and passes it back)
+/// to a thread that answers with a page from memory. No runtime, no framing,
+/// no device: what any relay built on kernel TCP sockets pays per hop here.
+fn tcp_relay_floor(plan: &Plan, device_time: Duration, name: &str) -> Result<HopSeries> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    fn listen() -> Result<(TcpListener, String)> {
+        let listener = TcpListener::bind("127.0.0.1:0").context("cannot bind a loopback port")?;
+        let addr = listener.local_addr()?.to_string();
+        Ok((listener, addr))
+    }
+    fn accept(listener: &TcpListener) -> std::io::Result<TcpStream> {
+        let (stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+    // Threads end when their upstream connection closes.
+    fn server(listener: TcpListener, device_time: Duration) {
+        let Ok(mut up) = accept(&listener) else {
+            return;
+        };
+        let answer = vec![0x5Au8; PAGE_BYTES as usize];
+        let mut request = [0u8; FLOOR_REQUEST_BYTES];
+        while up.read_exact(&mut request).is_ok() {
+            if !device_time.is_zero() {
+                std::thread::sleep(device_time);
+            }
+            if up.write_all(&answer).is_err() {
+                return;
+            }
+        }
+    }
+    fn relay(listener: TcpListener, down_addr: String) {
+        let Ok(mut up) = accept(&listener) else {
+            return;
+        };
+        let Ok(mut down) = TcpStream::connect(&down_addr) else {
+            return;
+        };
+        let _ = down.set_nodelay(true);
+        let mut request = [0u8; FLOOR_REQUEST_BYTES];
+        let mut answer = vec![0u8; PAGE_BYTES as usize];
+        while up.read_exact(&mut request).is_ok() {
+            let passed = down.write_all(&request).is_ok()
+                && down.read_exact(&mut answer).is_ok()
+                && up.write_all(&answer).is_ok();
+            if !passed {
+                return;
+            }
+        }
+    }
+
+    let mut clients = Vec::new();
+    let mut threads = Vec::new();
+    for relays in 0..4u8 {
+        let (listener, mut head) = listen()?;
+        threads.push(std::thread::spawn(move || server(listener, device_time)));
+        for _ in 0..relays {
+            let (listener, addr) = listen()?;
+            let down = head;
+            threads.push(std::thread::spawn(move || relay(listener, down)));
+            head = addr;
+        }
+        let client =
+            TcpStream::connect(&head).with_context(|| format!("cannot connect to {head}"))?;
+        client.set_nodelay(true)?;
+        clients.push((relays, client));
+    }
+    let mut stats: Vec<LatencyStats> = clients.iter().map(|_| LatencyStats::new()).collect();
+    let request = [1u8; FLOOR_REQUEST_BYTES];
+    let mut answer = vec![0u8; PAGE_BYTES as usize];
+    // Interleaved like the Quarry runs; the first rounds warm up.
+    for round in 0..plan.reads + 5 {
+        for ((_, client), stats) in clients.iter_mut().zip(stats.iter_mut()) {
+            let sent = Instant::now();
+            client.write_all(&request)?;
+            client.read_exact(&mut answer)?;
+            if round >= 5 {
+                stats.record(sent.elapsed());
+            }
+        }
+    }
+    drop(clients);
+    for thread in threads {
+        let _ = thread.join();
+    }
+    let rows: Vec<HopRow> = stats
+        .iter()
+        .enumerate()
+        .map(|(relays, s)| HopRow {
+            hops: relays as u8,
+            node: relays as NodeId,
+            reads: s.count(),
+            mean_us: s.mean_us(),
+            p50_us: s.quantile_us(0.5),
+            p99_us: s.quantile_us(0.99),
+        })
+        .collect();
+    Ok(hop_series(name, rows))
+}
+
+/// Name of the floor's series.
+const FLOOR_BACKEND: &str = "tcp relay (floor)";
+/// Name of the floor's series whose server holds each answer for the
+/// modeled nand read time.
+const FLOOR_DEVICE_BACKEND: &str = "tcp relay + device time (floor)";
+
+/// Slopes and steps of per-hop rows.
+fn hop_series(backend: &str, rows: Vec<HopRow>) -> HopSeries {
     let points = |f: fn(&HopRow) -> f64| -> Vec<(f64, f64)> {
         rows.iter().map(|r| (f64::from(r.hops), f(r))).collect()
     };
@@ -846,14 +993,16 @@ async fn latency_vs_hops(bed: &Bed, plan: &Plan) -> Result<HopSeries> {
         .windows(2)
         .map(|w| w[1].mean_us - w[0].mean_us)
         .collect();
-    Ok(HopSeries {
-        backend: backend_name(bed.backend).into(),
+    HopSeries {
+        backend: backend.into(),
         slope_us_per_hop_mean: slope_mean,
         slope_us_per_hop_p50: slope_p50,
         step_us_mean,
         goal_met: slope_mean <= HOP_GOAL_US,
         rows,
-    })
+        floor: None,
+        ratio_to_floor: None,
+    }
 }
 
 /// Least-squares slope of y over x.
@@ -1214,8 +1363,12 @@ fn print_report(r: &Report) {
             l.topology, l.entry_node
         );
         for s in &l.backends {
+            let floor = match (&s.floor, s.ratio_to_floor) {
+                (Some(floor), Some(ratio)) => format!(" = {ratio:.1}x {floor}'s"),
+                _ => String::new(),
+            };
             println!(
-                "   {}: added per hop {:.1} us (least-squares slope of the mean; p50 slope {:.1} us), steps {}; goal <= {:.0} us/hop: {}",
+                "   {}: added per hop {:.1} us{floor} (least-squares slope of the mean; p50 slope {:.1} us), steps {}; goal <= {:.0} us/hop: {}",
                 s.backend,
                 s.slope_us_per_hop_mean,
                 s.slope_us_per_hop_p50,
@@ -1412,6 +1565,7 @@ fn print_report(r: &Report) {
 }
 
 const COLORS: [&str; 4] = ["steelblue", "darkorange", "seagreen", "crimson"];
+const LIGHT_COLORS: [&str; 4] = ["lightsteelblue", "navajowhite", "lightgreen", "pink"];
 
 fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
     let mut plots = Vec::new();
@@ -1434,11 +1588,7 @@ fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
             });
             series.push(Series {
                 name: format!("{} p99", s.backend),
-                color: if i == 0 {
-                    "lightsteelblue"
-                } else {
-                    "navajowhite"
-                },
+                color: LIGHT_COLORS[i % LIGHT_COLORS.len()],
                 points: rows.iter().map(|r| (f64::from(r.hops), r.p99_us)).collect(),
             });
             if i == 0 {
