@@ -1586,19 +1586,16 @@ fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
                     .map(|r| (f64::from(r.hops), r.mean_us))
                     .collect(),
             });
-            series.push(Series {
-                name: format!("{} p99", s.backend),
-                color: LIGHT_COLORS[i % LIGHT_COLORS.len()],
-                points: rows.iter().map(|r| (f64::from(r.hops), r.p99_us)).collect(),
-            });
-            if i == 0 {
+            // The goal drawn from Quarry's own hop-0 figures (p99s are in
+            // the table: drawn here they would flatten the means).
+            if s.floor.is_some() {
                 let base = rows.first().map_or(0.0, |r| r.mean_us);
                 series.push(Series {
                     name: format!(
                         "goal: {} hop 0 + {:.0} us/hop",
                         s.backend, l.goal_us_per_hop
                     ),
-                    color: "gray",
+                    color: LIGHT_COLORS[i % LIGHT_COLORS.len()],
                     points: rows
                         .iter()
                         .map(|r| {
@@ -1612,7 +1609,7 @@ fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
         plots.push((
             "fabric-latency-hops.svg",
             LinePlot {
-                title: format!("QD1 page read latency vs hops ({})", l.topology),
+                title: format!("QD1 page read latency vs hops, mean ({})", l.topology),
                 x_label: "hops from the entry node".into(),
                 y_label: "latency (us)".into(),
                 log2_x: false,
@@ -1633,15 +1630,6 @@ fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
                 log2_x: false,
                 x_tick: |x| format!("{x:.0}"),
                 series: vec![
-                    Series {
-                        name: "measured".into(),
-                        color: "steelblue",
-                        points: b
-                            .rows
-                            .iter()
-                            .map(|r| (f64::from(r.nodes), r.mib_per_s))
-                            .collect(),
-                    },
                     Series {
                         name: "linear: nodes x 1-node figure".into(),
                         color: "gray",
@@ -1670,6 +1658,15 @@ fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
                             .rows
                             .iter()
                             .map(|r| (f64::from(r.nodes), r.modeled_peak_mib_per_s))
+                            .collect(),
+                    },
+                    Series {
+                        name: "measured".into(),
+                        color: "steelblue",
+                        points: b
+                            .rows
+                            .iter()
+                            .map(|r| (f64::from(r.nodes), r.mib_per_s))
                             .collect(),
                     },
                 ],
@@ -1742,25 +1739,39 @@ fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
             ]
         };
         let mut series = Vec::new();
-        let mut color = COLORS.iter().cycle();
-        for s in &l.backends {
+        // The shared-device cases queue behind the stream in the device
+        // (milliseconds): they are in the table, and drawn here they would
+        // flatten the rest.
+        let mut hlines = Vec::new();
+        for (i, s) in l.backends.iter().enumerate() {
             series.push(Series {
                 name: format!("{}: unloaded", s.backend),
-                color: color.next().copied().unwrap_or("black"),
+                color: LIGHT_COLORS[i % LIGHT_COLORS.len()],
                 points: quantiles(&s.unloaded),
             });
-            for c in &s.cases {
+            if let Some(c) = s.cases.first() {
                 series.push(Series {
                     name: format!("{}: {}", s.backend, c.name),
-                    color: color.next().copied().unwrap_or("black"),
+                    color: COLORS[i % COLORS.len()],
                     points: quantiles(&c.qd1),
                 });
             }
+            hlines.push(HLine {
+                name: format!(
+                    "goal: {}'s p99 <= {:.0}x unloaded",
+                    s.backend, l.goal_ratio_max
+                ),
+                color: COLORS[i % COLORS.len()],
+                y: s.unloaded.p99_us * l.goal_ratio_max,
+            });
         }
         plots.push((
             "fabric-qd1-under-load.svg",
             LinePlot {
-                title: format!("QD1 read latency of node {} under load", l.qd1_target),
+                title: format!(
+                    "QD1 read latency of node {}, alone and beside a stream over the same link",
+                    l.qd1_target
+                ),
                 x_label: "percentile".into(),
                 y_label: "latency (us)".into(),
                 log2_x: false,
@@ -1771,7 +1782,7 @@ fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
                     _ => "p99.9".into(),
                 },
                 series,
-                hlines: Vec::new(),
+                hlines,
             },
         ));
     }
