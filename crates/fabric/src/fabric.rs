@@ -346,7 +346,8 @@ impl Inner {
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         let attempts = if is_idempotent(&request) { 2 } else { 1 };
         let mut last_failure = String::new();
-        for _ in 0..attempts {
+        for attempt in 1..=attempts {
+            let mut routes_seen = self.version.subscribe();
             let link = match self.next_link(dest).await {
                 Ok(link) => link,
                 Err(refusal) => return refusal,
@@ -385,7 +386,7 @@ impl Inner {
             }
             match tokio::time::timeout_at(deadline, answer).await {
                 Ok(Ok(Ok(bytes))) => {
-                    return match decode_frame(bytes)
+                    let answer = match decode_frame(bytes)
                         .and_then(|frame| decode_response(&frame).map_err(|e| e.to_string()))
                     {
                         Ok(answer) => answer,
@@ -394,6 +395,26 @@ impl Inner {
                             format!("node {dest} sent a malformed answer: {e}"),
                         ),
                     };
+                    // A node further on lost its link under the request: a
+                    // read may go again once the routes have moved.
+                    let lost_further_on = matches!(
+                        &answer,
+                        Response::Error {
+                            status: Status::NodeUnreachable,
+                            ..
+                        }
+                    );
+                    if !lost_further_on || attempt == attempts {
+                        return answer;
+                    }
+                    let rerouted =
+                        tokio::time::timeout(self.config.route_wait, routes_seen.changed()).await;
+                    if !matches!(rerouted, Ok(Ok(()))) {
+                        return answer;
+                    }
+                    if let Response::Error { message, .. } = answer {
+                        last_failure = message;
+                    }
                 }
                 Ok(Ok(Err(reason))) => last_failure = reason,
                 Ok(Err(_)) => last_failure = format!("link to node {} closed", link.peer),
