@@ -195,6 +195,8 @@ struct BandwidthRow {
     peak_fraction: f64,
     latency_p50_us: f64,
     latency_p99_us: f64,
+    /// Cores the nodes and the benchmark kept busy during the run.
+    cpu_cores: f64,
     /// Page data that reached the client.
     client_bytes: u64,
     /// Page data that crossed a fabric link, counted once per link crossed.
@@ -273,6 +275,8 @@ struct LoadReport {
 struct LoadSeries {
     backend: String,
     unloaded: LatencyRow,
+    /// Cores the nodes and the benchmark kept busy during the unloaded reads.
+    unloaded_cpu_cores: f64,
     cases: Vec<LoadCase>,
     /// The link-only case (stream on another node's device) meets the goal.
     goal_met: bool,
@@ -283,6 +287,8 @@ struct LoadCase {
     name: String,
     stream_target: NodeId,
     stream_mib_per_s: f64,
+    /// Cores the nodes and the benchmark kept busy while the QD1 reads ran.
+    cpu_cores: f64,
     qd1: LatencyRow,
     /// Loaded p99 over unloaded p99.
     p99_ratio: f64,
@@ -1028,6 +1034,7 @@ async fn one_host_bandwidth(bed: &Bed, plan: &Plan) -> Result<BandwidthRow> {
     let depth = plan.depth_per_node * usize::from(nodes);
     // Fill the pipelines before timing.
     stream(&client, &region, 0, depth, Duration::from_millis(100), None).await?;
+    let cpu = CpuMark::now(bed);
     let run = stream(
         &client,
         &region,
@@ -1037,6 +1044,7 @@ async fn one_host_bandwidth(bed: &Bed, plan: &Plan) -> Result<BandwidthRow> {
         None,
     )
     .await?;
+    let cpu = cpu.elapsed();
     let (client_bytes, fabric_bytes) = traffic(bed, entry, &region, 0, run.pages);
     let layout = SlotLayout::new(&bed.space.geometry()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let peak = peak_mib_per_s(bed, &layout) * f64::from(nodes);
@@ -1052,6 +1060,7 @@ async fn one_host_bandwidth(bed: &Bed, plan: &Plan) -> Result<BandwidthRow> {
         peak_fraction: run.mib_per_s() / peak,
         latency_p50_us: run.stats.quantile_us(0.5),
         latency_p99_us: run.stats.quantile_us(0.99),
+        cpu_cores: cpu.cores(),
         client_bytes,
         fabric_bytes,
     })
@@ -1237,13 +1246,15 @@ async fn qd1_under_load(bed: &Bed, plan: &Plan) -> Result<LoadSeries> {
         ("stream over link 0-1, node 1's device (shared)", near),
     ];
     let mut unloaded = LatencyStats::new();
-    let mut loaded: Vec<(LatencyStats, f64, f64)> = cases
+    let mut unloaded_cpu = CpuTimes::default();
+    let mut loaded: Vec<(LatencyStats, f64, f64, CpuTimes)> = cases
         .iter()
-        .map(|_| (LatencyStats::new(), 0.0, 0.0))
+        .map(|_| (LatencyStats::new(), 0.0, 0.0, CpuTimes::default()))
         .collect();
     let depth = plan.depth_per_node;
     for round in 0..plan.load_rounds {
         let seed = u64::from(round) * 10;
+        let cpu = CpuMark::now(bed);
         qd1_reads(
             &client,
             &targets,
@@ -1252,6 +1263,7 @@ async fn qd1_under_load(bed: &Bed, plan: &Plan) -> Result<LoadSeries> {
             std::slice::from_mut(&mut unloaded),
         )
         .await?;
+        unloaded_cpu.add(cpu.elapsed());
         for (i, &(_, stream_target)) in cases.iter().enumerate() {
             let stop = Arc::new(AtomicBool::new(false));
             let barrier = Arc::new(Barrier::new(1));
@@ -1265,6 +1277,7 @@ async fn qd1_under_load(bed: &Bed, plan: &Plan) -> Result<LoadSeries> {
                 barrier,
             );
             tokio::time::sleep(LOAD_WARMUP).await;
+            let cpu = CpuMark::now(bed);
             let measured = qd1_reads(
                 &client,
                 &targets,
@@ -1273,6 +1286,7 @@ async fn qd1_under_load(bed: &Bed, plan: &Plan) -> Result<LoadSeries> {
                 std::slice::from_mut(&mut loaded[i].0),
             )
             .await;
+            loaded[i].3.add(cpu.elapsed());
             stop.store(true, Ordering::Relaxed);
             let run = join_host(host)?;
             measured?;
@@ -1284,12 +1298,13 @@ async fn qd1_under_load(bed: &Bed, plan: &Plan) -> Result<LoadSeries> {
     let cases: Vec<LoadCase> = cases
         .iter()
         .zip(&loaded)
-        .map(|(&(name, target), (stats, mib, seconds))| {
+        .map(|(&(name, target), (stats, mib, seconds, cpu))| {
             let qd1 = LatencyRow::of(stats);
             LoadCase {
                 name: name.into(),
                 stream_target: target,
                 stream_mib_per_s: mib / seconds,
+                cpu_cores: cpu.cores(),
                 p99_ratio: qd1.p99_us / unloaded.p99_us,
                 p50_ratio: qd1.p50_us / unloaded.p50_us,
                 qd1,
@@ -1299,9 +1314,89 @@ async fn qd1_under_load(bed: &Bed, plan: &Plan) -> Result<LoadSeries> {
     Ok(LoadSeries {
         backend: backend_name(bed.backend).into(),
         goal_met: cases[0].p99_ratio <= LOAD_GOAL_RATIO,
+        unloaded_cpu_cores: unloaded_cpu.cores(),
         unloaded,
         cases,
     })
+}
+
+/// CPU time of the cluster's node processes and this process (every thread,
+/// user + system) from /proc, and the wall time it was measured over.
+#[derive(Debug, Default, Clone, Copy)]
+struct CpuTimes {
+    ticks: u64,
+    seconds: f64,
+}
+
+/// A point to measure [`CpuTimes`] from.
+struct CpuMark {
+    pids: Vec<u32>,
+    ticks: u64,
+    at: Instant,
+}
+
+impl CpuMark {
+    fn now(bed: &Bed) -> CpuMark {
+        let mut pids: Vec<u32> = bed
+            .cluster
+            .cluster
+            .nodes
+            .iter()
+            .filter_map(|n| n.pid)
+            .collect();
+        pids.push(std::process::id());
+        CpuMark {
+            ticks: pids.iter().map(|&pid| process_ticks(pid)).sum(),
+            pids,
+            at: Instant::now(),
+        }
+    }
+
+    fn elapsed(&self) -> CpuTimes {
+        let ticks: u64 = self.pids.iter().map(|&pid| process_ticks(pid)).sum();
+        CpuTimes {
+            ticks: ticks.saturating_sub(self.ticks),
+            seconds: self.at.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// utime + stime of a process in clock ticks (0 if it cannot be read).
+fn process_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the parenthesised name: state is the first, utime the
+    // 12th and stime the 13th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+impl CpuTimes {
+    fn add(&mut self, more: CpuTimes) {
+        self.ticks += more.ticks;
+        self.seconds += more.seconds;
+    }
+
+    /// Cores busy on average (of the machine's 2).
+    fn cores(&self) -> f64 {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        if self.seconds > 0.0 {
+            self.ticks as f64 / hz / self.seconds
+        } else {
+            0.0
+        }
+    }
 }
 
 fn yes_no(met: bool) -> &'static str {
@@ -1394,6 +1489,7 @@ fn print_report(r: &Report) {
             "% of peak",
             "p50 us",
             "p99 us",
+            "CPU cores",
             "to client",
             "over links",
         ]);
@@ -1408,6 +1504,7 @@ fn print_report(r: &Report) {
                 format!("{:.0}%", row.peak_fraction * 100.0),
                 f1(row.latency_p50_us),
                 f1(row.latency_p99_us),
+                format!("{:.2}", row.cpu_cores),
                 human_bytes(row.client_bytes),
                 human_bytes(row.fabric_bytes),
             ]);
@@ -1518,6 +1615,7 @@ fn print_report(r: &Report) {
             "p99.9 us",
             "p99 x",
             "p50 x",
+            "CPU cores",
         ]);
         for s in &l.backends {
             let u = &s.unloaded;
@@ -1532,6 +1630,7 @@ fn print_report(r: &Report) {
                 f1(u.p999_us),
                 "1.00".into(),
                 "1.00".into(),
+                format!("{:.2}", s.unloaded_cpu_cores),
             ]);
             for c in &s.cases {
                 t.add_row(vec![
@@ -1545,6 +1644,7 @@ fn print_report(r: &Report) {
                     f1(c.qd1.p999_us),
                     format!("{:.2}", c.p99_ratio),
                     format!("{:.2}", c.p50_ratio),
+                    format!("{:.2}", c.cpu_cores),
                 ]);
             }
         }
