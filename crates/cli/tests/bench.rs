@@ -183,7 +183,20 @@ fn bench_fabric_quick_json() {
         .iter()
         .filter_map(|b| b["backend"].as_str())
         .collect();
-    assert_eq!(names, ["nand", "mem"]);
+    assert_eq!(
+        names,
+        [
+            "nand",
+            "mem",
+            "tcp relay (floor)",
+            "tcp relay + device time (floor)"
+        ]
+    );
+    // Quarry's series name the floor they compare with.
+    assert_eq!(backends[0]["floor"], "tcp relay + device time (floor)");
+    assert_eq!(backends[1]["floor"], "tcp relay (floor)");
+    positive(&backends[0], "ratio_to_floor");
+    positive(&backends[1], "ratio_to_floor");
     for b in backends {
         let rows = b["rows"].as_array().expect("hop rows");
         let hops: Vec<u64> = rows.iter().filter_map(|row| row["hops"].as_u64()).collect();
@@ -209,6 +222,7 @@ fn bench_fabric_quick_json() {
         positive(row, "ratio_to_one_node");
         positive(row, "modeled_peak_mib_per_s");
         positive(row, "client_bytes");
+        positive(row, "cpu_cores");
     }
     assert_eq!(
         rows[0]["fabric_bytes"], 0,
@@ -244,6 +258,7 @@ fn bench_fabric_quick_json() {
         for c in cases {
             positive(c, "stream_mib_per_s");
             positive(c, "p99_ratio");
+            positive(c, "cpu_cores");
         }
     }
 
