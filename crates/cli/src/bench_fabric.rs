@@ -6,7 +6,9 @@
 //! 1. **Latency vs hops** (BlueDBM Fig. 8, RFSA Fig. 8): a 4-node line, QD1
 //!    reads entering at node 0 of pages 0..3 hops away; mean, p50, p99 per
 //!    hop count, the least-squares slope and the step deltas. The same on the
-//!    `mem` backend, where no device time hides anything.
+//!    `mem` backend, where no device time hides anything, and side by side
+//!    the floor of a hop on this machine: chains of blocking relay threads
+//!    on loopback TCP (bare, and with answers held for the device time).
 //! 2. **Bandwidth vs nodes** (BlueDBM Fig. 9b): one client reading the linear
 //!    page space sequentially over a mesh of 1, 2 and 4 nodes, against the
 //!    1-node figure and the device's modeled peak.
@@ -18,7 +20,9 @@
 //!    link (and, as a variant, node 1's pages, sharing its device).
 //!
 //! Concurrent hosts each run on their own thread and runtime, so one host's
-//! answers do not queue behind another's in this process. A benchmark reports
+//! answers do not queue behind another's in this process. Bandwidth runs
+//! and load cases also report the CPU the nodes and this process used, which
+//! tells a device-bound figure from a CPU-bound one on a small machine. A benchmark reports
 //! figures and states its goals; it asserts nothing about time.
 
 use std::collections::BTreeMap;
