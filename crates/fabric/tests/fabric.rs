@@ -456,36 +456,56 @@ async fn bad_configuration_is_refused_with_the_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_small_request_overtakes_a_bulk_flow() {
     let (nodes, _) = cluster(TopologyKind::Line, 2).await;
-    let done = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut bulk = Vec::new();
-    for page in 0..200u32 {
-        let fabric = nodes[0].fabric.clone();
-        let done = done.clone();
-        bulk.push(async move {
-            let answer = fabric
-                .route(1, Request::ReadPage(addr(1, page)), 0, 1)
-                .await;
-            assert_page(answer, 1, page);
-            done.lock().unwrap().push(page);
-        });
-    }
-    let fabric = nodes[0].fabric.clone();
-    let small_done = done.clone();
-    let small = async move {
-        // Sent after every bulk request is on its way.
-        tokio::task::yield_now().await;
-        let answer = fabric
+    // A round shows something only if the bulk flow is still queued when
+    // the small request goes out; on a loaded machine it may not be, so a
+    // few rounds are allowed to be inconclusive.
+    let mut waits = Vec::new();
+    for round in 0..5u32 {
+        let done = Arc::new(std::sync::Mutex::new(0usize));
+        let mut bulk = Vec::new();
+        for page in 0..200u32 {
+            let fabric = nodes[0].fabric.clone();
+            let done = done.clone();
+            bulk.push(tokio::spawn(async move {
+                let answer = fabric
+                    .route(1, Request::ReadPage(addr(1, page)), 0, 1)
+                    .await;
+                assert_page(answer, 1, page);
+                *done.lock().unwrap() += 1;
+            }));
+        }
+        // Wait for the first bulk answer: the link is busy from then on.
+        while *done.lock().unwrap() == 0 {
+            tokio::time::sleep(Duration::from_micros(100)).await;
+        }
+        let before = *done.lock().unwrap();
+        let answer = nodes[0]
+            .fabric
             .route(1, Request::ReadPage(addr(1, 9999)), 0, 2)
             .await;
         assert_page(answer, 1, 9999);
-        small_done.lock().unwrap().len()
-    };
-    let (bulk_done_before_small, _) = tokio::join!(small, futures::future::join_all(bulk));
-    eprintln!("bulk pages answered before the small one: {bulk_done_before_small} of 200");
+        let after = *done.lock().unwrap();
+        for task in bulk {
+            task.await.unwrap();
+        }
+        eprintln!("round {round}: {before} bulk pages answered when the small request went out, {after} when it was answered");
+        if before < 150 {
+            waits.push(after - before);
+        }
+        if waits.len() >= 2 {
+            break;
+        }
+    }
     assert!(
-        bulk_done_before_small < 100,
-        "the small request waited for {bulk_done_before_small} of 200 bulk pages"
+        !waits.is_empty(),
+        "the bulk flow never stayed queued long enough to tell"
     );
+    for wait in &waits {
+        assert!(
+            *wait < 100,
+            "the small request waited for {wait} bulk pages: {waits:?}"
+        );
+    }
     for node in nodes {
         node.stop();
     }
