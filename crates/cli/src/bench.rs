@@ -144,6 +144,7 @@ fn bench_backend(
         geometry,
         direct_io: true,
         topology: Topology::default(),
+        stop_with_this_process: true,
     };
     eprintln!(
         "bench page: starting a 2-node {backend:?} cluster in {}",

@@ -560,6 +560,7 @@ impl Bed {
             geometry: Some(plan.geometry),
             direct_io: true,
             topology: Topology::Shape(topology),
+            stop_with_this_process: true,
         };
         eprintln!(
             "bench fabric: starting a {nodes}-node {} {} cluster in {}",

@@ -46,6 +46,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
         geometry: None,
         direct_io: true,
         topology: topology_of(args)?,
+        stop_with_this_process: !args.detach,
     };
     let mut cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     print_members(&cluster.cluster);

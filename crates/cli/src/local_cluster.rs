@@ -40,6 +40,10 @@ pub struct LocalClusterSpec {
     pub direct_io: bool,
     /// Which nodes are linked.
     pub topology: Topology,
+    /// The nodes get SIGTERM when the process that started them dies, even
+    /// by SIGKILL or Ctrl-C (benchmarks, tests, `quarry up` in the
+    /// foreground). False for a cluster meant to outlive it (`--detach`).
+    pub stop_with_this_process: bool,
 }
 
 /// The links of a local cluster: a named shape or an explicit list.
@@ -141,6 +145,8 @@ impl LocalClusterSpec {
             geometry: None,
             direct_io: true,
             topology: Topology::default(),
+            // The demo leaves its cluster running for the user.
+            stop_with_this_process: false,
         }
     }
 }
@@ -209,7 +215,7 @@ impl LocalCluster {
                 fs::write(&config_path, node_config_toml(spec, id, &addrs, &links))
                     .with_context(|| format!("cannot write {}", config_path.display()))?;
                 let log_path = node_dir.join("node.log");
-                let child = spawn_node(exe, &config_path, &log_path)?;
+                let child = spawn_node(exe, &config_path, &log_path, spec.stop_with_this_process)?;
                 nodes.push(ClusterNode {
                     id,
                     addr: addrs[id as usize].clone(),
@@ -280,7 +286,8 @@ impl LocalCluster {
         let (Some(config), Some(log)) = (&node.config, &node.log) else {
             bail!("node {id} was not started by this cluster");
         };
-        let mut child = spawn_node(exe, config, log)?;
+        // A restarted node is this process's child, like a test's cluster.
+        let mut child = spawn_node(exe, config, log, true)?;
         wait_until_serving(&node, &mut child, Instant::now() + NODE_START_TIMEOUT)?;
         self.cluster.nodes[index].pid = Some(child.id());
         self.children[index] = child;
@@ -390,7 +397,12 @@ fn stop_nodes(cluster: &ClusterFile) -> Result<()> {
     Ok(())
 }
 
-fn spawn_node(exe: &Path, config_path: &Path, log_path: &Path) -> Result<Child> {
+fn spawn_node(
+    exe: &Path,
+    config_path: &Path,
+    log_path: &Path,
+    stop_with_this_process: bool,
+) -> Result<Child> {
     let log = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -408,6 +420,20 @@ fn spawn_node(exe: &Path, config_path: &Path, log_path: &Path) -> Result<Child> 
         // Own process group: Ctrl-C in the terminal of `quarry up --detach`
         // must not reach the nodes.
         .process_group(0);
+    if stop_with_this_process {
+        // SAFETY: runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed; prctl(2) is one, and the
+        // closure touches no memory shared with the parent. Tested by
+        // `foreground_cluster_dies_with_its_parent` in tests/cli.rs.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "info");
     }

@@ -382,3 +382,41 @@ fn up_with_a_topology_and_status_routes() {
         text(&bad)
     );
 }
+
+/// A cluster started in the foreground goes away with the process that
+/// started it, even when that process is killed outright.
+#[test]
+fn foreground_cluster_dies_with_its_parent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let mut up = Command::new(env!("CARGO_BIN_EXE_quarry"))
+        .args(["up", "--nodes", "2", "--device", "mem"])
+        .current_dir(d)
+        .env_remove("QUARRY_CLUSTER")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start quarry up");
+    let cluster_file = d.join(".quarry/cluster.toml");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !cluster_file.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cluster never came up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let cluster = quarry_client::ClusterFile::load(&cluster_file).expect("cluster file");
+    let pids: Vec<u32> = cluster.nodes.iter().filter_map(|n| n.pid).collect();
+    assert_eq!(pids.len(), 2);
+    up.kill().expect("SIGKILL quarry up");
+    let _ = up.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while pids.iter().any(|pid| quarry_cli::process_alive(*pid)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nodes {pids:?} outlived the killed `quarry up`"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

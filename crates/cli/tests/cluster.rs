@@ -33,6 +33,7 @@ fn start(dir: &Path, nodes: u16, backend: BackendKind) -> LocalCluster {
         geometry: Some(small_geometry()),
         direct_io: true,
         topology: Topology::default(),
+        stop_with_this_process: true,
     };
     match LocalCluster::start(&spec, &exe()) {
         Ok(cluster) => cluster,
