@@ -1412,6 +1412,33 @@ fn yes_no(met: bool) -> &'static str {
     }
 }
 
+/// One row per host of a multi-access run.
+fn host_table(hosts: &[HostRow]) -> Table {
+    let mut t = table(&[
+        "host",
+        "enters at",
+        "QD",
+        "MiB/s",
+        "share",
+        "p50 us",
+        "p99 us",
+        "over links",
+    ]);
+    for h in hosts {
+        t.add_row(vec![
+            h.host.to_string(),
+            format!("node {}", h.entry_node),
+            h.queue_depth.to_string(),
+            f1(h.mib_per_s),
+            format!("{:.1}%", h.share * 100.0),
+            f1(h.latency_p50_us),
+            f1(h.latency_p99_us),
+            human_bytes(h.fabric_bytes),
+        ]);
+    }
+    t
+}
+
 fn table(header: &[&str]) -> Table {
     let mut table = Table::new();
     table
@@ -1529,28 +1556,7 @@ fn print_report(r: &Report) {
 
     if let Some(m) = &r.multi_access {
         let o = &m.many_to_one;
-        let mut t = table(&[
-            "host",
-            "enters at",
-            "QD",
-            "MiB/s",
-            "share",
-            "p50 us",
-            "p99 us",
-            "over links",
-        ]);
-        for h in &o.hosts {
-            t.add_row(vec![
-                h.host.to_string(),
-                format!("node {}", h.entry_node),
-                h.queue_depth.to_string(),
-                f1(h.mib_per_s),
-                format!("{:.1}%", h.share * 100.0),
-                f1(h.latency_p50_us),
-                f1(h.latency_p99_us),
-                human_bytes(h.fabric_bytes),
-            ]);
-        }
+        let t = host_table(&o.hosts);
         println!(
             "\n3. Multi-access (RFSA Fig. 7), {}-node {}.\n   (a) one host, many nodes: part 2, {}.\n   (b) many hosts, one node: every host reads node {}'s pages:\n{t}",
             m.nodes,
@@ -1570,28 +1576,7 @@ fn print_report(r: &Report) {
             yes_no(o.goal_met)
         );
         let mm = &m.many_to_many;
-        let mut t = table(&[
-            "host",
-            "enters at",
-            "QD",
-            "MiB/s",
-            "share",
-            "p50 us",
-            "p99 us",
-            "over links",
-        ]);
-        for h in &mm.hosts {
-            t.add_row(vec![
-                h.host.to_string(),
-                format!("node {}", h.entry_node),
-                h.queue_depth.to_string(),
-                f1(h.mib_per_s),
-                format!("{:.1}%", h.share * 100.0),
-                f1(h.latency_p50_us),
-                f1(h.latency_p99_us),
-                human_bytes(h.fabric_bytes),
-            ]);
-        }
+        let t = host_table(&mm.hosts);
         println!("   (c) many hosts, many nodes: every host reads the whole linear region:\n{t}");
         println!(
             "   each node alone: {}; sum {:.1} MiB/s. Aggregate {:.1} MiB/s = {:.0}% of the sum; goal >= {:.0}%: {}",
