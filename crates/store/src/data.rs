@@ -1,0 +1,181 @@
+//! Where chunk bytes live: the [`ChunkStore`] trait, and [`MemChunkStore`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+
+use crate::error::{Result, StoreError};
+use crate::fingerprint::Fingerprint;
+
+/// Where a chunk's bytes are: `pages` consecutive logical pages of a volume
+/// space, from `first_page` (the volume layer's `LogicalPage { space, index }`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ChunkLocation {
+    /// The volume space.
+    pub space: u32,
+    /// Its first logical page.
+    pub first_page: u64,
+    /// How many pages it spans.
+    pub pages: u32,
+}
+
+/// The bytes of chunks on one node: write an extent, read it, trim it.
+///
+/// What an implementation must guarantee (the volume-backed one included):
+/// - `write` returns only once the bytes are durable; the location it
+///   returns is not handed out again until it is trimmed.
+/// - `read` of a written, untrimmed location returns exactly the bytes
+///   written (or an error, never other bytes).
+/// - `trim` tells the space manager the pages are dead (RFSA: the store, which
+///   knows what is dead, drives garbage collection); it may be called for a
+///   location after a crash twice, so it must be idempotent.
+/// - `extents` lists every written, untrimmed extent with the fingerprint
+///   written with it (the volume keeps it in each page's OOB), so that after
+///   a crash the node can trim extents that no chunk record names (pages
+///   written before the record's commit, or a record deleted before its trim).
+pub trait ChunkStore: Send + Sync + 'static {
+    /// Stores a chunk's bytes; returns where.
+    fn write(
+        &self,
+        fingerprint: &Fingerprint,
+        data: Bytes,
+    ) -> impl Future<Output = Result<ChunkLocation>> + Send;
+
+    /// Reads `len` bytes back from `location`.
+    fn read(&self, location: ChunkLocation, len: u32)
+        -> impl Future<Output = Result<Bytes>> + Send;
+
+    /// Declares the location's pages dead.
+    fn trim(&self, location: ChunkLocation) -> impl Future<Output = Result<()>> + Send;
+
+    /// Every live extent and the fingerprint it was written for.
+    fn extents(&self) -> impl Future<Output = Result<Vec<(ChunkLocation, Fingerprint)>>> + Send;
+}
+
+impl<C: ChunkStore> ChunkStore for std::sync::Arc<C> {
+    fn write(
+        &self,
+        fingerprint: &Fingerprint,
+        data: Bytes,
+    ) -> impl Future<Output = Result<ChunkLocation>> + Send {
+        (**self).write(fingerprint, data)
+    }
+    fn read(
+        &self,
+        location: ChunkLocation,
+        len: u32,
+    ) -> impl Future<Output = Result<Bytes>> + Send {
+        (**self).read(location, len)
+    }
+    fn trim(&self, location: ChunkLocation) -> impl Future<Output = Result<()>> + Send {
+        (**self).trim(location)
+    }
+    fn extents(&self) -> impl Future<Output = Result<Vec<(ChunkLocation, Fingerprint)>>> + Send {
+        (**self).extents()
+    }
+}
+
+/// Chunk bytes in memory, laid out as if on pages of `page_size` bytes (so
+/// locations look like the volume's). Writes can be made to fail
+/// ([`Self::fail_writes`]) to test error paths.
+#[derive(Debug)]
+pub struct MemChunkStore {
+    page_size: u32,
+    next_page: AtomicU64,
+    extents: Mutex<BTreeMap<u64, (ChunkLocation, Fingerprint, Bytes)>>,
+    fail_writes: std::sync::atomic::AtomicBool,
+}
+
+impl MemChunkStore {
+    /// An empty store with pages of `page_size` bytes.
+    pub fn new(page_size: u32) -> Self {
+        assert!(page_size > 0, "page size must be positive");
+        Self {
+            page_size,
+            next_page: AtomicU64::new(0),
+            extents: Mutex::default(),
+            fail_writes: Default::default(),
+        }
+    }
+
+    /// Makes every later write fail (or succeed again).
+    pub fn fail_writes(&self, fail: bool) {
+        self.fail_writes.store(fail, Ordering::SeqCst);
+    }
+
+    /// Pages held by live extents.
+    pub fn live_pages(&self) -> u64 {
+        self.extents
+            .lock()
+            .expect("extents lock")
+            .values()
+            .map(|(l, _, _)| u64::from(l.pages))
+            .sum()
+    }
+
+    /// Number of live extents.
+    pub fn live_extents(&self) -> usize {
+        self.extents.lock().expect("extents lock").len()
+    }
+}
+
+impl Default for MemChunkStore {
+    fn default() -> Self {
+        Self::new(8192)
+    }
+}
+
+impl ChunkStore for MemChunkStore {
+    async fn write(&self, fingerprint: &Fingerprint, data: Bytes) -> Result<ChunkLocation> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(StoreError::Backend("chunk write refused (test)".into()));
+        }
+        let pages = (data.len() as u64)
+            .div_ceil(u64::from(self.page_size))
+            .max(1) as u32;
+        let first_page = self.next_page.fetch_add(u64::from(pages), Ordering::SeqCst);
+        let location = ChunkLocation {
+            space: 0,
+            first_page,
+            pages,
+        };
+        self.extents
+            .lock()
+            .expect("extents lock")
+            .insert(first_page, (location, *fingerprint, data));
+        Ok(location)
+    }
+
+    async fn read(&self, location: ChunkLocation, len: u32) -> Result<Bytes> {
+        let extents = self.extents.lock().expect("extents lock");
+        match extents.get(&location.first_page) {
+            Some((l, _, data)) if *l == location && data.len() >= len as usize => {
+                Ok(data.slice(..len as usize))
+            }
+            _ => Err(StoreError::Backend(format!(
+                "no extent at {location:?} (trimmed?)"
+            ))),
+        }
+    }
+
+    async fn trim(&self, location: ChunkLocation) -> Result<()> {
+        let mut extents = self.extents.lock().expect("extents lock");
+        if matches!(extents.get(&location.first_page), Some((l, _, _)) if *l == location) {
+            extents.remove(&location.first_page);
+        }
+        Ok(())
+    }
+
+    async fn extents(&self) -> Result<Vec<(ChunkLocation, Fingerprint)>> {
+        Ok(self
+            .extents
+            .lock()
+            .expect("extents lock")
+            .values()
+            .map(|(l, f, _)| (*l, *f))
+            .collect())
+    }
+}

@@ -1,0 +1,86 @@
+//! `quarry-store` — layer 5 of Quarry: what users name.
+//!
+//! An object is a *manifest*: bucket, key, version, size, creation time,
+//! chunking parameters and the list of its chunks. A chunk is named by the
+//! SHA-256 of its bytes ([`Fingerprint`]), stored once on the node its
+//! fingerprint names and reference-counted (Multes++ Algorithm 1,
+//! generalised from values to chunks); the manifest lives on the node that
+//! hash(bucket, key) names ([`Placement`]: rendezvous hashing, so a change of
+//! members moves little). Putting the same bytes twice costs no chunk space;
+//! releasing the last reference deletes the chunk's record and trims its
+//! pages, so the store, which knows what is dead, drives the flash garbage
+//! collector (RFSA).
+//!
+//! This crate owns the logic that does not depend on where bytes live:
+//! names ([`BucketName`], [`ObjectKey`]), placement, chunking (fixed-size or
+//! FastCDC, over slices, `Read` and `AsyncRead`: [`Chunking`], [`Chunker`],
+//! [`AsyncChunker`]), the manifest format ([`Manifest`]), one node's tables
+//! ([`NodeStore`]: chunk table, manifest table with atomic and conditional
+//! replace, bucket records, [`Usage`]), the object operations over a set of
+//! nodes in the order that keeps every manifest's chunks present
+//! ([`ObjectStore`], with the orphan collector), and the dedup benchmark
+//! ([`bench::dedup`]). Persistence sits behind two traits: [`TableStore`]
+//! (small records, atomic commits) and [`ChunkStore`] (chunk bytes on logical
+//! pages); both have in-memory implementations here, and the volume layer
+//! will provide the real ones. `docs/store.md` has the formats and the crash
+//! reasoning.
+//!
+//! ```
+//! use quarry_store::{BucketName, Chunking, Condition, MemObjectStore, ObjectKey};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let store = MemObjectStore::in_memory([1, 2, 3, 4]).await?;
+//! let bucket = BucketName::new("photos")?;
+//! store.create_bucket(&bucket, Chunking::fixed(4096)?).await?;
+//!
+//! let data = vec![7u8; 20_000];
+//! let a = store.put_bytes(&bucket, &ObjectKey::new("a.raw")?, &data, Condition::Always).await?;
+//! let b = store.put_bytes(&bucket, &ObjectKey::new("b.raw")?, &data, Condition::IfAbsent).await?;
+//! assert_eq!((a.version(), a.chunks().len()), (1, 5));
+//!
+//! // Two objects of 20 000 bytes; the distinct chunks are one of 4096 bytes
+//! // of sevens and the 3616-byte tail.
+//! let df = store.usage();
+//! assert_eq!((df.logical_bytes, df.stored_bytes), (40_000, 4096 + 3616));
+//!
+//! // Replace b only if it is still version 1; a stale writer is refused.
+//! let key = ObjectKey::new("b.raw")?;
+//! store.put_bytes(&bucket, &key, b"new", Condition::IfVersion(b.version())).await?;
+//! let stale = store.put_bytes(&bucket, &key, b"x", Condition::IfVersion(1)).await;
+//! assert!(stale.unwrap_err().to_string().contains("expected version 1, current version 2"));
+//!
+//! let (_, bytes) = store.get_range(&bucket, &ObjectKey::new("a.raw")?, 4090, 10).await?;
+//! assert_eq!(&bytes[..], &[7u8; 10]);
+//! # Ok::<(), quarry_store::StoreError>(())
+//! # }).unwrap();
+//! ```
+#![deny(missing_docs)]
+
+pub mod bench;
+mod chunking;
+mod cluster;
+mod data;
+mod error;
+mod fingerprint;
+mod manifest;
+mod name;
+mod node;
+mod placement;
+mod records;
+mod table;
+mod usage;
+
+pub use chunking::{AsyncChunker, Chunk, Chunker, Chunking, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
+pub use cluster::{MemObjectStore, ObjectStore, OrphanReport, DEFAULT_PUT_DEADLINE_MS};
+pub use data::{ChunkLocation, ChunkStore, MemChunkStore};
+pub use error::{Result, StoreError};
+pub use fingerprint::Fingerprint;
+pub use manifest::{
+    ChunkRef, ChunkSlice, Manifest, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_MANIFEST_CHUNKS,
+};
+pub use name::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN};
+pub use node::{ChunkInfo, ChunkPut, ChunkRelease, Condition, ManifestPut, NodeStore, Recovery};
+pub use placement::{bucket_point, manifest_point, NodeId, Placement};
+pub use records::BucketConfig;
+pub use table::{Batch, MemTableStore, Op, Table, TableStore};
+pub use usage::{BucketUsage, Usage};

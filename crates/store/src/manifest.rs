@@ -1,0 +1,615 @@
+//! Manifests: what an object is (its name, version, size and chunk list),
+//! their binary encoding, and byte-range lookup.
+
+use crate::chunking::Chunking;
+use crate::error::{Result, StoreError};
+use crate::fingerprint::Fingerprint;
+use crate::name::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN};
+
+/// The first bytes of every encoded manifest.
+pub const MANIFEST_MAGIC: [u8; 4] = *b"QMAN";
+/// The encoding's format version; a decoder refuses others.
+pub const MANIFEST_FORMAT_VERSION: u8 = 1;
+/// Most chunks one manifest may list: 2^18, so a manifest stays under 10 MB
+/// (36 bytes a chunk) and an object is at most 16 GiB with 64 KiB chunks,
+/// 1 TiB with 4 MiB chunks.
+pub const MAX_MANIFEST_CHUNKS: usize = 1 << 18;
+
+/// Encoded bytes before the bucket name: magic, format, flags, name lengths.
+const HEAD: usize = 4 + 1 + 1 + 1 + 2;
+/// Encoded bytes between the key and the chunk list.
+const MIDDLE: usize = 8 + 8 + 8 + 1 + 12 + 4;
+/// Encoded bytes per chunk.
+const PER_CHUNK: usize = 32 + 4;
+/// The trailing CRC-32C.
+const TAIL: usize = 4;
+
+/// One entry of a manifest's chunk list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChunkRef {
+    /// The chunk's name.
+    pub fingerprint: Fingerprint,
+    /// Its length in bytes.
+    pub len: u32,
+}
+
+/// Part of a chunk that a byte range covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkSlice {
+    /// The chunk's position in the manifest.
+    pub index: usize,
+    /// The chunk.
+    pub chunk: ChunkRef,
+    /// First byte wanted, within the chunk.
+    pub offset_in_chunk: u32,
+    /// Bytes wanted from this chunk.
+    pub len: u32,
+    /// Where those bytes sit in the object.
+    pub object_offset: u64,
+}
+
+/// One version of an object: immutable once committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    bucket: BucketName,
+    key: ObjectKey,
+    version: u64,
+    size: u64,
+    created_unix_ms: u64,
+    chunking: Chunking,
+    chunks: Vec<ChunkRef>,
+    /// `starts[i]` = object offset of chunk `i` (for range lookups).
+    starts: Vec<u64>,
+}
+
+impl Manifest {
+    /// A manifest, checked: the chunking parameters are valid, there are at
+    /// most [`MAX_MANIFEST_CHUNKS`] chunks, every chunk is non-empty and no
+    /// longer than the chunking allows, and with fixed-size chunking every
+    /// chunk but the last has exactly the fixed size. The size is the sum of
+    /// the chunk lengths. `version` 0 means "not yet committed": the node
+    /// that owns the key assigns the real one.
+    pub fn new(
+        bucket: BucketName,
+        key: ObjectKey,
+        version: u64,
+        created_unix_ms: u64,
+        chunking: Chunking,
+        chunks: Vec<ChunkRef>,
+    ) -> Result<Self> {
+        chunking.validate()?;
+        if chunks.len() > MAX_MANIFEST_CHUNKS {
+            return Err(StoreError::TooManyChunks {
+                limit: MAX_MANIFEST_CHUNKS,
+            });
+        }
+        let max = chunking.max_chunk();
+        let mut starts = Vec::with_capacity(chunks.len());
+        let mut size = 0u64;
+        for (i, c) in chunks.iter().enumerate() {
+            let bad = |reason: String| StoreError::Malformed {
+                what: "manifest",
+                reason: format!("chunk {i} ({}): {reason}", c.fingerprint),
+            };
+            if c.len == 0 {
+                return Err(bad("empty".into()));
+            }
+            if c.len > max {
+                return Err(bad(format!(
+                    "{} bytes, longer than the chunking's {max}",
+                    c.len
+                )));
+            }
+            if let Chunking::Fixed { size: fixed } = chunking {
+                if i + 1 < chunks.len() && c.len != fixed {
+                    return Err(bad(format!(
+                        "{} bytes, but fixed-size chunks other than the last have {fixed}",
+                        c.len
+                    )));
+                }
+            }
+            starts.push(size);
+            size += u64::from(c.len);
+        }
+        Ok(Self {
+            bucket,
+            key,
+            version,
+            size,
+            created_unix_ms,
+            chunking,
+            chunks,
+            starts,
+        })
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &BucketName {
+        &self.bucket
+    }
+    /// The key.
+    pub fn key(&self) -> &ObjectKey {
+        &self.key
+    }
+    /// The version (1, 2, ... per key; 0 before it is committed).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+    /// The object's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+    /// When this version was written, in milliseconds since the Unix epoch.
+    pub fn created_unix_ms(&self) -> u64 {
+        self.created_unix_ms
+    }
+    /// How the object was cut.
+    pub fn chunking(&self) -> Chunking {
+        self.chunking
+    }
+    /// The chunks, in object order.
+    pub fn chunks(&self) -> &[ChunkRef] {
+        &self.chunks
+    }
+
+    pub(crate) fn set_version(&mut self, version: u64) {
+        self.version = version;
+    }
+
+    /// The chunk pieces that hold bytes `offset .. offset + len`, in order.
+    /// A range that runs past the end is cut at the end; one that starts past
+    /// the end is an error (starting exactly at the end gives nothing).
+    pub fn locate(&self, offset: u64, len: u64) -> Result<Vec<ChunkSlice>> {
+        if offset > self.size {
+            return Err(StoreError::RangeOutOfBounds {
+                offset,
+                size: self.size,
+            });
+        }
+        let end = offset.saturating_add(len).min(self.size);
+        let mut out = Vec::new();
+        if end == offset {
+            return Ok(out);
+        }
+        // The chunk holding `offset`: the last start <= offset.
+        let mut i = self.starts.partition_point(|&s| s <= offset) - 1;
+        let mut at = offset;
+        while at < end {
+            let start = self.starts[i];
+            let chunk = self.chunks[i];
+            let within = at - start;
+            let take = (u64::from(chunk.len) - within).min(end - at);
+            out.push(ChunkSlice {
+                index: i,
+                chunk,
+                offset_in_chunk: within as u32,
+                len: take as u32,
+                object_offset: at,
+            });
+            at += take;
+            i += 1;
+        }
+        Ok(out)
+    }
+
+    /// The encoded length of this manifest.
+    pub fn encoded_len(&self) -> usize {
+        HEAD + self.bucket.as_str().len()
+            + self.key.as_str().len()
+            + MIDDLE
+            + PER_CHUNK * self.chunks.len()
+            + TAIL
+    }
+
+    /// The binary form (all integers little-endian):
+    ///
+    /// ```text
+    /// "QMAN"  format:u8=1  flags:u8=0  bucket_len:u8  key_len:u16
+    /// bucket  key
+    /// version:u64  size:u64  created_unix_ms:u64
+    /// chunking:u8 (0 fixed, 1 FastCDC-2020 level 1)  a:u32 b:u32 c:u32
+    ///     (fixed: size,0,0; FastCDC: min,avg,max)
+    /// chunk_count:u32  { sha256:[u8;32]  len:u32 } * chunk_count
+    /// crc32c:u32 (of every byte before it)
+    /// ```
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.extend_from_slice(&MANIFEST_MAGIC);
+        out.push(MANIFEST_FORMAT_VERSION);
+        out.push(0);
+        out.push(self.bucket.as_str().len() as u8);
+        out.extend_from_slice(&(self.key.as_str().len() as u16).to_le_bytes());
+        out.extend_from_slice(self.bucket.as_str().as_bytes());
+        out.extend_from_slice(self.key.as_str().as_bytes());
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&self.size.to_le_bytes());
+        out.extend_from_slice(&self.created_unix_ms.to_le_bytes());
+        let (kind, a, b, c) = match self.chunking {
+            Chunking::Fixed { size } => (0u8, size, 0, 0),
+            Chunking::FastCdc { min, avg, max } => (1u8, min, avg, max),
+        };
+        out.push(kind);
+        for v in [a, b, c] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.chunks.len() as u32).to_le_bytes());
+        for ch in &self.chunks {
+            out.extend_from_slice(&ch.fingerprint.0);
+            out.extend_from_slice(&ch.len.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(out.len(), self.encoded_len());
+        out
+    }
+
+    /// Decodes [`Self::encode`]'s output. Checks, in order: length, magic,
+    /// format version, checksum, flags, every length against its limit and
+    /// against the bytes present (before allocating), the names, the
+    /// chunking, the chunk list (as [`Self::new`]), the recorded size, and
+    /// that nothing trails.
+    pub fn decode(bytes: &[u8]) -> Result<Self> {
+        let bad = |reason: String| StoreError::Malformed {
+            what: "manifest",
+            reason,
+        };
+        let min = HEAD + MIDDLE + TAIL;
+        if bytes.len() < min {
+            return Err(bad(format!(
+                "{} bytes, shorter than the smallest manifest ({min})",
+                bytes.len()
+            )));
+        }
+        if bytes[..4] != MANIFEST_MAGIC {
+            return Err(bad(format!("does not start with {MANIFEST_MAGIC:?}")));
+        }
+        if bytes[4] != MANIFEST_FORMAT_VERSION {
+            return Err(bad(format!(
+                "format version {}; this build reads version {MANIFEST_FORMAT_VERSION}",
+                bytes[4]
+            )));
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - TAIL);
+        let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+        let computed = crc32c::crc32c(body);
+        if stored != computed {
+            return Err(bad(format!(
+                "checksum {stored:#010x} does not match the contents ({computed:#010x})"
+            )));
+        }
+        Self::decode_body(body).map_err(|e| match e {
+            StoreError::Malformed { .. } => e,
+            other => bad(other.to_string()),
+        })
+    }
+
+    fn decode_body(body: &[u8]) -> Result<Self> {
+        let bad = |reason: String| StoreError::Malformed {
+            what: "manifest",
+            reason,
+        };
+        let mut r = Reader { buf: body, at: 5 };
+        let flags = r.u8()?;
+        if flags != 0 {
+            return Err(bad(format!("unknown flags {flags:#04x}")));
+        }
+        let bucket_len = r.u8()? as usize;
+        let key_len = r.u16()? as usize;
+        if bucket_len > MAX_BUCKET_LEN || key_len > MAX_KEY_LEN {
+            return Err(bad(format!(
+                "name lengths {bucket_len}/{key_len} over the limits {MAX_BUCKET_LEN}/{MAX_KEY_LEN}"
+            )));
+        }
+        let bucket = BucketName::from_bytes(r.take(bucket_len)?)?;
+        let key = ObjectKey::from_bytes(r.take(key_len)?)?;
+        let version = r.u64()?;
+        let size = r.u64()?;
+        let created_unix_ms = r.u64()?;
+        let kind = r.u8()?;
+        let (a, b, c) = (r.u32()?, r.u32()?, r.u32()?);
+        let chunking = match (kind, b, c) {
+            (0, 0, 0) => Chunking::Fixed { size: a },
+            (1, _, _) => Chunking::FastCdc {
+                min: a,
+                avg: b,
+                max: c,
+            },
+            _ => return Err(bad(format!("unknown chunking {kind} ({a}, {b}, {c})"))),
+        };
+        let count = r.u32()? as usize;
+        if count > MAX_MANIFEST_CHUNKS {
+            return Err(bad(format!(
+                "{count} chunks, over the limit {MAX_MANIFEST_CHUNKS}"
+            )));
+        }
+        let left = body.len() - r.at;
+        if left != count * PER_CHUNK {
+            return Err(bad(format!(
+                "{count} chunks need {} bytes, {left} present",
+                count * PER_CHUNK
+            )));
+        }
+        let mut chunks = Vec::with_capacity(count);
+        for _ in 0..count {
+            let fingerprint = Fingerprint(r.take(32)?.try_into().expect("32 bytes"));
+            let len = r.u32()?;
+            chunks.push(ChunkRef { fingerprint, len });
+        }
+        let m = Manifest::new(bucket, key, version, created_unix_ms, chunking, chunks)?;
+        if m.size != size {
+            return Err(bad(format!(
+                "records size {size}, its chunks add up to {}",
+                m.size
+            )));
+        }
+        Ok(m)
+    }
+}
+
+/// Bounds-checked little-endian reads.
+pub(crate) struct Reader<'a> {
+    pub(crate) buf: &'a [u8],
+    pub(crate) at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.buf.len() - self.at < n {
+            return Err(StoreError::Malformed {
+                what: "record",
+                reason: format!(
+                    "needs {n} bytes at offset {}, only {} left",
+                    self.at,
+                    self.buf.len() - self.at
+                ),
+            });
+        }
+        let s = &self.buf[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    pub(crate) fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2")))
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    pub(crate) fn done(&self) -> bool {
+        self.at == self.buf.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(chunking: Chunking, lens: &[u32]) -> Manifest {
+        let chunks = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| ChunkRef {
+                fingerprint: Fingerprint::of(&(i as u64).to_le_bytes()),
+                len,
+            })
+            .collect();
+        Manifest::new(
+            BucketName::new("photos").unwrap(),
+            ObjectKey::new("2024/cat.jpg").unwrap(),
+            7,
+            1_700_000_000_000,
+            chunking,
+            chunks,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn encode_decode_and_layout() {
+        let m = sample(Chunking::fixed(1000).unwrap(), &[1000, 1000, 17]);
+        let enc = m.encode();
+        assert_eq!(enc.len(), m.encoded_len());
+        assert_eq!(&enc[..4], b"QMAN");
+        assert_eq!(Manifest::decode(&enc).unwrap(), m);
+        assert_eq!(m.size(), 2017);
+        let empty = sample(Chunking::DEFAULT_FASTCDC, &[]);
+        assert_eq!(Manifest::decode(&empty.encode()).unwrap(), empty);
+    }
+
+    #[test]
+    fn new_rejects_inconsistent_chunk_lists() {
+        let e = Manifest::new(
+            BucketName::new("b").unwrap(),
+            ObjectKey::new("k").unwrap(),
+            1,
+            0,
+            Chunking::fixed(1000).unwrap(),
+            vec![
+                ChunkRef {
+                    fingerprint: Fingerprint::of(b"a"),
+                    len: 999,
+                },
+                ChunkRef {
+                    fingerprint: Fingerprint::of(b"b"),
+                    len: 5,
+                },
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("chunk 0") && e.contains("fixed-size"), "{e}");
+    }
+
+    /// Rewrites the trailing checksum so a mutation reaches the parser.
+    fn reseal(bytes: &mut [u8]) {
+        if bytes.len() >= 4 {
+            let n = bytes.len() - 4;
+            let crc = crc32c::crc32c(&bytes[..n]);
+            bytes[n..].copy_from_slice(&crc.to_le_bytes());
+        }
+    }
+
+    #[test]
+    fn decoder_errors_are_clear() {
+        let m = sample(Chunking::fixed(1000).unwrap(), &[1000, 500]);
+        let enc = m.encode();
+        let err = |b: &[u8]| Manifest::decode(b).unwrap_err().to_string();
+        assert!(err(&enc[..10]).contains("shorter than the smallest"));
+        let mut b = enc.clone();
+        b[0] = b'X';
+        assert!(err(&b).contains("does not start with"));
+        let mut b = enc.clone();
+        b[4] = 9;
+        assert!(err(&b).contains("format version 9; this build reads version 1"));
+        let mut b = enc.clone();
+        b[30] ^= 1;
+        assert!(err(&b).contains("checksum"));
+        // Size field disagreeing with the chunks.
+        let mut b = enc.clone();
+        let size_at = HEAD + 6 + 12 + 8;
+        b[size_at] ^= 1;
+        reseal(&mut b);
+        assert!(err(&b).contains("records size"), "{}", err(&b));
+        // A chunk count that the bytes cannot hold.
+        let mut b = enc.clone();
+        let count_at = HEAD + 6 + 12 + MIDDLE - 4;
+        b[count_at..count_at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        reseal(&mut b);
+        assert!(err(&b).contains("over the limit"), "{}", err(&b));
+        b[count_at..count_at + 4].copy_from_slice(&3u32.to_le_bytes());
+        reseal(&mut b);
+        assert!(
+            err(&b).contains("3 chunks need 108 bytes, 72 present"),
+            "{}",
+            err(&b)
+        );
+        // A bad key inside.
+        let mut b = enc.clone();
+        b[HEAD + 6] = 0;
+        reseal(&mut b);
+        assert!(err(&b).contains("invalid object key"), "{}", err(&b));
+    }
+
+    #[test]
+    fn locate_maps_ranges_to_chunk_pieces() {
+        let m = sample(
+            Chunking::fastcdc(256, 512, 1024).unwrap(),
+            &[300, 1000, 400],
+        );
+        let r = m.locate(0, 1700).unwrap();
+        assert_eq!(r.len(), 3);
+        assert_eq!((r[0].offset_in_chunk, r[0].len), (0, 300));
+        let r = m.locate(250, 100).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].index, r[0].offset_in_chunk, r[0].len), (0, 250, 50));
+        assert_eq!((r[1].index, r[1].offset_in_chunk, r[1].len), (1, 0, 50));
+        assert_eq!(r[1].object_offset, 300);
+        let r = m.locate(1300, 1).unwrap();
+        assert_eq!((r[0].index, r[0].offset_in_chunk, r[0].len), (2, 0, 1));
+        let r = m.locate(1600, u64::MAX).unwrap();
+        assert_eq!((r[0].index, r[0].offset_in_chunk, r[0].len), (2, 300, 100));
+        assert!(m.locate(1700, 10).unwrap().is_empty());
+        let e = m.locate(1701, 1).unwrap_err().to_string();
+        assert!(
+            e.contains("starts at byte 1701, past the end of the 1700-byte"),
+            "{e}"
+        );
+    }
+
+    fn arb_manifest() -> impl Strategy<Value = Manifest> {
+        let chunking = prop_oneof![
+            (256u32..=8192).prop_map(|size| Chunking::Fixed { size }),
+            (8u32..=12).prop_map(|bits| Chunking::FastCdc {
+                min: 256,
+                avg: 1 << bits,
+                max: 8192
+            }),
+        ];
+        (
+            "[a-z0-9][a-z0-9._-]{0,20}",
+            "[a-zA-Z0-9 é_]{1,20}(/[a-zA-Z0-9 ü]{1,10}){0,3}",
+            any::<u64>(),
+            any::<u64>(),
+            chunking,
+            proptest::collection::vec((any::<[u8; 32]>(), 1u32..=8192), 0..40),
+        )
+            .prop_map(|(b, k, version, created, chunking, raw)| {
+                let max = chunking.max_chunk();
+                let n = raw.len();
+                let chunks = raw
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (fp, len))| ChunkRef {
+                        fingerprint: Fingerprint(fp),
+                        len: match chunking {
+                            Chunking::Fixed { size } if i + 1 < n => size,
+                            _ => len.min(max),
+                        },
+                    })
+                    .collect();
+                Manifest::new(
+                    BucketName::new(&b).unwrap(),
+                    ObjectKey::new(&k).unwrap(),
+                    version,
+                    created,
+                    chunking,
+                    chunks,
+                )
+                .unwrap()
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn manifest_round_trips(m in arb_manifest()) {
+            let enc = m.encode();
+            prop_assert_eq!(Manifest::decode(&enc).unwrap(), m);
+        }
+
+        #[test]
+        fn mutated_manifests_never_panic(
+            m in arb_manifest(),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+            cut in any::<usize>(),
+            fix_crc in any::<bool>(),
+        ) {
+            let mut b = m.encode();
+            for (at, v) in edits {
+                let i = at % b.len();
+                b[i] = v;
+            }
+            if cut % 4 == 0 {
+                b.truncate(cut % (b.len() + 1));
+            }
+            if fix_crc {
+                reseal(&mut b);
+            }
+            // Either a clean error or a manifest that encodes back to the same bytes.
+            if let Ok(d) = Manifest::decode(&b) {
+                prop_assert_eq!(d.encode(), b);
+            }
+        }
+
+        #[test]
+        fn locate_covers_the_range_exactly(m in arb_manifest(), a in any::<u64>(), l in 0u64..100_000) {
+            let offset = if m.size() == 0 { 0 } else { a % (m.size() + 1) };
+            let pieces = m.locate(offset, l).unwrap();
+            let want = l.min(m.size() - offset);
+            let got: u64 = pieces.iter().map(|p| u64::from(p.len)).sum();
+            prop_assert_eq!(got, want);
+            let mut at = offset;
+            for p in pieces {
+                prop_assert_eq!(p.object_offset, at);
+                prop_assert!(p.len > 0);
+                prop_assert!(p.offset_in_chunk + p.len <= p.chunk.len);
+                at += u64::from(p.len);
+            }
+        }
+    }
+}

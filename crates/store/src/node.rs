@@ -1,0 +1,747 @@
+//! One node's part of the store: its chunk table (Multes++ Algorithm 1,
+//! generalised to chunks), its manifest table and its bucket records, over
+//! a [`TableStore`] and a [`ChunkStore`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::chunking::MAX_CHUNK_SIZE;
+use crate::data::{ChunkLocation, ChunkStore};
+use crate::error::{Result, StoreError};
+use crate::fingerprint::Fingerprint;
+use crate::manifest::Manifest;
+use crate::name::{BucketName, ObjectKey};
+use crate::placement::NodeId;
+use crate::records::{manifest_key, manifest_prefix, BucketConfig, ChunkRecord, KeyRecord};
+use crate::table::{Batch, Table, TableStore};
+use crate::usage::Usage;
+
+/// Lock stripes per table: a put or release holds the stripe of its
+/// fingerprint (or key) across read, change and commit, so two updates of
+/// one record never interleave, and updates of different records rarely wait.
+const STRIPES: usize = 1024;
+/// Records per page of a full-table scan.
+const SCAN_PAGE: usize = 1024;
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// When a put or delete applies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Condition {
+    /// Always.
+    #[default]
+    Always,
+    /// Only if the object does not exist.
+    IfAbsent,
+    /// Only if the object's current version is this one.
+    IfVersion(u64),
+}
+
+impl Condition {
+    pub(crate) fn check(
+        self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        current: Option<u64>,
+    ) -> Result<()> {
+        let expected = match self {
+            Condition::Always => return Ok(()),
+            Condition::IfAbsent => None,
+            Condition::IfVersion(v) => Some(v),
+        };
+        if expected == current {
+            Ok(())
+        } else {
+            Err(StoreError::VersionMismatch {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+                expected,
+                current,
+            })
+        }
+    }
+}
+
+/// What [`NodeStore::put_chunk`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkPut {
+    /// True if the bytes were written (first copy); false if an existing
+    /// chunk gained a reference.
+    pub stored: bool,
+    /// The reference count afterwards.
+    pub refcount: u64,
+}
+
+/// What [`NodeStore::release_chunk`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkRelease {
+    /// The reference count afterwards.
+    pub refcount: u64,
+    /// At zero: the extent that was freed (and trimmed).
+    pub freed: Option<ChunkLocation>,
+}
+
+/// A chunk table entry, as seen from outside.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkInfo {
+    /// Where its bytes are.
+    pub location: ChunkLocation,
+    /// Its length.
+    pub len: u32,
+    /// Total references.
+    pub refcount: u64,
+    /// References per bucket.
+    pub refs: BTreeMap<BucketName, u64>,
+    /// When a reference was last added (ms since the epoch).
+    pub touched_unix_ms: u64,
+}
+
+impl From<ChunkRecord> for ChunkInfo {
+    fn from(r: ChunkRecord) -> Self {
+        Self {
+            location: r.location,
+            len: r.len,
+            refcount: r.refcount(),
+            refs: r.refs,
+            touched_unix_ms: r.touched_unix_ms,
+        }
+    }
+}
+
+/// What [`NodeStore::put_manifest`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManifestPut {
+    /// The manifest as committed (with its version).
+    pub manifest: Manifest,
+    /// The version it replaced: the caller must release its chunks.
+    pub replaced: Option<Manifest>,
+}
+
+/// What [`NodeStore::open`] found and repaired.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Chunk records.
+    pub chunks: u64,
+    /// Live manifests.
+    pub manifests: u64,
+    /// Extents no chunk record named (written before a crash prevented the
+    /// record's commit, or left when a crash came between a record's
+    /// deletion and its trim), now trimmed.
+    pub orphan_extents_trimmed: u64,
+}
+
+/// One node's tables and chunk bytes.
+pub struct NodeStore<T, C> {
+    id: NodeId,
+    tables: T,
+    data: C,
+    chunk_locks: Box<[AsyncMutex<()>]>,
+    key_locks: Box<[AsyncMutex<()>]>,
+    usage: Mutex<Usage>,
+}
+
+impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
+    /// Opens node `id`'s store: reads the tables to rebuild the space
+    /// figures, and trims extents that no chunk record names. Nothing else
+    /// may use `tables` or `data` while this runs.
+    pub async fn open(id: NodeId, tables: T, data: C) -> Result<(Self, Recovery)> {
+        let store = Self {
+            id,
+            tables,
+            data,
+            chunk_locks: (0..STRIPES).map(|_| AsyncMutex::new(())).collect(),
+            key_locks: (0..STRIPES).map(|_| AsyncMutex::new(())).collect(),
+            usage: Mutex::default(),
+        };
+        let mut recovery = Recovery::default();
+        let mut usage = Usage::default();
+        let mut named = HashSet::new();
+        for (fp, rec) in store.chunk_records().await? {
+            recovery.chunks += 1;
+            usage.chunks += 1;
+            usage.stored_bytes += u64::from(rec.len);
+            for b in rec.refs.keys() {
+                let u = usage.bucket(b);
+                u.chunks += 1;
+                u.stored_bytes += u64::from(rec.len);
+            }
+            named.insert((rec.location, fp));
+        }
+        for (location, fp) in store.data.extents().await? {
+            if !named.contains(&(location, fp)) {
+                store.data.trim(location).await?;
+                recovery.orphan_extents_trimmed += 1;
+            }
+        }
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = store
+                .tables
+                .scan(Table::Manifests, &[], after.as_deref(), SCAN_PAGE)
+                .await?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (_, v) in &page {
+                if let KeyRecord::Live(m) = KeyRecord::decode(v)? {
+                    recovery.manifests += 1;
+                    let u = usage.bucket(m.bucket());
+                    u.objects += 1;
+                    u.logical_bytes += m.size();
+                    usage.objects += 1;
+                    usage.logical_bytes += m.size();
+                }
+            }
+        }
+        *store.usage.lock().expect("usage lock") = usage;
+        Ok((store, recovery))
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The chunk bytes' store.
+    pub fn data(&self) -> &C {
+        &self.data
+    }
+
+    /// The tables.
+    pub fn tables(&self) -> &T {
+        &self.tables
+    }
+
+    fn chunk_lock(&self, fp: &Fingerprint) -> &AsyncMutex<()> {
+        &self.chunk_locks[(fp.prefix_u64() % STRIPES as u64) as usize]
+    }
+
+    fn key_lock(&self, key: &[u8]) -> &AsyncMutex<()> {
+        &self.key_locks[crc32c::crc32c(key) as usize % STRIPES]
+    }
+
+    fn with_usage(&self, f: impl FnOnce(&mut Usage)) {
+        let mut u = self.usage.lock().expect("usage lock");
+        f(&mut u);
+        u.prune();
+    }
+
+    async fn chunk_record(&self, fp: &Fingerprint) -> Result<Option<ChunkRecord>> {
+        match self.tables.get(Table::Chunks, &fp.0).await? {
+            Some(v) => Ok(Some(ChunkRecord::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    async fn chunk_records(&self) -> Result<Vec<(Fingerprint, ChunkRecord)>> {
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .tables
+                .scan(Table::Chunks, &[], after.as_deref(), SCAN_PAGE)
+                .await?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (k, v) in page {
+                let fp =
+                    Fingerprint(k.as_slice().try_into().map_err(|_| StoreError::Malformed {
+                        what: "chunk table key",
+                        reason: format!("{} bytes, not 32", k.len()),
+                    })?);
+                out.push((fp, ChunkRecord::decode(&v)?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stores a chunk for `bucket`, or counts one more reference if it is
+    /// already here (Algorithm 1: "store once, else count + 1"). The bytes
+    /// are hashed again here: a node never files data under a fingerprint it
+    /// does not hash to. New chunks are written before their record is
+    /// committed, so a crash leaves at worst an unnamed extent (trimmed at
+    /// the next open), never a record without bytes.
+    pub async fn put_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> Result<ChunkPut> {
+        if data.is_empty() || data.len() > MAX_CHUNK_SIZE as usize {
+            return Err(StoreError::InvalidChunk {
+                fingerprint,
+                reason: format!("{} bytes, not 1..={MAX_CHUNK_SIZE}", data.len()),
+            });
+        }
+        let actual = Fingerprint::of(&data);
+        if actual != fingerprint {
+            return Err(StoreError::FingerprintMismatch {
+                claimed: fingerprint,
+                actual,
+            });
+        }
+        let _guard = self.chunk_lock(&fingerprint).lock().await;
+        if let Some(rec) = self.chunk_record(&fingerprint).await? {
+            if rec.len as usize != data.len() {
+                return Err(StoreError::InvalidChunk {
+                    fingerprint,
+                    reason: format!(
+                        "{} bytes, but the chunk table holds it with {} (damaged record?)",
+                        data.len(),
+                        rec.len
+                    ),
+                });
+            }
+            let refcount = self.add_ref(bucket, fingerprint, rec).await?;
+            return Ok(ChunkPut {
+                stored: false,
+                refcount,
+            });
+        }
+        let len = data.len() as u32;
+        let location = self.data.write(&fingerprint, data).await?;
+        let rec = ChunkRecord {
+            location,
+            len,
+            refs: BTreeMap::from([(bucket.clone(), 1)]),
+            touched_unix_ms: now_ms(),
+        };
+        let mut batch = Batch::new();
+        batch.put(Table::Chunks, fingerprint.0.to_vec(), rec.encode());
+        if let Err(e) = self.tables.commit(batch).await {
+            // Best effort: if this does not happen either, the next open
+            // trims the unnamed extent.
+            let _ = self.data.trim(location).await;
+            return Err(e);
+        }
+        self.with_usage(|u| {
+            u.chunks += 1;
+            u.stored_bytes += u64::from(len);
+            let b = u.bucket(bucket);
+            b.chunks += 1;
+            b.stored_bytes += u64::from(len);
+        });
+        Ok(ChunkPut {
+            stored: true,
+            refcount: 1,
+        })
+    }
+
+    /// Adds a reference to `rec` (the caller holds the chunk's lock).
+    async fn add_ref(
+        &self,
+        bucket: &BucketName,
+        fp: Fingerprint,
+        mut rec: ChunkRecord,
+    ) -> Result<u64> {
+        let count = rec.refs.entry(bucket.clone()).or_insert(0);
+        *count += 1;
+        let first_in_bucket = *count == 1;
+        rec.touched_unix_ms = now_ms();
+        let mut batch = Batch::new();
+        batch.put(Table::Chunks, fp.0.to_vec(), rec.encode());
+        self.tables.commit(batch).await?;
+        if first_in_bucket {
+            self.with_usage(|u| {
+                let b = u.bucket(bucket);
+                b.chunks += 1;
+                b.stored_bytes += u64::from(rec.len);
+            });
+        }
+        Ok(rec.refcount())
+    }
+
+    /// Counts one more reference to a chunk that is already here, without
+    /// its bytes (a writer that knows the fingerprint asks this first and
+    /// sends the bytes only on `None`).
+    pub async fn ref_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+    ) -> Result<Option<u64>> {
+        let _guard = self.chunk_lock(&fingerprint).lock().await;
+        match self.chunk_record(&fingerprint).await? {
+            Some(rec) => Ok(Some(self.add_ref(bucket, fingerprint, rec).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Drops one of `bucket`'s references to a chunk. At zero the record is
+    /// deleted first, then the extent trimmed (a crash between leaves an
+    /// unnamed extent, trimmed at the next open).
+    pub async fn release_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+    ) -> Result<ChunkRelease> {
+        let _guard = self.chunk_lock(&fingerprint).lock().await;
+        let mut rec = self
+            .chunk_record(&fingerprint)
+            .await?
+            .ok_or(StoreError::ChunkMissing(fingerprint))?;
+        let Some(count) = rec.refs.get_mut(bucket) else {
+            return Err(StoreError::NotReferenced {
+                fingerprint,
+                bucket: bucket.to_string(),
+            });
+        };
+        *count -= 1;
+        let last_in_bucket = *count == 0;
+        if last_in_bucket {
+            rec.refs.remove(bucket);
+        }
+        self.commit_lowered(bucket_list(bucket, last_in_bucket), fingerprint, rec)
+            .await
+    }
+
+    /// Commits a record whose counts were lowered; deletes and trims it at
+    /// zero. `emptied` are the buckets whose count reached zero.
+    async fn commit_lowered(
+        &self,
+        emptied: Vec<BucketName>,
+        fingerprint: Fingerprint,
+        rec: ChunkRecord,
+    ) -> Result<ChunkRelease> {
+        let mut batch = Batch::new();
+        let refcount = rec.refcount();
+        if refcount == 0 {
+            batch.delete(Table::Chunks, fingerprint.0.to_vec());
+        } else {
+            batch.put(Table::Chunks, fingerprint.0.to_vec(), rec.encode());
+        }
+        self.tables.commit(batch).await?;
+        let len = u64::from(rec.len);
+        self.with_usage(|u| {
+            for b in &emptied {
+                let b = u.bucket(b);
+                b.chunks -= 1;
+                b.stored_bytes -= len;
+            }
+            if refcount == 0 {
+                u.chunks -= 1;
+                u.stored_bytes -= len;
+            }
+        });
+        let freed = if refcount == 0 {
+            // The record is gone; if the trim fails the extent is unnamed
+            // and the next open trims it.
+            let _ = self.data.trim(rec.location).await;
+            Some(rec.location)
+        } else {
+            None
+        };
+        Ok(ChunkRelease { refcount, freed })
+    }
+
+    /// The orphan collector's step: lowers the chunk's per-bucket counts to
+    /// at most `expected` (references counted in live manifests), but only
+    /// if no reference was added since `touched_before_ms`. Never raises a
+    /// count. Returns what changed, if anything.
+    pub async fn lower_refs(
+        &self,
+        fingerprint: Fingerprint,
+        expected: &BTreeMap<BucketName, u64>,
+        touched_before_ms: u64,
+    ) -> Result<Option<ChunkRelease>> {
+        let _guard = self.chunk_lock(&fingerprint).lock().await;
+        let Some(mut rec) = self.chunk_record(&fingerprint).await? else {
+            return Ok(None);
+        };
+        if rec.touched_unix_ms >= touched_before_ms {
+            return Ok(None);
+        }
+        let mut changed = false;
+        let mut emptied = Vec::new();
+        rec.refs.retain(|b, count| {
+            let want = expected.get(b).copied().unwrap_or(0);
+            if want < *count {
+                *count = want;
+                changed = true;
+            }
+            if *count == 0 {
+                emptied.push(b.clone());
+            }
+            *count > 0
+        });
+        if !changed {
+            return Ok(None);
+        }
+        self.commit_lowered(emptied, fingerprint, rec)
+            .await
+            .map(Some)
+    }
+
+    /// A chunk's bytes.
+    pub async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
+        let rec = self
+            .chunk_record(&fingerprint)
+            .await?
+            .ok_or(StoreError::ChunkMissing(fingerprint))?;
+        match self.data.read(rec.location, rec.len).await {
+            Ok(b) => Ok(b),
+            // Released between the lookup and the read.
+            Err(_)
+                if self.chunk_record(&fingerprint).await?.map(|r| r.location)
+                    != Some(rec.location) =>
+            {
+                Err(StoreError::ChunkMissing(fingerprint))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A chunk's table entry.
+    pub async fn chunk(&self, fingerprint: Fingerprint) -> Result<Option<ChunkInfo>> {
+        Ok(self.chunk_record(&fingerprint).await?.map(ChunkInfo::from))
+    }
+
+    /// Every chunk table entry, by fingerprint.
+    pub async fn chunks(&self) -> Result<Vec<(Fingerprint, ChunkInfo)>> {
+        Ok(self
+            .chunk_records()
+            .await?
+            .into_iter()
+            .map(|(f, r)| (f, r.into()))
+            .collect())
+    }
+
+    async fn key_record(&self, table_key: &[u8]) -> Result<Option<KeyRecord>> {
+        match self.tables.get(Table::Manifests, table_key).await? {
+            Some(v) => Ok(Some(KeyRecord::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The current manifest of an object.
+    pub async fn get_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Result<Option<Manifest>> {
+        match self.key_record(&manifest_key(bucket, key)).await? {
+            Some(KeyRecord::Live(m)) => Ok(Some(m)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Makes `manifest` the object's current version if `condition` holds,
+    /// in one commit (readers see the old or the new manifest). Its version
+    /// is set here: one more than the last, even across deletes. The caller
+    /// must already hold a reference on every chunk it lists, and must
+    /// release the replaced version's chunks afterwards.
+    pub async fn put_manifest(
+        &self,
+        mut manifest: Manifest,
+        condition: Condition,
+    ) -> Result<ManifestPut> {
+        let tkey = manifest_key(manifest.bucket(), manifest.key());
+        let _guard = self.key_lock(&tkey).lock().await;
+        let current = self.key_record(&tkey).await?;
+        let live = match &current {
+            Some(KeyRecord::Live(m)) => Some(m.clone()),
+            _ => None,
+        };
+        condition.check(
+            manifest.bucket(),
+            manifest.key(),
+            live.as_ref().map(Manifest::version),
+        )?;
+        manifest.set_version(current.as_ref().map_or(0, KeyRecord::version) + 1);
+        let mut batch = Batch::new();
+        batch.put(
+            Table::Manifests,
+            tkey,
+            KeyRecord::Live(manifest.clone()).encode(),
+        );
+        self.tables.commit(batch).await?;
+        self.with_usage(|u| {
+            if let Some(old) = &live {
+                let b = u.bucket(old.bucket());
+                b.objects -= 1;
+                b.logical_bytes -= old.size();
+                u.objects -= 1;
+                u.logical_bytes -= old.size();
+            }
+            let b = u.bucket(manifest.bucket());
+            b.objects += 1;
+            b.logical_bytes += manifest.size();
+            u.objects += 1;
+            u.logical_bytes += manifest.size();
+        });
+        Ok(ManifestPut {
+            manifest,
+            replaced: live,
+        })
+    }
+
+    /// Deletes an object if `condition` holds, leaving a tombstone with its
+    /// last version. Returns the deleted manifest: the caller must release
+    /// its chunks.
+    pub async fn delete_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        condition: Condition,
+    ) -> Result<Manifest> {
+        let tkey = manifest_key(bucket, key);
+        let _guard = self.key_lock(&tkey).lock().await;
+        let Some(KeyRecord::Live(m)) = self.key_record(&tkey).await? else {
+            return Err(StoreError::NoSuchObject {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            });
+        };
+        condition.check(bucket, key, Some(m.version()))?;
+        let mut batch = Batch::new();
+        batch.put(
+            Table::Manifests,
+            tkey,
+            KeyRecord::Deleted {
+                last_version: m.version(),
+            }
+            .encode(),
+        );
+        self.tables.commit(batch).await?;
+        self.with_usage(|u| {
+            let b = u.bucket(bucket);
+            b.objects -= 1;
+            b.logical_bytes -= m.size();
+            u.objects -= 1;
+            u.logical_bytes -= m.size();
+        });
+        Ok(m)
+    }
+
+    /// Up to `limit` current manifests of `bucket` here whose keys start
+    /// with `prefix` and sort after `after`, in key order.
+    pub async fn list_manifests(
+        &self,
+        bucket: &BucketName,
+        prefix: &str,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> Result<Vec<Manifest>> {
+        let tprefix = manifest_prefix(bucket, prefix);
+        let mut cursor = after.map(|k| manifest_key(bucket, k));
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let page = self
+                .tables
+                .scan(
+                    Table::Manifests,
+                    &tprefix,
+                    cursor.as_deref(),
+                    SCAN_PAGE.min(limit - out.len() + 16),
+                )
+                .await?;
+            let Some((last, _)) = page.last() else { break };
+            cursor = Some(last.clone());
+            for (_, v) in page {
+                if let KeyRecord::Live(m) = KeyRecord::decode(&v)? {
+                    if out.len() < limit {
+                        out.push(m);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every current manifest here, of every bucket (for the orphan
+    /// collector's mark phase).
+    pub async fn all_manifests(&self) -> Result<Vec<Manifest>> {
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .tables
+                .scan(Table::Manifests, &[], after.as_deref(), SCAN_PAGE)
+                .await?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (_, v) in page {
+                if let KeyRecord::Live(m) = KeyRecord::decode(&v)? {
+                    out.push(m);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records a new bucket.
+    pub async fn create_bucket(&self, bucket: &BucketName, config: BucketConfig) -> Result<()> {
+        config.chunking.validate()?;
+        let key = bucket.as_str().as_bytes();
+        let _guard = self.key_lock(key).lock().await;
+        if self.tables.get(Table::Buckets, key).await?.is_some() {
+            return Err(StoreError::BucketExists(bucket.to_string()));
+        }
+        let mut batch = Batch::new();
+        batch.put(Table::Buckets, key.to_vec(), config.encode());
+        self.tables.commit(batch).await
+    }
+
+    /// A bucket's record.
+    pub async fn bucket(&self, bucket: &BucketName) -> Result<Option<BucketConfig>> {
+        match self
+            .tables
+            .get(Table::Buckets, bucket.as_str().as_bytes())
+            .await?
+        {
+            Some(v) => Ok(Some(BucketConfig::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Removes a bucket's record.
+    pub async fn delete_bucket(&self, bucket: &BucketName) -> Result<()> {
+        let key = bucket.as_str().as_bytes();
+        let _guard = self.key_lock(key).lock().await;
+        if self.tables.get(Table::Buckets, key).await?.is_none() {
+            return Err(StoreError::NoSuchBucket(bucket.to_string()));
+        }
+        let mut batch = Batch::new();
+        batch.delete(Table::Buckets, key.to_vec());
+        self.tables.commit(batch).await
+    }
+
+    /// The bucket records held here.
+    pub async fn buckets(&self) -> Result<Vec<(BucketName, BucketConfig)>> {
+        let mut out = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self
+                .tables
+                .scan(Table::Buckets, &[], after.as_deref(), SCAN_PAGE)
+                .await?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (k, v) in page {
+                out.push((BucketName::from_bytes(&k)?, BucketConfig::decode(&v)?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// This node's space figures (kept up to date with every commit).
+    pub fn usage(&self) -> Usage {
+        self.usage.lock().expect("usage lock").clone()
+    }
+}
+
+fn bucket_list(bucket: &BucketName, emptied: bool) -> Vec<BucketName> {
+    if emptied {
+        vec![bucket.clone()]
+    } else {
+        Vec::new()
+    }
+}
