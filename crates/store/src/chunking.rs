@@ -479,6 +479,29 @@ mod tests {
         assert!(Chunker::new(std::io::empty(), Chunking::Fixed { size: 1 }).is_err());
     }
 
+    /// A reader that is interrupted once, then fails.
+    struct Flaky(u8);
+    impl Read for Flaky {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            self.0 += 1;
+            match self.0 {
+                1 => Err(ErrorKind::Interrupted.into()),
+                2 => {
+                    out[..10].fill(1);
+                    Ok(10)
+                }
+                _ => Err(std::io::Error::other("disk on fire")),
+            }
+        }
+    }
+
+    #[test]
+    fn read_errors_reach_the_caller_and_interruptions_do_not() {
+        let mut c = Chunker::new(Flaky(0), Chunking::fixed(1024).unwrap()).unwrap();
+        let e = c.next_chunk().unwrap_err().to_string();
+        assert!(e.contains("disk on fire"), "{e}");
+    }
+
     #[test]
     fn empty_and_tiny_inputs() {
         for chunking in [Chunking::DEFAULT_FIXED, Chunking::DEFAULT_FASTCDC] {

@@ -431,6 +431,7 @@ async fn open_trims_extents_no_record_names() {
     s.put_bytes(&b("data"), &k("f"), &generate(3000, 5), Condition::Always)
         .await
         .unwrap();
+    let before = s.usage();
     // Bytes written, then a crash before their record: an unnamed extent.
     let fp = Fingerprint::of(b"lost");
     data.write(&fp, bytes::Bytes::from_static(b"lost"))
@@ -442,6 +443,11 @@ async fn open_trims_extents_no_record_names() {
     assert_eq!(rec.orphan_extents_trimmed, 1);
     assert_eq!((rec.chunks, rec.manifests), (3, 1));
     assert_eq!(data.live_extents(), 3);
+    assert_eq!(
+        s.usage(),
+        before,
+        "open rebuilds the figures from the tables"
+    );
     assert_eq!(s.usage().stored_bytes, 3000);
     assert_eq!(
         s.get(&b("data"), &k("f")).await.unwrap().1,

@@ -308,3 +308,43 @@ async fn algorithm_1_cases_same_key() {
     assert_eq!(count(fp1).await, 0, "freed");
     assert_counts_exact(&store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_deletes_of_one_object_release_once() {
+    let store = Arc::new(MemObjectStore::in_memory([1, 2, 3]).await.unwrap());
+    let bucket = b("d");
+    store
+        .create_bucket(&bucket, Chunking::fixed(1024).unwrap())
+        .await
+        .unwrap();
+    let data = quarry_store::bench::generate(20_000, 4);
+    store
+        .put_bytes(&bucket, &k("keep"), &data, Condition::Always)
+        .await
+        .unwrap();
+    store
+        .put_bytes(&bucket, &k("gone"), &data, Condition::Always)
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .delete(&b("d"), &k("gone"), Condition::Always)
+                .await
+                .is_ok()
+        }));
+    }
+    let mut deleted = 0;
+    for t in tasks {
+        deleted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(deleted, 1);
+    assert_counts_exact(&store).await;
+    for n in store.nodes() {
+        for (_, info) in n.chunks().await.unwrap() {
+            assert_eq!(info.refcount, 1, "only \"keep\" refers to it now");
+        }
+    }
+}
