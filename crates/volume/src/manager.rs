@@ -1,0 +1,1540 @@
+//! The space manager: logical pages over the raw device, log-structured.
+//!
+//! Concurrency. One `std::sync::Mutex` guards all bookkeeping (`State`); it
+//! is held only for short, non-blocking updates and never across an await.
+//! Device I/O happens outside it:
+//! - each chip has an async lock that a user write holds from taking a page of
+//!   the chip's open block until its program has finished and its mapping is
+//!   committed, so a block's pages are programmed in order, one in flight per
+//!   chip (what a real chip does), and every chip runs in parallel;
+//! - garbage collection (and wear leveling) runs under one async lock, with
+//!   its own open block;
+//! - trims and checkpoints share the trim-log lock, so a checkpoint's snapshot
+//!   and the switch to a new trim log are one step for trims;
+//! - reads take no lock across I/O: they read where the map points and check
+//!   the page's OOB identity; a page moved or erased meanwhile fails the check
+//!   and the read looks the page up again.
+//!
+//! Writes, trims, collection and checkpoints run in spawned tasks, so a
+//! caller that drops its future never leaves a program half-accounted.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use quarry_device::{Device, DeviceError, Geometry, PageAddr};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, OwnedMutexGuard, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::blocks::{BlockState, Blocks, Phys, Wear};
+use crate::meta::{self, Checkpoint, CkptBlock, CkptEntry, TrimLog, TrimRecord};
+use crate::oob::{OobRecord, OOB_RECORD_BYTES};
+use crate::recovery::{self, Candidate, DeviceBlock, Entry};
+use crate::{FaultPlan, LogicalPage, VictimPolicy, VolumeConfig, VolumeError};
+
+/// A read retries this many times when the page moved under it.
+const MAX_READ_ATTEMPTS: u32 = 8;
+/// A page is tried on this many blocks before its write fails.
+const MAX_PROGRAM_ATTEMPTS: u32 = 8;
+/// Pages read at once while scanning at open.
+const SCAN_CONCURRENCY: usize = 64;
+/// Victims the background task collects before it looks at its other work.
+const BACKGROUND_BATCH: u32 = 16;
+/// How often the background task looks for work when nobody wakes it.
+const BACKGROUND_TICK: Duration = Duration::from_millis(100);
+/// The lock file in the data directory.
+const LOCK_FILE: &str = "volume.lock";
+
+/// Figures for status reports. Counters (`*_written`, `*_moved`, ...) count
+/// from when this manager was opened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VolumeStats {
+    /// Bytes per page.
+    pub page_size: u32,
+    /// Physical pages of the device.
+    pub device_pages: u64,
+    /// The most logical pages the volume holds (see [`VolumeConfig::max_fill`]).
+    pub capacity_pages: u64,
+    /// Logical pages holding data.
+    pub live_pages: u64,
+    /// Programmed pages holding superseded or trimmed data, in good blocks.
+    pub dead_pages: u64,
+    /// Pages ready to be programmed (free blocks and the rest of open blocks).
+    pub free_pages: u64,
+    /// Erased blocks ready for use.
+    pub free_blocks: u64,
+    /// Blocks reserved for garbage collection.
+    pub reserved_blocks: u64,
+    /// Blocks neither bad nor being retired.
+    pub good_blocks: u64,
+    /// Blocks in the bad-block table (factory or retired).
+    pub bad_blocks: u64,
+    /// Blocks this manager retired after a failed program or erase.
+    pub retired_blocks: u64,
+    /// Fewest erases of a good block.
+    pub erase_count_min: u32,
+    /// Most erases of a good block.
+    pub erase_count_max: u32,
+    /// Mean erases of good blocks.
+    pub erase_count_mean: f64,
+    /// Pages written by callers.
+    pub user_pages_written: u64,
+    /// Live pages moved by garbage collection.
+    pub gc_pages_moved: u64,
+    /// Live pages moved by wear leveling.
+    pub wear_pages_moved: u64,
+    /// Pages programmed per page written by callers.
+    pub write_amplification: f64,
+    /// Blocks cleaned by garbage collection.
+    pub gc_blocks_collected: u64,
+    /// Blocks whose data wear leveling moved.
+    pub wear_blocks_moved: u64,
+    /// Blocks erased.
+    pub blocks_erased: u64,
+    /// Live pages that could not be read back to be moved (still mapped; their
+    /// reads fail).
+    pub unreadable_pages: u64,
+    /// Generation of the last checkpoint.
+    pub checkpoint_generation: u64,
+    /// Pages read by the scan at open.
+    pub pages_scanned_at_open: u64,
+    /// Acknowledged versions that recovery could not find (never expected).
+    pub pages_lost_at_open: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Counters {
+    user_pages: u64,
+    gc_pages: u64,
+    wear_pages: u64,
+    gc_blocks: u64,
+    wear_blocks: u64,
+    erases: u64,
+    retired: u64,
+    unreadable: u64,
+    scanned: u64,
+    lost: u64,
+}
+
+/// Why garbage collection moves a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MoveKind {
+    Gc,
+    Wear,
+}
+
+/// Which write stream a block belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    User(usize),
+    Gc,
+}
+
+/// What a user-page allocation on a chip found.
+enum Alloc {
+    Page(Phys),
+    /// This chip has no free block; others may.
+    ChipEmpty,
+    /// Only the garbage-collection reserve is left.
+    NeedGc,
+}
+
+struct State {
+    map: HashMap<LogicalPage, Entry>,
+    blocks: Blocks,
+    /// Next sequence number; also the clock of block ages.
+    next_seq: u64,
+    /// User writes with a sequence number handed out, not yet settled.
+    inflight: BTreeSet<u64>,
+    /// Map entries with data (not tombstones).
+    live: u64,
+    /// Writes of new logical pages in flight (counted against capacity).
+    pending_new: u64,
+    capacity: u64,
+    open_user: Vec<Option<u32>>,
+    open_gc: Option<u32>,
+    generation: u64,
+    changes_since_checkpoint: u64,
+    counters: Counters,
+}
+
+struct Inner {
+    device: Arc<Device>,
+    config: VolumeConfig,
+    dir: PathBuf,
+    geometry: Geometry,
+    chips: usize,
+    reserve: u64,
+    high_watermark: u64,
+    state: Mutex<State>,
+    chip_locks: Vec<Arc<tokio::sync::Mutex<()>>>,
+    gc_lock: tokio::sync::Mutex<()>,
+    trim_log: tokio::sync::Mutex<Option<TrimLog>>,
+    checkpoint_lock: tokio::sync::Mutex<()>,
+    reads: Semaphore,
+    round_robin: AtomicUsize,
+    closed: AtomicBool,
+    wake: Arc<Notify>,
+    faults: FaultPlan,
+    background: Mutex<Option<JoinHandle<()>>>,
+    _lock_file: File,
+}
+
+/// One node's log-structured space manager: it owns the node's device and
+/// gives the layers above a logical page space ([`LogicalPage`]) with flash
+/// managed underneath. See the [crate documentation](crate).
+///
+/// All methods take `&self` and may be called from many tasks at once (share
+/// it in an `Arc`). Dropping it without [`close`](SpaceManager::close) is
+/// what a crash looks like: everything acknowledged is recovered at the next
+/// open.
+pub struct SpaceManager {
+    inner: Arc<Inner>,
+}
+
+fn media_failure(e: &DeviceError) -> bool {
+    matches!(
+        e,
+        DeviceError::Io { .. } | DeviceError::BadBlock { .. } | DeviceError::Uncorrectable { .. }
+    )
+}
+
+fn out_of_step(e: &DeviceError) -> bool {
+    matches!(
+        e,
+        DeviceError::AlreadyProgrammed { .. } | DeviceError::OutOfOrder { .. }
+    )
+}
+
+fn injected(what: &str) -> DeviceError {
+    DeviceError::Io {
+        context: format!("{what} (injected failure)"),
+        source: std::io::Error::other("injected by the fault plan"),
+    }
+}
+
+async fn join<T>(handle: JoinHandle<T>) -> T {
+    match handle.await {
+        Ok(v) => v,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("space manager task cancelled: {e}"),
+    }
+}
+
+impl State {
+    fn capacity_for(blocks: &Blocks, reserve: u64, chips: usize, max_fill: f64) -> u64 {
+        let usable = blocks
+            .good_blocks()
+            .saturating_sub(reserve + chips as u64 + 1);
+        (usable as f64 * f64::from(blocks.pages_per_block()) * max_fill).floor() as u64
+    }
+
+    fn current(&self, id: &LogicalPage) -> Option<(u64, Phys)> {
+        self.map.get(id).and_then(|e| e.phys.map(|p| (e.seq, p)))
+    }
+
+    /// Takes the next page of the chip's open block, opening a new one when
+    /// needed and allowed.
+    fn alloc_user(&mut self, chip: usize, reserve: u64) -> Alloc {
+        let ppb = self.blocks.pages_per_block();
+        if let Some(b) = self.open_user[chip] {
+            let info = self.blocks.get(b);
+            if info.written < ppb {
+                return Alloc::Page(self.take_page(b));
+            }
+            debug_assert_eq!(info.settled, ppb);
+            self.blocks.set_state(b, BlockState::Sealed);
+            self.open_user[chip] = None;
+        }
+        if self.blocks.free_blocks() <= reserve {
+            return Alloc::NeedGc;
+        }
+        match self
+            .blocks
+            .take_free(Some(chip), Wear::Least, self.next_seq)
+        {
+            Some(b) => {
+                self.open_user[chip] = Some(b);
+                Alloc::Page(self.take_page(b))
+            }
+            None => Alloc::ChipEmpty,
+        }
+    }
+
+    /// Takes the next page of garbage collection's open block; it may use
+    /// the reserve down to the last free block.
+    fn alloc_gc(&mut self) -> Option<Phys> {
+        let ppb = self.blocks.pages_per_block();
+        if let Some(b) = self.open_gc {
+            if self.blocks.get(b).written < ppb {
+                return Some(self.take_page(b));
+            }
+            self.blocks.set_state(b, BlockState::Sealed);
+            self.open_gc = None;
+        }
+        let b = self.blocks.take_free(None, Wear::Most, self.next_seq)?;
+        self.open_gc = Some(b);
+        Some(self.take_page(b))
+    }
+
+    fn take_page(&mut self, block: u32) -> Phys {
+        let clock = self.next_seq;
+        let info = self.blocks.get_mut(block);
+        assert_eq!(info.state, BlockState::Open);
+        assert_eq!(
+            info.settled, info.written,
+            "one program in flight per block"
+        );
+        let page = info.written;
+        info.written += 1;
+        info.last_write = clock;
+        self.blocks.phys(block, page)
+    }
+
+    /// The program of `phys` finished (its outcome is about to be committed).
+    fn settle(&mut self, phys: Phys) {
+        let (block, page) = self.blocks.split(phys);
+        let info = self.blocks.get_mut(block);
+        assert_eq!(info.settled, page, "pages settle in order");
+        assert!(page < info.written);
+        info.settled = page + 1;
+    }
+
+    /// A program was refused before the device took it: give the page back.
+    fn unallocate(&mut self, phys: Phys) {
+        let (block, page) = self.blocks.split(phys);
+        let info = self.blocks.get_mut(block);
+        assert_eq!(info.written, page + 1, "only the last page is given back");
+        info.written = page;
+    }
+
+    /// A stream's block can take no more pages (failure or mismatch with the
+    /// device): close it; `retire` also takes it out of service.
+    fn close_stream_block(&mut self, block: u32, stream: Stream, retire: bool) {
+        let info = self.blocks.get_mut(block);
+        info.settled = info.written;
+        let live = info.live;
+        match stream {
+            Stream::User(chip) => {
+                debug_assert_eq!(self.open_user[chip], Some(block));
+                self.open_user[chip] = None;
+            }
+            Stream::Gc => {
+                debug_assert_eq!(self.open_gc, Some(block));
+                self.open_gc = None;
+            }
+        }
+        let state = match (retire, live) {
+            (false, _) => BlockState::Sealed,
+            (true, 0) => BlockState::Bad,
+            (true, _) => BlockState::Retiring,
+        };
+        self.blocks.set_state(block, state);
+        if retire {
+            self.counters.retired += 1;
+        }
+    }
+
+    /// Makes `phys` the current version `seq` of `id` unless a newer version
+    /// or trim is already there. Returns whether it did.
+    fn install(&mut self, id: LogicalPage, seq: u64, phys: Phys) -> bool {
+        let old = match self.map.get(&id) {
+            Some(e) if e.seq > seq => return false,
+            Some(e) => e.phys,
+            None => None,
+        };
+        match old {
+            Some(p) => self.blocks.clear_live(p),
+            None => self.live += 1,
+        }
+        self.blocks.set_live(phys);
+        self.map.insert(
+            id,
+            Entry {
+                seq,
+                phys: Some(phys),
+            },
+        );
+        true
+    }
+
+    fn end_write(&mut self, seq: u64, is_new: bool) {
+        let removed = self.inflight.remove(&seq);
+        debug_assert!(removed);
+        if is_new {
+            self.pending_new -= 1;
+        }
+    }
+
+    fn recompute_capacity(&mut self, reserve: u64, chips: usize, max_fill: f64) {
+        self.capacity = State::capacity_for(&self.blocks, reserve, chips, max_fill);
+    }
+
+    fn stats(&self, inner: &Inner) -> VolumeStats {
+        let g = &inner.geometry;
+        let ppb = u64::from(g.pages_per_block);
+        let (mut dead, mut free_pages, mut bad) = (0u64, 0u64, 0u64);
+        for (_, b) in self.blocks.iter() {
+            match b.state {
+                BlockState::Free => free_pages += ppb,
+                BlockState::Open => {
+                    free_pages += ppb - u64::from(b.written);
+                    dead += u64::from(b.written - b.live);
+                }
+                BlockState::Sealed | BlockState::Collecting => {
+                    dead += u64::from(b.written - b.live)
+                }
+                BlockState::Retiring | BlockState::Bad => bad += 1,
+            }
+        }
+        let wear = self.blocks.wear();
+        let c = &self.counters;
+        let programs = c.user_pages + c.gc_pages + c.wear_pages;
+        VolumeStats {
+            page_size: g.page_size_bytes,
+            device_pages: g.pages(),
+            capacity_pages: self.capacity,
+            live_pages: self.live,
+            dead_pages: dead,
+            free_pages,
+            free_blocks: self.blocks.free_blocks(),
+            reserved_blocks: inner.reserve,
+            good_blocks: self.blocks.good_blocks(),
+            bad_blocks: bad,
+            retired_blocks: c.retired,
+            erase_count_min: wear.min,
+            erase_count_max: wear.max,
+            erase_count_mean: wear.mean,
+            user_pages_written: c.user_pages,
+            gc_pages_moved: c.gc_pages,
+            wear_pages_moved: c.wear_pages,
+            write_amplification: if c.user_pages == 0 {
+                1.0
+            } else {
+                programs as f64 / c.user_pages as f64
+            },
+            gc_blocks_collected: c.gc_blocks,
+            wear_blocks_moved: c.wear_blocks,
+            blocks_erased: c.erases,
+            unreadable_pages: c.unreadable,
+            checkpoint_generation: self.generation,
+            pages_scanned_at_open: c.scanned,
+            pages_lost_at_open: c.lost,
+        }
+    }
+
+    /// Checks every invariant that ties the map to the block table.
+    fn verify(&self) -> Result<(), String> {
+        let mut per_block = vec![0u32; self.blocks.len()];
+        let mut live = 0u64;
+        for (id, e) in &self.map {
+            let Some(p) = e.phys else { continue };
+            live += 1;
+            if !self.blocks.is_live(p) {
+                return Err(format!(
+                    "{id} maps to physical page {p}, which is not marked live"
+                ));
+            }
+            let (b, page) = self.blocks.split(p);
+            let info = self.blocks.get(b);
+            if info.state == BlockState::Free || page >= info.written {
+                return Err(format!(
+                    "{id} maps to page {page} of block {b} ({:?}, {} written)",
+                    info.state, info.written
+                ));
+            }
+            if e.seq >= self.next_seq {
+                return Err(format!("{id} has seq {} >= next {}", e.seq, self.next_seq));
+            }
+            per_block[b as usize] += 1;
+        }
+        if live != self.live {
+            return Err(format!("{live} live entries, counter says {}", self.live));
+        }
+        let mut free = 0;
+        for (i, b) in self.blocks.iter() {
+            let bits = self.blocks.live_pages(i).len() as u32;
+            // Two entries on one page would show as more entries than bits.
+            if bits != b.live || per_block[i as usize] != b.live {
+                return Err(format!(
+                    "block {i}: {} live by count, {bits} by bitmap, {} by the map",
+                    b.live, per_block[i as usize]
+                ));
+            }
+            if b.settled > b.written || b.written > self.blocks.pages_per_block() {
+                return Err(format!(
+                    "block {i}: settled {} written {}",
+                    b.settled, b.written
+                ));
+            }
+            if b.state == BlockState::Free {
+                free += 1;
+                if b.written != 0 {
+                    return Err(format!("free block {i} has {} pages written", b.written));
+                }
+            }
+        }
+        if free != self.blocks.free_blocks() {
+            return Err(format!(
+                "{free} free blocks, counter says {}",
+                self.blocks.free_blocks()
+            ));
+        }
+        for b in self.open_user.iter().flatten().chain(self.open_gc.iter()) {
+            if self.blocks.get(*b).state != BlockState::Open {
+                return Err(format!("open block {b} is {:?}", self.blocks.get(*b).state));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Takes an exclusive lock on the data directory's lock file.
+fn lock_dir(dir: &Path) -> Result<File, VolumeError> {
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| VolumeError::io(format!("opening {}", path.display()), e))?;
+    // SAFETY: flock on a descriptor we own, plain integer arguments.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(VolumeError::Locked { path });
+        }
+        return Err(VolumeError::io(format!("locking {}", path.display()), err));
+    }
+    Ok(file)
+}
+
+/// The checks a geometry must pass; returns (chips, reserve, high watermark).
+fn plan(geometry: &Geometry, config: &VolumeConfig) -> Result<(usize, u64, u64), VolumeError> {
+    config.validate()?;
+    if (geometry.oob_size_bytes as usize) < OOB_RECORD_BYTES {
+        return Err(VolumeError::OobTooSmall {
+            have: geometry.oob_size_bytes,
+            need: OOB_RECORD_BYTES as u32,
+        });
+    }
+    if geometry.pages() >= u64::from(u32::MAX) {
+        return Err(VolumeError::Config {
+            reason: format!(
+                "the device has {} pages; the space manager addresses at most {} (u32 page \
+                 numbers)",
+                geometry.pages(),
+                u32::MAX - 1
+            ),
+        });
+    }
+    let chips = geometry.chips() as usize;
+    let blocks = geometry.blocks();
+    let reserve = if config.reserve_blocks == 0 {
+        (blocks / 128).max(3)
+    } else {
+        u64::from(config.reserve_blocks)
+    };
+    let high = if config.gc_high_watermark_blocks == 0 {
+        reserve + (chips as u64 / 2).max(2)
+    } else {
+        u64::from(config.gc_high_watermark_blocks).max(reserve + 1)
+    };
+    let need = reserve + chips as u64 + 2;
+    if blocks < need {
+        return Err(VolumeError::Config {
+            reason: format!(
+                "the device has {blocks} blocks; the space manager needs at least {need} \
+                 ({reserve} reserved for garbage collection, one open block per chip for {chips} \
+                 chips, one for garbage collection, one for data)"
+            ),
+        });
+    }
+    Ok((chips, reserve, high))
+}
+
+impl SpaceManager {
+    /// Opens the space manager over `device`, keeping its checkpoint and trim
+    /// logs in `dir` (created if missing; locked against a second manager).
+    /// Recovers the mapping from the last checkpoint, the trim logs and the
+    /// OOB records of pages programmed since, then writes a fresh checkpoint.
+    /// Needs a tokio runtime.
+    pub async fn open(
+        device: Arc<Device>,
+        config: VolumeConfig,
+        dir: &Path,
+    ) -> Result<SpaceManager, VolumeError> {
+        SpaceManager::open_with_faults(device, config, dir, FaultPlan::new()).await
+    }
+
+    /// [`SpaceManager::open`] with failure injection (tests of bad-block handling).
+    pub async fn open_with_faults(
+        device: Arc<Device>,
+        config: VolumeConfig,
+        dir: &Path,
+        faults: FaultPlan,
+    ) -> Result<SpaceManager, VolumeError> {
+        let geometry = device.geometry();
+        let (chips, reserve, high_watermark) = plan(&geometry, &config)?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| VolumeError::io(format!("creating {}", dir.display()), e))?;
+        let lock_file = lock_dir(dir)?;
+        let (state, scanned) = recover(&device, &config, dir, reserve, chips).await?;
+        let generation = state.generation;
+        let inner = Arc::new(Inner {
+            chip_locks: (0..chips)
+                .map(|_| Arc::new(tokio::sync::Mutex::new(())))
+                .collect(),
+            device,
+            reads: Semaphore::new(config.max_inflight_reads as usize),
+            config,
+            dir: dir.to_path_buf(),
+            geometry,
+            chips,
+            reserve,
+            high_watermark,
+            state: Mutex::new(state),
+            gc_lock: tokio::sync::Mutex::new(()),
+            trim_log: tokio::sync::Mutex::new(Some(TrimLog::open(dir, generation)?)),
+            checkpoint_lock: tokio::sync::Mutex::new(()),
+            round_robin: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            wake: Arc::new(Notify::new()),
+            faults,
+            background: Mutex::new(None),
+            _lock_file: lock_file,
+        });
+        tracing::info!(
+            "space manager open: {} live pages, {} pages scanned, checkpoint generation {}",
+            inner.lock().live,
+            scanned,
+            generation
+        );
+        // A fresh checkpoint: the next open scans only what comes after it.
+        inner.checkpoint().await?;
+        if inner.config.background {
+            let weak = Arc::downgrade(&inner);
+            let handle = tokio::spawn(background(weak, Arc::clone(&inner.wake)));
+            *inner.background.lock().expect("background lock") = Some(handle);
+        }
+        Ok(SpaceManager { inner })
+    }
+
+    /// Bytes per page: every write is exactly this long.
+    pub fn page_size(&self) -> usize {
+        self.inner.geometry.page_size_bytes as usize
+    }
+
+    /// The device's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.inner.geometry
+    }
+
+    /// The most logical pages the volume holds.
+    pub fn capacity_pages(&self) -> u64 {
+        self.inner.lock().capacity
+    }
+
+    /// Writes one logical page (exactly [`page_size`](Self::page_size)
+    /// bytes). When it returns `Ok`, the page is on the device with its OOB
+    /// record and survives a crash; a concurrent write of the same page with
+    /// a later sequence number wins. Fails with [`VolumeError::NoSpace`] when
+    /// a new page would exceed the capacity (nothing stored is touched).
+    pub async fn write(&self, id: LogicalPage, data: Bytes) -> Result<(), VolumeError> {
+        self.inner.check_open()?;
+        let g = &self.inner.geometry;
+        if data.len() != g.page_size_bytes as usize {
+            return Err(VolumeError::PageSize {
+                expected: g.page_size_bytes,
+                got: data.len(),
+            });
+        }
+        let (seq, is_new) = self.inner.admit(id)?;
+        let inner = Arc::clone(&self.inner);
+        join(tokio::spawn(async move {
+            let result = inner.write_page(id, seq, is_new, data).await;
+            if result.is_err() {
+                inner.lock().end_write(seq, is_new);
+            }
+            result
+        }))
+        .await
+    }
+
+    /// Reads one logical page: `None` if it was never written or was trimmed.
+    /// The page read back is checked against its OOB record (identity,
+    /// version, checksum); a mismatch is an error, never data.
+    pub async fn read(&self, id: LogicalPage) -> Result<Option<Bytes>, VolumeError> {
+        self.inner.check_open()?;
+        self.inner.read(id).await
+    }
+
+    /// Declares a logical page dead: its data is dropped, its space reclaimed
+    /// by garbage collection. Durable when it returns (logged and synced).
+    pub async fn trim(&self, id: LogicalPage) -> Result<(), VolumeError> {
+        self.trim_many(vec![id]).await
+    }
+
+    /// [`trim`](Self::trim) of many pages with one sync.
+    pub async fn trim_many(&self, ids: Vec<LogicalPage>) -> Result<(), VolumeError> {
+        self.inner.check_open()?;
+        let inner = Arc::clone(&self.inner);
+        join(tokio::spawn(async move { inner.trim_many(&ids).await })).await
+    }
+
+    /// Writes a checkpoint now (the mapping and block table), so the next
+    /// open scans only pages programmed after it.
+    pub async fn checkpoint(&self) -> Result<(), VolumeError> {
+        self.inner.check_open()?;
+        let inner = Arc::clone(&self.inner);
+        join(tokio::spawn(async move { inner.checkpoint().await })).await
+    }
+
+    /// Collects up to `max_blocks` victims now (one wear-leveling move first
+    /// if the erase counts spread too far). Returns the blocks collected.
+    pub async fn collect_garbage(&self, max_blocks: u32) -> Result<u32, VolumeError> {
+        self.inner.check_open()?;
+        let inner = Arc::clone(&self.inner);
+        join(tokio::spawn(async move {
+            let _gc = inner.gc_lock.lock().await;
+            let mut done = u32::from(inner.wear_level_once().await?);
+            while done < max_blocks {
+                if !inner.collect_one(MoveKind::Gc).await? {
+                    break;
+                }
+                done += 1;
+            }
+            Ok(done)
+        }))
+        .await
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> VolumeStats {
+        self.inner.lock().stats(&self.inner)
+    }
+
+    /// The logical pages of `space` that hold data, in index order.
+    pub fn pages_in(&self, space: u32) -> Vec<u64> {
+        let st = self.inner.lock();
+        let mut v: Vec<u64> = st
+            .map
+            .iter()
+            .filter(|(k, e)| k.space == space && e.phys.is_some())
+            .map(|(k, _)| k.index)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Checks the internal invariants (every mapped physical page marked live
+    /// exactly once, live counts matching the map, free counts matching the
+    /// block table). Walks the whole map: for tests and debugging.
+    pub fn verify(&self) -> Result<(), VolumeError> {
+        self.inner
+            .lock()
+            .verify()
+            .map_err(|reason| VolumeError::Invariant { reason })
+    }
+
+    /// Stops background work, waits for writes in flight, writes a final
+    /// checkpoint and closes the device. Later calls fail with
+    /// [`VolumeError::Closed`].
+    pub async fn close(&self) -> Result<(), VolumeError> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.wake.notify_one();
+        let handle = self
+            .inner
+            .background
+            .lock()
+            .expect("background lock")
+            .take();
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+        let inner = Arc::clone(&self.inner);
+        join(tokio::spawn(async move {
+            let mut chips = Vec::with_capacity(inner.chip_locks.len());
+            for l in &inner.chip_locks {
+                chips.push(l.lock().await);
+            }
+            let gc = inner.gc_lock.lock().await;
+            let result = inner.checkpoint().await;
+            *inner.trim_log.lock().await = None;
+            drop((chips, gc));
+            let closed = inner
+                .device
+                .close()
+                .await
+                .map_err(|e| VolumeError::device("closing the device", e));
+            result.and(closed)
+        }))
+        .await
+    }
+}
+
+impl Drop for SpaceManager {
+    fn drop(&mut self) {
+        // The background task holds only a weak reference; it stops at its
+        // next wake-up. Nothing else to do: a drop without close is a crash.
+        self.inner.wake.notify_one();
+    }
+}
+
+async fn background(weak: Weak<Inner>, wake: Arc<Notify>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        if inner.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = inner.background_round().await {
+            if matches!(e, VolumeError::Closed) {
+                return;
+            }
+            tracing::warn!("space manager background work: {e}");
+        }
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        drop(inner);
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(BACKGROUND_TICK) => {}
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .expect("space manager state lock poisoned")
+    }
+
+    fn check_open(&self) -> Result<(), VolumeError> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(VolumeError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn no_space(&self, st: &State, page: LogicalPage) -> VolumeError {
+        VolumeError::NoSpace {
+            page,
+            live_pages: st.live,
+            pending_pages: st.pending_new,
+            capacity_pages: st.capacity,
+            capacity_bytes: st.capacity * u64::from(self.geometry.page_size_bytes),
+            device_pages: self.geometry.pages(),
+            page_size: self.geometry.page_size_bytes,
+            good_blocks: st.blocks.good_blocks(),
+            reserved_blocks: self.reserve,
+        }
+    }
+
+    /// Hands out a sequence number, counting a new page against capacity.
+    fn admit(&self, id: LogicalPage) -> Result<(u64, bool), VolumeError> {
+        let mut st = self.lock();
+        let is_new = st.current(&id).is_none();
+        if is_new {
+            if st.live + st.pending_new >= st.capacity {
+                return Err(self.no_space(&st, id));
+            }
+            st.pending_new += 1;
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.inflight.insert(seq);
+        Ok((seq, is_new))
+    }
+
+    /// Programs `data` for `id` at `seq` on some chip and commits it.
+    async fn write_page(
+        &self,
+        id: LogicalPage,
+        seq: u64,
+        is_new: bool,
+        data: Bytes,
+    ) -> Result<(), VolumeError> {
+        let oob = Bytes::copy_from_slice(&OobRecord::for_data(id, seq, &data).encode());
+        let mut gc_steps = 0u32;
+        let mut failures = 0u32;
+        loop {
+            let Some((chip, guard, phys)) = self.user_page().await else {
+                if !self.make_room(&mut gc_steps).await? {
+                    return Err(self.no_space(&self.lock(), id));
+                }
+                continue;
+            };
+            match self.program(phys, data.clone(), oob.clone()).await {
+                Ok(()) => {
+                    let wake = {
+                        let mut st = self.lock();
+                        st.settle(phys);
+                        st.end_write(seq, is_new);
+                        st.install(id, seq, phys);
+                        st.counters.user_pages += 1;
+                        st.changes_since_checkpoint += 1;
+                        self.wants_background(&st)
+                    };
+                    drop(guard);
+                    if wake {
+                        self.wake.notify_one();
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    let last = e.to_string();
+                    self.program_failed(phys, Stream::User(chip), e).await?;
+                    drop(guard);
+                    failures += 1;
+                    if failures >= MAX_PROGRAM_ATTEMPTS {
+                        return Err(VolumeError::ProgramFailed {
+                            page: id,
+                            attempts: failures,
+                            last,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the background task has work: few free blocks, a block to
+    /// retire, or a checkpoint due.
+    fn wants_background(&self, st: &State) -> bool {
+        self.config.background
+            && (st.blocks.free_blocks() < self.high_watermark
+                || (self.config.checkpoint_interval_pages > 0
+                    && st.changes_since_checkpoint >= self.config.checkpoint_interval_pages))
+    }
+
+    /// Picks a chip (round robin, skipping busy and exhausted ones) and takes
+    /// a page of its open block. `None`: only the reserve is left.
+    async fn user_page(&self) -> Option<(usize, OwnedMutexGuard<()>, Phys)> {
+        let start = self.round_robin.fetch_add(1, Ordering::Relaxed);
+        let mut busy = Vec::new();
+        for k in 0..self.chips {
+            let chip = (start + k) % self.chips;
+            let Ok(guard) = Arc::clone(&self.chip_locks[chip]).try_lock_owned() else {
+                busy.push(chip);
+                continue;
+            };
+            if let Alloc::Page(p) = self.lock().alloc_user(chip, self.reserve) {
+                return Some((chip, guard, p));
+            }
+        }
+        // Every idle chip is out of blocks: wait for a busy one that has room.
+        let chip = {
+            let st = self.lock();
+            let has_room = |c: usize| {
+                st.open_user[c]
+                    .is_some_and(|b| st.blocks.get(b).written < st.blocks.pages_per_block())
+                    || (st.blocks.free_blocks() > self.reserve && st.blocks.free_on_chip(c) > 0)
+            };
+            busy.into_iter().find(|&c| has_room(c))?
+        };
+        let guard = Arc::clone(&self.chip_locks[chip]).lock_owned().await;
+        match self.lock().alloc_user(chip, self.reserve) {
+            Alloc::Page(p) => Some((chip, guard, p)),
+            Alloc::ChipEmpty | Alloc::NeedGc => None,
+        }
+    }
+
+    /// Programs one page, through the fault plan.
+    async fn program(&self, phys: Phys, data: Bytes, oob: Bytes) -> Result<(), DeviceError> {
+        let addr = self.lock().blocks.addr(phys);
+        if self.faults.program_fails(addr.block_addr()) {
+            return Err(injected(&format!("programming page {addr}")));
+        }
+        self.device.program_page(addr, data, oob).await
+    }
+
+    /// After a failed program of `phys` in `stream`'s open block: a media
+    /// failure retires the block (its live pages are moved out later) and
+    /// returns `Ok` so the caller tries another block; so does a mismatch
+    /// with the device's write pointer (the block is only sealed). Anything
+    /// else gives the page back and is the caller's error.
+    async fn program_failed(
+        &self,
+        phys: Phys,
+        stream: Stream,
+        e: DeviceError,
+    ) -> Result<(), VolumeError> {
+        let (block, addr) = {
+            let st = self.lock();
+            let (b, _) = st.blocks.split(phys);
+            (b, st.blocks.addr(phys))
+        };
+        if media_failure(&e) {
+            tracing::warn!(
+                "program of {addr} failed ({e}); retiring block {}",
+                addr.block_addr()
+            );
+            if let Err(me) = self.device.mark_bad(addr.block_addr()).await {
+                tracing::error!("marking block {} bad: {me}", addr.block_addr());
+            }
+            let mut st = self.lock();
+            st.close_stream_block(block, stream, true);
+            st.recompute_capacity(self.reserve, self.chips, self.config.max_fill);
+            drop(st);
+            self.wake.notify_one();
+            return Ok(());
+        }
+        if out_of_step(&e) {
+            tracing::error!(
+                "program of {addr} refused ({e}): the block's write pointer disagrees; sealing it"
+            );
+            self.lock().close_stream_block(block, stream, false);
+            return Ok(());
+        }
+        self.lock().unallocate(phys);
+        Err(VolumeError::device(format!("programming page {addr}"), e))
+    }
+
+    /// Collects garbage until a user write may take a block. Returns `false`
+    /// when no block has anything to reclaim.
+    async fn make_room(&self, steps: &mut u32) -> Result<bool, VolumeError> {
+        let _gc = self.gc_lock.lock().await;
+        if *steps == 0 && self.lock().blocks.free_blocks() >= 2 {
+            self.wear_level_once().await?;
+        }
+        while self.lock().blocks.free_blocks() <= self.reserve {
+            if *steps >= self.config.max_inline_gc_steps {
+                let st = self.lock();
+                return Err(VolumeError::GcStalled {
+                    steps: *steps,
+                    free_blocks: st.blocks.free_blocks(),
+                    reserved_blocks: self.reserve,
+                });
+            }
+            if !self.collect_one(MoveKind::Gc).await? {
+                return Ok(false);
+            }
+            *steps += 1;
+        }
+        Ok(true)
+    }
+
+    /// One static wear-leveling move if the erase counts spread too far.
+    /// Caller holds the GC lock.
+    async fn wear_level_once(&self) -> Result<bool, VolumeError> {
+        let victim = {
+            let mut st = self.lock();
+            let v = st.blocks.choose_wear_victim(self.config.wear_spread_limit);
+            if let Some(v) = v {
+                st.blocks.set_state(v, BlockState::Collecting);
+            }
+            v
+        };
+        match victim {
+            Some(v) => self.collect(v, MoveKind::Wear).await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Collects the best victim. Caller holds the GC lock. `false`: none.
+    async fn collect_one(&self, kind: MoveKind) -> Result<bool, VolumeError> {
+        let victim = {
+            let mut st = self.lock();
+            let v = st
+                .blocks
+                .choose_victim(self.config.victim_policy, st.next_seq);
+            if let Some(v) = v {
+                if st.blocks.get(v).state == BlockState::Sealed {
+                    st.blocks.set_state(v, BlockState::Collecting);
+                }
+            }
+            v
+        };
+        match victim {
+            Some(v) => self.collect(v, kind).await.map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Moves the live pages of `victim` (state `Collecting` or `Retiring`)
+    /// and erases it (or, if retiring, leaves it bad and empty).
+    async fn collect(&self, victim: u32, kind: MoveKind) -> Result<(), VolumeError> {
+        let result = self.move_out(victim, kind).await;
+        if let Err(e) = &result {
+            let mut st = self.lock();
+            if st.blocks.get(victim).state == BlockState::Collecting {
+                st.blocks.set_state(victim, BlockState::Sealed);
+            }
+            tracing::debug!("collecting block {victim} stopped: {e}");
+        }
+        result
+    }
+
+    async fn move_out(&self, victim: u32, kind: MoveKind) -> Result<(), VolumeError> {
+        let (pages, baddr, retiring) = {
+            let st = self.lock();
+            (
+                st.blocks.live_pages(victim),
+                st.blocks.block_addr(victim),
+                st.blocks.get(victim).state == BlockState::Retiring,
+            )
+        };
+        let batch = self.config.gc_batch_pages as usize;
+        for chunk in pages.chunks(batch) {
+            let reads = futures::future::join_all(
+                chunk.iter().map(|&p| self.device.read_page(baddr.page(p))),
+            )
+            .await;
+            for (&p, read) in chunk.iter().zip(reads) {
+                let old = self.lock().blocks.phys(victim, p);
+                let checked = match read {
+                    Err(DeviceError::Closed) => return Err(VolumeError::Closed),
+                    Err(e) => Err(e.to_string()),
+                    Ok(r) if r.erased => Err("reads as erased".to_string()),
+                    Ok(r) => OobRecord::decode_checked(&r.oob, &r.data)
+                        .map(|rec| (rec, r.data))
+                        .map_err(|e| e.to_string()),
+                };
+                match checked {
+                    Ok((rec, data)) => {
+                        let current = self.lock().current(&rec.page) == Some((rec.seq, old));
+                        if current {
+                            self.move_page(rec, data, old, kind).await?;
+                        }
+                    }
+                    Err(why) => {
+                        if self.lock().blocks.is_live(old) {
+                            tracing::error!(
+                                "live page {} cannot be moved: {why}; it stays where it is",
+                                baddr.page(p)
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let left = self.lock().blocks.get(victim).live;
+        if left > 0 {
+            // Unreadable live pages: keep them mapped (their reads fail
+            // loudly) and never erase the block.
+            if !retiring {
+                if let Err(e) = self.device.mark_bad(baddr).await {
+                    tracing::error!("marking block {baddr} bad: {e}");
+                }
+            }
+            let mut st = self.lock();
+            st.counters.unreadable += u64::from(left);
+            if !retiring {
+                st.counters.retired += 1;
+            }
+            st.blocks.set_state(victim, BlockState::Bad);
+            st.recompute_capacity(self.reserve, self.chips, self.config.max_fill);
+            return Ok(());
+        }
+        if retiring {
+            self.lock().blocks.set_state(victim, BlockState::Bad);
+            return Ok(());
+        }
+        let erased = if self.faults.erase_fails(baddr) {
+            Err(injected(&format!("erasing block {baddr}")))
+        } else {
+            self.device.erase_block(baddr).await
+        };
+        match erased {
+            Ok(()) => {
+                let ec = self
+                    .device
+                    .erase_count(baddr)
+                    .map_err(|e| VolumeError::device(format!("erase count of {baddr}"), e))?;
+                let mut st = self.lock();
+                st.blocks.mark_erased(victim, ec);
+                st.counters.erases += 1;
+                match kind {
+                    MoveKind::Gc => st.counters.gc_blocks += 1,
+                    MoveKind::Wear => st.counters.wear_blocks += 1,
+                }
+                Ok(())
+            }
+            Err(e) if media_failure(&e) => {
+                tracing::warn!("erase of block {baddr} failed ({e}); retiring it");
+                if let Err(me) = self.device.mark_bad(baddr).await {
+                    tracing::error!("marking block {baddr} bad: {me}");
+                }
+                let mut st = self.lock();
+                st.blocks.set_state(victim, BlockState::Bad);
+                st.counters.retired += 1;
+                st.recompute_capacity(self.reserve, self.chips, self.config.max_fill);
+                Ok(())
+            }
+            Err(e) => Err(VolumeError::device(format!("erasing block {baddr}"), e)),
+        }
+    }
+
+    /// Copies one live page into garbage collection's open block and points
+    /// the map at the copy (if the page is still that version).
+    async fn move_page(
+        &self,
+        rec: OobRecord,
+        data: Bytes,
+        old: Phys,
+        kind: MoveKind,
+    ) -> Result<(), VolumeError> {
+        let oob = Bytes::copy_from_slice(&rec.encode());
+        let mut last = String::new();
+        for _ in 0..MAX_PROGRAM_ATTEMPTS {
+            let Some(new) = self.lock().alloc_gc() else {
+                let st = self.lock();
+                return Err(VolumeError::GcStalled {
+                    steps: 0,
+                    free_blocks: st.blocks.free_blocks(),
+                    reserved_blocks: self.reserve,
+                });
+            };
+            match self.program(new, data.clone(), oob.clone()).await {
+                Ok(()) => {
+                    let mut st = self.lock();
+                    st.settle(new);
+                    match kind {
+                        MoveKind::Gc => st.counters.gc_pages += 1,
+                        MoveKind::Wear => st.counters.wear_pages += 1,
+                    }
+                    if st.current(&rec.page) == Some((rec.seq, old)) {
+                        let installed = st.install(rec.page, rec.seq, new);
+                        debug_assert!(installed);
+                    }
+                    return Ok(());
+                }
+                Err(e) => {
+                    last = e.to_string();
+                    self.program_failed(new, Stream::Gc, e).await?;
+                }
+            }
+        }
+        Err(VolumeError::ProgramFailed {
+            page: rec.page,
+            attempts: MAX_PROGRAM_ATTEMPTS,
+            last,
+        })
+    }
+
+    async fn read(&self, id: LogicalPage) -> Result<Option<Bytes>, VolumeError> {
+        let _permit = self
+            .reads
+            .acquire()
+            .await
+            .map_err(|_| VolumeError::Closed)?;
+        let mut last: Option<(PageAddr, String)> = None;
+        for _ in 0..MAX_READ_ATTEMPTS {
+            let (seq, phys, addr) = {
+                let st = self.lock();
+                let Some((seq, phys)) = st.current(&id) else {
+                    return Ok(None);
+                };
+                (seq, phys, st.blocks.addr(phys))
+            };
+            let why = match self.device.read_page(addr).await {
+                Err(DeviceError::Closed) => return Err(VolumeError::Closed),
+                Err(e) => e.to_string(),
+                Ok(r) if r.erased => "the page reads as erased".to_string(),
+                Ok(r) => match OobRecord::decode_checked(&r.oob, &r.data) {
+                    Ok(rec) if rec.page == id && rec.seq == seq => return Ok(Some(r.data)),
+                    Ok(rec) => format!(
+                        "the page holds {} version {}, not version {seq}",
+                        rec.page, rec.seq
+                    ),
+                    Err(e) => e.to_string(),
+                },
+            };
+            if self.lock().current(&id) == Some((seq, phys)) {
+                // The map still points here: the page itself is wrong.
+                return Err(VolumeError::Corrupt {
+                    page: id,
+                    addr,
+                    reason: why,
+                });
+            }
+            last = Some((addr, why));
+        }
+        let (addr, why) = last.expect("at least one attempt");
+        Err(VolumeError::Corrupt {
+            page: id,
+            addr,
+            reason: format!("moved {MAX_READ_ATTEMPTS} times while being read; last: {why}"),
+        })
+    }
+
+    async fn trim_many(&self, ids: &[LogicalPage]) -> Result<(), VolumeError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut log = self.trim_log.lock().await;
+        let log = log.as_mut().ok_or(VolumeError::Closed)?;
+        let records: Vec<TrimRecord> = {
+            let mut st = self.lock();
+            let mut out = Vec::with_capacity(ids.len());
+            for &id in ids {
+                let seq = st.next_seq;
+                st.next_seq += 1;
+                if let Some((_, phys)) = st.current(&id) {
+                    st.blocks.clear_live(phys);
+                    st.live -= 1;
+                }
+                st.map.insert(id, Entry { seq, phys: None });
+                st.changes_since_checkpoint += 1;
+                out.push(TrimRecord { page: id, seq });
+            }
+            out
+        };
+        log.append(&records).await
+    }
+
+    /// Snapshot of the mapping and block table, switch to a new trim log,
+    /// then write the checkpoint and drop the logs it covers.
+    async fn checkpoint(&self) -> Result<(), VolumeError> {
+        let _one = self.checkpoint_lock.lock().await;
+        let (ckpt, generation) = {
+            let mut log = self.trim_log.lock().await;
+            let ckpt = {
+                let mut st = self.lock();
+                let floor = st.inflight.first().map_or(st.next_seq - 1, |s| s - 1);
+                st.map.retain(|_, e| e.phys.is_some() || e.seq > floor);
+                st.generation += 1;
+                st.changes_since_checkpoint = 0;
+                let blocks = st
+                    .blocks
+                    .iter()
+                    .map(|(_, b)| CkptBlock {
+                        erase_count: b.erase_count,
+                        scan_from: b.settled,
+                        last_write: b.last_write,
+                    })
+                    .collect();
+                let entries = st
+                    .map
+                    .iter()
+                    .map(|(&page, e)| CkptEntry {
+                        page,
+                        seq: e.seq,
+                        phys: e.phys,
+                    })
+                    .collect();
+                Checkpoint {
+                    geometry: self.geometry,
+                    generation: st.generation,
+                    next_seq: st.next_seq,
+                    floor,
+                    blocks,
+                    entries,
+                }
+            };
+            if log.is_some() {
+                *log = Some(TrimLog::open(&self.dir, ckpt.generation)?);
+            }
+            let generation = ckpt.generation;
+            (ckpt, generation)
+        };
+        let dir = self.dir.clone();
+        tokio::task::spawn_blocking(move || {
+            meta::save_checkpoint(&dir, &ckpt)?;
+            for (gen, path) in meta::list_trim_logs(&dir)? {
+                if gen < ckpt.generation {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+            Ok::<(), VolumeError>(())
+        })
+        .await
+        .map_err(|e| VolumeError::io("writing the checkpoint", std::io::Error::other(e)))??;
+        tracing::debug!("checkpoint {generation} written");
+        Ok(())
+    }
+
+    async fn background_round(&self) -> Result<(), VolumeError> {
+        let needs_gc = |st: &State| {
+            st.blocks.free_blocks() < self.high_watermark
+                || st
+                    .blocks
+                    .iter()
+                    .any(|(_, b)| b.state == BlockState::Retiring && b.live > 0)
+        };
+        if needs_gc(&self.lock()) {
+            let _gc = self.gc_lock.lock().await;
+            for _ in 0..BACKGROUND_BATCH {
+                if self.closed.load(Ordering::Acquire) || !needs_gc(&self.lock()) {
+                    break;
+                }
+                if !self.collect_one(MoveKind::Gc).await? {
+                    break;
+                }
+            }
+        }
+        if self.lock().blocks.free_blocks() > self.reserve + 1 {
+            let _gc = self.gc_lock.lock().await;
+            for _ in 0..BACKGROUND_BATCH {
+                if self.closed.load(Ordering::Acquire) || !self.wear_level_once().await? {
+                    break;
+                }
+            }
+        }
+        let due = {
+            let st = self.lock();
+            self.config.checkpoint_interval_pages > 0
+                && st.changes_since_checkpoint >= self.config.checkpoint_interval_pages
+        };
+        if due && !self.closed.load(Ordering::Acquire) {
+            self.checkpoint().await?;
+        }
+        Ok(())
+    }
+}
+
+/// Rebuilds the state from the checkpoint, the trim logs and the OOB records
+/// of pages programmed since. Returns the state and the pages scanned.
+async fn recover(
+    device: &Device,
+    config: &VolumeConfig,
+    dir: &Path,
+    reserve: u64,
+    chips: usize,
+) -> Result<(State, u64), VolumeError> {
+    let geometry = device.geometry();
+    let ckpt = meta::load_checkpoint(dir, &geometry)?;
+    let from_gen = ckpt.as_ref().map_or(0, |c| c.generation);
+    let mut trims = Vec::new();
+    for (gen, path) in meta::list_trim_logs(dir)? {
+        if gen < from_gen {
+            continue;
+        }
+        let bytes = std::fs::read(&path)
+            .map_err(|e| VolumeError::io(format!("reading {}", path.display()), e))?;
+        trims.extend(meta::decode_trim_log(&path, &bytes)?);
+    }
+    let mut dev_blocks = Vec::with_capacity(geometry.blocks() as usize);
+    for i in 0..geometry.blocks() {
+        let addr = geometry.block_at(i);
+        let err = |e| VolumeError::device(format!("reading the state of block {addr}"), e);
+        dev_blocks.push(DeviceBlock {
+            erase_count: device.erase_count(addr).map_err(err)?,
+            write_pointer: device.write_pointer(addr).map_err(err)?,
+            bad: device.is_bad(addr).map_err(err)?,
+        });
+    }
+    let ranges = recovery::scan_ranges(ckpt.as_ref(), &dev_blocks);
+    let ppb = geometry.pages_per_block;
+    let pages: Vec<(u32, u32)> = ranges
+        .iter()
+        .flat_map(|r| (r.from..r.to).map(move |p| (r.block, p)))
+        .collect();
+    let scanned = pages.len() as u64;
+    let results: Vec<Result<Option<Candidate>, VolumeError>> =
+        futures::stream::iter(pages.into_iter().map(|(block, page)| async move {
+            let addr = geometry.block_at(u64::from(block)).page(page);
+            match device.read_page(addr).await {
+                Ok(r) if r.erased => Ok(None),
+                Ok(r) => Ok(OobRecord::decode_checked(&r.oob, &r.data)
+                    .ok()
+                    .map(|rec| Candidate {
+                        page: rec.page,
+                        seq: rec.seq,
+                        phys: block * ppb + page,
+                    })),
+                Err(DeviceError::Uncorrectable { .. }) => {
+                    // A program cut short by the crash: never acknowledged.
+                    tracing::debug!("recovery: page {addr} is unreadable; skipped");
+                    Ok(None)
+                }
+                Err(e) => Err(VolumeError::device(format!("scanning page {addr}"), e)),
+            }
+        }))
+        .buffer_unordered(SCAN_CONCURRENCY)
+        .collect()
+        .await;
+    let mut candidates = Vec::with_capacity(results.len());
+    for r in results {
+        if let Some(c) = r? {
+            candidates.push(c);
+        }
+    }
+    let merged = recovery::merge(ckpt.as_ref(), &dev_blocks, ppb, &trims, &candidates);
+    for (page, seq) in &merged.lost {
+        tracing::error!(
+            "recovery: version {seq} of {page} was in a block erased since the checkpoint and \
+             no copy was found"
+        );
+    }
+    let mut newest_in_block: HashMap<u32, u64> = HashMap::new();
+    for c in &candidates {
+        let b = newest_in_block.entry(c.phys / ppb).or_default();
+        *b = (*b).max(c.seq);
+    }
+    let mut blocks = Blocks::new(geometry);
+    for (i, d) in dev_blocks.iter().enumerate() {
+        let i = i as u32;
+        let unchanged = ckpt
+            .as_ref()
+            .is_some_and(|c| c.blocks[i as usize].erase_count == d.erase_count);
+        let info = blocks.get_mut(i);
+        info.erase_count = d.erase_count;
+        info.written = d.write_pointer;
+        info.settled = d.write_pointer;
+        info.last_write = match (&ckpt, unchanged) {
+            (Some(c), true) => c.blocks[i as usize].last_write,
+            _ => newest_in_block.get(&i).copied().unwrap_or(merged.next_seq),
+        };
+        let state = if d.bad {
+            BlockState::Bad
+        } else if d.write_pointer == 0 {
+            BlockState::Free
+        } else {
+            BlockState::Sealed
+        };
+        blocks.set_state(i, state);
+    }
+    for e in merged.map.values() {
+        blocks.set_live(e.phys.expect("merge returns live entries"));
+    }
+    // Bad blocks that still hold live pages: move them out first.
+    for i in 0..blocks.len() as u32 {
+        if blocks.get(i).state == BlockState::Bad && blocks.get(i).live > 0 {
+            blocks.set_state(i, BlockState::Retiring);
+        }
+    }
+    let capacity = State::capacity_for(&blocks, reserve, chips, config.max_fill);
+    let state = State {
+        live: merged.map.len() as u64,
+        map: merged.map,
+        blocks,
+        next_seq: merged.next_seq,
+        inflight: BTreeSet::new(),
+        pending_new: 0,
+        capacity,
+        open_user: vec![None; chips],
+        open_gc: None,
+        generation: from_gen,
+        changes_since_checkpoint: 0,
+        counters: Counters {
+            scanned,
+            lost: merged.lost.len() as u64,
+            ..Counters::default()
+        },
+    };
+    state.verify().map_err(|reason| VolumeError::Invariant {
+        reason: format!("after recovery: {reason}"),
+    })?;
+    Ok((state, scanned))
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<SpaceManager>();
+    check::<VictimPolicy>();
+}

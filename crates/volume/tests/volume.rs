@@ -1,0 +1,535 @@
+//! Behaviour of the space manager on the `mem` and `file` backends: model
+//! checks under random overwrites, garbage collection under pressure, wear
+//! leveling, a full device, recovery after a crash, injected failures.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use quarry_device::{BackendKind, Geometry};
+use quarry_volume::{
+    FaultPlan, LogicalPage, SpaceManager, VictimPolicy, VolumeConfig, VolumeError,
+};
+
+/// What the model says a page holds: a version, or nothing (trimmed / never written).
+type Model = HashMap<LogicalPage, Option<u64>>;
+
+async fn check_model(m: &SpaceManager, model: &Model) {
+    for (&id, want) in model {
+        let got = m
+            .read(id)
+            .await
+            .unwrap_or_else(|e| panic!("read {id}: {e}"));
+        match (want, got) {
+            (None, None) => {}
+            (Some(v), Some(data)) => assert_eq!(version_of(id, &data), *v, "page {id}"),
+            (want, got) => panic!("page {id}: model {want:?}, read {:?}", got.map(|d| d.len())),
+        }
+    }
+    m.verify().expect("invariants");
+    let live = model.values().filter(|v| v.is_some()).count() as u64;
+    assert_eq!(m.stats().live_pages, live);
+}
+
+/// Random writes (85%), trims (10%) and reads (5%) over `pages` logical pages
+/// of two spaces, checked against a model; returns the model.
+async fn random_ops(m: &SpaceManager, model: &mut Model, seed: u64, ops: u64, pages: u64) {
+    let mut rng = Rng(seed);
+    let size = m.page_size();
+    for n in 0..ops {
+        let id = LogicalPage::new((rng.below(2) + 1) as u32, rng.below(pages / 2));
+        let roll = rng.below(100);
+        if roll < 85 {
+            let version = seed << 32 | n;
+            m.write(id, content(id, version, size))
+                .await
+                .expect("write");
+            model.insert(id, Some(version));
+        } else if roll < 95 {
+            m.trim(id).await.expect("trim");
+            model.insert(id, None);
+        } else {
+            let got = m.read(id).await.expect("read");
+            let want = model.get(&id).copied().flatten();
+            assert_eq!(got.map(|d| version_of(id, &d)), want, "page {id}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn write_read_trim_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = open(BackendKind::Mem, small(), dir.path(), quiet()).await;
+    let id = LogicalPage::new(3, 1 << 50);
+    assert_eq!(m.read(id).await.unwrap(), None);
+    m.write(id, content(id, 1, 512)).await.unwrap();
+    m.write(id, content(id, 2, 512)).await.unwrap();
+    assert_eq!(version_of(id, &m.read(id).await.unwrap().unwrap()), 2);
+    let s = m.stats();
+    assert_eq!(
+        (s.live_pages, s.dead_pages, s.user_pages_written),
+        (1, 1, 2)
+    );
+    assert_eq!(m.pages_in(3), vec![1 << 50]);
+    match m.write(id, Bytes::from_static(b"short")).await {
+        Err(VolumeError::PageSize {
+            expected: 512,
+            got: 5,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    m.trim(id).await.unwrap();
+    assert_eq!(m.read(id).await.unwrap(), None);
+    assert_eq!(m.stats().live_pages, 0);
+    m.verify().unwrap();
+    m.close().await.unwrap();
+    assert!(matches!(m.read(id).await, Err(VolumeError::Closed)));
+    assert!(matches!(
+        m.write(id, content(id, 3, 512)).await,
+        Err(VolumeError::Closed)
+    ));
+}
+
+#[tokio::test]
+async fn a_geometry_with_too_small_an_oob_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = Geometry {
+        oob_size_bytes: 16,
+        ..small()
+    };
+    let device = open_device(BackendKind::Mem, g, dir.path());
+    let err = SpaceManager::open(device, quiet(), dir.path())
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(
+        err,
+        VolumeError::OobTooSmall { have: 16, need: 28 }
+    ));
+    assert!(err.to_string().contains("oob_size_bytes >= 28"), "{err}");
+    // Too few blocks for the reserve and the open blocks.
+    let g = Geometry {
+        blocks_per_chip: 1,
+        ..small()
+    };
+    let device = open_device(BackendKind::Mem, g, dir.path());
+    let err = SpaceManager::open(device, quiet(), dir.path())
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("needs at least"), "{err}");
+}
+
+#[tokio::test]
+async fn a_second_manager_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = open(BackendKind::Mem, small(), dir.path(), quiet()).await;
+    let device = open_device(BackendKind::Mem, small(), dir.path());
+    let err = SpaceManager::open(device, quiet(), dir.path())
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, VolumeError::Locked { .. }), "{err}");
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_overwrites_match_a_model_on_mem() {
+    let dir = tempfile::tempdir().unwrap();
+    // Background collection and checkpoints on, as in production.
+    let config = VolumeConfig {
+        checkpoint_interval_pages: 500,
+        ..VolumeConfig::default()
+    };
+    let (m, _) = open(BackendKind::Mem, small(), dir.path(), config).await;
+    let mut model = Model::new();
+    random_ops(&m, &mut model, 1, 6000, 700).await;
+    check_model(&m, &model).await;
+    let s = m.stats();
+    assert!(s.gc_blocks_collected > 0, "{s:?}");
+    assert!(s.write_amplification > 1.0);
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_and_readers_never_see_wrong_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = open(
+        BackendKind::Mem,
+        small(),
+        dir.path(),
+        VolumeConfig::default(),
+    )
+    .await;
+    let m = Arc::new(m);
+    let mut tasks = Vec::new();
+    // Four writers on disjoint pages, each keeping its own model.
+    for w in 0..4u64 {
+        let m = Arc::clone(&m);
+        tasks.push(tokio::spawn(async move {
+            let mut rng = Rng(w + 100);
+            let mut model = Model::new();
+            for n in 0..1500u64 {
+                let id = LogicalPage::new(1, rng.below(150) * 4 + w);
+                m.write(id, content(id, n, 512)).await.expect("write");
+                model.insert(id, Some(n));
+            }
+            model
+        }));
+    }
+    // Two readers checking that whatever they see is an intact version.
+    let mut readers = Vec::new();
+    for r in 0..2u64 {
+        let m = Arc::clone(&m);
+        readers.push(tokio::spawn(async move {
+            let mut rng = Rng(r + 7);
+            let mut seen = 0;
+            for _ in 0..3000 {
+                let id = LogicalPage::new(1, rng.below(600));
+                if let Some(data) = m.read(id).await.expect("read") {
+                    version_of(id, &data);
+                    seen += 1;
+                }
+            }
+            seen
+        }));
+    }
+    let mut model = Model::new();
+    for t in tasks {
+        model.extend(t.await.unwrap());
+    }
+    for r in readers {
+        assert!(r.await.unwrap() > 0);
+    }
+    check_model(&m, &model).await;
+    assert!(m.stats().gc_blocks_collected > 0);
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_overwrites_match_a_model_on_file_across_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = Model::new();
+    for round in 0..3u64 {
+        let (m, _) = open(
+            BackendKind::File,
+            small(),
+            dir.path(),
+            VolumeConfig::default(),
+        )
+        .await;
+        check_model(&m, &model).await;
+        random_ops(&m, &mut model, round + 10, 1500, 600).await;
+        check_model(&m, &model).await;
+        m.close().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn gc_under_pressure_keeps_every_page() {
+    let dir = tempfile::tempdir().unwrap();
+    for policy in [VictimPolicy::Greedy, VictimPolicy::CostBenefit] {
+        let sub = dir.path().join(format!("{policy:?}"));
+        let config = VolumeConfig {
+            victim_policy: policy,
+            ..quiet()
+        };
+        let (m, _) = open(BackendKind::Mem, small(), &sub, config).await;
+        let cap = m.capacity_pages();
+        // Fill to 2 pages short of capacity, then overwrite a hot tenth many times.
+        let mut model = Model::new();
+        for i in 0..cap - 2 {
+            let id = LogicalPage::new(0, i);
+            m.write(id, content(id, 0, 512)).await.unwrap();
+            model.insert(id, Some(0));
+        }
+        let mut rng = Rng(5);
+        for n in 1..4000u64 {
+            let i = if rng.below(10) < 8 {
+                rng.below(cap / 10)
+            } else {
+                rng.below(cap - 2)
+            };
+            let id = LogicalPage::new(0, i);
+            m.write(id, content(id, n, 512)).await.unwrap();
+            model.insert(id, Some(n));
+        }
+        check_model(&m, &model).await;
+        let s = m.stats();
+        assert!(s.gc_blocks_collected > 50, "{policy:?}: {s:?}");
+        assert!(s.free_blocks >= s.reserved_blocks - 1, "{s:?}");
+        m.close().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn wear_leveling_bounds_the_erase_count_spread() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = 6;
+    let mut spreads = Vec::new();
+    for wear_spread_limit in [limit, 1 << 20] {
+        let config = VolumeConfig {
+            wear_spread_limit,
+            ..quiet()
+        };
+        let sub = dir.path().join(wear_spread_limit.to_string());
+        let (m, _) = open(BackendKind::Mem, small(), &sub, config).await;
+        // Half the device is cold (written once), a small hot set is rewritten.
+        let cold = m.capacity_pages() / 2;
+        for i in 0..cold {
+            let id = LogicalPage::new(0, i);
+            m.write(id, content(id, 0, 512)).await.unwrap();
+        }
+        let mut rng = Rng(9);
+        for n in 1..12_000u64 {
+            let id = LogicalPage::new(1, rng.below(64));
+            m.write(id, content(id, n, 512)).await.unwrap();
+        }
+        for i in (0..cold).step_by(7) {
+            let id = LogicalPage::new(0, i);
+            assert_eq!(version_of(id, &m.read(id).await.unwrap().unwrap()), 0);
+        }
+        m.verify().unwrap();
+        let s = m.stats();
+        assert!(
+            s.erase_count_max >= 10,
+            "the hot set wore some blocks: {s:?}"
+        );
+        spreads.push((s.erase_count_max - s.erase_count_min, s));
+        m.close().await.unwrap();
+    }
+    let (with, s) = &spreads[0];
+    assert!(s.wear_blocks_moved > 0, "{s:?}");
+    assert!(
+        *with <= limit + 2,
+        "spread {with} > limit {limit} + 2: {s:?}"
+    );
+    let (without, s) = &spreads[1];
+    assert_eq!(s.wear_blocks_moved, 0);
+    assert!(
+        *without > limit + 2,
+        "without wear leveling the spread is {without}: {s:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_full_device_says_no_space_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, weak) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let mut model = Model::new();
+    let mut n = 0u64;
+    let err = loop {
+        let id = LogicalPage::new(2, n);
+        match m.write(id, content(id, 1, 512)).await {
+            Ok(()) => {
+                model.insert(id, Some(1));
+                n += 1;
+            }
+            Err(e) => break e,
+        }
+        assert!(n <= 1024, "a 1024-page device took more than 1024 pages");
+    };
+    let cap = m.capacity_pages();
+    assert_eq!(n, cap);
+    match &err {
+        VolumeError::NoSpace {
+            live_pages,
+            capacity_pages,
+            device_pages: 1024,
+            ..
+        } => assert_eq!((*live_pages, *capacity_pages), (cap, cap)),
+        other => panic!("expected NoSpace, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("no space") && msg.contains("1024 pages"),
+        "{msg}"
+    );
+    // Overwrites of live pages still succeed (garbage collection has room).
+    for i in (0..cap).step_by(3) {
+        let id = LogicalPage::new(2, i);
+        m.write(id, content(id, 2, 512)).await.unwrap();
+        model.insert(id, Some(2));
+    }
+    check_model(&m, &model).await;
+    // A trim makes room for exactly one new page.
+    m.trim(LogicalPage::new(2, 0)).await.unwrap();
+    model.insert(LogicalPage::new(2, 0), None);
+    let id = LogicalPage::new(5, 5);
+    m.write(id, content(id, 1, 512)).await.unwrap();
+    model.insert(id, Some(1));
+    assert!(matches!(
+        m.write(LogicalPage::new(5, 6), content(id, 1, 512)).await,
+        Err(VolumeError::NoSpace { .. })
+    ));
+    // And all of it survives a crash.
+    crash(m, weak).await;
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    check_model(&m, &model).await;
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn recovery_after_a_crash_restores_writes_and_trims() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = Model::new();
+    let config = VolumeConfig {
+        checkpoint_interval_pages: 0,
+        ..quiet()
+    };
+    for round in 0..4u64 {
+        let (m, weak) = open(BackendKind::File, small(), dir.path(), config.clone()).await;
+        check_model(&m, &model).await;
+        if round > 0 {
+            assert!(
+                m.stats().pages_scanned_at_open > 0,
+                "round {round} scanned nothing"
+            );
+            assert_eq!(m.stats().pages_lost_at_open, 0);
+        }
+        random_ops(&m, &mut model, round + 20, 700, 600).await;
+        if round % 2 == 1 {
+            // A checkpoint in the middle: the next open scans only what follows.
+            m.checkpoint().await.unwrap();
+            random_ops(&m, &mut model, round + 40, 300, 600).await;
+        }
+        crash(m, weak).await;
+    }
+    let (m, _) = open(BackendKind::File, small(), dir.path(), config).await;
+    check_model(&m, &model).await;
+    assert!(m.stats().gc_blocks_collected == 0 || m.stats().live_pages > 0);
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_checkpoint_bounds_the_scan_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, weak) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    for i in 0..300 {
+        let id = LogicalPage::new(0, i);
+        m.write(id, content(id, 0, 512)).await.unwrap();
+    }
+    m.checkpoint().await.unwrap();
+    for i in 0..10 {
+        let id = LogicalPage::new(0, i);
+        m.write(id, content(id, 1, 512)).await.unwrap();
+    }
+    crash(m, weak).await;
+    let (m, weak) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let scanned = m.stats().pages_scanned_at_open;
+    assert!((10..=20).contains(&scanned), "scanned {scanned}");
+    for i in 0..300 {
+        let id = LogicalPage::new(0, i);
+        let want = u64::from(i < 10);
+        assert_eq!(version_of(id, &m.read(id).await.unwrap().unwrap()), want);
+    }
+    // After a clean close nothing needs scanning.
+    m.close().await.unwrap();
+    drop(m);
+    assert_eq!(weak.strong_count(), 0);
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    assert_eq!(m.stats().pages_scanned_at_open, 0);
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn failed_programs_and_erases_retire_blocks_and_keep_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultPlan::new();
+    let (m, weak) = open_faulty(
+        BackendKind::File,
+        small(),
+        dir.path(),
+        quiet(),
+        faults.clone(),
+    )
+    .await;
+    let mut model = Model::new();
+    random_ops(&m, &mut model, 50, 300, 500).await;
+    // A program fails mid-block: the block is retired and its pages moved.
+    faults.fail_program_after(5);
+    random_ops(&m, &mut model, 51, 300, 500).await;
+    // An erase fails during garbage collection.
+    faults.fail_erase_after(1);
+    random_ops(&m, &mut model, 52, 2500, 500).await;
+    assert_eq!(faults.programs_failed(), 1);
+    assert_eq!(faults.erases_failed(), 1);
+    m.collect_garbage(4).await.unwrap();
+    check_model(&m, &model).await;
+    let s = m.stats();
+    assert_eq!(s.retired_blocks, 2, "{s:?}");
+    assert_eq!(s.bad_blocks, 2, "{s:?}");
+    assert_eq!(s.good_blocks, 62);
+    // The retirements are in the device's bad-block table and survive a crash.
+    crash(m, weak).await;
+    let device = open_device(BackendKind::File, small(), dir.path());
+    assert_eq!(device.info().bad_blocks.len(), 2);
+    let m = SpaceManager::open(device, quiet(), dir.path())
+        .await
+        .unwrap();
+    check_model(&m, &model).await;
+    assert_eq!(m.stats().bad_blocks, 2);
+    random_ops(&m, &mut model, 53, 500, 500).await;
+    check_model(&m, &model).await;
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_block_that_always_fails_is_never_used_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultPlan::new();
+    // Every program on chip 0:0's first four blocks fails.
+    for block in 0..4 {
+        faults.fail_programs_in(quarry_device::BlockAddr {
+            bus: 0,
+            chip: 0,
+            block,
+        });
+    }
+    let (m, _) = open_faulty(
+        BackendKind::Mem,
+        small(),
+        dir.path(),
+        quiet(),
+        faults.clone(),
+    )
+    .await;
+    let mut model = Model::new();
+    random_ops(&m, &mut model, 60, 2000, 400).await;
+    check_model(&m, &model).await;
+    let s = m.stats();
+    assert_eq!(s.retired_blocks, 4, "{s:?}");
+    assert_eq!(faults.programs_failed(), 4);
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn write_amplification_benchmark_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = quarry_volume::WaBenchOptions {
+        geometry: Geometry {
+            buses: 2,
+            chips_per_bus: 2,
+            blocks_per_chip: 32,
+            pages_per_block: 32,
+            page_size_bytes: 512,
+            oob_size_bytes: 64,
+        },
+        fills: vec![0.5, 0.8],
+        warmup_writes: 1.0,
+        measured_writes: 1.0,
+        dir: dir.path().join("wa"),
+        ..quarry_volume::WaBenchOptions::default()
+    };
+    let points = quarry_volume::write_amplification(&opts).await.unwrap();
+    assert_eq!(points.len(), 2);
+    assert!(points[0].write_amplification >= 1.0);
+    assert!(
+        points[1].write_amplification > points[0].write_amplification,
+        "{points:?}"
+    );
+    assert!((points[1].greedy_theory - 2.5).abs() < 1e-9);
+}
