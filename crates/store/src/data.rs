@@ -32,10 +32,15 @@ pub struct ChunkLocation {
 /// - `trim` tells the space manager the pages are dead (RFSA: the store, which
 ///   knows what is dead, drives garbage collection); it may be called for a
 ///   location after a crash twice, so it must be idempotent.
-/// - `extents` lists every written, untrimmed extent with the fingerprint
-///   written with it (the volume keeps it in each page's OOB), so that after
-///   a crash the node can trim extents that no chunk record names (pages
-///   written before the record's commit, or a record deleted before its trim).
+/// - `extents` lists every extent with any page written and not trimmed,
+///   with the fingerprint written with it, so that after a crash the node can
+///   trim extents that no chunk record names (pages written before the
+///   record's commit, or a record deleted before its trim). Over the volume,
+///   whose OOB names only the logical page, a chunk store can write a small
+///   header (fingerprint, length, page count) at the start of each extent's
+///   first page, program that page first, and enumerate the chunk space's
+///   mapped pages; a mapped page that no header covers is part of an extent
+///   whose first page never made it, and is trimmed as well.
 pub trait ChunkStore: Send + Sync + 'static {
     /// Stores a chunk's bytes; returns where.
     fn write(
