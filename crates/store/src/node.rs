@@ -640,7 +640,7 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
                     Table::Manifests,
                     &tprefix,
                     cursor.as_deref(),
-                    SCAN_PAGE.min(limit - out.len() + 16),
+                    SCAN_PAGE.min((limit - out.len()).saturating_add(16)),
                 )
                 .await?;
             let Some((last, _)) = page.last() else { break };

@@ -65,6 +65,13 @@ async fn put_get_range_list_delete_and_versions() {
         ["dir/a", "dir/b", "dir/c", "dir/sub/d"]
     );
     assert_eq!(
+        s.list(&b("data"), "", None, usize::MAX)
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
+    assert_eq!(
         keys(
             s.list(&b("data"), "dir/", Some(&k("dir/b")), 2)
                 .await
