@@ -127,3 +127,12 @@ impl Rng {
         self.next() % n
     }
 }
+
+/// The crash test's device: 2 buses x 2 chips x 24 blocks x 16 pages of 512
+/// bytes (1536 pages), shared by `volume-crash-writer` and `tests/crash.rs`.
+pub fn crash_geometry() -> Geometry {
+    Geometry {
+        blocks_per_chip: 24,
+        ..small()
+    }
+}
