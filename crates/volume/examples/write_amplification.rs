@@ -34,14 +34,18 @@ async fn main() -> Result<(), quarry_volume::VolumeError> {
         opts.warmup_writes,
         opts.measured_writes
     );
-    println!("| fill | logical pages | measured WA | greedy theory | FIFO theory | erase spread | time |");
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| fill | logical pages | measured WA | ideal greedy (simulated) | greedy closed form | \
+         FIFO closed form | erase spread | time |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for p in write_amplification(&opts).await? {
         println!(
-            "| {:.0}% | {} | {:.2} | {:.2} | {:.2} | {} | {:.1} s |",
+            "| {:.0}% | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} s |",
             p.fill * 100.0,
             p.logical_pages,
             p.write_amplification,
+            p.greedy_simulated,
             p.greedy_theory,
             p.fifo_theory,
             p.erase_count_spread,

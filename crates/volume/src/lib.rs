@@ -74,8 +74,8 @@ mod oob;
 mod recovery;
 
 pub use bench::{
-    fifo_write_amplification, greedy_write_amplification, write_amplification, WaBenchOptions,
-    WaPoint,
+    fifo_write_amplification, greedy_write_amplification, simulate_greedy, write_amplification,
+    WaBenchOptions, WaPoint,
 };
 pub use config::{VictimPolicy, VolumeConfig};
 pub use error::VolumeError;
