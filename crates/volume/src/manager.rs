@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use quarry_device::{Device, DeviceError, Geometry, PageAddr};
+use quarry_device::{BackendKind, Device, DeviceError, Geometry, PageAddr};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, OwnedMutexGuard, Semaphore};
 use tokio::task::JoinHandle;
@@ -184,7 +184,8 @@ struct Inner {
     wake: Arc<Notify>,
     faults: FaultPlan,
     background: Mutex<Option<JoinHandle<()>>>,
-    _lock_file: File,
+    /// Held while open; released by `close` (or the drop of the last reference).
+    lock_file: Mutex<Option<File>>,
 }
 
 /// One node's log-structured space manager: it owns the node's device and
@@ -610,7 +611,7 @@ impl SpaceManager {
             wake: Arc::new(Notify::new()),
             faults,
             background: Mutex::new(None),
-            _lock_file: lock_file,
+            lock_file: Mutex::new(Some(lock_file)),
         });
         tracing::info!(
             "space manager open: {} live pages, {} pages scanned, checkpoint generation {}",
@@ -777,6 +778,7 @@ impl SpaceManager {
                 .close()
                 .await
                 .map_err(|e| VolumeError::device("closing the device", e));
+            *inner.lock_file.lock().expect("lock file lock") = None;
             result.and(closed)
         }))
         .await
@@ -1406,6 +1408,14 @@ async fn recover(
     chips: usize,
 ) -> Result<(State, u64), VolumeError> {
     let geometry = device.geometry();
+    if device.info().backend == BackendKind::Mem {
+        // A mem device starts empty every time: a checkpoint or trim log
+        // left in the directory describes pages that no longer exist.
+        let _ = std::fs::remove_file(dir.join(meta::CHECKPOINT_FILE));
+        for (_, path) in meta::list_trim_logs(dir)? {
+            let _ = std::fs::remove_file(path);
+        }
+    }
     let ckpt = meta::load_checkpoint(dir, &geometry)?;
     let from_gen = ckpt.as_ref().map_or(0, |c| c.generation);
     let mut trims = Vec::new();

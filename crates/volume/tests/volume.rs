@@ -124,6 +124,19 @@ async fn a_geometry_with_too_small_an_oob_is_refused() {
 }
 
 #[tokio::test]
+async fn a_mem_device_starts_empty_even_with_an_old_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = LogicalPage::new(1, 1);
+    let (m, _) = open(BackendKind::Mem, small(), dir.path(), quiet()).await;
+    m.write(id, content(id, 1, 512)).await.unwrap();
+    m.close().await.unwrap();
+    let (m, _) = open(BackendKind::Mem, small(), dir.path(), quiet()).await;
+    assert_eq!(m.read(id).await.unwrap(), None);
+    assert_eq!(m.stats().pages_lost_at_open, 0);
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_second_manager_on_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (m, _) = open(BackendKind::Mem, small(), dir.path(), quiet()).await;
