@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use quarry_device::{BackendKind, Device, DeviceError, Geometry, PageAddr};
+use quarry_device::{BackendKind, Device, DeviceError, Geometry, PageAddr, PageRead};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, OwnedMutexGuard, Semaphore};
 use tokio::task::JoinHandle;
@@ -41,6 +41,10 @@ use crate::{FaultPlan, LogicalPage, VictimPolicy, VolumeConfig, VolumeError};
 
 /// A read retries this many times when the page moved under it.
 const MAX_READ_ATTEMPTS: u32 = 8;
+/// An uncorrectable page is read this many times before it is taken for
+/// damaged (bit errors of a read are independent of the last read's: what a
+/// flash controller's read retry exploits).
+const UNCORRECTABLE_RETRIES: u32 = 3;
 /// A page is tried on this many blocks before its write fails.
 const MAX_PROGRAM_ATTEMPTS: u32 = 8;
 /// Pages read at once while scanning at open.
@@ -198,6 +202,19 @@ struct Inner {
 /// open.
 pub struct SpaceManager {
     inner: Arc<Inner>,
+}
+
+/// Reads a page, again when the ECC could not correct it.
+async fn read_page(device: &Device, addr: PageAddr) -> Result<PageRead, DeviceError> {
+    let mut attempt = 1;
+    loop {
+        match device.read_page(addr).await {
+            Err(DeviceError::Uncorrectable { .. }) if attempt < UNCORRECTABLE_RETRIES => {
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
 }
 
 fn media_failure(e: &DeviceError) -> bool {
@@ -1092,7 +1109,9 @@ impl Inner {
         let batch = self.config.gc_batch_pages as usize;
         for chunk in pages.chunks(batch) {
             let reads = futures::future::join_all(
-                chunk.iter().map(|&p| self.device.read_page(baddr.page(p))),
+                chunk
+                    .iter()
+                    .map(|&p| read_page(&self.device, baddr.page(p))),
             )
             .await;
             for (&p, read) in chunk.iter().zip(reads) {
@@ -1242,7 +1261,7 @@ impl Inner {
                 };
                 (seq, phys, st.blocks.addr(phys))
             };
-            let why = match self.device.read_page(addr).await {
+            let why = match read_page(&self.device, addr).await {
                 Err(DeviceError::Closed) => return Err(VolumeError::Closed),
                 Err(e) => e.to_string(),
                 Ok(r) if r.erased => "the page reads as erased".to_string(),
@@ -1447,7 +1466,7 @@ async fn recover(
     let results: Vec<Result<Option<Candidate>, VolumeError>> =
         futures::stream::iter(pages.into_iter().map(|(block, page)| async move {
             let addr = geometry.block_at(u64::from(block)).page(page);
-            match device.read_page(addr).await {
+            match read_page(device, addr).await {
                 Ok(r) if r.erased => Ok(None),
                 Ok(r) => Ok(OobRecord::decode_checked(&r.oob, &r.data)
                     .ok()

@@ -519,6 +519,49 @@ async fn a_block_that_always_fails_is_never_used_again() {
     m.close().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nand_backend_with_factory_bad_blocks_and_bit_errors() {
+    use quarry_device::{Device, NandTiming, OpenOptions, Preset};
+    let dir = tempfile::tempdir().unwrap();
+    // RFSA timing scaled down 500x, 10% factory bad blocks, ~2 bit errors per
+    // page read (corrected by the device's ECC; a rare uncorrectable read is
+    // read again).
+    let mut timing = NandTiming::preset(Preset::Rfsa, 600).scaled(0.002);
+    timing.factory_bad_fraction = 0.1;
+    timing.rber_fresh = 2.0 / (600.0 * 8.0);
+    let open_nand = || {
+        let options = OpenOptions {
+            nand_timing: Some(timing.clone()),
+            ..OpenOptions::default()
+        };
+        let config = device_config(BackendKind::Nand, small());
+        Arc::new(Device::open_with(&config, dir.path(), options).expect("open nand"))
+    };
+    let device = open_nand();
+    let factory_bad = device.info().bad_blocks.len() as u64;
+    assert!(factory_bad > 0, "the model marked no block bad");
+    let weak = Arc::downgrade(&device);
+    let m = SpaceManager::open(device, VolumeConfig::default(), dir.path())
+        .await
+        .unwrap();
+    let s = m.stats();
+    assert_eq!(
+        (s.bad_blocks, s.good_blocks),
+        (factory_bad, 64 - factory_bad)
+    );
+    let mut model = Model::new();
+    random_ops(&m, &mut model, 70, 2000, 400).await;
+    check_model(&m, &model).await;
+    assert!(m.stats().gc_blocks_collected > 0);
+    crash(m, weak).await;
+    let m = SpaceManager::open(open_nand(), VolumeConfig::default(), dir.path())
+        .await
+        .unwrap();
+    check_model(&m, &model).await;
+    assert_eq!(m.stats().bad_blocks, factory_bad);
+    m.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn write_amplification_benchmark_runs() {
     let dir = tempfile::tempdir().unwrap();
