@@ -83,6 +83,35 @@ pub fn preset_geometry(preset: Preset) -> Geometry {
     }
 }
 
+/// A page in `BlockState::pending` while its program runs; dropping it (the
+/// program's future was dropped) takes the page off the list.
+struct PendingProgram<'a> {
+    block: &'a Mutex<BlockState>,
+    page: u32,
+}
+
+impl<'a> PendingProgram<'a> {
+    /// The program completed: takes the page off the list and hands back the
+    /// block's lock.
+    fn finish(&mut self) -> MutexGuard<'a, BlockState> {
+        let mut b = lock(self.block);
+        let page = self.page;
+        b.pending.retain(|&p| p != page);
+        // Already removed: the drop that follows must not touch the list.
+        self.page = u32::MAX;
+        b
+    }
+}
+
+impl Drop for PendingProgram<'_> {
+    fn drop(&mut self) {
+        if self.page != u32::MAX {
+            let page = self.page;
+            lock(self.block).pending.retain(|&p| p != page);
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct BlockState {
     erase_count: u32,
@@ -782,13 +811,20 @@ impl Device {
             b.pending.push(addr.page);
             b.erase_count
         };
+        // A caller that drops this future mid-program must not leave the page
+        // pending for ever (the block could then never be erased). The page
+        // then counts as programmed with unknown contents: the write may
+        // still land, so it must not be offered again.
+        let mut pending = PendingProgram {
+            block: &self.blocks[bi],
+            page: addr.page,
+        };
         let index = self.geometry.page_index(addr);
         let offset = l.slot_offset(index);
         let result = self
             .write_slot(addr, index, offset, &data, &oob, erase_count, arrival)
             .await;
-        let mut b = lock(&self.blocks[bi]);
-        b.pending.retain(|&p| p != addr.page);
+        let mut b = pending.finish();
         if result.is_err() && b.wp == addr.page + 1 {
             // Nothing later was accepted: the page can be programmed again.
             b.wp = addr.page;

@@ -737,3 +737,47 @@ async fn qd32_file_random_read_iops() {
     );
     dev.close().await.expect("close");
 }
+
+/// A caller that gives up on a program (drops its future mid-flight) must not
+/// leave the block busy for ever: the page counts as programmed, later pages
+/// follow it, and the block can be erased.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_program_leaves_the_block_usable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Full RFSA timing: a program takes 0.4-2.1 ms, ample time to drop it.
+    let dev = nand_device(dir.path(), NandTiming::preset(Preset::Rfsa, 8800), 7);
+    let block = BlockAddr {
+        bus: 0,
+        chip: 0,
+        block: 1,
+    };
+    dev.erase_block(block).await.expect("erase");
+    let page = PageAddr {
+        bus: 0,
+        chip: 0,
+        block: 1,
+        page: 0,
+    };
+    let data = page_data(&dev, 3);
+    let gave_up = tokio::time::timeout(
+        std::time::Duration::from_micros(50),
+        dev.program_page(page, data.clone(), Bytes::new()),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the program finished within 50 us");
+    match dev.program_page(page, data.clone(), Bytes::new()).await {
+        Err(quarry_device::DeviceError::AlreadyProgrammed { .. }) => {}
+        other => panic!("the dropped page must count as programmed: {other:?}"),
+    }
+    let next = PageAddr { page: 1, ..page };
+    dev.program_page(next, data.clone(), Bytes::new())
+        .await
+        .expect("the next page follows");
+    assert_eq!(dev.read_page(next).await.expect("read").data, data);
+    // Wait out the dropped program's modeled time, then erase.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    dev.erase_block(block)
+        .await
+        .expect("the block is not left busy");
+    dev.close().await.expect("close");
+}
