@@ -220,6 +220,34 @@ pub enum BenchCommand {
     /// hops, bandwidth vs nodes, many hosts and many nodes, and QD1 latency
     /// under a competing stream; tables, --json and SVG plots.
     Fabric(BenchFabricArgs),
+    /// Flash management (no node, no network): write amplification of random
+    /// page overwrites at 50%, 80% and 90% full, next to ideal greedy
+    /// cleaning simulated and in closed form.
+    Volume(BenchVolumeArgs),
+}
+
+/// Arguments of `quarry bench volume`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchVolumeArgs {
+    /// Victim choice of the garbage collector.
+    #[arg(long, value_enum, default_value = "greedy")]
+    pub policy: PolicyArg,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// A tiny run (a small device, one overwrite pass): checks the benchmark
+    /// works, in seconds; the figures mean little.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// Garbage-collection victim policies selectable on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PolicyArg {
+    /// The block with the fewest live pages.
+    Greedy,
+    /// Liveness and age (Rosenblum and Ousterhout).
+    CostBenefit,
 }
 
 /// Arguments of `quarry bench page`.

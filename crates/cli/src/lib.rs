@@ -16,6 +16,7 @@ mod args;
 mod bench;
 mod bench_device;
 mod bench_fabric;
+mod bench_volume;
 mod commands;
 mod demo;
 mod local_cluster;
@@ -55,6 +56,7 @@ pub fn run(cli: Cli) -> Result<()> {
             BenchCommand::Page(args) => bench::page(&args),
             BenchCommand::Device(args) => bench_device::device(&args),
             BenchCommand::Fabric(args) => bench_fabric::fabric(&args),
+            BenchCommand::Volume(args) => bench_volume::volume(&args),
         },
     }
 }

@@ -275,3 +275,24 @@ fn bench_fabric_quick_json() {
         );
     }
 }
+
+#[test]
+fn bench_volume_quick_json() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quarry"))
+        .args(["bench", "volume", "--quick", "--json"])
+        .output()
+        .expect("run quarry bench volume");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let points: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("bench volume --json is JSON");
+    let points = points.as_array().expect("one point per fill");
+    assert_eq!(points.len(), 3);
+    for point in points {
+        let wa = point["write_amplification"].as_f64().expect("a figure");
+        assert!(wa >= 1.0, "write amplification below 1: {point}");
+    }
+}

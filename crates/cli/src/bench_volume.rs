@@ -1,0 +1,85 @@
+//! `quarry bench volume`: the space manager's write amplification, the
+//! figure issue 4 asks for, next to what ideal greedy cleaning gives.
+
+use anyhow::Result;
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use quarry_device::Geometry;
+use quarry_volume::{write_amplification, VictimPolicy, WaBenchOptions};
+
+use crate::args::{BenchVolumeArgs, PolicyArg};
+use crate::bench::TempDir;
+
+/// Runs the benchmark and prints its table (or JSON).
+pub fn volume(args: &BenchVolumeArgs) -> Result<()> {
+    let scratch = TempDir::new("quarry-bench-volume")?;
+    let mut options = WaBenchOptions {
+        policy: match args.policy {
+            PolicyArg::Greedy => VictimPolicy::Greedy,
+            PolicyArg::CostBenefit => VictimPolicy::CostBenefit,
+        },
+        dir: scratch.path.clone(),
+        ..WaBenchOptions::default()
+    };
+    if args.quick {
+        options.geometry = Geometry {
+            buses: 2,
+            chips_per_bus: 2,
+            blocks_per_chip: 64,
+            pages_per_block: 32,
+            ..options.geometry
+        };
+        options.warmup_writes = 0.5;
+        options.measured_writes = 0.5;
+    }
+    let g = options.geometry;
+    if !args.json {
+        eprintln!(
+            "bench volume: mem device {} buses x {} chips x {} blocks x {} pages of {} B, {:?} cleaning, {} + {} random overwrites per logical page",
+            g.buses,
+            g.chips_per_bus,
+            g.blocks_per_chip,
+            g.pages_per_block,
+            g.page_size_bytes,
+            options.policy,
+            options.warmup_writes,
+            options.measured_writes
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let points = runtime.block_on(write_amplification(&options))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&points)?);
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "fill",
+        "measured WA",
+        "ideal greedy (simulated)",
+        "x ideal",
+        "greedy closed form",
+        "FIFO closed form",
+        "erase spread",
+        "seconds",
+    ]);
+    for p in &points {
+        table.add_row([
+            format!("{:.0}%", p.fill * 100.0),
+            format!("{:.2}", p.write_amplification),
+            format!("{:.2}", p.greedy_simulated),
+            format!(
+                "{:.2}",
+                p.write_amplification / p.greedy_simulated.max(f64::MIN_POSITIVE)
+            ),
+            format!("{:.2}", p.greedy_theory),
+            format!("{:.2}", p.fifo_theory),
+            p.erase_count_spread.to_string(),
+            format!("{:.1}", p.seconds),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
