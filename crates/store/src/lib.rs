@@ -69,6 +69,7 @@ mod placement;
 mod records;
 mod table;
 mod usage;
+mod volume_backed;
 
 pub use chunking::{AsyncChunker, Chunk, Chunker, Chunking, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 pub use cluster::{MemObjectStore, ObjectStore, OrphanReport, DEFAULT_PUT_DEADLINE_MS};
@@ -84,3 +85,10 @@ pub use placement::{bucket_point, manifest_point, NodeId, Placement};
 pub use records::BucketConfig;
 pub use table::{Batch, MemTableStore, Op, Table, TableStore};
 pub use usage::{BucketUsage, Usage};
+pub use volume_backed::{
+    open_volume_node, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore, VolumeNodeStore,
+    VolumeObjectStore, VolumeStoreConfig, VolumeTableConfig, VolumeTableStats, VolumeTableStore,
+    CHUNK_HEADER_BYTES, CHUNK_MAGIC, DEFAULT_CHUNK_SPACE, DEFAULT_LOG_SPACE,
+    DEFAULT_SNAPSHOT_SPACE, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_TABLE_KEY_BYTES,
+    MAX_TABLE_VALUE_BYTES,
+};

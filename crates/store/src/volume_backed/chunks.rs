@@ -1,0 +1,664 @@
+//! [`VolumeChunkStore`]: chunk bytes on consecutive logical pages of one
+//! volume space, each extent starting with a header that names it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use quarry_volume::{LogicalPage, SpaceManager};
+
+use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
+use crate::chunking::MAX_CHUNK_SIZE;
+use crate::data::{ChunkLocation, ChunkStore};
+use crate::error::{Result, StoreError};
+use crate::fingerprint::Fingerprint;
+
+/// The space chunks live in unless configured otherwise.
+pub const DEFAULT_CHUNK_SPACE: u32 = 1;
+
+/// Magic at the start of an extent's first page.
+pub const CHUNK_MAGIC: [u8; 4] = *b"QCHK";
+
+/// Bytes of the header at the start of an extent's first page.
+pub const CHUNK_HEADER_BYTES: usize = 64;
+
+const CHUNK_FORMAT: u8 = 1;
+const CRC_AT: usize = 60;
+
+/// The fingerprint [`VolumeChunkStore::extents`] reports for pages no header
+/// covers (no chunk record can name it, so the node trims them).
+const NO_FINGERPRINT: Fingerprint = Fingerprint([0; 32]);
+
+/// Where a [`VolumeChunkStore`] keeps its chunks.
+#[derive(Clone, Debug)]
+pub struct VolumeChunkConfig {
+    /// The volume space of the chunk pages.
+    pub space: u32,
+    /// Logical pages `0..logical_pages` of the space are handed out, next
+    /// fit from a cursor that only moves forward, so a freed range is reused
+    /// only once the cursor has gone round the whole range (default 2^40:
+    /// in practice never within a process's life).
+    pub logical_pages: u64,
+    /// Pages of the volume's capacity that chunk writes leave free, so the
+    /// tables can still commit (deletes included) when chunks fill the
+    /// volume. `None`: max(capacity / 16, 16).
+    pub keep_free_pages: Option<u64>,
+}
+
+impl Default for VolumeChunkConfig {
+    fn default() -> Self {
+        Self {
+            space: DEFAULT_CHUNK_SPACE,
+            logical_pages: 1 << 40,
+            keep_free_pages: None,
+        }
+    }
+}
+
+/// Figures of a [`VolumeChunkStore`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VolumeChunkStats {
+    /// Extents held (chunks, and at open runs of pages no header covers).
+    pub extents: u64,
+    /// Logical pages they span.
+    pub pages: u64,
+    /// Runs of mapped pages no header covered, found at open.
+    pub headerless_runs_at_open: u64,
+    /// Pages found at open that could not be read; left alone (neither
+    /// listed nor trimmed nor reused).
+    pub unreadable_pages_at_open: u64,
+    /// Pages read by the header scan at open.
+    pub pages_scanned_at_open: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A chunk written with this fingerprint.
+    Chunk(Fingerprint),
+    /// Mapped pages no header covers (found at open): to be trimmed.
+    Headerless,
+    /// Pages that could not be read at open: kept out of everybody's way.
+    Unreadable,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Extent {
+    pages: u32,
+    kind: Kind,
+    /// Being written or trimmed.
+    busy: bool,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Every allocated range, by first page.
+    extents: BTreeMap<u64, Extent>,
+    /// Where the next allocation looks first.
+    cursor: u64,
+    pages: u64,
+    stats: VolumeChunkStats,
+}
+
+impl State {
+    fn insert(&mut self, first: u64, extent: Extent) {
+        self.pages += u64::from(extent.pages);
+        self.extents.insert(first, extent);
+    }
+
+    fn remove(&mut self, first: u64) {
+        if let Some(e) = self.extents.remove(&first) {
+            self.pages -= u64::from(e.pages);
+        }
+    }
+
+    /// Next fit: the first free run of `n` pages at or after the cursor,
+    /// wrapping once to 0. O(extents skipped).
+    fn allocate(&mut self, n: u64, limit: u64) -> Option<u64> {
+        let origin = self.cursor.min(limit);
+        let mut start = origin;
+        let mut wrapped = false;
+        loop {
+            if wrapped && start >= origin {
+                return None;
+            }
+            if start + n > limit {
+                if wrapped {
+                    return None;
+                }
+                wrapped = true;
+                start = 0;
+                continue;
+            }
+            if let Some((&s, e)) = self.extents.range(..=start).next_back() {
+                if s + u64::from(e.pages) > start {
+                    start = s + u64::from(e.pages);
+                    continue;
+                }
+            }
+            if let Some((&s, e)) = self.extents.range(start + 1..start + n).next() {
+                start = s + u64::from(e.pages);
+                continue;
+            }
+            self.cursor = start + n;
+            return Some(start);
+        }
+    }
+}
+
+/// A chunk extent's header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Header {
+    space: u32,
+    pages: u32,
+    first_page: u64,
+    len: u32,
+    fingerprint: Fingerprint,
+}
+
+impl Header {
+    fn encode(&self) -> [u8; CHUNK_HEADER_BYTES] {
+        let mut h = [0u8; CHUNK_HEADER_BYTES];
+        h[0..4].copy_from_slice(&CHUNK_MAGIC);
+        h[4] = CHUNK_FORMAT;
+        h[8..12].copy_from_slice(&self.space.to_le_bytes());
+        h[12..16].copy_from_slice(&self.pages.to_le_bytes());
+        h[16..24].copy_from_slice(&self.first_page.to_le_bytes());
+        h[24..28].copy_from_slice(&self.len.to_le_bytes());
+        h[28..60].copy_from_slice(&self.fingerprint.0);
+        let crc = crc32c::crc32c(&h[..CRC_AT]);
+        h[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        h
+    }
+
+    /// The header of the extent starting at `space`/`first_page`, if `page`
+    /// holds a valid one for exactly that place.
+    fn decode(page: &[u8], space: u32, first_page: u64, page_size: usize) -> Option<Header> {
+        if page.len() < CHUNK_HEADER_BYTES
+            || page[0..4] != CHUNK_MAGIC
+            || page[4] != CHUNK_FORMAT
+            || crc32c::crc32c(&page[..CRC_AT]) != u32_at(page, CRC_AT)
+        {
+            return None;
+        }
+        let h = Header {
+            space: u32_at(page, 8),
+            pages: u32_at(page, 12),
+            first_page: u64_at(page, 16),
+            len: u32_at(page, 24),
+            fingerprint: Fingerprint(page[28..60].try_into().expect("32 bytes")),
+        };
+        let ok = h.space == space
+            && h.first_page == first_page
+            && h.len > 0
+            && h.len <= MAX_CHUNK_SIZE
+            && u64::from(h.pages) == pages_for(h.len as usize, page_size);
+        ok.then_some(h)
+    }
+}
+
+/// Pages an extent of a `len`-byte chunk spans.
+fn pages_for(len: usize, page_size: usize) -> u64 {
+    (CHUNK_HEADER_BYTES + len).div_ceil(page_size) as u64
+}
+
+struct Inner {
+    volume: Arc<SpaceManager>,
+    space: u32,
+    page_size: usize,
+    logical_pages: u64,
+    keep_free_pages: u64,
+    state: Mutex<State>,
+}
+
+/// Chunk bytes over a [`SpaceManager`]: each chunk occupies consecutive
+/// logical pages of the chunk space, the first starting with a 64-byte
+/// header (magic, space, page count, first page, length, fingerprint,
+/// CRC-32C) followed by the bytes; the last page is padded with zeros.
+///
+/// - `write` allocates a range (next fit in `0..logical_pages`), programs
+///   the header page, then the others (32 at a time), and returns when all
+///   are on flash. On a failure it trims what it wrote.
+/// - `read` checks the header against the location and the length, and the
+///   SHA-256 of the bytes against the header's fingerprint: a mismatch is an
+///   error, never data.
+/// - `trim` trims the extent's pages with one `trim_many`, the header page
+///   last (so a torn trim leaves a header covering what is left). A
+///   location this store does not hold is ignored (trims are idempotent).
+/// - `extents` lists what the store holds: at open it scans
+///   [`SpaceManager::pages_in`] and reads the header of each extent; mapped
+///   pages no header covers are listed as extents of their own with an
+///   all-zero fingerprint (no record names them; the node trims them).
+///
+/// Writes and trims run in spawned tasks: a caller that drops the future
+/// leaves the operation to finish (a write whose result nobody sees is an
+/// extent no record names, trimmed at the next open).
+#[derive(Clone)]
+pub struct VolumeChunkStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for VolumeChunkStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeChunkStore")
+            .field("space", &self.inner.space)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl VolumeChunkStore {
+    /// Opens the chunk store of `config.space`: lists the space's pages and
+    /// reads the header of each extent to rebuild the allocator. Nothing may
+    /// write the space meanwhile.
+    pub async fn open(volume: Arc<SpaceManager>, config: VolumeChunkConfig) -> Result<Self> {
+        let page_size = volume.page_size();
+        if page_size < 2 * CHUNK_HEADER_BYTES {
+            return Err(StoreError::Backend(format!(
+                "volume pages of {page_size} bytes are too small for chunks (at least {})",
+                2 * CHUNK_HEADER_BYTES
+            )));
+        }
+        if config.logical_pages < pages_for(MAX_CHUNK_SIZE as usize, page_size) {
+            return Err(StoreError::Backend(format!(
+                "a chunk space of {} logical pages cannot hold a chunk of {MAX_CHUNK_SIZE} bytes",
+                config.logical_pages
+            )));
+        }
+        let capacity = volume.capacity_pages();
+        let inner = Inner {
+            space: config.space,
+            page_size,
+            logical_pages: config.logical_pages,
+            keep_free_pages: config
+                .keep_free_pages
+                .unwrap_or_else(|| (capacity / 16).max(16)),
+            state: Mutex::new(State::default()),
+            volume,
+        };
+        let state = inner.scan().await?;
+        *inner.state.lock().expect("chunk state lock") = state;
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The volume space of the chunks.
+    pub fn space(&self) -> u32 {
+        self.inner.space
+    }
+
+    /// The space manager underneath.
+    pub fn volume(&self) -> &Arc<SpaceManager> {
+        &self.inner.volume
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> VolumeChunkStats {
+        let st = self.inner.state.lock().expect("chunk state lock");
+        VolumeChunkStats {
+            extents: st.extents.len() as u64,
+            pages: st.pages,
+            ..st.stats
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("chunk state lock")
+    }
+
+    async fn read_page(&self, index: u64) -> Result<Option<Bytes>> {
+        let id = LogicalPage::new(self.space, index);
+        self.volume
+            .read(id)
+            .await
+            .map_err(|e| volume_error(format_args!("reading chunk page {id}"), e))
+    }
+
+    /// Rebuilds the extents from the space's mapped pages and their headers.
+    async fn scan(&self) -> Result<State> {
+        let mapped = self.volume.pages_in(self.space);
+        let mut st = State::default();
+        let mut end = 0u64;
+        let mut i = 0;
+        // A run of mapped pages no header covers: (first, pages, unreadable).
+        let mut run: Option<(u64, u32, bool)> = None;
+        let flush = |st: &mut State, run: &mut Option<(u64, u32, bool)>| {
+            if let Some((first, pages, unreadable)) = run.take() {
+                let kind = if unreadable {
+                    st.stats.unreadable_pages_at_open += u64::from(pages);
+                    Kind::Unreadable
+                } else {
+                    st.stats.headerless_runs_at_open += 1;
+                    Kind::Headerless
+                };
+                st.insert(
+                    first,
+                    Extent {
+                        pages,
+                        kind,
+                        busy: false,
+                    },
+                );
+            }
+        };
+        while i < mapped.len() {
+            let p = mapped[i];
+            st.stats.pages_scanned_at_open += 1;
+            let page = match self.read_page(p).await {
+                Ok(Some(page)) => Some(page),
+                // Trimmed since the listing: nothing there.
+                Ok(None) => {
+                    i += 1;
+                    continue;
+                }
+                Err(_) => None,
+            };
+            let header = page
+                .as_deref()
+                .and_then(|b| Header::decode(b, self.space, p, self.page_size));
+            if let Some(h) = header {
+                flush(&mut st, &mut run);
+                st.insert(
+                    p,
+                    Extent {
+                        pages: h.pages,
+                        kind: Kind::Chunk(h.fingerprint),
+                        busy: false,
+                    },
+                );
+                end = end.max(p + u64::from(h.pages));
+                while i < mapped.len() && mapped[i] < p + u64::from(h.pages) {
+                    i += 1;
+                }
+                continue;
+            }
+            // No header here: extend the current run if adjacent and of the
+            // same kind, else start one.
+            let unreadable = page.is_none();
+            match &mut run {
+                Some((first, pages, u))
+                    if *first + u64::from(*pages) == p && (*u || !unreadable) =>
+                {
+                    *pages += 1;
+                }
+                _ => {
+                    flush(&mut st, &mut run);
+                    run = Some((p, 1, unreadable));
+                }
+            }
+            end = end.max(p + 1);
+            i += 1;
+        }
+        flush(&mut st, &mut run);
+        st.cursor = end;
+        Ok(st)
+    }
+
+    async fn write(
+        self: Arc<Self>,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> Result<ChunkLocation> {
+        if data.is_empty() || data.len() > MAX_CHUNK_SIZE as usize {
+            return Err(StoreError::InvalidChunk {
+                fingerprint,
+                reason: format!("{} bytes, not 1..={MAX_CHUNK_SIZE}", data.len()),
+            });
+        }
+        let pages = pages_for(data.len(), self.page_size);
+        let v = self.volume.stats();
+        if v.live_pages + pages + self.keep_free_pages > v.capacity_pages {
+            return Err(StoreError::Backend(format!(
+                "no space for a chunk of {} bytes ({pages} pages): the volume holds {} of at \
+                 most {} pages, and chunks leave {} free for the tables",
+                data.len(),
+                v.live_pages,
+                v.capacity_pages,
+                self.keep_free_pages
+            )));
+        }
+        let first = {
+            let mut st = self.lock();
+            let first = st.allocate(pages, self.logical_pages).ok_or_else(|| {
+                StoreError::Backend(format!(
+                    "no run of {pages} free logical pages in chunk space {} ({} of {} pages \
+                     allocated)",
+                    self.space, st.pages, self.logical_pages
+                ))
+            })?;
+            st.insert(
+                first,
+                Extent {
+                    pages: pages as u32,
+                    kind: Kind::Chunk(fingerprint),
+                    busy: true,
+                },
+            );
+            first
+        };
+        let location = ChunkLocation {
+            space: self.space,
+            first_page: first,
+            pages: pages as u32,
+        };
+        let header = Header {
+            space: self.space,
+            pages: pages as u32,
+            first_page: first,
+            len: data.len() as u32,
+            fingerprint,
+        };
+        // Header page first: a mapped page of an extent always has its
+        // header page mapped before it (the scan at open relies on it).
+        let mut bytes = Vec::with_capacity(CHUNK_HEADER_BYTES + data.len());
+        bytes.extend_from_slice(&header.encode());
+        bytes.extend_from_slice(&data);
+        drop(data);
+        let mut page_data = paginate(&bytes, self.page_size);
+        drop(bytes);
+        let rest = page_data.split_off(1);
+        let mut result = write_pages(&self.volume, self.space, first, page_data).await;
+        if result.is_ok() {
+            result = write_pages(&self.volume, self.space, first + 1, rest).await;
+        }
+        match result {
+            Ok(()) => {
+                if let Some(e) = self.lock().extents.get_mut(&first) {
+                    e.busy = false;
+                }
+                Ok(location)
+            }
+            Err(e) => {
+                // Every write has finished: take back what made it.
+                if self.trim_extent(location).await.is_ok() {
+                    self.lock().remove(first);
+                } else if let Some(e) = self.lock().extents.get_mut(&first) {
+                    // Left allocated and listed: the next open trims it.
+                    e.busy = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Trims an extent's pages, the header page last.
+    async fn trim_extent(&self, location: ChunkLocation) -> Result<()> {
+        let first = location.first_page;
+        let pages = (first + 1..first + u64::from(location.pages)).chain([first]);
+        trim_pages(&self.volume, self.space, pages).await
+    }
+
+    async fn trim(self: Arc<Self>, location: ChunkLocation) -> Result<()> {
+        if location.space != self.space {
+            return Err(StoreError::Backend(format!(
+                "trim of {location:?}: this chunk store holds space {}",
+                self.space
+            )));
+        }
+        {
+            let mut st = self.lock();
+            match st.extents.get_mut(&location.first_page) {
+                Some(e) if e.pages == location.pages && e.kind != Kind::Unreadable => {
+                    if e.busy {
+                        return Err(StoreError::Backend(format!(
+                            "trim of {location:?} while it is being written or trimmed"
+                        )));
+                    }
+                    e.busy = true;
+                }
+                // Not ours (trimmed already): nothing to do.
+                _ => return Ok(()),
+            }
+        }
+        let result = self.trim_extent(location).await;
+        let mut st = self.lock();
+        if result.is_ok() {
+            st.remove(location.first_page);
+        } else if let Some(e) = st.extents.get_mut(&location.first_page) {
+            e.busy = false;
+        }
+        result
+    }
+
+    async fn read(&self, location: ChunkLocation, len: u32) -> Result<Bytes> {
+        let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
+        if location.space != self.space || location.pages == 0 {
+            return Err(bad(format!("not a location of chunk space {}", self.space)));
+        }
+        let first = self
+            .read_page(location.first_page)
+            .await?
+            .ok_or_else(|| bad("its first page is not written (trimmed?)".into()))?;
+        let h = Header::decode(&first, self.space, location.first_page, self.page_size)
+            .ok_or_else(|| bad("its first page holds no valid chunk header".into()))?;
+        if h.pages != location.pages || len > h.len {
+            return Err(bad(format!(
+                "the header says {} bytes on {} pages; asked for {len} bytes on {} pages",
+                h.len, h.pages, location.pages
+            )));
+        }
+        let total = CHUNK_HEADER_BYTES + h.len as usize;
+        let mut bytes = BytesMut::with_capacity(total);
+        bytes.extend_from_slice(&first[..first.len().min(total)]);
+        let rest = read_pages(
+            &self.volume,
+            self.space,
+            location.first_page + 1,
+            u64::from(h.pages) - 1,
+        )
+        .await?;
+        for (i, page) in rest.into_iter().enumerate() {
+            let page =
+                page.ok_or_else(|| bad(format!("page {} of {} is not written", i + 2, h.pages)))?;
+            let want = (total - bytes.len()).min(page.len());
+            bytes.extend_from_slice(&page[..want]);
+        }
+        let data = bytes.freeze().slice(CHUNK_HEADER_BYTES..);
+        let actual = Fingerprint::of(&data);
+        if actual != h.fingerprint {
+            return Err(bad(format!(
+                "the bytes hash to {actual}, the header names {}",
+                h.fingerprint
+            )));
+        }
+        Ok(data.slice(..len as usize))
+    }
+}
+
+impl ChunkStore for VolumeChunkStore {
+    async fn write(&self, fingerprint: &Fingerprint, data: Bytes) -> Result<ChunkLocation> {
+        let inner = Arc::clone(&self.inner);
+        let fingerprint = *fingerprint;
+        tokio::spawn(inner.write(fingerprint, data))
+            .await
+            .map_err(super::join_error)?
+    }
+
+    async fn read(&self, location: ChunkLocation, len: u32) -> Result<Bytes> {
+        self.inner.read(location, len).await
+    }
+
+    async fn trim(&self, location: ChunkLocation) -> Result<()> {
+        let inner = Arc::clone(&self.inner);
+        tokio::spawn(inner.trim(location))
+            .await
+            .map_err(super::join_error)?
+    }
+
+    async fn extents(&self) -> Result<Vec<(ChunkLocation, Fingerprint)>> {
+        let st = self.inner.lock();
+        Ok(st
+            .extents
+            .iter()
+            .filter_map(|(&first, e)| {
+                let fp = match e.kind {
+                    Kind::Chunk(fp) => fp,
+                    Kind::Headerless => NO_FINGERPRINT,
+                    Kind::Unreadable => return None,
+                };
+                let location = ChunkLocation {
+                    space: self.inner.space,
+                    first_page: first,
+                    pages: e.pages,
+                };
+                Some((location, fp))
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(pages: u32) -> Extent {
+        Extent {
+            pages,
+            kind: Kind::Headerless,
+            busy: false,
+        }
+    }
+
+    #[test]
+    fn next_fit_skips_used_ranges_and_wraps_once() {
+        let mut st = State::default();
+        assert_eq!(st.allocate(4, 20), Some(0));
+        st.insert(0, extent(4));
+        assert_eq!(st.allocate(4, 20), Some(4));
+        st.insert(4, extent(4));
+        st.insert(10, extent(2));
+        // 8..10 is too short for 3; 12..15 fits.
+        assert_eq!(st.allocate(3, 20), Some(12));
+        st.insert(12, extent(3));
+        assert_eq!(st.allocate(5, 20), Some(15));
+        st.insert(15, extent(5));
+        // Full up to the limit: wraps to the gap at 8..10.
+        assert_eq!(st.allocate(2, 20), Some(8));
+        st.insert(8, extent(2));
+        assert_eq!(st.allocate(1, 20), None);
+        st.remove(4);
+        assert_eq!(st.allocate(5, 20), None);
+        assert_eq!(st.allocate(4, 20), Some(4));
+    }
+
+    #[test]
+    fn headers_name_their_place() {
+        let h = Header {
+            space: 3,
+            pages: 3,
+            first_page: 77,
+            len: 1000,
+            fingerprint: Fingerprint([9; 32]),
+        };
+        let mut page = vec![0u8; 512];
+        page[..CHUNK_HEADER_BYTES].copy_from_slice(&h.encode());
+        assert_eq!(Header::decode(&page, 3, 77, 512), Some(h));
+        assert_eq!(Header::decode(&page, 3, 78, 512), None, "another page");
+        assert_eq!(Header::decode(&page, 4, 77, 512), None, "another space");
+        assert_eq!(Header::decode(&page, 3, 77, 1024), None, "page count");
+        page[30] ^= 1;
+        assert_eq!(Header::decode(&page, 3, 77, 512), None, "checksum");
+    }
+}

@@ -1,0 +1,1005 @@
+//! [`VolumeTableStore`]: a node's tables as an ordered map in memory, made
+//! durable by a log of committed batches in one volume space and periodic
+//! snapshots in another.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::Bytes;
+use quarry_volume::{LogicalPage, SpaceManager};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
+use crate::error::{Result, StoreError};
+use crate::table::{Batch, Op, Table, TableStore};
+
+/// The space of the table log unless configured otherwise.
+pub const DEFAULT_LOG_SPACE: u32 = 2;
+/// The space of the table snapshots (and, at page 0, their root) unless
+/// configured otherwise.
+pub const DEFAULT_SNAPSHOT_SPACE: u32 = 3;
+
+/// Longest key a table record may have.
+pub const MAX_TABLE_KEY_BYTES: usize = 4096;
+/// Longest value (a manifest of 2^18 chunks is under 9.5 MiB).
+pub const MAX_TABLE_VALUE_BYTES: usize = 12 << 20;
+/// Largest encoded batch; also the most one log record carries.
+pub const MAX_BATCH_BYTES: usize = 16 << 20;
+/// Most changes in one batch.
+pub const MAX_BATCH_OPS: usize = 1 << 16;
+
+/// Memory a record is counted with beyond its key and value (map node,
+/// `Bytes` and `Vec` headers).
+const RECORD_OVERHEAD: u64 = 64;
+/// Most batches one log record carries (group commit).
+const MAX_GROUP: usize = 1024;
+
+const LOG_MAGIC: [u8; 4] = *b"QTLG";
+const SNAPSHOT_MAGIC: [u8; 4] = *b"QTSN";
+const ROOT_MAGIC: [u8; 4] = *b"QTRT";
+const FORMAT: u8 = 1;
+const LOG_HEADER: usize = 32;
+const SNAPSHOT_HEADER: usize = 40;
+const ROOT_BYTES: usize = 44;
+const ROOT_PAGE: u64 = 0;
+
+/// Where a [`VolumeTableStore`] keeps its log and snapshots, and its limits.
+#[derive(Clone, Debug)]
+pub struct VolumeTableConfig {
+    /// The space of the log of committed batches.
+    pub log_space: u32,
+    /// The space of the snapshots; page 0 holds the root.
+    pub snapshot_space: u32,
+    /// Most memory the tables may take (keys + values + 64 bytes a record);
+    /// a commit that could go beyond is refused (deletes always pass).
+    pub max_table_bytes: u64,
+    /// The log is compacted into a snapshot once it spans this many pages
+    /// and at least as many as the last snapshot.
+    pub compact_min_log_pages: u64,
+}
+
+impl Default for VolumeTableConfig {
+    fn default() -> Self {
+        Self {
+            log_space: DEFAULT_LOG_SPACE,
+            snapshot_space: DEFAULT_SNAPSHOT_SPACE,
+            max_table_bytes: 256 << 20,
+            compact_min_log_pages: 1024,
+        }
+    }
+}
+
+/// Figures of a [`VolumeTableStore`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VolumeTableStats {
+    /// Records in all tables.
+    pub records: u64,
+    /// Memory they are counted with.
+    pub bytes: u64,
+    /// Sequence number of the last log record written (or replayed).
+    pub last_seq: u64,
+    /// Log pages since the last snapshot.
+    pub log_pages: u64,
+    /// Pages of the current snapshot.
+    pub snapshot_pages: u64,
+    /// Log records written by this instance.
+    pub log_records_written: u64,
+    /// Batches committed by this instance.
+    pub batches_committed: u64,
+    /// Snapshots written by this instance.
+    pub compactions: u64,
+    /// Log records replayed at open.
+    pub records_replayed_at_open: u64,
+    /// Pages trimmed at open: a torn log tail, and pages left behind by a
+    /// compaction cut short.
+    pub pages_trimmed_at_open: u64,
+}
+
+type Key = (Table, Vec<u8>);
+type Map = BTreeMap<Key, Bytes>;
+
+fn table_byte(t: Table) -> u8 {
+    match t {
+        Table::Buckets => 0,
+        Table::Manifests => 1,
+        Table::Chunks => 2,
+    }
+}
+
+fn table_of(b: u8) -> Option<Table> {
+    match b {
+        0 => Some(Table::Buckets),
+        1 => Some(Table::Manifests),
+        2 => Some(Table::Chunks),
+        _ => None,
+    }
+}
+
+fn malformed(what: &'static str, reason: impl Into<String>) -> StoreError {
+    StoreError::Malformed {
+        what,
+        reason: reason.into(),
+    }
+}
+
+fn record_bytes(key: &[u8], value: &[u8]) -> u64 {
+    key.len() as u64 + value.len() as u64 + RECORD_OVERHEAD
+}
+
+/// A batch's encoding: op count u32, then per op kind u8 (0 put, 1 delete),
+/// table u8, key length u32, key, and for a put value length u32, value.
+fn encode_batch(batch: &Batch) -> Result<Vec<u8>> {
+    let ops = batch.ops();
+    if ops.len() > MAX_BATCH_OPS {
+        return Err(StoreError::Backend(format!(
+            "a batch of {} changes; at most {MAX_BATCH_OPS}",
+            ops.len()
+        )));
+    }
+    let mut size = 4usize;
+    for op in ops {
+        let (key, value) = match op {
+            Op::Put { key, value, .. } => (key, Some(value)),
+            Op::Delete { key, .. } => (key, None),
+        };
+        if key.len() > MAX_TABLE_KEY_BYTES {
+            return Err(StoreError::Backend(format!(
+                "a table key of {} bytes; at most {MAX_TABLE_KEY_BYTES}",
+                key.len()
+            )));
+        }
+        if let Some(v) = value {
+            if v.len() > MAX_TABLE_VALUE_BYTES {
+                return Err(StoreError::Backend(format!(
+                    "a table value of {} bytes; at most {MAX_TABLE_VALUE_BYTES}",
+                    v.len()
+                )));
+            }
+        }
+        size += 6 + key.len() + value.map_or(0, |v| 4 + v.len());
+    }
+    if size > MAX_BATCH_BYTES {
+        return Err(StoreError::Backend(format!(
+            "a batch of {size} bytes encoded; at most {MAX_BATCH_BYTES}"
+        )));
+    }
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
+    for op in ops {
+        match op {
+            Op::Put { table, key, value } => {
+                out.push(0);
+                out.push(table_byte(*table));
+                out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                out.extend_from_slice(key);
+                out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                out.extend_from_slice(value);
+            }
+            Op::Delete { table, key } => {
+                out.push(1);
+                out.push(table_byte(*table));
+                out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                out.extend_from_slice(key);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads fields off an encoded payload.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    at: usize,
+    what: &'static str,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.buf.len() - self.at < n {
+            return Err(malformed(
+                self.what,
+                format!("cut short at byte {} (wanted {n} more)", self.at),
+            ));
+        }
+        let out = &self.buf[self.at..self.at + n];
+        self.at += n;
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn table(&mut self) -> Result<Table> {
+        let b = self.u8()?;
+        table_of(b).ok_or_else(|| malformed(self.what, format!("unknown table {b}")))
+    }
+    fn done(&self) -> bool {
+        self.at == self.buf.len()
+    }
+}
+
+/// Applies one encoded batch (as written by [`encode_batch`]) to `map`.
+fn apply_encoded(c: &mut Cursor<'_>, map: &mut Map, bytes: &mut u64) -> Result<()> {
+    let ops = c.u32()?;
+    for _ in 0..ops {
+        let kind = c.u8()?;
+        let table = c.table()?;
+        let klen = c.u32()? as usize;
+        let key = c.take(klen)?.to_vec();
+        match kind {
+            0 => {
+                let vlen = c.u32()? as usize;
+                let value = Bytes::copy_from_slice(c.take(vlen)?);
+                *bytes += record_bytes(&key, &value);
+                if let Some(old) = map.insert((table, key.clone()), value) {
+                    *bytes -= record_bytes(&key, &old);
+                }
+            }
+            1 => {
+                if let Some(old) = map.remove(&(table, key.clone())) {
+                    *bytes -= record_bytes(&key, &old);
+                }
+            }
+            k => return Err(malformed(c.what, format!("unknown change kind {k}"))),
+        }
+    }
+    Ok(())
+}
+
+fn apply_batch(batch: Batch, map: &mut Map, bytes: &mut u64) {
+    for op in batch.into_ops() {
+        match op {
+            Op::Put { table, key, value } => {
+                *bytes += record_bytes(&key, &value);
+                if let Some(old) = map.insert((table, key.clone()), value) {
+                    *bytes -= record_bytes(&key, &old);
+                }
+            }
+            Op::Delete { table, key } => {
+                if let Some(old) = map.remove(&(table, key.clone())) {
+                    *bytes -= record_bytes(&key, &old);
+                }
+            }
+        }
+    }
+}
+
+/// A log record's first page: magic, format, 3 bytes zero, sequence u64,
+/// payload length u32, pages u32, payload CRC-32C, header CRC-32C; then the
+/// payload (batch count u32, then the encoded batches), spanning pages.
+fn encode_log_record(seq: u64, payload: &[u8], page_size: usize) -> Vec<Bytes> {
+    let pages = (LOG_HEADER + payload.len()).div_ceil(page_size) as u32;
+    let mut bytes = Vec::with_capacity(LOG_HEADER + payload.len());
+    bytes.extend_from_slice(&LOG_MAGIC);
+    bytes.extend_from_slice(&[FORMAT, 0, 0, 0]);
+    bytes.extend_from_slice(&seq.to_le_bytes());
+    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    bytes.extend_from_slice(&pages.to_le_bytes());
+    bytes.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    bytes.extend_from_slice(payload);
+    paginate(&bytes, page_size)
+}
+
+/// A log record header: (sequence, payload length, pages, payload CRC).
+fn decode_log_header(page: &[u8], page_size: usize) -> Option<(u64, usize, u64, u32)> {
+    if page.len() < LOG_HEADER
+        || page[0..4] != LOG_MAGIC
+        || page[4] != FORMAT
+        || crc32c::crc32c(&page[..28]) != u32_at(page, 28)
+    {
+        return None;
+    }
+    let len = u32_at(page, 16) as usize;
+    let pages = u64::from(u32_at(page, 20));
+    if len > MAX_BATCH_BYTES + 4 * MAX_GROUP + 4
+        || pages != (LOG_HEADER + len).div_ceil(page_size) as u64
+    {
+        return None;
+    }
+    Some((u64_at(page, 8), len, pages, u32_at(page, 24)))
+}
+
+/// What the root page says: the current snapshot and where the log after
+/// it starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Root {
+    /// Batches up to this sequence number are in the snapshot.
+    snapshot_seq: u64,
+    /// The snapshot's pages in the snapshot space.
+    snapshot_first: u64,
+    snapshot_pages: u64,
+    /// The log page holding the record after `snapshot_seq`.
+    log_start: u64,
+}
+
+impl Root {
+    /// magic, format, 3 zero bytes, snapshot seq u64, first page u64, pages
+    /// u64, log start u64, CRC-32C; the rest of the page zero.
+    fn encode(&self, page_size: usize) -> Bytes {
+        let mut b = Vec::with_capacity(ROOT_BYTES);
+        b.extend_from_slice(&ROOT_MAGIC);
+        b.extend_from_slice(&[FORMAT, 0, 0, 0]);
+        b.extend_from_slice(&self.snapshot_seq.to_le_bytes());
+        b.extend_from_slice(&self.snapshot_first.to_le_bytes());
+        b.extend_from_slice(&self.snapshot_pages.to_le_bytes());
+        b.extend_from_slice(&self.log_start.to_le_bytes());
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        paginate(&b, page_size).remove(0)
+    }
+
+    fn decode(page: &[u8]) -> Result<Root> {
+        if page.len() < ROOT_BYTES
+            || page[0..4] != ROOT_MAGIC
+            || crc32c::crc32c(&page[..40]) != u32_at(page, 40)
+        {
+            return Err(malformed(
+                "table root",
+                "bad magic or checksum in an acknowledged page",
+            ));
+        }
+        if page[4] != FORMAT {
+            return Err(malformed(
+                "table root",
+                format!("format {}; this build reads {FORMAT}", page[4]),
+            ));
+        }
+        Ok(Root {
+            snapshot_seq: u64_at(page, 8),
+            snapshot_first: u64_at(page, 16),
+            snapshot_pages: u64_at(page, 24),
+            log_start: u64_at(page, 32),
+        })
+    }
+}
+
+/// A snapshot: magic, format, 3 zero bytes, sequence u64, records u64,
+/// payload length u64, payload CRC-32C, header CRC-32C; then per record
+/// table u8, key length u32, key, value length u32, value, in key order.
+fn encode_snapshot(seq: u64, map: &Map, page_size: usize) -> Vec<Bytes> {
+    let mut payload = Vec::new();
+    for ((table, key), value) in map {
+        payload.push(table_byte(*table));
+        payload.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        payload.extend_from_slice(key);
+        payload.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        payload.extend_from_slice(value);
+    }
+    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER + payload.len());
+    bytes.extend_from_slice(&SNAPSHOT_MAGIC);
+    bytes.extend_from_slice(&[FORMAT, 0, 0, 0]);
+    bytes.extend_from_slice(&seq.to_le_bytes());
+    bytes.extend_from_slice(&(map.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    bytes.extend_from_slice(&payload);
+    drop(payload);
+    paginate(&bytes, page_size)
+}
+
+fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<(Map, u64)> {
+    let what = "table snapshot";
+    if bytes.len() < SNAPSHOT_HEADER
+        || bytes[0..4] != SNAPSHOT_MAGIC
+        || bytes[4] != FORMAT
+        || crc32c::crc32c(&bytes[..36]) != u32_at(bytes, 36)
+    {
+        return Err(malformed(what, "bad magic, format or header checksum"));
+    }
+    if u64_at(bytes, 8) != seq {
+        return Err(malformed(
+            what,
+            format!("holds sequence {}, the root names {seq}", u64_at(bytes, 8)),
+        ));
+    }
+    let records = u64_at(bytes, 16);
+    let len = u64_at(bytes, 24) as usize;
+    if bytes.len() < SNAPSHOT_HEADER + len {
+        return Err(malformed(what, format!("{len} payload bytes do not fit")));
+    }
+    let payload = &bytes[SNAPSHOT_HEADER..SNAPSHOT_HEADER + len];
+    if crc32c::crc32c(payload) != u32_at(bytes, 32) {
+        return Err(malformed(what, "payload checksum does not match"));
+    }
+    let mut c = Cursor {
+        buf: payload,
+        at: 0,
+        what,
+    };
+    let mut map = Map::new();
+    let mut total = 0u64;
+    for _ in 0..records {
+        let table = c.table()?;
+        let klen = c.u32()? as usize;
+        let key = c.take(klen)?.to_vec();
+        let vlen = c.u32()? as usize;
+        let value = Bytes::copy_from_slice(c.take(vlen)?);
+        total += record_bytes(&key, &value);
+        map.insert((table, key), value);
+    }
+    if !c.done() {
+        return Err(malformed(what, "bytes trail the records"));
+    }
+    Ok((map, total))
+}
+
+/// The in-memory tables, shared by readers and the writer task.
+struct Shared {
+    tables: RwLock<Map>,
+    stats: Mutex<VolumeTableStats>,
+}
+
+/// A batch on its way to the log.
+struct Pending {
+    encoded: Vec<u8>,
+    batch: Batch,
+    /// Memory the batch could add (its puts).
+    growth: u64,
+    done: oneshot::Sender<Result<()>>,
+}
+
+enum Msg {
+    Commit(Pending),
+    Compact { done: oneshot::Sender<Result<()>> },
+}
+
+/// The writer task's state: where the log goes next.
+struct Writer {
+    volume: Arc<SpaceManager>,
+    config: VolumeTableConfig,
+    page_size: usize,
+    shared: Arc<Shared>,
+    root: Root,
+    /// Next log page.
+    log_next: u64,
+    last_seq: u64,
+    /// Next free snapshot page (snapshots never reuse an index).
+    snapshot_next: u64,
+    /// Memory the tables take (the writer's count; readers see `stats`).
+    bytes: u64,
+    /// Set when a failed log write could not be cleaned up: later commits
+    /// fail until the store is reopened (recovery trims the torn record).
+    broken: Option<String>,
+}
+
+/// A crash-safe table store over a [`SpaceManager`]: the tables live in
+/// memory as one ordered map, every commit is first appended to a log in
+/// the log space, and the log is compacted now and then into a snapshot in
+/// the snapshot space.
+///
+/// - **Commit**: the batch is encoded and handed to a writer task, which
+///   takes every batch waiting (group commit, up to 1024 batches and
+///   16 MiB), writes them as one log record (sequence number, length,
+///   CRC-32C, spanning pages as needed) at the next log pages, and only then
+///   applies them to the map and acknowledges them. A record is all or
+///   nothing at recovery, so each batch is atomic.
+/// - **Compaction**, when the log spans `compact_min_log_pages` and at least
+///   as many pages as the last snapshot: the map is written as a snapshot at
+///   fresh pages, then the root page (page 0 of the snapshot space, written
+///   in place: the volume keeps the old version until the new one is
+///   programmed) is pointed at it and at the next log page, then the old
+///   snapshot's and log's pages are trimmed.
+/// - **Recovery** ([`open`](Self::open)): the root's snapshot, then the log
+///   records from the root's log start, each the next sequence number, until
+///   a page is missing or a record does not check (the torn tail of a commit
+///   that was never acknowledged); the tail's pages and anything left by a
+///   cut-short compaction are trimmed.
+///
+/// Limits: keys of at most [`MAX_TABLE_KEY_BYTES`], values of at most
+/// [`MAX_TABLE_VALUE_BYTES`], batches of at most [`MAX_BATCH_OPS`] changes
+/// and [`MAX_BATCH_BYTES`] encoded; the whole tables within
+/// `max_table_bytes` of memory.
+pub struct VolumeTableStore {
+    shared: Arc<Shared>,
+    tx: mpsc::UnboundedSender<Msg>,
+    volume: Arc<SpaceManager>,
+    config: VolumeTableConfig,
+}
+
+impl std::fmt::Debug for VolumeTableStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeTableStore")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl VolumeTableStore {
+    /// Opens the tables kept in `config`'s spaces of `volume`: loads the
+    /// snapshot the root names, replays the log after it, trims a torn tail
+    /// and what a cut-short compaction left. Nothing may write these spaces
+    /// meanwhile. Starts the writer task (needs a tokio runtime).
+    pub async fn open(volume: Arc<SpaceManager>, config: VolumeTableConfig) -> Result<Self> {
+        if config.log_space == config.snapshot_space {
+            return Err(StoreError::Backend(format!(
+                "the table log and snapshots need two spaces, both are {}",
+                config.log_space
+            )));
+        }
+        let page_size = volume.page_size();
+        if page_size < 2 * SNAPSHOT_HEADER {
+            return Err(StoreError::Backend(format!(
+                "volume pages of {page_size} bytes are too small for the tables"
+            )));
+        }
+        let mut stats = VolumeTableStats::default();
+        let snap_space = config.snapshot_space;
+        let log_space = config.log_space;
+
+        // The root and its snapshot.
+        let root_id = LogicalPage::new(snap_space, ROOT_PAGE);
+        let root = match volume
+            .read(root_id)
+            .await
+            .map_err(|e| volume_error(format_args!("reading the table root {root_id}"), e))?
+        {
+            Some(page) => Root::decode(&page)?,
+            None => Root::default(),
+        };
+        let (mut map, mut bytes) = (Map::new(), 0u64);
+        if root.snapshot_pages > 0 {
+            let pages = read_pages(
+                &volume,
+                snap_space,
+                root.snapshot_first,
+                root.snapshot_pages,
+            )
+            .await?;
+            let mut all = Vec::with_capacity(pages.len() * page_size);
+            for (i, p) in pages.into_iter().enumerate() {
+                let p = p.ok_or_else(|| {
+                    malformed(
+                        "table snapshot",
+                        format!(
+                            "page {} of {} is missing",
+                            root.snapshot_first + i as u64,
+                            root.snapshot_pages
+                        ),
+                    )
+                })?;
+                all.extend_from_slice(&p);
+            }
+            (map, bytes) = decode_snapshot(&all, root.snapshot_seq)?;
+        }
+
+        // Replay the log.
+        let mut next = root.log_start;
+        let mut seq = root.snapshot_seq;
+        loop {
+            let id = LogicalPage::new(log_space, next);
+            let Some(first) = volume
+                .read(id)
+                .await
+                .map_err(|e| volume_error(format_args!("reading table log page {id}"), e))?
+            else {
+                break;
+            };
+            let Some((rseq, len, pages, crc)) = decode_log_header(&first, page_size) else {
+                break;
+            };
+            if rseq != seq + 1 {
+                return Err(malformed(
+                    "table log",
+                    format!(
+                        "page {id} holds record {rseq} where record {} was due",
+                        seq + 1
+                    ),
+                ));
+            }
+            let rest = read_pages(&volume, log_space, next + 1, pages - 1).await?;
+            if rest.iter().any(Option::is_none) {
+                break;
+            }
+            let mut payload = Vec::with_capacity(LOG_HEADER + len);
+            payload.extend_from_slice(&first);
+            for p in rest.into_iter().flatten() {
+                payload.extend_from_slice(&p);
+            }
+            let payload = &payload[LOG_HEADER..LOG_HEADER + len];
+            if crc32c::crc32c(payload) != crc {
+                break;
+            }
+            let mut c = Cursor {
+                buf: payload,
+                at: 0,
+                what: "table log record",
+            };
+            let batches = c.u32()?;
+            for _ in 0..batches {
+                apply_encoded(&mut c, &mut map, &mut bytes)?;
+            }
+            if !c.done() {
+                return Err(malformed("table log record", "bytes trail the batches"));
+            }
+            stats.records_replayed_at_open += 1;
+            seq = rseq;
+            next += pages;
+        }
+
+        // Trim the torn tail, and what a cut-short compaction left: log
+        // pages before the root's log start, snapshot pages other than the
+        // root's snapshot.
+        let stale_log: Vec<u64> = volume
+            .pages_in(log_space)
+            .into_iter()
+            .filter(|&p| p < root.log_start || p >= next)
+            .collect();
+        let snap_end = root.snapshot_first + root.snapshot_pages;
+        let snap_pages = volume.pages_in(snap_space);
+        let snapshot_next = snap_pages.last().map_or(1, |&p| p + 1).max(snap_end).max(1);
+        let stale_snap: Vec<u64> = snap_pages
+            .into_iter()
+            .filter(|&p| p != ROOT_PAGE && (p < root.snapshot_first || p >= snap_end))
+            .collect();
+        stats.pages_trimmed_at_open = (stale_log.len() + stale_snap.len()) as u64;
+        trim_pages(&volume, log_space, stale_log).await?;
+        trim_pages(&volume, snap_space, stale_snap).await?;
+
+        stats.records = map.len() as u64;
+        stats.bytes = bytes;
+        stats.last_seq = seq;
+        stats.log_pages = next - root.log_start;
+        stats.snapshot_pages = root.snapshot_pages;
+        let shared = Arc::new(Shared {
+            tables: RwLock::new(map),
+            stats: Mutex::new(stats),
+        });
+        let writer = Writer {
+            volume: Arc::clone(&volume),
+            config: config.clone(),
+            page_size,
+            shared: Arc::clone(&shared),
+            root,
+            log_next: next,
+            last_seq: seq,
+            snapshot_next,
+            bytes,
+            broken: None,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(writer.run(rx));
+        Ok(Self {
+            shared,
+            tx,
+            volume,
+            config,
+        })
+    }
+
+    /// Current figures.
+    pub fn stats(&self) -> VolumeTableStats {
+        *self.shared.stats.lock().expect("table stats lock")
+    }
+
+    /// Volume pages the tables hold now (root, snapshot and log).
+    pub fn pages(&self) -> u64 {
+        (self.volume.pages_in(self.config.log_space).len()
+            + self.volume.pages_in(self.config.snapshot_space).len()) as u64
+    }
+
+    /// Writes a snapshot now and drops the log before it.
+    pub async fn compact(&self) -> Result<()> {
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Compact { done })
+            .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?
+    }
+}
+
+impl Writer {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        let mut carry: Option<Msg> = None;
+        loop {
+            let msg = match carry.take() {
+                Some(m) => m,
+                None => match rx.recv().await {
+                    Some(m) => m,
+                    None => return,
+                },
+            };
+            let mut group = Vec::new();
+            let mut size = 4usize;
+            let mut growth = 0u64;
+            match msg {
+                Msg::Compact { done } => {
+                    let r = self.compact().await;
+                    let _ = done.send(r);
+                    continue;
+                }
+                Msg::Commit(p) => self.admit(&mut group, &mut size, &mut growth, p),
+            }
+            // Group commit: everything already waiting, within bounds.
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(Msg::Commit(p)) => {
+                        if size + p.encoded.len() > MAX_BATCH_BYTES && !group.is_empty() {
+                            carry = Some(Msg::Commit(p));
+                            break;
+                        }
+                        self.admit(&mut group, &mut size, &mut growth, p);
+                    }
+                    Ok(m @ Msg::Compact { .. }) => {
+                        carry = Some(m);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            if group.is_empty() {
+                continue;
+            }
+            self.commit_group(group, size).await;
+            if self.compaction_due() {
+                // A failure leaves the log as it was; a later commit tries again.
+                let _ = self.compact().await;
+            }
+        }
+    }
+
+    /// Takes a batch into the group unless the tables could outgrow their
+    /// memory bound (or the log is broken).
+    fn admit(&self, group: &mut Vec<Pending>, size: &mut usize, growth: &mut u64, p: Pending) {
+        if let Some(reason) = &self.broken {
+            let _ = p.done.send(Err(StoreError::Backend(reason.clone())));
+            return;
+        }
+        if p.growth > 0 && self.bytes + *growth + p.growth > self.config.max_table_bytes {
+            let _ = p.done.send(Err(StoreError::Backend(format!(
+                "the tables hold {} bytes; this batch could add {}, beyond the limit of {} \
+                 (max_table_bytes)",
+                self.bytes, p.growth, self.config.max_table_bytes
+            ))));
+            return;
+        }
+        *size += p.encoded.len();
+        *growth += p.growth;
+        group.push(p);
+    }
+
+    async fn commit_group(&mut self, group: Vec<Pending>, size: usize) {
+        let mut payload = Vec::with_capacity(size);
+        payload.extend_from_slice(&(group.len() as u32).to_le_bytes());
+        for p in &group {
+            payload.extend_from_slice(&p.encoded);
+        }
+        let seq = self.last_seq + 1;
+        let pages = encode_log_record(seq, &payload, self.page_size);
+        drop(payload);
+        let n = pages.len() as u64;
+        let first = self.log_next;
+        let space = self.config.log_space;
+        match write_pages(&self.volume, space, first, pages).await {
+            Ok(()) => {
+                self.last_seq = seq;
+                self.log_next += n;
+                let count = group.len() as u64;
+                let mut dones = Vec::with_capacity(group.len());
+                {
+                    let mut map = self.shared.tables.write().expect("tables lock");
+                    for p in group {
+                        apply_batch(p.batch, &mut map, &mut self.bytes);
+                        dones.push(p.done);
+                    }
+                    let mut st = self.shared.stats.lock().expect("table stats lock");
+                    st.records = map.len() as u64;
+                    st.bytes = self.bytes;
+                    st.last_seq = seq;
+                    st.log_pages += n;
+                    st.log_records_written += 1;
+                    st.batches_committed += count;
+                }
+                for done in dones {
+                    let _ = done.send(Ok(()));
+                }
+            }
+            Err(e) => {
+                // Nothing was acknowledged. Take back the record's pages so
+                // the next one can go at the same place; if that fails too,
+                // stop (recovery trims the torn record).
+                let reason = format!("table log record {seq} at {space}/{first}: {e}");
+                if let Err(t) = trim_pages(&self.volume, space, first..first + n).await {
+                    self.broken = Some(format!(
+                        "{reason}; its pages could not be trimmed ({t}): the tables refuse \
+                         commits until reopened"
+                    ));
+                }
+                for p in group {
+                    let _ = p.done.send(Err(StoreError::Backend(reason.clone())));
+                }
+            }
+        }
+    }
+
+    fn compaction_due(&self) -> bool {
+        let log_pages = self.log_next - self.root.log_start;
+        self.broken.is_none()
+            && log_pages >= self.config.compact_min_log_pages
+            && log_pages >= self.root.snapshot_pages
+    }
+
+    /// Snapshot, root, then trims of the old snapshot and log.
+    async fn compact(&mut self) -> Result<()> {
+        if let Some(reason) = &self.broken {
+            return Err(StoreError::Backend(reason.clone()));
+        }
+        let pages = {
+            let map = self.shared.tables.read().expect("tables lock");
+            encode_snapshot(self.last_seq, &map, self.page_size)
+        };
+        let n = pages.len() as u64;
+        let first = self.snapshot_next;
+        let space = self.config.snapshot_space;
+        // Indices are never reused, so what a failure leaves is harmless
+        // and trimmed at the next open at the latest.
+        self.snapshot_next += n;
+        if let Err(e) = write_pages(&self.volume, space, first, pages).await {
+            let _ = trim_pages(&self.volume, space, first..first + n).await;
+            return Err(e);
+        }
+        let root = Root {
+            snapshot_seq: self.last_seq,
+            snapshot_first: first,
+            snapshot_pages: n,
+            log_start: self.log_next,
+        };
+        let root_id = LogicalPage::new(space, ROOT_PAGE);
+        if let Err(e) = self
+            .volume
+            .write(root_id, root.encode(self.page_size))
+            .await
+        {
+            let _ = trim_pages(&self.volume, space, first..first + n).await;
+            return Err(volume_error(
+                format_args!("writing the table root {root_id}"),
+                e,
+            ));
+        }
+        let old = std::mem::replace(&mut self.root, root);
+        {
+            let mut st = self.shared.stats.lock().expect("table stats lock");
+            st.log_pages = 0;
+            st.snapshot_pages = n;
+            st.compactions += 1;
+        }
+        trim_pages(
+            &self.volume,
+            space,
+            old.snapshot_first..old.snapshot_first + old.snapshot_pages,
+        )
+        .await?;
+        trim_pages(
+            &self.volume,
+            self.config.log_space,
+            old.log_start..root.log_start,
+        )
+        .await
+    }
+}
+
+impl TableStore for VolumeTableStore {
+    async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Bytes>> {
+        Ok(self
+            .shared
+            .tables
+            .read()
+            .expect("tables lock")
+            .get(&(table, key.to_vec()))
+            .cloned())
+    }
+
+    async fn commit(&self, batch: Batch) -> Result<()> {
+        let encoded = encode_batch(&batch)?;
+        let growth = batch
+            .ops()
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value, .. } => record_bytes(key, value),
+                Op::Delete { .. } => 0,
+            })
+            .sum();
+        let (done, rx) = oneshot::channel();
+        self.tx
+            .send(Msg::Commit(Pending {
+                encoded,
+                batch,
+                growth,
+                done,
+            }))
+            .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?
+    }
+
+    async fn scan(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Bytes)>> {
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded((table, a.to_vec())),
+            _ => Bound::Included((table, prefix.to_vec())),
+        };
+        let tables = self.shared.tables.read().expect("tables lock");
+        Ok(tables
+            .range((start, Bound::Unbounded))
+            .take_while(|((t, k), _)| *t == table && k.starts_with(prefix))
+            .take(limit)
+            .map(|((_, k), v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_encode_and_apply() {
+        let mut b = Batch::new();
+        b.put(Table::Chunks, b"k1".to_vec(), Bytes::from_static(b"v1"));
+        b.put(Table::Buckets, b"k2".to_vec(), Bytes::from_static(b""));
+        b.delete(Table::Chunks, b"k3".to_vec());
+        let enc = encode_batch(&b).unwrap();
+        let (mut m1, mut m2, mut b1, mut b2) = (Map::new(), Map::new(), 0, 0);
+        let mut c = Cursor {
+            buf: &enc,
+            at: 0,
+            what: "t",
+        };
+        apply_encoded(&mut c, &mut m1, &mut b1).unwrap();
+        assert!(c.done());
+        apply_batch(b, &mut m2, &mut b2);
+        assert_eq!((m1.clone(), b1), (m2, b2));
+        assert_eq!(m1.len(), 2);
+        let mut big = Batch::new();
+        big.put(
+            Table::Chunks,
+            vec![0u8; MAX_TABLE_KEY_BYTES + 1],
+            Bytes::new(),
+        );
+        assert!(encode_batch(&big).is_err());
+    }
+
+    #[test]
+    fn log_records_and_snapshots_round_trip() {
+        let pages = encode_log_record(7, &[5u8; 1000], 512);
+        assert_eq!(pages.len(), 3);
+        let (seq, len, n, crc) = decode_log_header(&pages[0], 512).unwrap();
+        assert_eq!(
+            (seq, len, n, crc),
+            (7, 1000, 3, crc32c::crc32c(&[5u8; 1000]))
+        );
+        assert!(decode_log_header(&pages[1], 512).is_none());
+        let mut map = Map::new();
+        for i in 0..50u32 {
+            map.insert(
+                (Table::Manifests, i.to_be_bytes().to_vec()),
+                Bytes::from(vec![i as u8; i as usize]),
+            );
+        }
+        let pages = encode_snapshot(9, &map, 512);
+        let all: Vec<u8> = pages.iter().flat_map(|p| p.iter().copied()).collect();
+        let (back, _) = decode_snapshot(&all, 9).unwrap();
+        assert_eq!(back, map);
+        assert!(decode_snapshot(&all, 8).is_err());
+        let root = Root {
+            snapshot_seq: 1,
+            snapshot_first: 2,
+            snapshot_pages: 3,
+            log_start: 4,
+        };
+        assert_eq!(Root::decode(&root.encode(512)).unwrap(), root);
+    }
+}

@@ -1,0 +1,667 @@
+//! The store over the space manager: `VolumeTableStore` and
+//! `VolumeChunkStore` under `NodeStore` and `ObjectStore`, on `mem` and
+//! `file` devices; crash recovery by dropping everything without a close.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use quarry_device::BackendKind;
+use quarry_store::{
+    open_volume_node, Batch, BucketName, ChunkLocation, ChunkStore, Chunking, Condition,
+    Fingerprint, NodeId, ObjectKey, ObjectStore, Recovery, StoreError, Table, TableStore,
+    VolumeChunkConfig, VolumeChunkStore, VolumeObjectStore, VolumeTableConfig, VolumeTableStore,
+};
+use quarry_volume::{LogicalPage, SpaceManager};
+
+fn b(name: &str) -> BucketName {
+    BucketName::new(name).unwrap()
+}
+
+fn k(key: &str) -> ObjectKey {
+    ObjectKey::new(key).unwrap()
+}
+
+/// A store over one node per volume, ids 1, 2, ...
+async fn objects(volumes: &[Arc<SpaceManager>]) -> (VolumeObjectStore, Vec<Recovery>) {
+    let mut nodes = Vec::new();
+    let mut recoveries = Vec::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let (n, r) = open_volume_node(i as NodeId + 1, Arc::clone(v), &store_config())
+            .await
+            .unwrap();
+        nodes.push(Arc::new(n));
+        recoveries.push(r);
+    }
+    (ObjectStore::new(nodes).unwrap(), recoveries)
+}
+
+/// Every chunk count equals the references live manifests make, every
+/// chunk reads back, the chunk store holds exactly the records' extents,
+/// and the volume's live pages are the chunks' pages plus the tables'.
+async fn assert_exact(s: &VolumeObjectStore) {
+    let mut want: HashMap<Fingerprint, u64> = HashMap::new();
+    for n in s.nodes() {
+        for m in n.all_manifests().await.unwrap() {
+            for c in m.chunks() {
+                *want.entry(c.fingerprint).or_default() += 1;
+            }
+        }
+    }
+    let mut have: HashMap<Fingerprint, u64> = HashMap::new();
+    for n in s.nodes() {
+        let chunks = n.chunks().await.unwrap();
+        let mut records: Vec<(ChunkLocation, Fingerprint)> =
+            chunks.iter().map(|(fp, i)| (i.location, *fp)).collect();
+        let mut extents = n.data().extents().await.unwrap();
+        records.sort();
+        extents.sort();
+        assert_eq!(
+            records,
+            extents,
+            "node {}: extents are the records'",
+            n.id()
+        );
+        let mut pages = 0;
+        for (fp, info) in chunks {
+            assert_eq!(s.placement().chunk_node(&fp), n.id());
+            have.insert(fp, info.refcount);
+            pages += u64::from(info.location.pages);
+            n.read_chunk(fp).await.unwrap();
+        }
+        let volume = n.data().volume();
+        let chunk_pages = volume.pages_in(n.data().space()).len() as u64;
+        assert_eq!(chunk_pages, pages, "node {}: chunk pages", n.id());
+        assert_eq!(n.data().stats().pages, pages);
+        assert_eq!(
+            volume.stats().live_pages,
+            chunk_pages + n.tables().pages(),
+            "node {}: live pages are the chunks' and the tables'",
+            n.id()
+        );
+        volume.verify().unwrap();
+    }
+    assert_eq!(have, want, "chunk counts are the manifests' references");
+}
+
+async fn close(s: VolumeObjectStore, volumes: Vec<Arc<SpaceManager>>) {
+    drop(s);
+    for v in volumes {
+        v.close().await.unwrap();
+    }
+}
+
+/// Drops the store and the volumes without closing anything.
+async fn crash(
+    s: VolumeObjectStore,
+    volumes: Vec<Arc<SpaceManager>>,
+    devices: Vec<std::sync::Weak<quarry_device::Device>>,
+) {
+    drop(s);
+    drop(volumes);
+    for d in devices {
+        wait_released(d).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_over_volume_backed_nodes_on_mem_and_file_devices() {
+    for backend in [BackendKind::Mem, BackendKind::File] {
+        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let mut volumes = Vec::new();
+        for d in &dirs {
+            volumes.push(open_volume(backend, d.path(), quiet()).await.0);
+        }
+        let (s, _) = objects(&volumes).await;
+        s.create_bucket(&b("fixed"), Chunking::fixed(4096).unwrap())
+            .await
+            .unwrap();
+        s.create_bucket(&b("cdc"), Chunking::fastcdc(1024, 4096, 16384).unwrap())
+            .await
+            .unwrap();
+        let mut model = BTreeMap::new();
+        for i in 0..12u64 {
+            let bucket = if i % 2 == 0 { "fixed" } else { "cdc" };
+            let data = content(i % 7);
+            let key = format!("dir/obj-{i}");
+            let m = s
+                .put_bytes(&b(bucket), &k(&key), &data, Condition::Always)
+                .await
+                .unwrap();
+            assert_eq!(m.size(), data.len() as u64);
+            model.insert((bucket, key), data);
+        }
+        for ((bucket, key), data) in &model {
+            let (_, got) = s.get(&b(bucket), &k(key)).await.unwrap();
+            assert_eq!(&got[..], &data[..], "{backend:?} {bucket}/{key}");
+            let (_, part) = s.get_range(&b(bucket), &k(key), 1000, 3000).await.unwrap();
+            assert_eq!(&part[..], &data[1000..data.len().min(4000)]);
+        }
+        let listed = s.list(&b("fixed"), "dir/", None, 100).await.unwrap();
+        assert_eq!(listed.len(), 6);
+        assert_exact(&s).await;
+        for i in (0..12u64).step_by(3) {
+            let bucket = if i % 2 == 0 { "fixed" } else { "cdc" };
+            let key = format!("dir/obj-{i}");
+            s.delete(&b(bucket), &k(&key), Condition::Always)
+                .await
+                .unwrap();
+            model.remove(&(bucket, key.clone()));
+            assert!(matches!(
+                s.get(&b(bucket), &k(&key)).await,
+                Err(StoreError::NoSuchObject { .. })
+            ));
+        }
+        assert_exact(&s).await;
+        let u = s.usage();
+        assert_eq!(u.objects, model.len() as u64);
+        assert_eq!(
+            u.logical_bytes,
+            model.values().map(|d| d.len() as u64).sum::<u64>()
+        );
+        close(s, volumes).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_bytes_twice_take_no_pages_and_the_last_delete_trims_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
+    let (s, _) = objects(std::slice::from_ref(&volume)).await;
+    let node = s.node(1).unwrap();
+    let chunk_pages = || volume.pages_in(node.data().space()).len() as u64;
+    let others = || volume.stats().live_pages - node.tables().pages();
+    s.create_bucket(&b("data"), Chunking::fixed(8192).unwrap())
+        .await
+        .unwrap();
+    let data = noise(42, 50_000);
+    s.put_bytes(&b("data"), &k("a"), &data, Condition::Always)
+        .await
+        .unwrap();
+    // 7 chunks (6 of 8192 bytes, one of 848), each with its 64-byte header
+    // on 1 KiB pages: 6 x 9 + 1.
+    assert_eq!(chunk_pages(), 55);
+    assert_eq!(others(), 55, "every other live page is the tables'");
+    s.put_bytes(&b("data"), &k("b"), &data, Condition::Always)
+        .await
+        .unwrap();
+    assert_eq!(chunk_pages(), 55, "the same bytes again: no chunk pages");
+    assert_eq!(others(), 55);
+    assert_eq!(s.usage().stored_bytes, 50_000);
+    assert_eq!(s.usage().logical_bytes, 100_000);
+
+    s.delete(&b("data"), &k("a"), Condition::Always)
+        .await
+        .unwrap();
+    assert_eq!(chunk_pages(), 55, "b still holds every chunk");
+    let before = volume.stats().live_pages;
+    s.delete(&b("data"), &k("b"), Condition::Always)
+        .await
+        .unwrap();
+    assert_eq!(chunk_pages(), 0, "the last reference trims the pages");
+    assert_eq!(others(), 0);
+    assert!(volume.stats().live_pages + 50 <= before);
+    assert_exact(&s).await;
+    assert_eq!(node.data().stats().extents, 0);
+    close(s, vec![volume]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_keeps_every_object_byte_for_byte_and_every_count() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut volumes = Vec::new();
+    let mut devices = Vec::new();
+    for d in &dirs {
+        let (v, dev) = open_volume(BackendKind::File, d.path(), quiet()).await;
+        volumes.push(v);
+        devices.push(dev);
+    }
+    let (s, _) = objects(&volumes).await;
+    s.create_bucket(&b("fixed"), Chunking::fixed(2048).unwrap())
+        .await
+        .unwrap();
+    s.create_bucket(&b("cdc"), Chunking::fastcdc(256, 1024, 4096).unwrap())
+        .await
+        .unwrap();
+    let mut model: BTreeMap<(&str, String), u64> = BTreeMap::new();
+    let mut rng = Rng(5);
+    for step in 0..120u64 {
+        let bucket = if rng.below(2) == 0 { "fixed" } else { "cdc" };
+        let key = format!("k{}", rng.below(16));
+        if rng.below(5) == 0 {
+            match s.delete(&b(bucket), &k(&key), Condition::Always).await {
+                Ok(_) | Err(StoreError::NoSuchObject { .. }) => {}
+                Err(e) => panic!("step {step}: {e}"),
+            }
+            model.remove(&(bucket, key));
+        } else {
+            let c = rng.below(10);
+            s.put_bytes(&b(bucket), &k(&key), &content(c), Condition::Always)
+                .await
+                .unwrap();
+            model.insert((bucket, key), c);
+        }
+    }
+    assert_exact(&s).await;
+    let mut counts = BTreeMap::new();
+    let mut compactions = 0;
+    for n in s.nodes() {
+        for (fp, info) in n.chunks().await.unwrap() {
+            counts.insert(fp, (info.location, info.refs));
+        }
+        compactions += n.tables().stats().compactions;
+    }
+    assert!(compactions > 0, "the tables were compacted meanwhile");
+    let usage = s.usage();
+    crash(s, volumes, devices).await;
+
+    let mut volumes = Vec::new();
+    for d in &dirs {
+        volumes.push(open_volume(BackendKind::File, d.path(), quiet()).await.0);
+    }
+    let (s, recoveries) = objects(&volumes).await;
+    for r in &recoveries {
+        assert_eq!(r.orphan_extents_trimmed, 0, "{r:?}");
+    }
+    assert_eq!(
+        recoveries.iter().map(|r| r.manifests).sum::<u64>(),
+        model.len() as u64
+    );
+    for ((bucket, key), c) in &model {
+        let (_, got) = s.get(&b(bucket), &k(key)).await.unwrap();
+        assert_eq!(&got[..], &content(*c)[..], "{bucket}/{key}");
+    }
+    let mut after = BTreeMap::new();
+    for n in s.nodes() {
+        for (fp, info) in n.chunks().await.unwrap() {
+            after.insert(fp, (info.location, info.refs));
+        }
+    }
+    assert_eq!(after, counts, "chunk records and counts survive");
+    assert_eq!(s.usage(), usage);
+    assert_exact(&s).await;
+    let report = s.collect_orphans().await.unwrap();
+    assert_eq!(
+        (report.chunks_lowered, report.dangling.len()),
+        (0, 0),
+        "{report:?}"
+    );
+    close(s, volumes).await;
+}
+
+async fn open_tables(volume: &Arc<SpaceManager>) -> VolumeTableStore {
+    VolumeTableStore::open(
+        Arc::clone(volume),
+        VolumeTableConfig {
+            compact_min_log_pages: 8,
+            ..VolumeTableConfig::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn dump(t: &VolumeTableStore) -> BTreeMap<(Table, Vec<u8>), Bytes> {
+    let mut out = BTreeMap::new();
+    for table in [Table::Buckets, Table::Manifests, Table::Chunks] {
+        for (key, v) in t.scan(table, b"", None, usize::MAX).await.unwrap() {
+            out.insert((table, key), v);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commits_survive_a_crash_through_compactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = Arc::new(open_tables(&volume).await);
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let tables = Arc::clone(&tables);
+        tasks.push(tokio::spawn(async move {
+            let mut model = BTreeMap::new();
+            let mut rng = Rng(t);
+            for i in 0..40u64 {
+                let mut batch = Batch::new();
+                for j in 0..1 + rng.below(4) {
+                    let table = [Table::Buckets, Table::Manifests, Table::Chunks][j as usize % 3];
+                    let key = format!("{t}/{}", rng.below(20)).into_bytes();
+                    if rng.below(4) == 0 {
+                        batch.delete(table, key.clone());
+                        model.insert((table, key), None);
+                    } else {
+                        // Now and then a value spanning several pages.
+                        let len = if rng.below(10) == 0 { 3000 } else { 40 };
+                        let value = Bytes::from(noise(t << 32 | i << 8 | j, len));
+                        batch.put(table, key.clone(), value.clone());
+                        model.insert((table, key), Some(value));
+                    }
+                }
+                tables.commit(batch).await.unwrap();
+            }
+            model
+        }));
+    }
+    let mut model = BTreeMap::new();
+    for t in tasks {
+        for (k, v) in t.await.unwrap() {
+            if let Some(v) = v {
+                model.insert(k, v);
+            }
+        }
+    }
+    assert_eq!(dump(&tables).await, model);
+    let st = tables.stats();
+    assert_eq!(st.batches_committed, 320);
+    assert!(st.compactions > 0, "{st:?}");
+    assert!(
+        st.log_records_written <= 320,
+        "group commit writes at most one record a batch: {st:?}"
+    );
+    // The log is trimmed as it is compacted: what the tables hold stays
+    // near twice the snapshot, not the 320 records' pages.
+    assert!(tables.pages() < 2 * st.snapshot_pages + 40, "{st:?}");
+    drop(tables);
+    drop(volume);
+    wait_released(device).await;
+
+    let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = open_tables(&volume).await;
+    assert_eq!(dump(&tables).await, model, "after the crash");
+    assert_eq!(tables.stats().last_seq, st.last_seq);
+    assert_eq!(tables.pages(), volume.stats().live_pages);
+    // Once more, after a forced compaction and a clean close.
+    tables.compact().await.unwrap();
+    assert_eq!(tables.stats().log_pages, 0);
+    drop(tables);
+    volume.close().await.unwrap();
+    drop(volume);
+    wait_released(device).await;
+    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = open_tables(&volume).await;
+    assert_eq!(dump(&tables).await, model, "after compaction and close");
+    assert_eq!(tables.stats().records_replayed_at_open, 0);
+    drop(tables);
+    volume.close().await.unwrap();
+}
+
+/// A log record as `docs/store.md` describes it, cut into 1 KiB pages:
+/// "QTLG", format 1, 3 zero bytes, sequence, payload length, pages, payload
+/// CRC-32C, header CRC-32C, payload. `good_crc: false` spoils the payload's.
+fn log_record(seq: u64, payload: &[u8], good_crc: bool) -> Vec<Bytes> {
+    let pages = (32 + payload.len()).div_ceil(1024) as u32;
+    let mut h = Vec::new();
+    h.extend_from_slice(b"QTLG");
+    h.extend_from_slice(&[1, 0, 0, 0]);
+    h.extend_from_slice(&seq.to_le_bytes());
+    h.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    h.extend_from_slice(&pages.to_le_bytes());
+    let crc = crc32c::crc32c(payload) ^ u32::from(!good_crc);
+    h.extend_from_slice(&crc.to_le_bytes());
+    let hcrc = crc32c::crc32c(&h);
+    h.extend_from_slice(&hcrc.to_le_bytes());
+    h.extend_from_slice(payload);
+    h.resize(pages as usize * 1024, 0);
+    h.chunks(1024).map(Bytes::copy_from_slice).collect()
+}
+
+/// The payload of one batch putting `key` = `value` in the chunk table.
+fn one_put(key: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut p = Vec::new();
+    p.extend_from_slice(&1u32.to_le_bytes()); // batches
+    p.extend_from_slice(&1u32.to_le_bytes()); // ops
+    p.extend_from_slice(&[0, 2]); // put, chunks
+    p.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    p.extend_from_slice(key);
+    p.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    p.extend_from_slice(value);
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_torn_log_tail_is_ignored_and_trimmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = |i: u64| LogicalPage::new(quarry_store::DEFAULT_LOG_SPACE, i);
+    let mut model = BTreeMap::new();
+    // Three kinds of torn tail: a record missing a middle page, a record
+    // whose payload does not check, a record whose first page is missing.
+    for (round, case) in ["missing page", "bad checksum", "no first page"]
+        .into_iter()
+        .enumerate()
+    {
+        let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+        let tables = open_tables(&volume).await;
+        assert_eq!(dump(&tables).await, model, "{case}: reopened");
+        for i in 0..3 {
+            let key = format!("{round}/{i}").into_bytes();
+            let value = Bytes::from(vec![i as u8; 10]);
+            let mut batch = Batch::new();
+            batch.put(Table::Chunks, key.clone(), value.clone());
+            tables.commit(batch).await.unwrap();
+            model.insert((Table::Chunks, key), value);
+        }
+        let seq = tables.stats().last_seq + 1;
+        let next = volume
+            .pages_in(quarry_store::DEFAULT_LOG_SPACE)
+            .last()
+            .map_or(0, |p| p + 1);
+        drop(tables);
+        let pages = log_record(seq, &one_put(b"torn", &[7; 2500]), round != 1);
+        assert_eq!(pages.len(), 3);
+        for (i, page) in pages.into_iter().enumerate() {
+            let skip = match round {
+                0 => i == 1,
+                1 => false,
+                _ => i == 0,
+            };
+            if !skip {
+                volume.write(log(next + i as u64), page).await.unwrap();
+            }
+        }
+        // And a stray page further on.
+        volume
+            .write(log(next + 10), Bytes::from(vec![1; 1024]))
+            .await
+            .unwrap();
+        drop(volume);
+        wait_released(device).await;
+
+        let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+        let tables = open_tables(&volume).await;
+        assert_eq!(
+            dump(&tables).await,
+            model,
+            "{case}: the torn record is not there"
+        );
+        let st = tables.stats();
+        assert_eq!(st.last_seq, seq - 1, "{case}");
+        // The record's pages that were written, and the stray one.
+        let written = if round == 1 { 3 } else { 2 };
+        assert_eq!(
+            st.pages_trimmed_at_open,
+            written + 1,
+            "{case}: the tail is trimmed"
+        );
+        assert!(volume
+            .pages_in(quarry_store::DEFAULT_LOG_SPACE)
+            .iter()
+            .all(|&p| p < next));
+        // The next commit goes where the torn record was, and survives.
+        let mut batch = Batch::new();
+        let key = format!("{round}/after").into_bytes();
+        batch.put(Table::Chunks, key.clone(), Bytes::from_static(b"ok"));
+        tables.commit(batch).await.unwrap();
+        model.insert((Table::Chunks, key), Bytes::from_static(b"ok"));
+        drop(tables);
+        drop(volume);
+        wait_released(device).await;
+    }
+    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = open_tables(&volume).await;
+    assert_eq!(dump(&tables).await, model);
+    drop(tables);
+    volume.close().await.unwrap();
+}
+
+/// A chunk header as `docs/store.md` describes it.
+fn chunk_header(space: u32, first: u64, pages: u32, len: u32, fp: &Fingerprint) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(b"QCHK");
+    h.extend_from_slice(&[1, 0, 0, 0]);
+    h.extend_from_slice(&space.to_le_bytes());
+    h.extend_from_slice(&pages.to_le_bytes());
+    h.extend_from_slice(&first.to_le_bytes());
+    h.extend_from_slice(&len.to_le_bytes());
+    h.extend_from_slice(&fp.0);
+    let crc = crc32c::crc32c(&h);
+    h.extend_from_slice(&crc.to_le_bytes());
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_trims_chunk_pages_no_record_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let (s, _) = objects(std::slice::from_ref(&volume)).await;
+    s.create_bucket(&b("data"), Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    let data = noise(9, 10_000);
+    s.put_bytes(&b("data"), &k("kept"), &data, Condition::Always)
+        .await
+        .unwrap();
+    let node = s.node(1).unwrap();
+    let space = node.data().space();
+    let named = volume.pages_in(space);
+    // 1. bytes written, record never committed;
+    let orphan = Bytes::from(noise(10, 3000));
+    let fp = Fingerprint::of(&orphan);
+    node.data().write(&fp, orphan).await.unwrap();
+    // 2. an extent whose write stopped after its header page;
+    let header = chunk_header(space, 1000, 4, 3500, &Fingerprint([3; 32]));
+    let mut page = header.clone();
+    page.resize(1024, 0);
+    volume
+        .write(LogicalPage::new(space, 1000), Bytes::from(page))
+        .await
+        .unwrap();
+    // 3. pages no header covers (a torn trim, say).
+    for i in 2000..2003 {
+        volume
+            .write(LogicalPage::new(space, i), Bytes::from(vec![5; 1024]))
+            .await
+            .unwrap();
+    }
+    drop(s);
+    drop(volume);
+    wait_released(device).await;
+
+    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let (s, rec) = objects(std::slice::from_ref(&volume)).await;
+    assert_eq!(rec[0].orphan_extents_trimmed, 3, "{rec:?}");
+    let st = s.node(1).unwrap().data().stats();
+    assert_eq!(st.headerless_runs_at_open, 1, "{st:?}");
+    assert_eq!(
+        volume.pages_in(space),
+        named,
+        "only the named extents remain"
+    );
+    let (_, got) = s.get(&b("data"), &k("kept")).await.unwrap();
+    assert_eq!(&got[..], &data[..]);
+    assert_exact(&s).await;
+    close(s, vec![volume]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunk_reads_check_the_length_and_the_fingerprint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
+    let chunks = VolumeChunkStore::open(Arc::clone(&volume), VolumeChunkConfig::default())
+        .await
+        .unwrap();
+    let data = Bytes::from(noise(1, 5000));
+    let fp = Fingerprint::of(&data);
+    let loc = chunks.write(&fp, data.clone()).await.unwrap();
+    assert_eq!(loc.pages, 5, "64 + 5000 bytes on 1 KiB pages");
+    assert_eq!(chunks.read(loc, 5000).await.unwrap(), data);
+    assert_eq!(chunks.read(loc, 100).await.unwrap(), data.slice(..100));
+    let err = chunks.read(loc, 5001).await.unwrap_err().to_string();
+    assert!(err.contains("header says 5000 bytes"), "{err}");
+    let wrong = ChunkLocation { pages: 4, ..loc };
+    assert!(chunks.read(wrong, 5000).await.is_err());
+    let shifted = ChunkLocation {
+        first_page: loc.first_page + 1,
+        ..loc
+    };
+    assert!(chunks.read(shifted, 10).await.is_err());
+    assert_eq!(chunks.extents().await.unwrap(), vec![(loc, fp)]);
+
+    // Other bytes under the extent: an error, never those bytes.
+    let page = LogicalPage::new(chunks.space(), loc.first_page + 2);
+    volume
+        .write(page, Bytes::from(vec![0; 1024]))
+        .await
+        .unwrap();
+    let err = chunks.read(loc, 5000).await.unwrap_err().to_string();
+    assert!(err.contains("hash to"), "{err}");
+
+    chunks.trim(loc).await.unwrap();
+    assert!(volume.pages_in(chunks.space()).is_empty());
+    assert!(chunks.read(loc, 5000).await.is_err());
+    chunks.trim(loc).await.unwrap(); // idempotent
+    assert!(chunks.extents().await.unwrap().is_empty());
+    assert_eq!(chunks.stats().pages, 0);
+    // A new chunk goes to fresh pages: no location is handed out twice
+    // within the store's life.
+    let loc2 = chunks.write(&fp, data.clone()).await.unwrap();
+    assert!(loc2.first_page >= loc.first_page + u64::from(loc.pages));
+    volume.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_volume_refuses_chunks_and_still_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
+    let (s, _) = objects(std::slice::from_ref(&volume)).await;
+    s.create_bucket(&b("data"), Chunking::fixed(65536).unwrap())
+        .await
+        .unwrap();
+    let mut stored = Vec::new();
+    let err = loop {
+        let key = format!("o{}", stored.len());
+        let data = noise(stored.len() as u64, 200_000);
+        match s
+            .put_bytes(&b("data"), &k(&key), &data, Condition::Always)
+            .await
+        {
+            Ok(_) => stored.push(key),
+            Err(e) => break e,
+        }
+        assert!(stored.len() < 100, "the volume never filled");
+    };
+    assert!(err.to_string().contains("no space for a chunk"), "{err}");
+    let cap = volume.capacity_pages();
+    assert!(volume.stats().live_pages <= cap);
+    // The failed put took nothing: every object reads back, counts exact.
+    assert_exact(&s).await;
+    for key in &stored {
+        s.delete(&b("data"), &k(key), Condition::Always)
+            .await
+            .unwrap();
+    }
+    assert_eq!(volume.pages_in(s.node(1).unwrap().data().space()).len(), 0);
+    s.put_bytes(
+        &b("data"),
+        &k("again"),
+        &noise(1, 200_000),
+        Condition::Always,
+    )
+    .await
+    .unwrap();
+    assert_exact(&s).await;
+    close(s, vec![volume]).await;
+}
