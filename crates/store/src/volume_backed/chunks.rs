@@ -456,8 +456,7 @@ impl Inner {
         bytes.extend_from_slice(&header.encode());
         bytes.extend_from_slice(&data);
         drop(data);
-        let mut page_data = paginate(&bytes, self.page_size);
-        drop(bytes);
+        let mut page_data = paginate(bytes, self.page_size);
         let rest = page_data.split_off(1);
         let mut result = write_pages(&self.volume, self.space, first, page_data).await;
         if result.is_ok() {

@@ -9,7 +9,7 @@ mod tables;
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use quarry_volume::{LogicalPage, SpaceManager, VolumeError};
 use tokio::task::JoinSet;
 
@@ -89,18 +89,15 @@ fn join_error(e: tokio::task::JoinError) -> StoreError {
     StoreError::Backend(format!("a volume task failed: {e}"))
 }
 
-/// Cuts `bytes` (a header followed by a body) into pages of `page_size`, the
-/// last one padded with zeros.
-fn paginate(bytes: &[u8], page_size: usize) -> Vec<Bytes> {
+/// Cuts `bytes` (a header followed by a body) into pages of `page_size`,
+/// the last one padded with zeros (no copy: the pages share the buffer).
+fn paginate(mut bytes: Vec<u8>, page_size: usize) -> Vec<Bytes> {
     let pages = bytes.len().div_ceil(page_size).max(1);
-    let mut out = Vec::with_capacity(pages);
-    for i in 0..pages {
-        let part = &bytes[i * page_size..bytes.len().min((i + 1) * page_size)];
-        let mut page = BytesMut::zeroed(page_size);
-        page[..part.len()].copy_from_slice(part);
-        out.push(page.freeze());
-    }
-    out
+    bytes.resize(pages * page_size, 0);
+    let bytes = Bytes::from(bytes);
+    (0..pages)
+        .map(|i| bytes.slice(i * page_size..(i + 1) * page_size))
+        .collect()
 }
 
 /// Writes `pages` to `space` from index `first`, at most [`WINDOW`] at a

@@ -282,7 +282,7 @@ fn encode_log_record(seq: u64, payload: &[u8], page_size: usize) -> Vec<Bytes> {
     let crc = crc32c::crc32c(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
     bytes.extend_from_slice(payload);
-    paginate(&bytes, page_size)
+    paginate(bytes, page_size)
 }
 
 /// A log record header: (sequence, payload length, pages, payload CRC).
@@ -330,7 +330,7 @@ impl Root {
         b.extend_from_slice(&self.log_start.to_le_bytes());
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
-        paginate(&b, page_size).remove(0)
+        paginate(b, page_size).remove(0)
     }
 
     fn decode(page: &[u8]) -> Result<Root> {
@@ -362,26 +362,25 @@ impl Root {
 /// payload length u64, payload CRC-32C, header CRC-32C; then per record
 /// table u8, key length u32, key, value length u32, value, in key order.
 fn encode_snapshot(seq: u64, map: &Map, page_size: usize) -> Vec<Bytes> {
-    let mut payload = Vec::new();
+    let mut bytes = vec![0u8; SNAPSHOT_HEADER];
     for ((table, key), value) in map {
-        payload.push(table_byte(*table));
-        payload.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        payload.extend_from_slice(key);
-        payload.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        payload.extend_from_slice(value);
+        bytes.push(table_byte(*table));
+        bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(key);
+        bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(value);
     }
-    let mut bytes = Vec::with_capacity(SNAPSHOT_HEADER + payload.len());
-    bytes.extend_from_slice(&SNAPSHOT_MAGIC);
-    bytes.extend_from_slice(&[FORMAT, 0, 0, 0]);
-    bytes.extend_from_slice(&seq.to_le_bytes());
-    bytes.extend_from_slice(&(map.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    bytes.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-    let crc = crc32c::crc32c(&bytes);
-    bytes.extend_from_slice(&crc.to_le_bytes());
-    bytes.extend_from_slice(&payload);
-    drop(payload);
-    paginate(&bytes, page_size)
+    let len = (bytes.len() - SNAPSHOT_HEADER) as u64;
+    let crc = crc32c::crc32c(&bytes[SNAPSHOT_HEADER..]);
+    bytes[0..4].copy_from_slice(&SNAPSHOT_MAGIC);
+    bytes[4] = FORMAT;
+    bytes[8..16].copy_from_slice(&seq.to_le_bytes());
+    bytes[16..24].copy_from_slice(&(map.len() as u64).to_le_bytes());
+    bytes[24..32].copy_from_slice(&len.to_le_bytes());
+    bytes[32..36].copy_from_slice(&crc.to_le_bytes());
+    let hcrc = crc32c::crc32c(&bytes[..36]);
+    bytes[36..40].copy_from_slice(&hcrc.to_le_bytes());
+    paginate(bytes, page_size)
 }
 
 fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<(Map, u64)> {
@@ -898,6 +897,9 @@ impl TableStore for VolumeTableStore {
     }
 
     async fn commit(&self, batch: Batch) -> Result<()> {
+        if batch.ops().is_empty() {
+            return Ok(());
+        }
         let encoded = encode_batch(&batch)?;
         let growth = batch
             .ops()
