@@ -21,8 +21,9 @@
 //! ([`ObjectStore`], with the orphan collector), and the dedup benchmark
 //! ([`bench::dedup`]). Persistence sits behind two traits: [`TableStore`]
 //! (small records, atomic commits) and [`ChunkStore`] (chunk bytes on logical
-//! pages); both have in-memory implementations here, and the volume layer
-//! will provide the real ones. `docs/store.md` has the formats and the crash
+//! pages); both have in-memory implementations, and persistent ones over the
+//! volume layer's space manager ([`VolumeTableStore`], [`VolumeChunkStore`],
+//! [`open_volume_node`]). `docs/store.md` has the formats and the crash
 //! reasoning.
 //!
 //! ```
