@@ -58,6 +58,8 @@ struct Inner {
     started: Instant,
     next_serial: AtomicU64,
     stop: watch::Sender<bool>,
+    /// Bounds the links (and handshakes) other nodes open to this one.
+    accepted: Arc<tokio::sync::Semaphore>,
 }
 
 struct State {
@@ -93,9 +95,9 @@ impl Fabric {
                 });
             }
         }
-        if neighbors.len() + 1 > crate::MAX_MEMBERS {
+        if neighbors.len() + 1 > config.max_nodes {
             return Err(FabricError::TooManyMembers {
-                limit: crate::MAX_MEMBERS,
+                limit: config.max_nodes,
             });
         }
         // A restarted node's adverts must supersede its previous run's.
@@ -127,6 +129,7 @@ impl Fabric {
                 started: Instant::now(),
                 next_serial: AtomicU64::new(1),
                 stop,
+                accepted: Arc::new(tokio::sync::Semaphore::new(config.max_nodes)),
             }),
         };
         for neighbor in neighbors {
@@ -148,9 +151,19 @@ impl Fabric {
 
     /// Takes over a connection a neighbour opened (its first bytes are the
     /// link magic); returns at once, the handshake runs in the background.
+    /// At most `config.max_nodes` accepted links (or handshakes) run at
+    /// once; a connection beyond that is closed at once.
     pub fn accept(&self, stream: TcpStream) {
         let inner = self.inner.clone();
+        let Ok(permit) = inner.accepted.clone().try_acquire_owned() else {
+            tracing::warn!(
+                "refusing a link connection: {} accepted links already",
+                inner.config.max_nodes
+            );
+            return;
+        };
         tokio::spawn(async move {
+            let _permit = permit;
             let peer = stream
                 .peer_addr()
                 .map(|a| a.to_string())
@@ -269,12 +282,13 @@ fn encode_answer(answer: &Response) -> Bytes {
 }
 
 /// Decodes one whole client-protocol frame carried over a link.
-fn decode_frame(bytes: Bytes) -> Result<quarry_proto::Frame, String> {
-    let mut buf = BytesMut::from(&bytes[..]);
+fn decode_frame(mut buf: BytesMut) -> Result<quarry_proto::Frame, String> {
+    let len = buf.len();
+    // The frame's body is split off the assembly buffer, not copied.
     match FrameCodec.decode(&mut buf) {
         Ok(Some(frame)) if buf.is_empty() => Ok(frame),
         Ok(Some(_)) => Err(format!("{} bytes after the frame", buf.len())),
-        Ok(None) => Err(format!("truncated frame of {} bytes", bytes.len())),
+        Ok(None) => Err(format!("truncated frame of {len} bytes")),
         Err(e) => Err(e.to_string()),
     }
 }
@@ -648,6 +662,14 @@ impl Inner {
             if self.stopped() {
                 return false;
             }
+            if !state.links.contains_key(&link.peer) && state.links.len() >= self.config.max_nodes {
+                tracing::warn!(
+                    peer = link.peer,
+                    "refusing a link: {} links already",
+                    self.config.max_nodes
+                );
+                return false;
+            }
             let mut replaced = None;
             if let Some(existing) = state.links.get(&link.peer).cloned() {
                 if !existing.is_closed() {
@@ -734,6 +756,16 @@ impl Inner {
                 state.sequence = advert.sequence;
                 self.readvertise(&mut state);
             }
+            return;
+        }
+        // Adverts are flooded from anywhere: the database holds at most one
+        // per member, and no more members than a cluster may have.
+        if state.db.get(advert.origin).is_none() && state.db.len() >= self.config.max_nodes {
+            tracing::warn!(
+                origin = advert.origin,
+                "dropping an advert: {} nodes known already",
+                self.config.max_nodes
+            );
             return;
         }
         if state.db.apply(advert.clone()) {
@@ -940,9 +972,7 @@ impl Inner {
                 if header.is_last() {
                     if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
                         drop(inbound);
-                        let job =
-                            self.clone()
-                                .serve_local(link.clone(), header, buf.freeze(), permit);
+                        let job = self.clone().serve_local(link.clone(), header, buf, permit);
                         link.run_local(Box::pin(job));
                     }
                 }
@@ -1084,7 +1114,7 @@ impl Inner {
                                 link.peer
                             ))
                         } else {
-                            Ok(buf.freeze())
+                            Ok(buf)
                         };
                         let _ = reply.send(result);
                     }
@@ -1121,7 +1151,7 @@ impl Inner {
         self: Arc<Self>,
         link: Arc<Link>,
         header: LinkHeader,
-        message: Bytes,
+        message: BytesMut,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
         let answer = match decode_frame(message) {

@@ -91,6 +91,10 @@ pub struct FabricConfig {
     pub window_fragments: u32,
     /// Requests in flight on one link in each direction.
     pub max_streams_per_link: usize,
+    /// Most nodes this node keeps adverts of, and most links other nodes may
+    /// open to it; adverts and links beyond are refused (at most
+    /// [`MAX_MEMBERS`]).
+    pub max_nodes: usize,
 }
 
 impl Default for FabricConfig {
@@ -105,6 +109,7 @@ impl Default for FabricConfig {
             route_wait: Duration::from_millis(1000),
             window_fragments: 128,
             max_streams_per_link: 4096,
+            max_nodes: MAX_MEMBERS,
         }
     }
 }
@@ -141,6 +146,12 @@ impl FabricConfig {
             return bad(format!(
                 "max_streams_per_link = {}, must be in 1..=65536",
                 self.max_streams_per_link
+            ));
+        }
+        if !(2..=MAX_MEMBERS).contains(&self.max_nodes) {
+            return bad(format!(
+                "max_nodes = {}, must be in 2..={MAX_MEMBERS}",
+                self.max_nodes
             ));
         }
         if self.max_hops == 0 {

@@ -103,7 +103,7 @@ pub(crate) enum Pending {
     /// The request entered here; the answer is assembled for `reply`.
     Local {
         buf: BytesMut,
-        reply: oneshot::Sender<Result<Bytes, String>>,
+        reply: oneshot::Sender<Result<BytesMut, String>>,
     },
     /// The request is being forwarded for `up`'s stream `up_stream`; answer
     /// fragments go back there as they arrive.

@@ -127,6 +127,16 @@ impl LinkStateDb {
         self.adverts.get(&origin)
     }
 
+    /// Origins known.
+    pub fn len(&self) -> usize {
+        self.adverts.len()
+    }
+
+    /// True when nothing has been heard.
+    pub fn is_empty(&self) -> bool {
+        self.adverts.is_empty()
+    }
+
     /// Every advertisement, by origin.
     pub fn adverts(&self) -> impl Iterator<Item = &LinkAdvert> {
         self.adverts.values()

@@ -94,11 +94,21 @@ async fn listeners(count: usize) -> Vec<(TcpListener, String)> {
 }
 
 fn start(id: NodeId, listener: TcpListener, addr: &str, neighbors: Vec<NodeEntry>) -> TestNode {
+    start_with(id, listener, addr, neighbors, config())
+}
+
+fn start_with(
+    id: NodeId,
+    listener: TcpListener,
+    addr: &str,
+    neighbors: Vec<NodeEntry>,
+    config: FabricConfig,
+) -> TestNode {
     let local = NodeEntry {
         id,
         addr: addr.to_string(),
     };
-    let fabric = Fabric::start(local, neighbors, config(), handler(id)).unwrap();
+    let fabric = Fabric::start(local, neighbors, config, handler(id)).unwrap();
     let acceptor = fabric.clone();
     let accept = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -310,8 +320,32 @@ async fn a_ring_reroutes_around_a_dead_node_and_fails_fast_for_it() {
     );
     assert_page(read(&nodes[0].fabric, 2, 1).await, 2, 1);
 
-    // Node 1 dies: its links close; 0 reaches 2 through 3 instead.
+    // Node 1 dies while reads of node 2 are on their way through it: its
+    // links close, 0 reaches 2 through 3 instead, and a read that lost its
+    // link is sent again on the new route, so none fails.
+    let reading = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let readers: Vec<_> = (0..8u32)
+        .map(|lane| {
+            let fabric = nodes[0].fabric.clone();
+            let reading = reading.clone();
+            tokio::spawn(async move {
+                let mut reads = 0u32;
+                while reading.load(std::sync::atomic::Ordering::Relaxed) {
+                    let page = lane * 1000 + reads;
+                    assert_page(read(&fabric, 2, page).await, 2, page);
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
     nodes.remove(1).stop();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    reading.store(false, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.await.expect("no read failed") > 0);
+    }
     let started = Instant::now();
     for page in 0..20 {
         assert_page(read(&nodes[0].fabric, 2, page).await, 2, page);
@@ -673,4 +707,89 @@ async fn a_forwarding_node_renames_tags_and_streams_fragments_on() {
     for node in nodes {
         node.stop();
     }
+}
+
+/// Adverts flood in from anywhere and links are opened by anyone: a node
+/// keeps at most `max_nodes` adverts and accepted links, and refuses the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adverts_and_accepted_links_are_bounded() {
+    let mut bound = listeners(2).await;
+    let (listener1, addr1) = bound.pop().unwrap();
+    let (listener0, addr0) = bound.pop().unwrap();
+    let small = FabricConfig {
+        max_nodes: 5,
+        ..config()
+    };
+    let node1 = start_with(1, listener1, &addr1, Vec::new(), small);
+    let node0 = start(
+        0,
+        listener0,
+        &addr0,
+        vec![NodeEntry {
+            id: 1,
+            addr: addr1.clone(),
+        }],
+    );
+    assert!(
+        node1
+            .fabric
+            .wait_for_routes(&[0], Duration::from_secs(5))
+            .await
+    );
+
+    // A node 7 claims links to four nodes 50..=53 and sends their adverts.
+    let mut fake = FakeNode::join(&addr1, 7, 1).await;
+    let mut adverts = bytes::BytesMut::new();
+    for origin in 50..=53u16 {
+        let advert = LinkAdvert {
+            origin,
+            addr: format!("fake-{origin}:1"),
+            sequence: 1,
+            neighbors: [7].into(),
+        };
+        encode_json(LinkKind::Advert, &advert, &mut adverts).unwrap();
+    }
+    let own = LinkAdvert {
+        origin: 7,
+        addr: "fake-7:1".into(),
+        sequence: 2,
+        neighbors: [1, 50, 51, 52, 53].into(),
+    };
+    encode_json(LinkKind::Advert, &own, &mut adverts).unwrap();
+    fake.writer.write_all(&adverts).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let ids = || -> Vec<NodeId> { node1.fabric.members().iter().map(|m| m.id).collect() };
+    while ids().len() < 5 {
+        assert!(Instant::now() < deadline, "members: {:?}", ids());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        ids(),
+        vec![0, 1, 7, 50, 51],
+        "adverts beyond 5 nodes are dropped"
+    );
+
+    // Accepted: node 0's link and node 7's. Three idle connections fill the
+    // rest; the next is closed at once, not left waiting for its handshake.
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(tokio::net::TcpStream::connect(&addr1).await.unwrap());
+    }
+    let mut refused = tokio::net::TcpStream::connect(&addr1).await.unwrap();
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(
+        Duration::from_millis(300),
+        tokio::io::AsyncReadExt::read(&mut refused, &mut byte),
+    )
+    .await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "a link connection beyond the bound was kept: {closed:?}"
+    );
+    // The links already up still work.
+    assert_page(read(&node0.fabric, 1, 2).await, 1, 2);
+    drop(idle);
+    node0.stop();
+    node1.stop();
 }

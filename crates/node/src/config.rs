@@ -121,6 +121,7 @@ impl NodeLimits {
             route_wait: Duration::from_millis(self.route_wait_ms),
             window_fragments: self.link_window_fragments,
             max_streams_per_link: self.max_in_flight.max(1024),
+            max_nodes: quarry_fabric::MAX_MEMBERS,
         }
     }
 }
