@@ -134,6 +134,7 @@ pub(crate) fn decode_checkpoint(
     bytes: &[u8],
     expect: &Geometry,
 ) -> Result<Checkpoint, VolumeError> {
+    // Twin of quarry-device's `meta::decode` header checks (magic, CRC, version, geometry).
     let bad = |reason: String| VolumeError::Metadata {
         path: path.to_path_buf(),
         reason,
@@ -246,6 +247,7 @@ fn sync_dir(dir: &Path) {
 }
 
 /// Writes the checkpoint atomically into `dir`.
+// Twin of quarry-device's `meta::save` (crate-private there, with its own error type).
 pub(crate) fn save_checkpoint(dir: &Path, c: &Checkpoint) -> Result<(), VolumeError> {
     let path = dir.join(CHECKPOINT_FILE);
     let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
