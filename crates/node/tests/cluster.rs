@@ -314,3 +314,45 @@ async fn sixteen_clients_with_the_same_tags_get_their_own_answers() {
         node.shutdown().await.unwrap();
     }
 }
+
+/// NAND takes a block's pages only in order. A client that sends a whole
+/// block's programs at once, in order, through a forwarding node (two hops
+/// on a line) must see them applied in that order: each link starts the
+/// requests it carries in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_programs_of_one_block_stay_in_order_across_hops() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_of(TopologyKind::Line, 3, dir.path()).await;
+    let client = session(&nodes[0]).await;
+    let pages_per_block = 64; // DeviceConfig::default()'s geometry
+    let target = |p: u32| GlobalPageAddr {
+        node: 2,
+        page: PageAddr {
+            bus: 0,
+            chip: 0,
+            block: 3,
+            page: p,
+        },
+    };
+    let mut pending = Vec::new();
+    for p in 0..pages_per_block {
+        let program = Request::ProgramPage {
+            addr: target(p),
+            data: pattern_of(p),
+            oob: Bytes::new(),
+        };
+        pending.push(client.submit(program).await.unwrap());
+    }
+    for (p, answer) in pending.into_iter().enumerate() {
+        assert_eq!(answer.await.unwrap(), Response::Done, "page {p}");
+    }
+    for p in 0..pages_per_block {
+        match client.call(Request::ReadPage(target(p))).await.unwrap() {
+            Response::Page { data, .. } => assert!(data == pattern_of(p), "page {p}"),
+            other => panic!("page {p}: {other:?}"),
+        }
+    }
+    for node in nodes {
+        node.shutdown().await.unwrap();
+    }
+}
