@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
@@ -20,6 +21,17 @@ pub enum Table {
     Manifests,
     /// Fingerprint -> chunk record (location, length, reference counts).
     Chunks,
+}
+
+impl Table {
+    /// Every table, in order of [`Self::index`].
+    pub(crate) const ALL: [Table; 3] = [Table::Buckets, Table::Manifests, Table::Chunks];
+
+    /// 0, 1, 2: the table's place in [`Self::ALL`] (and its byte in the
+    /// volume-backed log and snapshots).
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// One change of a [`Batch`].
@@ -134,18 +146,119 @@ impl<T: TableStore> TableStore for std::sync::Arc<T> {
     }
 }
 
-/// Tables in memory: a `BTreeMap` per table behind a lock. A commit applies
+/// Memory a record is counted with beyond its key and value (map node,
+/// `Bytes` and `Vec` headers).
+const RECORD_OVERHEAD: u64 = 64;
+
+/// What a record is counted with in [`TableMap::bytes`].
+pub(crate) fn record_bytes(key: &[u8], value: &[u8]) -> u64 {
+    key.len() as u64 + value.len() as u64 + RECORD_OVERHEAD
+}
+
+/// The tables as ordered maps in memory, one per [`Table`], with the memory
+/// they take: what both [`MemTableStore`] and the volume-backed store hold
+/// (the latter behind its log). Lookups borrow the key: no allocation per
+/// `get` or `scan`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TableMap {
+    maps: [BTreeMap<Vec<u8>, Bytes>; 3],
+    /// Keys + values + [`RECORD_OVERHEAD`] a record.
+    bytes: u64,
+}
+
+impl TableMap {
+    pub fn get(&self, table: Table, key: &[u8]) -> Option<Bytes> {
+        self.maps[table.index()].get(key).cloned()
+    }
+
+    /// Up to `limit` records of `table` whose keys start with `prefix` and
+    /// sort after `after`, in key order.
+    pub fn scan(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Vec<(Vec<u8>, Bytes)> {
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a),
+            _ => Bound::Included(prefix),
+        };
+        self.maps[table.index()]
+            .range::<[u8], _>((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    pub fn put(&mut self, table: Table, key: Vec<u8>, value: Bytes) {
+        self.bytes += record_bytes(&key, &value);
+        let map = &mut self.maps[table.index()];
+        if let Some((k, old)) = map.remove_entry(key.as_slice()) {
+            self.bytes -= record_bytes(&k, &old);
+        }
+        map.insert(key, value);
+    }
+
+    pub fn delete(&mut self, table: Table, key: &[u8]) {
+        if let Some((k, old)) = self.maps[table.index()].remove_entry(key) {
+            self.bytes -= record_bytes(&k, &old);
+        }
+    }
+
+    /// Applies every change of `batch`, in order.
+    pub fn apply(&mut self, batch: Batch) {
+        for op in batch.into_ops() {
+            match op {
+                Op::Put { table, key, value } => self.put(table, key, value),
+                Op::Delete { table, key } => self.delete(table, &key),
+            }
+        }
+    }
+
+    /// Records in `table`.
+    pub fn len(&self, table: Table) -> usize {
+        self.maps[table.index()].len()
+    }
+
+    /// Records in all tables.
+    pub fn records(&self) -> usize {
+        self.maps.iter().map(BTreeMap::len).sum()
+    }
+
+    /// The memory the records are counted with.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Every record, by table then key.
+    pub fn iter(&self) -> impl Iterator<Item = (Table, &[u8], &Bytes)> {
+        Table::ALL
+            .into_iter()
+            .zip(&self.maps)
+            .flat_map(|(t, m)| m.iter().map(move |(k, v)| (t, k.as_slice(), v)))
+    }
+}
+
+/// Tables in memory: a [`TableMap`] behind a lock. A commit applies
 /// the whole batch under the write lock, so it is atomic; "durable" here
 /// means "for as long as this value lives", which is what tests of crash
 /// ordering need: drop the node's store, open a new one over the same
 /// `MemTableStore`, and it sees exactly the committed batches. Commits can be
 /// made to fail after a count ([`Self::fail_commits_after`]) to simulate a
 /// crash between two steps.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemTableStore {
-    tables: RwLock<BTreeMap<(Table, Vec<u8>), Bytes>>,
+    tables: RwLock<TableMap>,
     /// Commits left before they start failing (`u64::MAX`: never).
     commits_left: AtomicU64,
+}
+
+impl Default for MemTableStore {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl MemTableStore {
@@ -165,53 +278,41 @@ impl MemTableStore {
             .store(n.unwrap_or(u64::MAX), Ordering::SeqCst);
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, TableMap> {
+        self.tables.read().expect("table lock")
+    }
+
     /// Number of records in `table`.
     pub fn len(&self, table: Table) -> usize {
-        self.tables
-            .read()
-            .expect("table lock")
-            .keys()
-            .filter(|(t, _)| *t == table)
-            .count()
+        self.read().len(table)
     }
 
     /// Whether every table is empty.
     pub fn is_empty(&self) -> bool {
-        self.tables.read().expect("table lock").is_empty()
+        self.read().records() == 0
     }
 }
 
 impl TableStore for MemTableStore {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Bytes>> {
-        Ok(self
-            .tables
-            .read()
-            .expect("table lock")
-            .get(&(table, key.to_vec()))
-            .cloned())
+        Ok(self.read().get(table, key))
     }
 
     async fn commit(&self, batch: Batch) -> Result<()> {
-        let left = self.commits_left.load(Ordering::SeqCst);
-        if left == 0 {
+        let refused = self
+            .commits_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
+                0 => None,
+                u64::MAX => Some(u64::MAX),
+                n => Some(n - 1),
+            })
+            .is_err();
+        if refused {
             return Err(StoreError::Backend(
                 "commit refused (simulated crash)".into(),
             ));
         }
-        if left != u64::MAX {
-            self.commits_left.fetch_sub(1, Ordering::SeqCst);
-        }
-        let mut tables = self.tables.write().expect("table lock");
-        for op in batch.into_ops() {
-            match op {
-                Op::Put { table, key, value } => {
-                    tables.insert((table, key), value);
-                }
-                Op::Delete { table, key } => {
-                    tables.remove(&(table, key));
-                }
-            }
-        }
+        self.tables.write().expect("table lock").apply(batch);
         Ok(())
     }
 
@@ -222,18 +323,7 @@ impl TableStore for MemTableStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Bytes)>> {
-        use std::ops::Bound;
-        let start = match after {
-            Some(a) if a >= prefix => Bound::Excluded((table, a.to_vec())),
-            _ => Bound::Included((table, prefix.to_vec())),
-        };
-        let tables = self.tables.read().expect("table lock");
-        Ok(tables
-            .range((start, Bound::Unbounded))
-            .take_while(|((t, k), _)| *t == table && k.starts_with(prefix))
-            .take(limit)
-            .map(|((_, k), v)| (k.clone(), v.clone()))
-            .collect())
+        Ok(self.read().scan(table, prefix, after, limit))
     }
 }
 

@@ -2,8 +2,6 @@
 //! durable by a log of committed batches in one volume space and periodic
 //! snapshots in another.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -12,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
 use crate::error::{Result, StoreError};
-use crate::table::{Batch, Op, Table, TableStore};
+use crate::table::{record_bytes, Batch, Op, Table, TableMap, TableStore};
 
 /// The space of the table log unless configured otherwise.
 pub const DEFAULT_LOG_SPACE: u32 = 2;
@@ -29,9 +27,6 @@ pub const MAX_BATCH_BYTES: usize = 16 << 20;
 /// Most changes in one batch.
 pub const MAX_BATCH_OPS: usize = 1 << 16;
 
-/// Memory a record is counted with beyond its key and value (map node,
-/// `Bytes` and `Vec` headers).
-const RECORD_OVERHEAD: u64 = 64;
 /// Most batches one log record carries (group commit).
 const MAX_GROUP: usize = 1024;
 
@@ -96,24 +91,12 @@ pub struct VolumeTableStats {
     pub pages_trimmed_at_open: u64,
 }
 
-type Key = (Table, Vec<u8>);
-type Map = BTreeMap<Key, Bytes>;
-
 fn table_byte(t: Table) -> u8 {
-    match t {
-        Table::Buckets => 0,
-        Table::Manifests => 1,
-        Table::Chunks => 2,
-    }
+    t.index() as u8
 }
 
 fn table_of(b: u8) -> Option<Table> {
-    match b {
-        0 => Some(Table::Buckets),
-        1 => Some(Table::Manifests),
-        2 => Some(Table::Chunks),
-        _ => None,
-    }
+    Table::ALL.get(usize::from(b)).copied()
 }
 
 fn malformed(what: &'static str, reason: impl Into<String>) -> StoreError {
@@ -121,10 +104,6 @@ fn malformed(what: &'static str, reason: impl Into<String>) -> StoreError {
         what,
         reason: reason.into(),
     }
-}
-
-fn record_bytes(key: &[u8], value: &[u8]) -> u64 {
-    key.len() as u64 + value.len() as u64 + RECORD_OVERHEAD
 }
 
 /// A batch's encoding: op count u32, then per op kind u8 (0 put, 1 delete),
@@ -222,49 +201,24 @@ impl<'a> Cursor<'a> {
 }
 
 /// Applies one encoded batch (as written by [`encode_batch`]) to `map`.
-fn apply_encoded(c: &mut Cursor<'_>, map: &mut Map, bytes: &mut u64) -> Result<()> {
+fn apply_encoded(c: &mut Cursor<'_>, map: &mut TableMap) -> Result<()> {
     let ops = c.u32()?;
     for _ in 0..ops {
         let kind = c.u8()?;
         let table = c.table()?;
         let klen = c.u32()? as usize;
-        let key = c.take(klen)?.to_vec();
+        let key = c.take(klen)?;
         match kind {
             0 => {
                 let vlen = c.u32()? as usize;
                 let value = Bytes::copy_from_slice(c.take(vlen)?);
-                *bytes += record_bytes(&key, &value);
-                if let Some(old) = map.insert((table, key.clone()), value) {
-                    *bytes -= record_bytes(&key, &old);
-                }
+                map.put(table, key.to_vec(), value);
             }
-            1 => {
-                if let Some(old) = map.remove(&(table, key.clone())) {
-                    *bytes -= record_bytes(&key, &old);
-                }
-            }
+            1 => map.delete(table, key),
             k => return Err(malformed(c.what, format!("unknown change kind {k}"))),
         }
     }
     Ok(())
-}
-
-fn apply_batch(batch: Batch, map: &mut Map, bytes: &mut u64) {
-    for op in batch.into_ops() {
-        match op {
-            Op::Put { table, key, value } => {
-                *bytes += record_bytes(&key, &value);
-                if let Some(old) = map.insert((table, key.clone()), value) {
-                    *bytes -= record_bytes(&key, &old);
-                }
-            }
-            Op::Delete { table, key } => {
-                if let Some(old) = map.remove(&(table, key.clone())) {
-                    *bytes -= record_bytes(&key, &old);
-                }
-            }
-        }
-    }
 }
 
 /// A log record's first page: magic, format, 3 bytes zero, sequence u64,
@@ -361,10 +315,10 @@ impl Root {
 /// A snapshot: magic, format, 3 zero bytes, sequence u64, records u64,
 /// payload length u64, payload CRC-32C, header CRC-32C; then per record
 /// table u8, key length u32, key, value length u32, value, in key order.
-fn encode_snapshot(seq: u64, map: &Map, page_size: usize) -> Vec<Bytes> {
+fn encode_snapshot(seq: u64, map: &TableMap, page_size: usize) -> Vec<Bytes> {
     let mut bytes = vec![0u8; SNAPSHOT_HEADER];
-    for ((table, key), value) in map {
-        bytes.push(table_byte(*table));
+    for (table, key, value) in map.iter() {
+        bytes.push(table_byte(table));
         bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
         bytes.extend_from_slice(key);
         bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
@@ -375,7 +329,7 @@ fn encode_snapshot(seq: u64, map: &Map, page_size: usize) -> Vec<Bytes> {
     bytes[0..4].copy_from_slice(&SNAPSHOT_MAGIC);
     bytes[4] = FORMAT;
     bytes[8..16].copy_from_slice(&seq.to_le_bytes());
-    bytes[16..24].copy_from_slice(&(map.len() as u64).to_le_bytes());
+    bytes[16..24].copy_from_slice(&(map.records() as u64).to_le_bytes());
     bytes[24..32].copy_from_slice(&len.to_le_bytes());
     bytes[32..36].copy_from_slice(&crc.to_le_bytes());
     let hcrc = crc32c::crc32c(&bytes[..36]);
@@ -383,7 +337,7 @@ fn encode_snapshot(seq: u64, map: &Map, page_size: usize) -> Vec<Bytes> {
     paginate(bytes, page_size)
 }
 
-fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<(Map, u64)> {
+fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<TableMap> {
     let what = "table snapshot";
     if bytes.len() < SNAPSHOT_HEADER
         || bytes[0..4] != SNAPSHOT_MAGIC
@@ -412,27 +366,33 @@ fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<(Map, u64)> {
         at: 0,
         what,
     };
-    let mut map = Map::new();
-    let mut total = 0u64;
+    let mut map = TableMap::default();
     for _ in 0..records {
         let table = c.table()?;
         let klen = c.u32()? as usize;
         let key = c.take(klen)?.to_vec();
         let vlen = c.u32()? as usize;
         let value = Bytes::copy_from_slice(c.take(vlen)?);
-        total += record_bytes(&key, &value);
-        map.insert((table, key), value);
+        map.put(table, key, value);
     }
     if !c.done() {
         return Err(malformed(what, "bytes trail the records"));
     }
-    Ok((map, total))
+    Ok(map)
 }
 
 /// The in-memory tables, shared by readers and the writer task.
 struct Shared {
-    tables: RwLock<Map>,
+    tables: RwLock<TableMap>,
+    /// The writer's figures (`records` and `bytes` are the map's, filled in
+    /// by [`VolumeTableStore::stats`]).
     stats: Mutex<VolumeTableStats>,
+}
+
+impl Shared {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, TableMap> {
+        self.tables.read().expect("tables lock")
+    }
 }
 
 /// A batch on its way to the log.
@@ -461,8 +421,6 @@ struct Writer {
     last_seq: u64,
     /// Next free snapshot page (snapshots never reuse an index).
     snapshot_next: u64,
-    /// Memory the tables take (the writer's count; readers see `stats`).
-    bytes: u64,
     /// Set when a failed log write could not be cleaned up: later commits
     /// fail until the store is reopened (recovery trims the torn record).
     broken: Option<String>,
@@ -543,7 +501,7 @@ impl VolumeTableStore {
             Some(page) => Root::decode(&page)?,
             None => Root::default(),
         };
-        let (mut map, mut bytes) = (Map::new(), 0u64);
+        let mut map = TableMap::default();
         if root.snapshot_pages > 0 {
             let pages = read_pages(
                 &volume,
@@ -566,7 +524,7 @@ impl VolumeTableStore {
                 })?;
                 all.extend_from_slice(&p);
             }
-            (map, bytes) = decode_snapshot(&all, root.snapshot_seq)?;
+            map = decode_snapshot(&all, root.snapshot_seq)?;
         }
 
         // Replay the log.
@@ -613,7 +571,7 @@ impl VolumeTableStore {
             };
             let batches = c.u32()?;
             for _ in 0..batches {
-                apply_encoded(&mut c, &mut map, &mut bytes)?;
+                apply_encoded(&mut c, &mut map)?;
             }
             if !c.done() {
                 return Err(malformed("table log record", "bytes trail the batches"));
@@ -642,8 +600,6 @@ impl VolumeTableStore {
         trim_pages(&volume, log_space, stale_log).await?;
         trim_pages(&volume, snap_space, stale_snap).await?;
 
-        stats.records = map.len() as u64;
-        stats.bytes = bytes;
         stats.last_seq = seq;
         stats.log_pages = next - root.log_start;
         stats.snapshot_pages = root.snapshot_pages;
@@ -660,7 +616,6 @@ impl VolumeTableStore {
             log_next: next,
             last_seq: seq,
             snapshot_next,
-            bytes,
             broken: None,
         };
         let (tx, rx) = mpsc::unbounded_channel();
@@ -675,7 +630,15 @@ impl VolumeTableStore {
 
     /// Current figures.
     pub fn stats(&self) -> VolumeTableStats {
-        *self.shared.stats.lock().expect("table stats lock")
+        let (records, bytes) = {
+            let map = self.shared.read();
+            (map.records() as u64, map.bytes())
+        };
+        VolumeTableStats {
+            records,
+            bytes,
+            ..*self.shared.stats.lock().expect("table stats lock")
+        }
     }
 
     /// Volume pages the tables hold now (root, snapshot and log).
@@ -708,14 +671,16 @@ impl Writer {
             };
             let mut group = Vec::new();
             let mut size = 4usize;
-            let mut growth = 0u64;
+            // The writer is the map's only writer: what it holds now plus
+            // what the group could add bounds it until the group is applied.
+            let mut bound = self.shared.read().bytes();
             match msg {
                 Msg::Compact { done } => {
                     let r = self.compact().await;
                     let _ = done.send(r);
                     continue;
                 }
-                Msg::Commit(p) => self.admit(&mut group, &mut size, &mut growth, p),
+                Msg::Commit(p) => self.admit(&mut group, &mut size, &mut bound, p),
             }
             // Group commit: everything already waiting, within bounds.
             while group.len() < MAX_GROUP {
@@ -725,7 +690,7 @@ impl Writer {
                             carry = Some(Msg::Commit(p));
                             break;
                         }
-                        self.admit(&mut group, &mut size, &mut growth, p);
+                        self.admit(&mut group, &mut size, &mut bound, p);
                     }
                     Ok(m @ Msg::Compact { .. }) => {
                         carry = Some(m);
@@ -747,21 +712,21 @@ impl Writer {
 
     /// Takes a batch into the group unless the tables could outgrow their
     /// memory bound (or the log is broken).
-    fn admit(&self, group: &mut Vec<Pending>, size: &mut usize, growth: &mut u64, p: Pending) {
+    fn admit(&self, group: &mut Vec<Pending>, size: &mut usize, bound: &mut u64, p: Pending) {
         if let Some(reason) = &self.broken {
             let _ = p.done.send(Err(StoreError::Backend(reason.clone())));
             return;
         }
-        if p.growth > 0 && self.bytes + *growth + p.growth > self.config.max_table_bytes {
+        if p.growth > 0 && *bound + p.growth > self.config.max_table_bytes {
             let _ = p.done.send(Err(StoreError::Backend(format!(
-                "the tables hold {} bytes; this batch could add {}, beyond the limit of {} \
-                 (max_table_bytes)",
-                self.bytes, p.growth, self.config.max_table_bytes
+                "the tables hold {} bytes with the batches before this one; this batch could \
+                 add {}, beyond the limit of {} (max_table_bytes)",
+                *bound, p.growth, self.config.max_table_bytes
             ))));
             return;
         }
         *size += p.encoded.len();
-        *growth += p.growth;
+        *bound += p.growth;
         group.push(p);
     }
 
@@ -786,12 +751,10 @@ impl Writer {
                 {
                     let mut map = self.shared.tables.write().expect("tables lock");
                     for p in group {
-                        apply_batch(p.batch, &mut map, &mut self.bytes);
+                        map.apply(p.batch);
                         dones.push(p.done);
                     }
                     let mut st = self.shared.stats.lock().expect("table stats lock");
-                    st.records = map.len() as u64;
-                    st.bytes = self.bytes;
                     st.last_seq = seq;
                     st.log_pages += n;
                     st.log_records_written += 1;
@@ -831,10 +794,7 @@ impl Writer {
         if let Some(reason) = &self.broken {
             return Err(StoreError::Backend(reason.clone()));
         }
-        let pages = {
-            let map = self.shared.tables.read().expect("tables lock");
-            encode_snapshot(self.last_seq, &map, self.page_size)
-        };
+        let pages = { encode_snapshot(self.last_seq, &self.shared.read(), self.page_size) };
         let n = pages.len() as u64;
         let first = self.snapshot_next;
         let space = self.config.snapshot_space;
@@ -887,13 +847,7 @@ impl Writer {
 
 impl TableStore for VolumeTableStore {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Bytes>> {
-        Ok(self
-            .shared
-            .tables
-            .read()
-            .expect("tables lock")
-            .get(&(table, key.to_vec()))
-            .cloned())
+        Ok(self.shared.read().get(table, key))
     }
 
     async fn commit(&self, batch: Batch) -> Result<()> {
@@ -929,17 +883,7 @@ impl TableStore for VolumeTableStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Bytes)>> {
-        let start = match after {
-            Some(a) if a >= prefix => Bound::Excluded((table, a.to_vec())),
-            _ => Bound::Included((table, prefix.to_vec())),
-        };
-        let tables = self.shared.tables.read().expect("tables lock");
-        Ok(tables
-            .range((start, Bound::Unbounded))
-            .take_while(|((t, k), _)| *t == table && k.starts_with(prefix))
-            .take(limit)
-            .map(|((_, k), v)| (k.clone(), v.clone()))
-            .collect())
+        Ok(self.shared.read().scan(table, prefix, after, limit))
     }
 }
 
@@ -954,17 +898,17 @@ mod tests {
         b.put(Table::Buckets, b"k2".to_vec(), Bytes::from_static(b""));
         b.delete(Table::Chunks, b"k3".to_vec());
         let enc = encode_batch(&b).unwrap();
-        let (mut m1, mut m2, mut b1, mut b2) = (Map::new(), Map::new(), 0, 0);
+        let (mut m1, mut m2) = (TableMap::default(), TableMap::default());
         let mut c = Cursor {
             buf: &enc,
             at: 0,
             what: "t",
         };
-        apply_encoded(&mut c, &mut m1, &mut b1).unwrap();
+        apply_encoded(&mut c, &mut m1).unwrap();
         assert!(c.done());
-        apply_batch(b, &mut m2, &mut b2);
-        assert_eq!((m1.clone(), b1), (m2, b2));
-        assert_eq!(m1.len(), 2);
+        m2.apply(b);
+        assert_eq!((m1.clone(), m1.bytes()), (m2.clone(), m2.bytes()));
+        assert_eq!(m1.records(), 2);
         let mut big = Batch::new();
         big.put(
             Table::Chunks,
@@ -984,16 +928,17 @@ mod tests {
             (7, 1000, 3, crc32c::crc32c(&[5u8; 1000]))
         );
         assert!(decode_log_header(&pages[1], 512).is_none());
-        let mut map = Map::new();
+        let mut map = TableMap::default();
         for i in 0..50u32 {
-            map.insert(
-                (Table::Manifests, i.to_be_bytes().to_vec()),
+            map.put(
+                Table::Manifests,
+                i.to_be_bytes().to_vec(),
                 Bytes::from(vec![i as u8; i as usize]),
             );
         }
         let pages = encode_snapshot(9, &map, 512);
         let all: Vec<u8> = pages.iter().flat_map(|p| p.iter().copied()).collect();
-        let (back, _) = decode_snapshot(&all, 9).unwrap();
+        let back = decode_snapshot(&all, 9).unwrap();
         assert_eq!(back, map);
         assert!(decode_snapshot(&all, 8).is_err());
         let root = Root {
