@@ -1,6 +1,7 @@
-//! Failure injection at the manager's boundary with the device, for tests of
-//! bad-block handling: the `mem` and `file` backends never fail a program or
-//! an erase on their own.
+//! Failure injection at the manager's boundary with the device and its data
+//! directory, for tests of bad-block handling and of a trim log that fails:
+//! the `mem` and `file` backends never fail a program or an erase on their
+//! own.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,7 @@ struct Faults {
     erase_blocks: HashSet<BlockAddr>,
     program_countdown: Option<u64>,
     erase_countdown: Option<u64>,
+    trim_append_countdown: Option<u64>,
     programs_failed: u64,
     erases_failed: u64,
 }
@@ -57,6 +59,12 @@ impl FaultPlan {
         self.with(|f| f.erase_countdown = Some(n));
     }
 
+    /// The trim-log append after the next `n` appends fails (once): its
+    /// records are written and the sync reports an error.
+    pub fn fail_trim_append_after(&self, n: u64) {
+        self.with(|f| f.trim_append_countdown = Some(n));
+    }
+
     /// Programs failed by this plan so far.
     pub fn programs_failed(&self) -> u64 {
         self.with(|f| f.programs_failed)
@@ -88,6 +96,10 @@ impl FaultPlan {
             f.programs_failed += u64::from(fail);
             fail
         })
+    }
+
+    pub(crate) fn trim_append_fails(&self) -> bool {
+        self.with(|f| Self::countdown(&mut f.trim_append_countdown))
     }
 
     pub(crate) fn erase_fails(&self, block: BlockAddr) -> bool {

@@ -47,6 +47,8 @@ const MAX_READ_ATTEMPTS: u32 = 8;
 const UNCORRECTABLE_RETRIES: u32 = 3;
 /// A page is tried on this many blocks before its write fails.
 const MAX_PROGRAM_ATTEMPTS: u32 = 8;
+/// Trims applied to the map per take of the state lock.
+const TRIM_APPLY_BATCH: usize = 1024;
 /// Pages read at once while scanning at open.
 const SCAN_CONCURRENCY: usize = 64;
 /// Victims the background task collects before it looks at its other work.
@@ -161,6 +163,9 @@ struct State {
     live: u64,
     /// Writes of new logical pages in flight (counted against capacity).
     pending_new: u64,
+    /// The pages of the trim batch being made durable, sorted: a write of one
+    /// admitted meanwhile may land after the trim, so it counts as new.
+    trimming: Vec<LogicalPage>,
     capacity: u64,
     open_user: Vec<Option<u32>>,
     open_gc: Option<u32>,
@@ -381,6 +386,21 @@ impl State {
             },
         );
         true
+    }
+
+    /// Applies a durable trim of `id` at `seq` unless a newer write is there.
+    fn apply_trim(&mut self, id: LogicalPage, seq: u64) {
+        match self.map.get(&id) {
+            Some(e) if e.seq > seq => return,
+            Some(&Entry {
+                phys: Some(phys), ..
+            }) => {
+                self.blocks.clear_live(phys);
+                self.live -= 1;
+            }
+            _ => {}
+        }
+        self.map.insert(id, Entry { seq, phys: None });
     }
 
     fn end_write(&mut self, seq: u64, is_new: bool) {
@@ -865,7 +885,7 @@ impl Inner {
     /// Hands out a sequence number, counting a new page against capacity.
     fn admit(&self, id: LogicalPage) -> Result<(u64, bool), VolumeError> {
         let mut st = self.lock();
-        let is_new = st.current(&id).is_none();
+        let is_new = st.current(&id).is_none() || st.trimming.binary_search(&id).is_ok();
         if is_new {
             if st.live + st.pending_new >= st.capacity {
                 return Err(self.no_space(&st, id));
@@ -1292,29 +1312,53 @@ impl Inner {
         })
     }
 
+    /// Trims are made durable first, then applied: the map never shows a trim
+    /// the log does not hold, and a trim whose append fails changes nothing.
+    /// Their sequence numbers are taken up front, so a write admitted
+    /// meanwhile gets a higher number and wins, one admitted before loses.
     async fn trim_many(&self, ids: &[LogicalPage]) -> Result<(), VolumeError> {
         if ids.is_empty() {
             return Ok(());
         }
+        // One batch at a time, and no checkpoint until it is applied: a
+        // checkpoint's snapshot and log switch take this lock too.
         let mut log = self.trim_log.lock().await;
         let log = log.as_mut().ok_or(VolumeError::Closed)?;
-        let records: Vec<TrimRecord> = {
+        let mut pages = ids.to_vec();
+        pages.sort_unstable();
+        pages.dedup();
+        let first = {
             let mut st = self.lock();
-            let mut out = Vec::with_capacity(ids.len());
-            for &id in ids {
-                let seq = st.next_seq;
-                st.next_seq += 1;
-                if let Some((_, phys)) = st.current(&id) {
-                    st.blocks.clear_live(phys);
-                    st.live -= 1;
-                }
-                st.map.insert(id, Entry { seq, phys: None });
-                st.changes_since_checkpoint += 1;
-                out.push(TrimRecord { page: id, seq });
-            }
-            out
+            let first = st.next_seq;
+            st.next_seq += ids.len() as u64;
+            // Until applied, a write of these pages counts as a new page.
+            st.trimming = pages;
+            first
         };
-        log.append(&records).await
+        let records: Vec<TrimRecord> = ids
+            .iter()
+            .zip(first..)
+            .map(|(&page, seq)| TrimRecord { page, seq })
+            .collect();
+        let appended = log.append(&records, self.faults.trim_append_fails()).await;
+        if appended.is_err() {
+            self.lock().trimming.clear();
+            return appended;
+        }
+        // Applied in bounded steps so a large batch does not hold the state
+        // lock for long.
+        let mut chunks = records.chunks(TRIM_APPLY_BATCH).peekable();
+        while let Some(chunk) = chunks.next() {
+            let mut st = self.lock();
+            for r in chunk {
+                st.apply_trim(r.page, r.seq);
+            }
+            st.changes_since_checkpoint += chunk.len() as u64;
+            if chunks.peek().is_none() {
+                st.trimming.clear();
+            }
+        }
+        Ok(())
     }
 
     /// Snapshot of the mapping and block table, switch to a new trim log,
@@ -1544,6 +1588,7 @@ async fn recover(
         next_seq: merged.next_seq,
         inflight: BTreeSet::new(),
         pending_new: 0,
+        trimming: Vec::new(),
         capacity,
         open_user: vec![None; chips],
         open_gc: None,

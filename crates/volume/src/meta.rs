@@ -376,41 +376,89 @@ pub(crate) fn list_trim_logs(dir: &Path) -> Result<Vec<(u64, PathBuf)>, VolumeEr
 pub(crate) struct TrimLog {
     file: std::sync::Arc<File>,
     path: PathBuf,
+    /// Bytes of whole, synced records: where the next append starts.
+    len: u64,
+    /// Set when a failed append could not be cut off again: the log takes no
+    /// more records (they would follow a damaged one) until a checkpoint
+    /// starts a new one.
+    damaged: Option<String>,
 }
 
 impl TrimLog {
     /// Opens (creating) the log of `generation` for appending.
     pub fn open(dir: &Path, generation: u64) -> Result<TrimLog, VolumeError> {
         let path = trim_log_path(dir, generation);
+        let io = |what: &str, e| VolumeError::io(format!("{what} {}", path.display()), e);
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&path)
-            .map_err(|e| VolumeError::io(format!("opening {}", path.display()), e))?;
+            .map_err(|e| io("opening", e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| io("reading the size of", e))?
+            .len();
         sync_dir(dir);
         Ok(TrimLog {
             file: std::sync::Arc::new(file),
             path,
+            len,
+            damaged: None,
         })
     }
 
-    /// Appends records and syncs them to stable storage (on a blocking thread).
-    pub async fn append(&self, records: &[TrimRecord]) -> Result<(), VolumeError> {
+    /// Appends records and syncs them to stable storage (on a blocking
+    /// thread). On failure the log is cut back to its last synced record, so
+    /// a later append never follows a partial one (which recovery would take
+    /// for corruption). `inject_failure` fails the sync (tests).
+    pub async fn append(
+        &mut self,
+        records: &[TrimRecord],
+        inject_failure: bool,
+    ) -> Result<(), VolumeError> {
+        if let Some(why) = &self.damaged {
+            return Err(VolumeError::io(
+                format!(
+                    "appending to {} (it could not be cut back after a failed append; the next \
+                     checkpoint starts a new log)",
+                    self.path.display()
+                ),
+                std::io::Error::other(why.clone()),
+            ));
+        }
         let mut buf = Vec::with_capacity(records.len() * TRIM_RECORD_BYTES);
         for r in records {
             buf.extend_from_slice(&encode_trim(r));
         }
+        let added = buf.len() as u64;
         let file = std::sync::Arc::clone(&self.file);
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || {
+        let len = self.len;
+        let (result, damaged) = tokio::task::spawn_blocking(move || {
             let io = |what: &str, e| VolumeError::io(format!("{what} {}", path.display()), e);
-            (&*file)
+            let result = (&*file)
                 .write_all(&buf)
-                .map_err(|e| io("appending to", e))?;
-            file.sync_data().map_err(|e| io("syncing", e))
+                .map_err(|e| io("appending to", e))
+                .and_then(|()| {
+                    if inject_failure {
+                        Err(io("syncing", std::io::Error::other("injected failure")))
+                    } else {
+                        file.sync_data().map_err(|e| io("syncing", e))
+                    }
+                });
+            let damaged = match &result {
+                Ok(()) => None,
+                Err(_) => file.set_len(len).err().map(|e| e.to_string()),
+            };
+            (result, damaged)
         })
         .await
-        .map_err(|e| VolumeError::io("appending trims", std::io::Error::other(e)))?
+        .map_err(|e| VolumeError::io("appending trims", std::io::Error::other(e)))?;
+        match result {
+            Ok(()) => self.len += added,
+            Err(_) => self.damaged = damaged,
+        }
+        result
     }
 }
 
@@ -514,13 +562,37 @@ mod tests {
             seq: 5,
         };
         for gen in [2u64, 10] {
-            let log = TrimLog::open(dir.path(), gen).unwrap();
-            log.append(&[r, r]).await.unwrap();
+            let mut log = TrimLog::open(dir.path(), gen).unwrap();
+            log.append(&[r, r], false).await.unwrap();
         }
         let logs = list_trim_logs(dir.path()).unwrap();
         assert_eq!(logs.iter().map(|l| l.0).collect::<Vec<_>>(), vec![2, 10]);
         let bytes = fs::read(&logs[1].1).unwrap();
         assert_eq!(decode_trim_log(&logs[1].1, &bytes).unwrap(), vec![r, r]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_append_is_cut_off_so_later_records_follow_whole_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = |seq| TrimRecord {
+            page: LogicalPage::new(1, seq),
+            seq,
+        };
+        let mut log = TrimLog::open(dir.path(), 1).unwrap();
+        log.append(&[rec(1)], false).await.unwrap();
+        assert!(log.append(&[rec(2), rec(3)], true).await.is_err());
+        log.append(&[rec(4)], false).await.unwrap();
+        let path = trim_log_path(dir.path(), 1);
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(
+            decode_trim_log(&path, &bytes).unwrap(),
+            vec![rec(1), rec(4)]
+        );
+        // Reopened, it appends after what is there.
+        let mut log = TrimLog::open(dir.path(), 1).unwrap();
+        log.append(&[rec(5)], false).await.unwrap();
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(decode_trim_log(&path, &bytes).unwrap().len(), 3);
     }
 
     proptest! {

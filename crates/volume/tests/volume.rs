@@ -418,6 +418,44 @@ async fn recovery_after_a_crash_restores_writes_and_trims() {
 }
 
 #[tokio::test]
+async fn a_trim_whose_log_append_fails_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultPlan::new();
+    let (m, weak) = open_faulty(
+        BackendKind::File,
+        small(),
+        dir.path(),
+        quiet(),
+        faults.clone(),
+    )
+    .await;
+    let ids: Vec<LogicalPage> = (0..4).map(|i| LogicalPage::new(1, i)).collect();
+    for &id in &ids {
+        m.write(id, content(id, 1, 512)).await.unwrap();
+    }
+    faults.fail_trim_append_after(0);
+    let err = m.trim_many(ids[..2].to_vec()).await.unwrap_err();
+    assert!(matches!(err, VolumeError::Io { .. }), "{err}");
+    // Not durable, so not applied: both pages still read back.
+    for &id in &ids[..2] {
+        assert_eq!(version_of(id, &m.read(id).await.unwrap().unwrap()), 1);
+    }
+    assert_eq!(m.stats().live_pages, 4);
+    m.verify().unwrap();
+    // The log was cut back: the next trim follows whole records, and after a
+    // crash only the acknowledged trim is replayed.
+    m.trim(ids[2]).await.unwrap();
+    crash(m, weak).await;
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let mut model = Model::new();
+    for (i, &id) in ids.iter().enumerate() {
+        model.insert(id, (i != 2).then_some(1));
+    }
+    check_model(&m, &model).await;
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_checkpoint_bounds_the_scan_at_open() {
     let dir = tempfile::tempdir().unwrap();
     let (m, weak) = open(BackendKind::File, small(), dir.path(), quiet()).await;
