@@ -18,7 +18,7 @@
 //! Writes, trims, collection and checkpoints run in spawned tasks, so a
 //! caller that drops its future never leaves a program half-accounted.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -153,7 +153,8 @@ enum Alloc {
 }
 
 struct State {
-    map: HashMap<LogicalPage, Entry>,
+    /// Ordered by (space, index), so the pages of one space are one range.
+    map: BTreeMap<LogicalPage, Entry>,
     blocks: Blocks,
     /// Next sequence number; also the clock of block ages.
     next_seq: u64,
@@ -760,17 +761,17 @@ impl SpaceManager {
         self.inner.lock().stats(&self.inner)
     }
 
-    /// The logical pages of `space` that hold data, in index order.
+    /// The logical pages of `space` that hold data, in index order. Reads
+    /// the space's range of the map only (the map is ordered by space, then
+    /// index), under the state lock.
     pub fn pages_in(&self, space: u32) -> Vec<u64> {
+        let range = LogicalPage::new(space, 0)..=LogicalPage::new(space, u64::MAX);
         let st = self.inner.lock();
-        let mut v: Vec<u64> = st
-            .map
-            .iter()
-            .filter(|(k, e)| k.space == space && e.phys.is_some())
+        st.map
+            .range(range)
+            .filter(|(_, e)| e.phys.is_some())
             .map(|(k, _)| k.index)
-            .collect();
-        v.sort_unstable();
-        v
+            .collect()
     }
 
     /// Checks the internal invariants (every mapped physical page marked live

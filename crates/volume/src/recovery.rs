@@ -15,7 +15,7 @@
 //!   collection), never as data of its own (it may be a stale copy of a
 //!   page trimmed or overwritten before the checkpoint).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::blocks::Phys;
 use crate::meta::{Checkpoint, TrimRecord};
@@ -83,7 +83,7 @@ pub(crate) fn scan_ranges(ckpt: Option<&Checkpoint>, device: &[DeviceBlock]) -> 
 pub(crate) struct Merged {
     /// Live entries only (tombstones are dropped: the next checkpoint's floor
     /// covers every sequence number handed out before it).
-    pub map: HashMap<LogicalPage, Entry>,
+    pub map: BTreeMap<LogicalPage, Entry>,
     /// The next sequence number to hand out.
     pub next_seq: u64,
     /// Versions the checkpoint mapped into a block erased since, with no copy

@@ -94,6 +94,30 @@ async fn write_read_trim_and_errors() {
 }
 
 #[tokio::test]
+async fn pages_in_lists_one_space_in_index_order_without_trimmed_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = open(BackendKind::Mem, small(), dir.path(), quiet()).await;
+    let mut ids = Vec::new();
+    for space in [0u32, 4, 5, u32::MAX] {
+        for index in [u64::MAX, 9, 0, 3, 1 << 40] {
+            ids.push(LogicalPage::new(space, index));
+        }
+    }
+    for &id in &ids {
+        m.write(id, content(id, 1, 512)).await.unwrap();
+    }
+    m.trim_many(vec![LogicalPage::new(4, 3), LogicalPage::new(5, 0)])
+        .await
+        .unwrap();
+    assert_eq!(m.pages_in(4), vec![0, 9, 1 << 40, u64::MAX]);
+    assert_eq!(m.pages_in(5), vec![3, 9, 1 << 40, u64::MAX]);
+    assert_eq!(m.pages_in(u32::MAX), vec![0, 3, 9, 1 << 40, u64::MAX]);
+    assert_eq!(m.pages_in(0).len(), 5);
+    assert!(m.pages_in(1).is_empty());
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_geometry_with_too_small_an_oob_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let g = Geometry {
