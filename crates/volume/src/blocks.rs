@@ -10,6 +10,12 @@ use crate::VictimPolicy;
 /// Dense physical page number: `block index * pages per block + page`.
 pub(crate) type Phys = u32;
 
+/// The device address of a physical page: geometry only, no table needed.
+pub(crate) fn page_addr(geometry: &Geometry, phys: Phys) -> PageAddr {
+    let ppb = geometry.pages_per_block;
+    geometry.block_at(u64::from(phys / ppb)).page(phys % ppb)
+}
+
 /// What a block is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BlockState {
@@ -132,11 +138,6 @@ impl Blocks {
 
     pub fn split(&self, phys: Phys) -> (u32, u32) {
         (phys / self.ppb, phys % self.ppb)
-    }
-
-    pub fn addr(&self, phys: Phys) -> PageAddr {
-        let (block, page) = self.split(phys);
-        self.block_addr(block).page(page)
     }
 
     pub fn block_addr(&self, block: u32) -> BlockAddr {
@@ -412,7 +413,7 @@ mod tests {
         t.clear_live(p);
         assert_eq!(t.get(3).live, 0);
         assert_eq!(
-            t.addr(p),
+            page_addr(&geo(), p),
             PageAddr {
                 bus: 0,
                 chip: 0,

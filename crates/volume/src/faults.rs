@@ -4,6 +4,7 @@
 //! own.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use quarry_device::BlockAddr;
@@ -15,7 +16,15 @@ use quarry_device::BlockAddr;
 /// itself is not touched.
 #[derive(Debug, Clone, Default)]
 pub struct FaultPlan {
-    inner: Arc<Mutex<Faults>>,
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// Set once anything is armed: until then the checks on the I/O path
+    /// take no lock.
+    armed: AtomicBool,
+    faults: Mutex<Faults>,
 }
 
 #[derive(Debug, Default)]
@@ -36,33 +45,54 @@ impl FaultPlan {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Faults) -> T) -> T {
-        f(&mut self.inner.lock().expect("fault plan lock"))
+        f(&mut self.inner.faults.lock().expect("fault plan lock"))
+    }
+
+    /// Arms a failure.
+    fn arm(&self, f: impl FnOnce(&mut Faults)) {
+        self.with(f);
+        self.inner.armed.store(true, Ordering::Release);
+    }
+
+    /// Whether a check may fire at all (one atomic load when nothing is armed).
+    fn armed(&self) -> bool {
+        self.inner.armed.load(Ordering::Acquire)
     }
 
     /// Every program of a page of `block` fails from now on.
     pub fn fail_programs_in(&self, block: BlockAddr) {
-        self.with(|f| f.program_blocks.insert(block));
+        self.arm(|f| {
+            f.program_blocks.insert(block);
+        });
     }
 
     /// Every erase of `block` fails from now on.
     pub fn fail_erases_of(&self, block: BlockAddr) {
-        self.with(|f| f.erase_blocks.insert(block));
+        self.arm(|f| {
+            f.erase_blocks.insert(block);
+        });
     }
 
     /// The program after the next `n` programs fails (once).
     pub fn fail_program_after(&self, n: u64) {
-        self.with(|f| f.program_countdown = Some(n));
+        self.arm(|f| {
+            f.program_countdown = Some(n);
+        });
     }
 
     /// The erase after the next `n` erases fails (once).
     pub fn fail_erase_after(&self, n: u64) {
-        self.with(|f| f.erase_countdown = Some(n));
+        self.arm(|f| {
+            f.erase_countdown = Some(n);
+        });
     }
 
     /// The trim-log append after the next `n` appends fails (once): its
     /// records are written and the sync reports an error.
     pub fn fail_trim_append_after(&self, n: u64) {
-        self.with(|f| f.trim_append_countdown = Some(n));
+        self.arm(|f| {
+            f.trim_append_countdown = Some(n);
+        });
     }
 
     /// Programs failed by this plan so far.
@@ -90,24 +120,27 @@ impl FaultPlan {
     }
 
     pub(crate) fn program_fails(&self, block: BlockAddr) -> bool {
-        self.with(|f| {
-            let fail =
-                Self::countdown(&mut f.program_countdown) || f.program_blocks.contains(&block);
-            f.programs_failed += u64::from(fail);
-            fail
-        })
+        self.armed()
+            && self.with(|f| {
+                let fail =
+                    Self::countdown(&mut f.program_countdown) || f.program_blocks.contains(&block);
+                f.programs_failed += u64::from(fail);
+                fail
+            })
     }
 
     pub(crate) fn trim_append_fails(&self) -> bool {
-        self.with(|f| Self::countdown(&mut f.trim_append_countdown))
+        self.armed() && self.with(|f| Self::countdown(&mut f.trim_append_countdown))
     }
 
     pub(crate) fn erase_fails(&self, block: BlockAddr) -> bool {
-        self.with(|f| {
-            let fail = Self::countdown(&mut f.erase_countdown) || f.erase_blocks.contains(&block);
-            f.erases_failed += u64::from(fail);
-            fail
-        })
+        self.armed()
+            && self.with(|f| {
+                let fail =
+                    Self::countdown(&mut f.erase_countdown) || f.erase_blocks.contains(&block);
+                f.erases_failed += u64::from(fail);
+                fail
+            })
     }
 }
 
@@ -128,6 +161,7 @@ mod tests {
             block: 3,
         };
         let plan = FaultPlan::new();
+        assert!(!plan.program_fails(b) && !plan.erase_fails(b) && !plan.trim_append_fails());
         plan.fail_program_after(2);
         let fired: Vec<bool> = (0..5).map(|_| plan.program_fails(other)).collect();
         assert_eq!(fired, vec![false, false, true, false, false]);

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, OwnedMutexGuard, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::blocks::{BlockState, Blocks, Phys, Wear};
+use crate::blocks::{page_addr, BlockState, Blocks, Phys, Wear};
 use crate::meta::{self, Checkpoint, CkptBlock, CkptEntry, TrimLog, TrimRecord};
 use crate::oob::{OobRecord, OOB_RECORD_BYTES};
 use crate::recovery::{self, Candidate, DeviceBlock, Entry};
@@ -964,18 +964,17 @@ impl Inner {
     /// a page of its open block. `None`: only the reserve is left.
     async fn user_page(&self) -> Option<(usize, OwnedMutexGuard<()>, Phys)> {
         let start = self.round_robin.fetch_add(1, Ordering::Relaxed);
-        let mut busy = Vec::new();
-        for k in 0..self.chips {
-            let chip = (start + k) % self.chips;
+        let chips = (0..self.chips).map(|k| (start + k) % self.chips);
+        for chip in chips.clone() {
             let Ok(guard) = Arc::clone(&self.chip_locks[chip]).try_lock_owned() else {
-                busy.push(chip);
                 continue;
             };
             if let Alloc::Page(p) = self.lock().alloc_user(chip, self.reserve) {
                 return Some((chip, guard, p));
             }
         }
-        // Every idle chip is out of blocks: wait for a busy one that has room.
+        // Every idle chip is out of blocks: wait for a busy one that has room
+        // (the idle ones just found none).
         let chip = {
             let st = self.lock();
             let has_room = |c: usize| {
@@ -983,7 +982,7 @@ impl Inner {
                     .is_some_and(|b| st.blocks.get(b).written < st.blocks.pages_per_block())
                     || (st.blocks.free_blocks() > self.reserve && st.blocks.free_on_chip(c) > 0)
             };
-            busy.into_iter().find(|&c| has_room(c))?
+            chips.into_iter().find(|&c| has_room(c))?
         };
         let guard = Arc::clone(&self.chip_locks[chip]).lock_owned().await;
         match self.lock().alloc_user(chip, self.reserve) {
@@ -994,7 +993,7 @@ impl Inner {
 
     /// Programs one page, through the fault plan.
     async fn program(&self, phys: Phys, data: Bytes, oob: Bytes) -> Result<(), DeviceError> {
-        let addr = self.lock().blocks.addr(phys);
+        let addr = page_addr(&self.geometry, phys);
         if self.faults.program_fails(addr.block_addr()) {
             return Err(injected(&format!("programming page {addr}")));
         }
@@ -1012,11 +1011,8 @@ impl Inner {
         stream: Stream,
         e: DeviceError,
     ) -> Result<(), VolumeError> {
-        let (block, addr) = {
-            let st = self.lock();
-            let (b, _) = st.blocks.split(phys);
-            (b, st.blocks.addr(phys))
-        };
+        let block = phys / self.geometry.pages_per_block;
+        let addr = page_addr(&self.geometry, phys);
         if media_failure(&e) {
             tracing::warn!(
                 "program of {addr} failed ({e}); retiring block {}",
@@ -1136,20 +1132,21 @@ impl Inner {
             )
             .await;
             for (&p, read) in chunk.iter().zip(reads) {
-                let old = self.lock().blocks.phys(victim, p);
+                let old = victim * self.geometry.pages_per_block + p;
                 let checked = match read {
                     Err(DeviceError::Closed) => return Err(VolumeError::Closed),
                     Err(e) => Err(e.to_string()),
                     Ok(r) if r.erased => Err("reads as erased".to_string()),
+                    // The record checked is the copy's record: its bytes go along.
                     Ok(r) => OobRecord::decode_checked(&r.oob, &r.data)
-                        .map(|rec| (rec, r.data))
+                        .map(|rec| (rec, r.data, r.oob.slice(..OOB_RECORD_BYTES)))
                         .map_err(|e| e.to_string()),
                 };
                 match checked {
-                    Ok((rec, data)) => {
+                    Ok((rec, data, oob)) => {
                         let current = self.lock().current(&rec.page) == Some((rec.seq, old));
                         if current {
-                            self.move_page(rec, data, old, kind).await?;
+                            self.move_page(rec, data, oob, old, kind).await?;
                         }
                     }
                     Err(why) => {
@@ -1220,16 +1217,17 @@ impl Inner {
         }
     }
 
-    /// Copies one live page into garbage collection's open block and points
-    /// the map at the copy (if the page is still that version).
+    /// Copies one live page (its data and OOB record as read) into garbage
+    /// collection's open block and points the map at the copy (if the page is
+    /// still that version).
     async fn move_page(
         &self,
         rec: OobRecord,
         data: Bytes,
+        oob: Bytes,
         old: Phys,
         kind: MoveKind,
     ) -> Result<(), VolumeError> {
-        let oob = Bytes::copy_from_slice(&rec.encode());
         let mut last = String::new();
         for _ in 0..MAX_PROGRAM_ATTEMPTS {
             let Some(new) = self.lock().alloc_gc() else {
@@ -1275,13 +1273,10 @@ impl Inner {
             .map_err(|_| VolumeError::Closed)?;
         let mut last: Option<(PageAddr, String)> = None;
         for _ in 0..MAX_READ_ATTEMPTS {
-            let (seq, phys, addr) = {
-                let st = self.lock();
-                let Some((seq, phys)) = st.current(&id) else {
-                    return Ok(None);
-                };
-                (seq, phys, st.blocks.addr(phys))
+            let Some((seq, phys)) = self.lock().current(&id) else {
+                return Ok(None);
             };
+            let addr = page_addr(&self.geometry, phys);
             let why = match read_page(&self.device, addr).await {
                 Err(DeviceError::Closed) => return Err(VolumeError::Closed),
                 Err(e) => e.to_string(),
