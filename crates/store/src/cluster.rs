@@ -383,7 +383,8 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
         let mut report = OrphanReport::default();
         let mut expected: HashMap<Fingerprint, BTreeMap<BucketName, u64>> = HashMap::new();
         for n in self.nodes.values() {
-            for m in n.all_manifests().await? {
+            // One page of manifests at a time: the mark keeps only counts.
+            n.for_each_manifest(|m| {
                 report.manifests += 1;
                 for c in m.chunks() {
                     *expected
@@ -392,7 +393,8 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
                         .entry(m.bucket().clone())
                         .or_default() += 1;
                 }
-            }
+            })
+            .await?;
         }
         let mut seen = HashMap::new();
         for n in self.nodes.values() {

@@ -183,25 +183,16 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
                 recovery.orphan_extents_trimmed += 1;
             }
         }
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = store
-                .tables
-                .scan(Table::Manifests, &[], after.as_deref(), SCAN_PAGE)
-                .await?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (_, v) in &page {
-                if let KeyRecord::Live(m) = KeyRecord::decode(v)? {
-                    recovery.manifests += 1;
-                    let u = usage.bucket(m.bucket());
-                    u.objects += 1;
-                    u.logical_bytes += m.size();
-                    usage.objects += 1;
-                    usage.logical_bytes += m.size();
-                }
-            }
-        }
+        store
+            .for_each_manifest(|m| {
+                recovery.manifests += 1;
+                let u = usage.bucket(m.bucket());
+                u.objects += 1;
+                u.logical_bytes += m.size();
+                usage.objects += 1;
+                usage.logical_bytes += m.size();
+            })
+            .await?;
         *store.usage.lock().expect("usage lock") = usage;
         Ok((store, recovery))
     }
@@ -242,25 +233,53 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         }
     }
 
-    async fn chunk_records(&self) -> Result<Vec<(Fingerprint, ChunkRecord)>> {
-        let mut out = Vec::new();
+    /// Calls `f` on every record of `table`, in key order, reading the
+    /// table a page of [`SCAN_PAGE`] records at a time; stops at the first
+    /// error `f` returns.
+    async fn for_each_record(
+        &self,
+        table: Table,
+        mut f: impl FnMut(Vec<u8>, Bytes) -> Result<()>,
+    ) -> Result<()> {
         let mut after: Option<Vec<u8>> = None;
         loop {
             let page = self
                 .tables
-                .scan(Table::Chunks, &[], after.as_deref(), SCAN_PAGE)
+                .scan(table, &[], after.as_deref(), SCAN_PAGE)
                 .await?;
-            let Some((last, _)) = page.last() else { break };
+            let Some((last, _)) = page.last() else {
+                return Ok(());
+            };
             after = Some(last.clone());
             for (k, v) in page {
-                let fp =
-                    Fingerprint(k.as_slice().try_into().map_err(|_| StoreError::Malformed {
-                        what: "chunk table key",
-                        reason: format!("{} bytes, not 32", k.len()),
-                    })?);
-                out.push((fp, ChunkRecord::decode(&v)?));
+                f(k, v)?;
             }
         }
+    }
+
+    /// Calls `f` on every current manifest here, in table order, holding
+    /// one page of records at a time.
+    pub(crate) async fn for_each_manifest(&self, mut f: impl FnMut(Manifest)) -> Result<()> {
+        self.for_each_record(Table::Manifests, |_, v| {
+            if let KeyRecord::Live(m) = KeyRecord::decode(&v)? {
+                f(m);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn chunk_records(&self) -> Result<Vec<(Fingerprint, ChunkRecord)>> {
+        let mut out = Vec::new();
+        self.for_each_record(Table::Chunks, |k, v| {
+            let fp = Fingerprint(k.as_slice().try_into().map_err(|_| StoreError::Malformed {
+                what: "chunk table key",
+                reason: format!("{} bytes, not 32", k.len()),
+            })?);
+            out.push((fp, ChunkRecord::decode(&v)?));
+            Ok(())
+        })
+        .await?;
         Ok(out)
     }
 
@@ -399,8 +418,12 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         if last_in_bucket {
             rec.refs.remove(bucket);
         }
-        self.commit_lowered(bucket_list(bucket, last_in_bucket), fingerprint, rec)
-            .await
+        let emptied = if last_in_bucket {
+            vec![bucket.clone()]
+        } else {
+            Vec::new()
+        };
+        self.commit_lowered(emptied, fingerprint, rec).await
     }
 
     /// Commits a record whose counts were lowered; deletes and trims it at
@@ -660,20 +683,7 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
     /// collector's mark phase).
     pub async fn all_manifests(&self) -> Result<Vec<Manifest>> {
         let mut out = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self
-                .tables
-                .scan(Table::Manifests, &[], after.as_deref(), SCAN_PAGE)
-                .await?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (_, v) in page {
-                if let KeyRecord::Live(m) = KeyRecord::decode(&v)? {
-                    out.push(m);
-                }
-            }
-        }
+        self.for_each_manifest(|m| out.push(m)).await?;
         Ok(out)
     }
 
@@ -717,31 +727,16 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
     /// The bucket records held here.
     pub async fn buckets(&self) -> Result<Vec<(BucketName, BucketConfig)>> {
         let mut out = Vec::new();
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self
-                .tables
-                .scan(Table::Buckets, &[], after.as_deref(), SCAN_PAGE)
-                .await?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (k, v) in page {
-                out.push((BucketName::from_bytes(&k)?, BucketConfig::decode(&v)?));
-            }
-        }
+        self.for_each_record(Table::Buckets, |k, v| {
+            out.push((BucketName::from_bytes(&k)?, BucketConfig::decode(&v)?));
+            Ok(())
+        })
+        .await?;
         Ok(out)
     }
 
     /// This node's space figures (kept up to date with every commit).
     pub fn usage(&self) -> Usage {
         self.usage.lock().expect("usage lock").clone()
-    }
-}
-
-fn bucket_list(bucket: &BucketName, emptied: bool) -> Vec<BucketName> {
-    if emptied {
-        vec![bucket.clone()]
-    } else {
-        Vec::new()
     }
 }
