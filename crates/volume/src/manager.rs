@@ -1498,40 +1498,36 @@ async fn recover(
     }
     let ranges = recovery::scan_ranges(ckpt.as_ref(), &dev_blocks);
     let ppb = geometry.pages_per_block;
-    let pages: Vec<(u32, u32)> = ranges
+    let scanned: u64 = ranges.iter().map(|r| u64::from(r.to - r.from)).sum();
+    let pages = ranges
         .iter()
-        .flat_map(|r| (r.from..r.to).map(move |p| (r.block, p)))
-        .collect();
-    let scanned = pages.len() as u64;
-    let results: Vec<Result<Option<Candidate>, VolumeError>> =
-        futures::stream::iter(pages.into_iter().map(|(block, page)| async move {
-            let addr = geometry.block_at(u64::from(block)).page(page);
-            match read_page(device, addr).await {
-                Ok(r) if r.erased => Ok(None),
-                Ok(r) => Ok(OobRecord::decode_checked(&r.oob, &r.data)
-                    .ok()
-                    .map(|rec| Candidate {
-                        page: rec.page,
-                        seq: rec.seq,
-                        phys: block * ppb + page,
-                    })),
-                Err(DeviceError::Uncorrectable { .. }) => {
-                    // A program cut short by the crash: never acknowledged.
-                    tracing::debug!("recovery: page {addr} is unreadable; skipped");
-                    Ok(None)
-                }
-                Err(e) => Err(VolumeError::device(format!("scanning page {addr}"), e)),
+        .flat_map(|r| (r.from..r.to).map(move |p| (r.block, p)));
+    let mut reads = futures::stream::iter(pages.map(|(block, page)| async move {
+        let addr = geometry.block_at(u64::from(block)).page(page);
+        match read_page(device, addr).await {
+            Ok(r) if r.erased => Ok(None),
+            Ok(r) => Ok(OobRecord::decode_checked(&r.oob, &r.data)
+                .ok()
+                .map(|rec| Candidate {
+                    page: rec.page,
+                    seq: rec.seq,
+                    phys: block * ppb + page,
+                })),
+            Err(DeviceError::Uncorrectable { .. }) => {
+                // A program cut short by the crash: never acknowledged.
+                tracing::debug!("recovery: page {addr} is unreadable; skipped");
+                Ok(None)
             }
-        }))
-        .buffer_unordered(SCAN_CONCURRENCY)
-        .collect()
-        .await;
-    let mut candidates = Vec::with_capacity(results.len());
-    for r in results {
-        if let Some(c) = r? {
-            candidates.push(c);
+            Err(e) => Err(VolumeError::device(format!("scanning page {addr}"), e)),
         }
+    }))
+    .buffer_unordered(SCAN_CONCURRENCY);
+    // Only pages with a record are kept; the first device error ends the scan.
+    let mut candidates = Vec::new();
+    while let Some(read) = reads.next().await {
+        candidates.extend(read?);
     }
+    drop(reads);
     let merged = recovery::merge(ckpt.as_ref(), &dev_blocks, ppb, &trims, &candidates);
     for (page, seq) in &merged.lost {
         tracing::error!(
@@ -1567,8 +1563,20 @@ async fn recover(
         };
         blocks.set_state(i, state);
     }
-    for e in merged.map.values() {
-        blocks.set_live(e.phys.expect("merge returns live entries"));
+    for (page, e) in &merged.map {
+        let phys = e.phys.expect("merge returns live entries");
+        // Scanned pages are distinct, so a page claimed twice comes from a
+        // checkpoint that contradicts itself or the scan: an error, not a panic.
+        if blocks.is_live(phys) {
+            return Err(VolumeError::Metadata {
+                path: dir.join(meta::CHECKPOINT_FILE),
+                reason: format!(
+                    "physical page {phys} is claimed by two logical pages ({page} is one); the \
+                     checkpoint does not match the device"
+                ),
+            });
+        }
+        blocks.set_live(phys);
     }
     // Bad blocks that still hold live pages: move them out first.
     for i in 0..blocks.len() as u32 {

@@ -124,7 +124,7 @@ pub(crate) fn merge(
         }
     }
     for t in trims {
-        next_seq = next_seq.max(t.seq + 1);
+        next_seq = next_seq.max(t.seq.saturating_add(1));
         let tomb = (
             Entry {
                 seq: t.seq,
@@ -141,7 +141,7 @@ pub(crate) fn merge(
             .or_insert(tomb);
     }
     for c in candidates {
-        next_seq = next_seq.max(c.seq + 1);
+        next_seq = next_seq.max(c.seq.saturating_add(1));
         let found = (
             Entry {
                 seq: c.seq,

@@ -479,6 +479,46 @@ async fn a_trim_whose_log_append_fails_changes_nothing() {
     m.close().await.unwrap();
 }
 
+/// Rewrites the checkpoint in `dir` with `edit` applied to its body and the
+/// checksum made valid again.
+fn edit_checkpoint(dir: &std::path::Path, edit: impl FnOnce(&mut Vec<u8>)) {
+    let path = dir.join("volume.ckpt");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.truncate(bytes.len() - 4);
+    edit(&mut bytes);
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    std::fs::write(&path, bytes).unwrap();
+}
+
+#[tokio::test]
+async fn a_checkpoint_mapping_one_physical_page_twice_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    for i in 0..2 {
+        let id = LogicalPage::new(1, i);
+        m.write(id, content(id, 1, 512)).await.unwrap();
+    }
+    m.close().await.unwrap();
+    drop(m);
+    // Header 64 bytes, 64 blocks of 16, the entry count (8), then entries of
+    // 24 bytes whose last 4 are the physical page: point the second entry
+    // at the first one's page.
+    edit_checkpoint(dir.path(), |b| {
+        let first = 64 + 64 * 16 + 8;
+        assert_eq!(b.len(), first + 2 * 24, "two entries");
+        let phys: [u8; 4] = b[first + 20..first + 24].try_into().unwrap();
+        b[first + 24 + 20..first + 48].copy_from_slice(&phys);
+    });
+    let device = open_device(BackendKind::File, small(), dir.path());
+    let err = SpaceManager::open(device, quiet(), dir.path())
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, VolumeError::Metadata { .. }), "{err}");
+    assert!(err.to_string().contains("volume.ckpt"), "{err}");
+}
+
 #[tokio::test]
 async fn a_checkpoint_bounds_the_scan_at_open() {
     let dir = tempfile::tempdir().unwrap();
