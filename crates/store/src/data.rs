@@ -28,7 +28,10 @@ pub struct ChunkLocation {
 /// - `write` returns only once the bytes are durable; the location it
 ///   returns is not handed out again until it is trimmed.
 /// - `read` of a written, untrimmed location returns exactly the bytes
-///   written (or an error, never other bytes).
+///   written (or an error, never other bytes). It is given the fingerprint
+///   the caller expects there and fails if the extent was written for
+///   another: a reader that looked a location up just before the chunk was
+///   released must not get the bytes of a chunk written there later.
 /// - `trim` tells the space manager the pages are dead (RFSA: the store, which
 ///   knows what is dead, drives garbage collection); it may be called for a
 ///   location after a crash twice, so it must be idempotent.
@@ -49,9 +52,14 @@ pub trait ChunkStore: Send + Sync + 'static {
         data: Bytes,
     ) -> impl Future<Output = Result<ChunkLocation>> + Send;
 
-    /// Reads `len` bytes back from `location`.
-    fn read(&self, location: ChunkLocation, len: u32)
-        -> impl Future<Output = Result<Bytes>> + Send;
+    /// Reads the first `len` bytes of the chunk `fingerprint` at `location`;
+    /// an error if the extent there holds another chunk (or none).
+    fn read(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+    ) -> impl Future<Output = Result<Bytes>> + Send;
 
     /// Declares the location's pages dead.
     fn trim(&self, location: ChunkLocation) -> impl Future<Output = Result<()>> + Send;
@@ -70,10 +78,11 @@ impl<C: ChunkStore> ChunkStore for std::sync::Arc<C> {
     }
     fn read(
         &self,
+        fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
     ) -> impl Future<Output = Result<Bytes>> + Send {
-        (**self).read(location, len)
+        (**self).read(fingerprint, location, len)
     }
     fn trim(&self, location: ChunkLocation) -> impl Future<Output = Result<()>> + Send {
         (**self).trim(location)
@@ -154,14 +163,24 @@ impl ChunkStore for MemChunkStore {
         Ok(location)
     }
 
-    async fn read(&self, location: ChunkLocation, len: u32) -> Result<Bytes> {
+    async fn read(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+    ) -> Result<Bytes> {
         let extents = self.extents.lock().expect("extents lock");
         match extents.get(&location.first_page) {
-            Some((l, _, data)) if *l == location && data.len() >= len as usize => {
+            Some((l, f, data))
+                if *l == location && f == fingerprint && data.len() >= len as usize =>
+            {
                 Ok(data.slice(..len as usize))
             }
+            Some((l, f, _)) if *l == location && f != fingerprint => Err(StoreError::Backend(
+                format!("the extent at {location:?} holds chunk {f}, not {fingerprint}"),
+            )),
             _ => Err(StoreError::Backend(format!(
-                "no extent at {location:?} (trimmed?)"
+                "no extent of {len} bytes at {location:?} (trimmed?)"
             ))),
         }
     }
@@ -182,5 +201,28 @@ impl ChunkStore for MemChunkStore {
             .values()
             .map(|(l, f, _)| (*l, *f))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reads_name_the_chunk_they_expect() {
+        let store = MemChunkStore::new(1024);
+        let data = Bytes::from_static(b"chunk bytes");
+        let fp = Fingerprint::of(&data);
+        let loc = store.write(&fp, data.clone()).await.unwrap();
+        assert_eq!(store.read(&fp, loc, 5).await.unwrap(), data.slice(..5));
+        let other = Fingerprint::of(b"another chunk");
+        let e = store.read(&other, loc, 5).await.unwrap_err().to_string();
+        assert!(e.contains("holds chunk"), "{e}");
+        assert!(
+            store.read(&fp, loc, 100).await.is_err(),
+            "longer than the chunk"
+        );
+        store.trim(loc).await.unwrap();
+        assert!(store.read(&fp, loc, 5).await.is_err(), "trimmed");
     }
 }

@@ -509,9 +509,10 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             .chunk_record(&fingerprint)
             .await?
             .ok_or(StoreError::ChunkMissing(fingerprint))?;
-        match self.data.read(rec.location, rec.len).await {
+        match self.data.read(&fingerprint, rec.location, rec.len).await {
             Ok(b) => Ok(b),
-            // Released between the lookup and the read.
+            // Released between the lookup and the read (the chunk store
+            // refuses the location if another chunk took it since).
             Err(_)
                 if self.chunk_record(&fingerprint).await?.map(|r| r.location)
                     != Some(rec.location) =>

@@ -588,17 +588,17 @@ async fn chunk_reads_check_the_length_and_the_fingerprint() {
     let fp = Fingerprint::of(&data);
     let loc = chunks.write(&fp, data.clone()).await.unwrap();
     assert_eq!(loc.pages, 5, "64 + 5000 bytes on 1 KiB pages");
-    assert_eq!(chunks.read(loc, 5000).await.unwrap(), data);
-    assert_eq!(chunks.read(loc, 100).await.unwrap(), data.slice(..100));
-    let err = chunks.read(loc, 5001).await.unwrap_err().to_string();
+    assert_eq!(chunks.read(&fp, loc, 5000).await.unwrap(), data);
+    assert_eq!(chunks.read(&fp, loc, 100).await.unwrap(), data.slice(..100));
+    let err = chunks.read(&fp, loc, 5001).await.unwrap_err().to_string();
     assert!(err.contains("header says 5000 bytes"), "{err}");
     let wrong = ChunkLocation { pages: 4, ..loc };
-    assert!(chunks.read(wrong, 5000).await.is_err());
+    assert!(chunks.read(&fp, wrong, 5000).await.is_err());
     let shifted = ChunkLocation {
         first_page: loc.first_page + 1,
         ..loc
     };
-    assert!(chunks.read(shifted, 10).await.is_err());
+    assert!(chunks.read(&fp, shifted, 10).await.is_err());
     assert_eq!(chunks.extents().await.unwrap(), vec![(loc, fp)]);
 
     // Other bytes under the extent: an error, never those bytes.
@@ -607,12 +607,12 @@ async fn chunk_reads_check_the_length_and_the_fingerprint() {
         .write(page, Bytes::from(vec![0; 1024]))
         .await
         .unwrap();
-    let err = chunks.read(loc, 5000).await.unwrap_err().to_string();
+    let err = chunks.read(&fp, loc, 5000).await.unwrap_err().to_string();
     assert!(err.contains("hash to"), "{err}");
 
     chunks.trim(loc).await.unwrap();
     assert!(volume.pages_in(chunks.space()).is_empty());
-    assert!(chunks.read(loc, 5000).await.is_err());
+    assert!(chunks.read(&fp, loc, 5000).await.is_err());
     chunks.trim(loc).await.unwrap(); // idempotent
     assert!(chunks.extents().await.unwrap().is_empty());
     assert_eq!(chunks.stats().pages, 0);
@@ -620,6 +620,35 @@ async fn chunk_reads_check_the_length_and_the_fingerprint() {
     // within the store's life.
     let loc2 = chunks.write(&fp, data.clone()).await.unwrap();
     assert!(loc2.first_page >= loc.first_page + u64::from(loc.pages));
+    volume.close().await.unwrap();
+}
+
+/// A location trimmed and handed to another chunk (here: after a reopen,
+/// whose cursor starts after the highest extent left) is never read as the
+/// chunk it held before: reads name the chunk they expect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_location_is_never_read_as_its_old_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
+    let open = || VolumeChunkStore::open(Arc::clone(&volume), VolumeChunkConfig::default());
+    let chunk = |seed| {
+        let data = Bytes::from(noise(seed, 3000));
+        (Fingerprint::of(&data), data)
+    };
+    let ((fa, a), (fb, b), (fc, c)) = (chunk(1), chunk(2), chunk(3));
+    let chunks = open().await.unwrap();
+    chunks.write(&fa, a.clone()).await.unwrap();
+    let loc_b = chunks.write(&fb, b.clone()).await.unwrap();
+    assert_eq!(chunks.read(&fb, loc_b, 3000).await.unwrap(), b);
+    chunks.trim(loc_b).await.unwrap();
+    drop(chunks);
+
+    let chunks = open().await.unwrap();
+    let loc_c = chunks.write(&fc, c.clone()).await.unwrap();
+    assert_eq!(loc_c, loc_b, "the cursor restarts after the highest extent");
+    let err = chunks.read(&fb, loc_b, 3000).await.unwrap_err().to_string();
+    assert!(err.contains("holds chunk"), "{err}");
+    assert_eq!(chunks.read(&fc, loc_c, 3000).await.unwrap(), c);
     volume.close().await.unwrap();
 }
 

@@ -218,9 +218,10 @@ struct Inner {
 /// - `write` allocates a range (next fit in `0..logical_pages`), programs
 ///   the header page, then the others (32 at a time), and returns when all
 ///   are on flash. On a failure it trims what it wrote.
-/// - `read` checks the header against the location and the length, and the
-///   SHA-256 of the bytes against the header's fingerprint: a mismatch is an
-///   error, never data.
+/// - `read` checks the header against the location, the length and the
+///   fingerprint the caller expects (so a location trimmed and handed to
+///   another chunk is never read as the old one), and the SHA-256 of the
+///   bytes against it: a mismatch is an error, never data.
 /// - `trim` trims the extent's pages with one `trim_many`, the header page
 ///   last (so a torn trim leaves a header covering what is left). A
 ///   location this store does not hold is ignored (trims are idempotent).
@@ -521,7 +522,12 @@ impl Inner {
         result
     }
 
-    async fn read(&self, location: ChunkLocation, len: u32) -> Result<Bytes> {
+    async fn read(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+    ) -> Result<Bytes> {
         let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
         if location.space != self.space || location.pages == 0 {
             return Err(bad(format!("not a location of chunk space {}", self.space)));
@@ -532,6 +538,12 @@ impl Inner {
             .ok_or_else(|| bad("its first page is not written (trimmed?)".into()))?;
         let h = Header::decode(&first, self.space, location.first_page, self.page_size)
             .ok_or_else(|| bad("its first page holds no valid chunk header".into()))?;
+        if h.fingerprint != *fingerprint {
+            return Err(bad(format!(
+                "it holds chunk {}, not {fingerprint}",
+                h.fingerprint
+            )));
+        }
         if h.pages != location.pages || len > h.len {
             return Err(bad(format!(
                 "the header says {} bytes on {} pages; asked for {len} bytes on {} pages",
@@ -575,8 +587,13 @@ impl ChunkStore for VolumeChunkStore {
             .map_err(super::join_error)?
     }
 
-    async fn read(&self, location: ChunkLocation, len: u32) -> Result<Bytes> {
-        self.inner.read(location, len).await
+    async fn read(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+    ) -> Result<Bytes> {
+        self.inner.read(fingerprint, location, len).await
     }
 
     async fn trim(&self, location: ChunkLocation) -> Result<()> {
