@@ -74,11 +74,11 @@ pub(crate) struct WearRange {
 #[derive(Debug)]
 pub(crate) struct Blocks {
     geometry: Geometry,
-    ppb: u32,
-    blocks_per_chip: u32,
     info: Vec<BlockInfo>,
-    free: u64,
+    /// Free blocks per chip; kept by `set_state`, the one place states change.
     free_per_chip: Vec<u32>,
+    /// Blocks neither bad nor retiring; kept by `set_state`.
+    good: u64,
 }
 
 impl Blocks {
@@ -99,11 +99,9 @@ impl Blocks {
             .collect();
         Blocks {
             geometry,
-            ppb: geometry.pages_per_block,
-            blocks_per_chip: geometry.blocks_per_chip,
             info,
-            free: n as u64,
             free_per_chip: vec![geometry.blocks_per_chip; geometry.chips() as usize],
+            good: n as u64,
         }
     }
 
@@ -112,7 +110,7 @@ impl Blocks {
     }
 
     pub fn pages_per_block(&self) -> u32 {
-        self.ppb
+        self.geometry.pages_per_block
     }
 
     pub fn get(&self, block: u32) -> &BlockInfo {
@@ -128,16 +126,17 @@ impl Blocks {
     }
 
     pub fn chip_of(&self, block: u32) -> usize {
-        (block / self.blocks_per_chip) as usize
+        (block / self.geometry.blocks_per_chip) as usize
     }
 
     pub fn phys(&self, block: u32, page: u32) -> Phys {
-        debug_assert!(page < self.ppb && (block as usize) < self.info.len());
-        block * self.ppb + page
+        debug_assert!(page < self.pages_per_block() && (block as usize) < self.info.len());
+        block * self.pages_per_block() + page
     }
 
     pub fn split(&self, phys: Phys) -> (u32, u32) {
-        (phys / self.ppb, phys % self.ppb)
+        let ppb = self.pages_per_block();
+        (phys / ppb, phys % ppb)
     }
 
     pub fn block_addr(&self, block: u32) -> BlockAddr {
@@ -145,26 +144,30 @@ impl Blocks {
     }
 
     pub fn free_blocks(&self) -> u64 {
-        self.free
+        self.free_per_chip.iter().map(|&n| u64::from(n)).sum()
     }
 
     pub fn free_on_chip(&self, chip: usize) -> u32 {
         self.free_per_chip[chip]
     }
 
-    /// Moves a block to `state`, keeping the free counts.
+    /// Moves a block to `state`, keeping the free and good counts.
     pub fn set_state(&mut self, block: u32, state: BlockState) {
         let chip = self.chip_of(block);
         let old = self.info[block as usize].state;
+        let good = |s| !matches!(s, BlockState::Bad | BlockState::Retiring);
         if old == BlockState::Free {
-            self.free -= 1;
             self.free_per_chip[chip] -= 1;
         }
         if state == BlockState::Free {
             let b = &self.info[block as usize];
             assert_eq!(b.live, 0, "block {block} freed with live pages");
-            self.free += 1;
             self.free_per_chip[chip] += 1;
+        }
+        match (good(old), good(state)) {
+            (true, false) => self.good -= 1,
+            (false, true) => self.good += 1,
+            _ => {}
         }
         self.info[block as usize].state = state;
     }
@@ -203,7 +206,7 @@ impl Blocks {
         );
         b.live_bits[w] |= bit;
         b.live += 1;
-        debug_assert!(b.live <= self.ppb);
+        debug_assert!(b.live <= self.geometry.pages_per_block);
     }
 
     /// Records that `phys` no longer holds a current version.
@@ -222,7 +225,7 @@ impl Blocks {
     /// The live pages of a block, in page order.
     pub fn live_pages(&self, block: u32) -> Vec<u32> {
         let b = &self.info[block as usize];
-        (0..self.ppb)
+        (0..self.pages_per_block())
             .filter(|&p| b.live_bits[(p / 64) as usize] & (1 << (p % 64)) != 0)
             .collect()
     }
@@ -235,11 +238,12 @@ impl Blocks {
                 if self.free_per_chip[c] == 0 {
                     return None;
                 }
-                let first = c as u32 * self.blocks_per_chip;
-                first..first + self.blocks_per_chip
+                let per_chip = self.geometry.blocks_per_chip;
+                let first = c as u32 * per_chip;
+                first..first + per_chip
             }
             None => {
-                if self.free == 0 {
+                if self.free_blocks() == 0 {
                     return None;
                 }
                 0..self.info.len() as u32
@@ -262,10 +266,7 @@ impl Blocks {
 
     /// Blocks that may hold data again (not bad or retiring).
     pub fn good_blocks(&self) -> u64 {
-        self.info
-            .iter()
-            .filter(|b| !matches!(b.state, BlockState::Bad | BlockState::Retiring))
-            .count() as u64
+        self.good
     }
 
     /// Erase counts over good blocks.
@@ -304,10 +305,10 @@ impl Blocks {
         {
             return Some(i);
         }
-        let ppb = f64::from(self.ppb);
+        let ppb = self.pages_per_block();
         let mut best: Option<(u32, f64)> = None;
         for (i, b) in self.iter() {
-            if b.state != BlockState::Sealed || b.live >= self.ppb {
+            if b.state != BlockState::Sealed || b.live >= ppb {
                 continue;
             }
             let score = match policy {
@@ -316,7 +317,7 @@ impl Blocks {
                     -(f64::from(b.live)) - (b.last_write as f64 / (now as f64 + 1.0)) * 0.5
                 }
                 VictimPolicy::CostBenefit => {
-                    let u = f64::from(b.live) / ppb;
+                    let u = f64::from(b.live) / f64::from(ppb);
                     let age = now.saturating_sub(b.last_write) as f64 + 1.0;
                     (1.0 - u) * age / (1.0 + u)
                 }

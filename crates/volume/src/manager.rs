@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use quarry_device::{BackendKind, Device, DeviceError, Geometry, PageAddr, PageRead};
+use quarry_device::{BackendKind, BlockAddr, Device, DeviceError, Geometry, PageAddr, PageRead};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, OwnedMutexGuard, Semaphore};
 use tokio::task::JoinHandle;
@@ -167,7 +167,6 @@ struct State {
     /// The pages of the trim batch being made durable, sorted: a write of one
     /// admitted meanwhile may land after the trim, so it counts as new.
     trimming: Vec<LogicalPage>,
-    capacity: u64,
     open_user: Vec<Option<u32>>,
     open_gc: Option<u32>,
     generation: u64,
@@ -253,13 +252,6 @@ async fn join<T>(handle: JoinHandle<T>) -> T {
 }
 
 impl State {
-    fn capacity_for(blocks: &Blocks, reserve: u64, chips: usize, max_fill: f64) -> u64 {
-        let usable = blocks
-            .good_blocks()
-            .saturating_sub(reserve + chips as u64 + 1);
-        (usable as f64 * f64::from(blocks.pages_per_block()) * max_fill).floor() as u64
-    }
-
     fn current(&self, id: &LogicalPage) -> Option<(u64, Phys)> {
         self.map.get(id).and_then(|e| e.phys.map(|p| (e.seq, p)))
     }
@@ -355,15 +347,18 @@ impl State {
                 self.open_gc = None;
             }
         }
-        let state = match (retire, live) {
-            (false, _) => BlockState::Sealed,
-            (true, 0) => BlockState::Bad,
-            (true, _) => BlockState::Retiring,
-        };
-        self.blocks.set_state(block, state);
-        if retire {
-            self.counters.retired += 1;
+        match (retire, live) {
+            (false, _) => self.blocks.set_state(block, BlockState::Sealed),
+            (true, 0) => self.retire(block, BlockState::Bad),
+            (true, _) => self.retire(block, BlockState::Retiring),
         }
+    }
+
+    /// Takes a block out of service after a failure (`Bad`, or `Retiring`
+    /// while it still holds live pages); the capacity follows the good blocks.
+    fn retire(&mut self, block: u32, state: BlockState) {
+        self.blocks.set_state(block, state);
+        self.counters.retired += 1;
     }
 
     /// Makes `phys` the current version `seq` of `id` unless a newer version
@@ -412,10 +407,6 @@ impl State {
         }
     }
 
-    fn recompute_capacity(&mut self, reserve: u64, chips: usize, max_fill: f64) {
-        self.capacity = State::capacity_for(&self.blocks, reserve, chips, max_fill);
-    }
-
     fn stats(&self, inner: &Inner) -> VolumeStats {
         let g = &inner.geometry;
         let ppb = u64::from(g.pages_per_block);
@@ -439,7 +430,7 @@ impl State {
         VolumeStats {
             page_size: g.page_size_bytes,
             device_pages: g.pages(),
-            capacity_pages: self.capacity,
+            capacity_pages: inner.capacity(&self.blocks),
             live_pages: self.live,
             dead_pages: dead,
             free_pages,
@@ -466,6 +457,41 @@ impl State {
             checkpoint_generation: self.generation,
             pages_scanned_at_open: c.scanned,
             pages_lost_at_open: c.lost,
+        }
+    }
+
+    /// The state as a checkpoint of the next generation. Tombstones at or
+    /// below the floor are dropped first: the checkpoint covers them.
+    fn snapshot(&mut self, geometry: Geometry) -> Checkpoint {
+        let floor = self.inflight.first().map_or(self.next_seq, |&s| s) - 1;
+        self.map.retain(|_, e| e.phys.is_some() || e.seq > floor);
+        self.generation += 1;
+        self.changes_since_checkpoint = 0;
+        let blocks = self
+            .blocks
+            .iter()
+            .map(|(_, b)| CkptBlock {
+                erase_count: b.erase_count,
+                scan_from: b.settled,
+                last_write: b.last_write,
+            })
+            .collect();
+        let entries = self
+            .map
+            .iter()
+            .map(|(&page, e)| CkptEntry {
+                page,
+                seq: e.seq,
+                phys: e.phys,
+            })
+            .collect();
+        Checkpoint {
+            geometry,
+            generation: self.generation,
+            next_seq: self.next_seq,
+            floor,
+            blocks,
+            entries,
         }
     }
 
@@ -519,6 +545,17 @@ impl State {
                     return Err(format!("free block {i} has {} pages written", b.written));
                 }
             }
+        }
+        let good = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| !matches!(b.state, BlockState::Bad | BlockState::Retiring))
+            .count() as u64;
+        if good != self.blocks.good_blocks() {
+            return Err(format!(
+                "{good} good blocks, counter says {}",
+                self.blocks.good_blocks()
+            ));
         }
         if free != self.blocks.free_blocks() {
             return Err(format!(
@@ -626,7 +663,7 @@ impl SpaceManager {
         std::fs::create_dir_all(dir)
             .map_err(|e| VolumeError::io(format!("creating {}", dir.display()), e))?;
         let lock_file = lock_dir(dir)?;
-        let (state, scanned) = recover(&device, &config, dir, reserve, chips).await?;
+        let state = recover(&device, dir, chips).await?;
         let generation = state.generation;
         let inner = Arc::new(Inner {
             chip_locks: (0..chips)
@@ -651,12 +688,15 @@ impl SpaceManager {
             background: Mutex::new(None),
             lock_file: Mutex::new(Some(lock_file)),
         });
-        tracing::info!(
-            "space manager open: {} live pages, {} pages scanned, checkpoint generation {}",
-            inner.lock().live,
-            scanned,
-            generation
-        );
+        {
+            let st = inner.lock();
+            tracing::info!(
+                "space manager open: {} live pages, {} pages scanned, checkpoint generation {}",
+                st.live,
+                st.counters.scanned,
+                generation
+            );
+        }
         // A fresh checkpoint: the next open scans only what comes after it.
         inner.checkpoint().await?;
         if inner.config.background {
@@ -679,7 +719,7 @@ impl SpaceManager {
 
     /// The most logical pages the volume holds.
     pub fn capacity_pages(&self) -> u64 {
-        self.inner.lock().capacity
+        self.inner.capacity(&self.inner.lock().blocks)
     }
 
     /// Writes one logical page (exactly [`page_size`](Self::page_size)
@@ -869,13 +909,23 @@ impl Inner {
         }
     }
 
+    /// The most logical pages the volume holds: the good blocks less the
+    /// reserve and the open blocks, times `max_fill`.
+    fn capacity(&self, blocks: &Blocks) -> u64 {
+        let usable = blocks
+            .good_blocks()
+            .saturating_sub(self.reserve + self.chips as u64 + 1);
+        (usable as f64 * f64::from(blocks.pages_per_block()) * self.config.max_fill).floor() as u64
+    }
+
     fn no_space(&self, st: &State, page: LogicalPage) -> VolumeError {
+        let capacity = self.capacity(&st.blocks);
         VolumeError::NoSpace {
             page,
             live_pages: st.live,
             pending_pages: st.pending_new,
-            capacity_pages: st.capacity,
-            capacity_bytes: st.capacity * u64::from(self.geometry.page_size_bytes),
+            capacity_pages: capacity,
+            capacity_bytes: capacity * u64::from(self.geometry.page_size_bytes),
             device_pages: self.geometry.pages(),
             page_size: self.geometry.page_size_bytes,
             good_blocks: st.blocks.good_blocks(),
@@ -888,7 +938,7 @@ impl Inner {
         let mut st = self.lock();
         let is_new = st.current(&id).is_none() || st.trimming.binary_search(&id).is_ok();
         if is_new {
-            if st.live + st.pending_new >= st.capacity {
+            if st.live + st.pending_new >= self.capacity(&st.blocks) {
                 return Err(self.no_space(&st, id));
             }
             st.pending_new += 1;
@@ -1018,13 +1068,8 @@ impl Inner {
                 "program of {addr} failed ({e}); retiring block {}",
                 addr.block_addr()
             );
-            if let Err(me) = self.device.mark_bad(addr.block_addr()).await {
-                tracing::error!("marking block {} bad: {me}", addr.block_addr());
-            }
-            let mut st = self.lock();
-            st.close_stream_block(block, stream, true);
-            st.recompute_capacity(self.reserve, self.chips, self.config.max_fill);
-            drop(st);
+            self.mark_bad(addr.block_addr()).await;
+            self.lock().close_stream_block(block, stream, true);
             self.wake.notify_one();
             return Ok(());
         }
@@ -1037,6 +1082,14 @@ impl Inner {
         }
         self.lock().unallocate(phys);
         Err(VolumeError::device(format!("programming page {addr}"), e))
+    }
+
+    /// Records a failed block in the device's bad-block table. If that fails
+    /// too the block is still out of service here; the error is logged.
+    async fn mark_bad(&self, block: BlockAddr) {
+        if let Err(e) = self.device.mark_bad(block).await {
+            tracing::error!("marking block {block} bad: {e}");
+        }
     }
 
     /// Collects garbage until a user write may take a block. Returns `false`
@@ -1161,25 +1214,20 @@ impl Inner {
             }
         }
         let left = self.lock().blocks.get(victim).live;
-        if left > 0 {
-            // Unreadable live pages: keep them mapped (their reads fail
-            // loudly) and never erase the block.
+        if left > 0 || retiring {
+            // A retiring block ends bad (it was counted when it failed).
+            // Unreadable live pages stay mapped (their reads fail loudly)
+            // and their block is retired, never erased.
             if !retiring {
-                if let Err(e) = self.device.mark_bad(baddr).await {
-                    tracing::error!("marking block {baddr} bad: {e}");
-                }
+                self.mark_bad(baddr).await;
             }
             let mut st = self.lock();
             st.counters.unreadable += u64::from(left);
-            if !retiring {
-                st.counters.retired += 1;
+            if retiring {
+                st.blocks.set_state(victim, BlockState::Bad);
+            } else {
+                st.retire(victim, BlockState::Bad);
             }
-            st.blocks.set_state(victim, BlockState::Bad);
-            st.recompute_capacity(self.reserve, self.chips, self.config.max_fill);
-            return Ok(());
-        }
-        if retiring {
-            self.lock().blocks.set_state(victim, BlockState::Bad);
             return Ok(());
         }
         let erased = if self.faults.erase_fails(baddr) {
@@ -1204,13 +1252,8 @@ impl Inner {
             }
             Err(e) if media_failure(&e) => {
                 tracing::warn!("erase of block {baddr} failed ({e}); retiring it");
-                if let Err(me) = self.device.mark_bad(baddr).await {
-                    tracing::error!("marking block {baddr} bad: {me}");
-                }
-                let mut st = self.lock();
-                st.blocks.set_state(victim, BlockState::Bad);
-                st.counters.retired += 1;
-                st.recompute_capacity(self.reserve, self.chips, self.config.max_fill);
+                self.mark_bad(baddr).await;
+                self.lock().retire(victim, BlockState::Bad);
                 Ok(())
             }
             Err(e) => Err(VolumeError::device(format!("erasing block {baddr}"), e)),
@@ -1361,47 +1404,15 @@ impl Inner {
     /// then write the checkpoint and drop the logs it covers.
     async fn checkpoint(&self) -> Result<(), VolumeError> {
         let _one = self.checkpoint_lock.lock().await;
-        let (ckpt, generation) = {
+        let ckpt = {
             let mut log = self.trim_log.lock().await;
-            let ckpt = {
-                let mut st = self.lock();
-                let floor = st.inflight.first().map_or(st.next_seq - 1, |s| s - 1);
-                st.map.retain(|_, e| e.phys.is_some() || e.seq > floor);
-                st.generation += 1;
-                st.changes_since_checkpoint = 0;
-                let blocks = st
-                    .blocks
-                    .iter()
-                    .map(|(_, b)| CkptBlock {
-                        erase_count: b.erase_count,
-                        scan_from: b.settled,
-                        last_write: b.last_write,
-                    })
-                    .collect();
-                let entries = st
-                    .map
-                    .iter()
-                    .map(|(&page, e)| CkptEntry {
-                        page,
-                        seq: e.seq,
-                        phys: e.phys,
-                    })
-                    .collect();
-                Checkpoint {
-                    geometry: self.geometry,
-                    generation: st.generation,
-                    next_seq: st.next_seq,
-                    floor,
-                    blocks,
-                    entries,
-                }
-            };
+            let ckpt = self.lock().snapshot(self.geometry);
             if log.is_some() {
                 *log = Some(TrimLog::open(&self.dir, ckpt.generation)?);
             }
-            let generation = ckpt.generation;
-            (ckpt, generation)
+            ckpt
         };
+        let generation = ckpt.generation;
         let dir = self.dir.clone();
         tokio::task::spawn_blocking(move || {
             meta::save_checkpoint(&dir, &ckpt)?;
@@ -1458,14 +1469,8 @@ impl Inner {
 }
 
 /// Rebuilds the state from the checkpoint, the trim logs and the OOB records
-/// of pages programmed since. Returns the state and the pages scanned.
-async fn recover(
-    device: &Device,
-    config: &VolumeConfig,
-    dir: &Path,
-    reserve: u64,
-    chips: usize,
-) -> Result<(State, u64), VolumeError> {
+/// of pages programmed since.
+async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, VolumeError> {
     let geometry = device.geometry();
     if device.info().backend == BackendKind::Mem {
         // A mem device starts empty every time: a checkpoint or trim log
@@ -1543,15 +1548,14 @@ async fn recover(
     let mut blocks = Blocks::new(geometry);
     for (i, d) in dev_blocks.iter().enumerate() {
         let i = i as u32;
-        let unchanged = ckpt
-            .as_ref()
-            .is_some_and(|c| c.blocks[i as usize].erase_count == d.erase_count);
         let info = blocks.get_mut(i);
         info.erase_count = d.erase_count;
         info.written = d.write_pointer;
         info.settled = d.write_pointer;
-        info.last_write = match (&ckpt, unchanged) {
-            (Some(c), true) => c.blocks[i as usize].last_write,
+        info.last_write = match &ckpt {
+            Some(c) if recovery::unchanged(Some(c), i as usize, d) => {
+                c.blocks[i as usize].last_write
+            }
             _ => newest_in_block.get(&i).copied().unwrap_or(merged.next_seq),
         };
         let state = if d.bad {
@@ -1584,7 +1588,6 @@ async fn recover(
             blocks.set_state(i, BlockState::Retiring);
         }
     }
-    let capacity = State::capacity_for(&blocks, reserve, chips, config.max_fill);
     let state = State {
         live: merged.map.len() as u64,
         map: merged.map,
@@ -1593,7 +1596,6 @@ async fn recover(
         inflight: BTreeSet::new(),
         pending_new: 0,
         trimming: Vec::new(),
-        capacity,
         open_user: vec![None; chips],
         open_gc: None,
         generation: from_gen,
@@ -1607,12 +1609,11 @@ async fn recover(
     state.verify().map_err(|reason| VolumeError::Invariant {
         reason: format!("after recovery: {reason}"),
     })?;
-    Ok((state, scanned))
+    Ok(state)
 }
 
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn check<T: Send + Sync>() {}
+const _: () = {
+    const fn check<T: Send + Sync>() {}
     check::<SpaceManager>();
     check::<VictimPolicy>();
-}
+};

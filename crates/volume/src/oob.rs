@@ -87,12 +87,12 @@ impl OobRecord {
     /// The record for writing `data` as `page` at sequence `seq`.
     pub fn for_data(page: LogicalPage, seq: u64, data: &[u8]) -> OobRecord {
         let mut rec = OobRecord { page, seq, crc: 0 };
-        let bytes = rec.head();
-        rec.crc = checksum(data, &bytes[..CRC_AT]);
+        rec.crc = checksum(data, &rec.encode()[..CRC_AT]);
         rec
     }
 
-    fn head(&self) -> [u8; OOB_RECORD_BYTES] {
+    /// The bytes to hand the device as OOB.
+    pub fn encode(&self) -> [u8; OOB_RECORD_BYTES] {
         let mut b = [0u8; OOB_RECORD_BYTES];
         b[0..2].copy_from_slice(&MAGIC);
         b[2] = VERSION;
@@ -102,11 +102,6 @@ impl OobRecord {
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
         b[24..28].copy_from_slice(&self.crc.to_le_bytes());
         b
-    }
-
-    /// The bytes to hand the device as OOB.
-    pub fn encode(&self) -> [u8; OOB_RECORD_BYTES] {
-        self.head()
     }
 
     /// Parses a spare area without checking the data (cheap: identity only).

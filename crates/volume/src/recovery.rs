@@ -54,7 +54,7 @@ pub(crate) struct ScanRange {
 }
 
 /// Whether the checkpoint's view of `block` still holds (same erase count).
-fn unchanged(ckpt: Option<&Checkpoint>, block: usize, dev: &DeviceBlock) -> bool {
+pub(crate) fn unchanged(ckpt: Option<&Checkpoint>, block: usize, dev: &DeviceBlock) -> bool {
     ckpt.is_some_and(|c| c.blocks[block].erase_count == dev.erase_count)
 }
 

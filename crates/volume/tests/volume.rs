@@ -17,6 +17,15 @@ use quarry_volume::{
 /// What the model says a page holds: a version, or nothing (trimmed / never written).
 type Model = HashMap<LogicalPage, Option<u64>>;
 
+/// The error a manager's open fails with (quiet configuration).
+async fn refused(backend: BackendKind, geometry: Geometry, dir: &std::path::Path) -> VolumeError {
+    let device = open_device(backend, geometry, dir);
+    SpaceManager::open(device, quiet(), dir)
+        .await
+        .err()
+        .expect("the open is refused")
+}
+
 async fn check_model(m: &SpaceManager, model: &Model) {
     for (&id, want) in model {
         let got = m
@@ -124,11 +133,7 @@ async fn a_geometry_with_too_small_an_oob_is_refused() {
         oob_size_bytes: 16,
         ..small()
     };
-    let device = open_device(BackendKind::Mem, g, dir.path());
-    let err = SpaceManager::open(device, quiet(), dir.path())
-        .await
-        .err()
-        .expect("refused");
+    let err = refused(BackendKind::Mem, g, dir.path()).await;
     assert!(matches!(
         err,
         VolumeError::OobTooSmall { have: 16, need: 28 }
@@ -139,11 +144,7 @@ async fn a_geometry_with_too_small_an_oob_is_refused() {
         blocks_per_chip: 1,
         ..small()
     };
-    let device = open_device(BackendKind::Mem, g, dir.path());
-    let err = SpaceManager::open(device, quiet(), dir.path())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(BackendKind::Mem, g, dir.path()).await;
     assert!(err.to_string().contains("needs at least"), "{err}");
 }
 
@@ -164,11 +165,7 @@ async fn a_mem_device_starts_empty_even_with_an_old_checkpoint() {
 async fn a_second_manager_on_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (m, _) = open(BackendKind::Mem, small(), dir.path(), quiet()).await;
-    let device = open_device(BackendKind::Mem, small(), dir.path());
-    let err = SpaceManager::open(device, quiet(), dir.path())
-        .await
-        .err()
-        .unwrap();
+    let err = refused(BackendKind::Mem, small(), dir.path()).await;
     assert!(matches!(err, VolumeError::Locked { .. }), "{err}");
     m.close().await.unwrap();
 }
@@ -510,11 +507,7 @@ async fn a_checkpoint_mapping_one_physical_page_twice_is_an_error_not_a_panic() 
         let phys: [u8; 4] = b[first + 20..first + 24].try_into().unwrap();
         b[first + 24 + 20..first + 48].copy_from_slice(&phys);
     });
-    let device = open_device(BackendKind::File, small(), dir.path());
-    let err = SpaceManager::open(device, quiet(), dir.path())
-        .await
-        .err()
-        .expect("refused");
+    let err = refused(BackendKind::File, small(), dir.path()).await;
     assert!(matches!(err, VolumeError::Metadata { .. }), "{err}");
     assert!(err.to_string().contains("volume.ckpt"), "{err}");
 }
