@@ -196,10 +196,13 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
                         limit: crate::MAX_MANIFEST_CHUNKS,
                     });
                 }
+                // Hashed once, here: the fingerprint places the chunk, and
+                // the node in this process takes it as computed from these
+                // bytes (over the fabric the node's `put_chunk` verifies).
                 let fingerprint = Fingerprint::of(&chunk.data);
                 let len = chunk.data.len() as u32;
                 self.chunk_node(&fingerprint)
-                    .put_chunk(bucket, fingerprint, chunk.data)
+                    .put_hashed_chunk(bucket, fingerprint, chunk.data)
                     .await?;
                 refs.push(ChunkRef { fingerprint, len });
             }

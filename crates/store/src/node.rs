@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::chunking::MAX_CHUNK_SIZE;
+use crate::chunking::check_chunk_len;
 use crate::data::{ChunkLocation, ChunkStore};
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
@@ -285,22 +285,20 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
 
     /// Stores a chunk for `bucket`, or counts one more reference if it is
     /// already here (Algorithm 1: "store once, else count + 1"). The bytes
-    /// are hashed again here: a node never files data under a fingerprint it
-    /// does not hash to. New chunks are written before their record is
-    /// committed, so a crash leaves at worst an unnamed extent (trimmed at
-    /// the next open), never a record without bytes.
+    /// are hashed again here: this is the entry for bytes that come with a
+    /// fingerprint from elsewhere (over the fabric, a writer's), and a node
+    /// never files data under a fingerprint it does not hash to (every
+    /// object naming that fingerprint would read the wrong bytes). New
+    /// chunks are written before their record is committed, so a crash
+    /// leaves at worst an unnamed extent (trimmed at the next open), never a
+    /// record without bytes.
     pub async fn put_chunk(
         &self,
         bucket: &BucketName,
         fingerprint: Fingerprint,
         data: Bytes,
     ) -> Result<ChunkPut> {
-        if data.is_empty() || data.len() > MAX_CHUNK_SIZE as usize {
-            return Err(StoreError::InvalidChunk {
-                fingerprint,
-                reason: format!("{} bytes, not 1..={MAX_CHUNK_SIZE}", data.len()),
-            });
-        }
+        check_chunk_len(fingerprint, &data)?;
         let actual = Fingerprint::of(&data);
         if actual != fingerprint {
             return Err(StoreError::FingerprintMismatch {
@@ -308,6 +306,20 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
                 actual,
             });
         }
+        self.put_hashed_chunk(bucket, fingerprint, data).await
+    }
+
+    /// [`Self::put_chunk`] without hashing again, for a caller in this
+    /// process that computed `fingerprint` from these very bytes (the
+    /// object store, which hashes each chunk once to place it).
+    pub(crate) async fn put_hashed_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> Result<ChunkPut> {
+        check_chunk_len(fingerprint, &data)?;
+        debug_assert_eq!(Fingerprint::of(&data), fingerprint);
         let _guard = self.chunk_lock(&fingerprint).lock().await;
         if let Some(rec) = self.chunk_record(&fingerprint).await? {
             if rec.len as usize != data.len() {

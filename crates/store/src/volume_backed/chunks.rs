@@ -8,7 +8,7 @@ use bytes::{Bytes, BytesMut};
 use quarry_volume::{LogicalPage, SpaceManager};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
-use crate::chunking::MAX_CHUNK_SIZE;
+use crate::chunking::{check_chunk_len, MAX_CHUNK_SIZE};
 use crate::data::{ChunkLocation, ChunkStore};
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
@@ -402,12 +402,7 @@ impl Inner {
         fingerprint: Fingerprint,
         data: Bytes,
     ) -> Result<ChunkLocation> {
-        if data.is_empty() || data.len() > MAX_CHUNK_SIZE as usize {
-            return Err(StoreError::InvalidChunk {
-                fingerprint,
-                reason: format!("{} bytes, not 1..={MAX_CHUNK_SIZE}", data.len()),
-            });
-        }
+        check_chunk_len(fingerprint, &data)?;
         let pages = pages_for(data.len(), self.page_size);
         let v = self.volume.stats();
         if v.live_pages + pages + self.keep_free_pages > v.capacity_pages {
