@@ -527,6 +527,16 @@ mod tests {
             .to_string()
             .contains("geometry mismatch"));
         assert!(decode_checkpoint(p, &bytes[..10], &geo()).is_err());
+        // Another version with a valid checksum: refused by version.
+        let mut v2 = bytes[..bytes.len() - 4].to_vec();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v2);
+        v2.extend_from_slice(&crc.to_le_bytes());
+        let err = decode_checkpoint(p, &v2, &geo()).unwrap_err().to_string();
+        assert!(
+            err.contains("version 2") && err.contains("volume.ckpt"),
+            "{err}"
+        );
     }
 
     #[test]

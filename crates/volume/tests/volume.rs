@@ -544,6 +544,133 @@ async fn a_checkpoint_bounds_the_scan_at_open() {
 }
 
 #[tokio::test]
+async fn a_dropped_write_or_trim_future_finishes_the_operation_whole() {
+    use futures::FutureExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = open(BackendKind::Mem, small(), dir.path(), quiet()).await;
+    let a = LogicalPage::new(1, 1);
+    let b = LogicalPage::new(1, 2);
+    m.write(b, content(b, 1, 512)).await.unwrap();
+    // Polled once, then dropped: the work runs on in its own task.
+    assert!(m.write(a, content(a, 1, 512)).now_or_never().is_none());
+    assert!(m.trim(b).now_or_never().is_none());
+    m.verify().unwrap();
+    let mut model = Model::new();
+    model.insert(a, Some(1));
+    model.insert(b, None);
+    for _ in 0..500 {
+        if m.read(a).await.unwrap().is_some() && m.read(b).await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    check_model(&m, &model).await;
+    assert_eq!(m.stats().user_pages_written, 2);
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn capacity_follows_the_formula_and_retired_blocks_lower_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultPlan::new();
+    let (m, _) = open_faulty(
+        BackendKind::Mem,
+        small(),
+        dir.path(),
+        quiet(),
+        faults.clone(),
+    )
+    .await;
+    // floor((good 64 - reserve max(3, 64 / 128) - 4 chips - 1) * 16 * 0.95)
+    assert_eq!(m.capacity_pages(), (56.0f64 * 16.0 * 0.95).floor() as u64);
+    assert_eq!(m.stats().reserved_blocks, 3);
+    faults.fail_program_after(0);
+    let id = LogicalPage::new(1, 1);
+    m.write(id, content(id, 1, 512)).await.unwrap();
+    let s = m.stats();
+    assert_eq!((s.retired_blocks, s.good_blocks), (1, 63), "{s:?}");
+    assert_eq!(s.capacity_pages, (55.0f64 * 16.0 * 0.95).floor() as u64);
+    m.verify().unwrap();
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_damaged_checkpoint_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let id = LogicalPage::new(1, 1);
+    m.write(id, content(id, 1, 512)).await.unwrap();
+    m.close().await.unwrap();
+    drop(m);
+    let path = dir.path().join("volume.ckpt");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[70] ^= 1;
+    std::fs::write(&path, bytes).unwrap();
+    let err = refused(BackendKind::File, small(), dir.path()).await;
+    assert!(matches!(err, VolumeError::Metadata { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("volume.ckpt") && msg.contains("checksum"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_checkpoint_deletes_the_trim_logs_it_covers() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = || {
+        let mut v: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("volume-trims-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let mut model = Model::new();
+    for round in 0..3 {
+        random_ops(&m, &mut model, 80 + round, 200, 100).await;
+        m.checkpoint().await.unwrap();
+        let generation = m.stats().checkpoint_generation;
+        assert_eq!(logs(), vec![format!("volume-trims-{generation:016x}.log")]);
+    }
+    check_model(&m, &model).await;
+    m.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_task_checkpoints_every_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = VolumeConfig {
+        checkpoint_interval_pages: 100,
+        ..VolumeConfig::default()
+    };
+    let (m, _) = open(BackendKind::Mem, small(), dir.path(), config).await;
+    let mut model = Model::new();
+    for round in 0..3 {
+        // 120 writes, past the interval: one checkpoint follows.
+        let before = m.stats().checkpoint_generation;
+        for i in 0..120 {
+            let id = LogicalPage::new(1, i);
+            m.write(id, content(id, round, 512)).await.unwrap();
+            model.insert(id, Some(round));
+        }
+        let mut generation = before;
+        for _ in 0..500 {
+            generation = m.stats().checkpoint_generation;
+            if generation > before {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(generation > before, "round {round}: no checkpoint");
+    }
+    check_model(&m, &model).await;
+    m.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn failed_programs_and_erases_retire_blocks_and_keep_data() {
     let dir = tempfile::tempdir().unwrap();
     let faults = FaultPlan::new();
