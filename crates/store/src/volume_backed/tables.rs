@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use quarry_volume::{LogicalPage, SpaceManager};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
 use crate::error::{Result, StoreError};
@@ -29,6 +29,12 @@ pub const MAX_BATCH_OPS: usize = 1 << 16;
 
 /// Most batches one log record carries (group commit).
 const MAX_GROUP: usize = 1024;
+/// Most messages waiting for the writer.
+const QUEUE: usize = MAX_GROUP;
+/// Most bytes of batches waiting for the writer (each counted with its
+/// encoded size plus [`PENDING_OVERHEAD`]): commits beyond wait their turn.
+const MAX_QUEUED_BYTES: usize = 4 * MAX_BATCH_BYTES;
+const PENDING_OVERHEAD: usize = 256;
 
 const LOG_MAGIC: [u8; 4] = *b"QTLG";
 const SNAPSHOT_MAGIC: [u8; 4] = *b"QTSN";
@@ -106,9 +112,8 @@ fn malformed(what: &'static str, reason: impl Into<String>) -> StoreError {
     }
 }
 
-/// A batch's encoding: op count u32, then per op kind u8 (0 put, 1 delete),
-/// table u8, key length u32, key, and for a put value length u32, value.
-fn encode_batch(batch: &Batch) -> Result<Vec<u8>> {
+/// Checks `batch` against the limits; returns its encoded size.
+fn batch_size(batch: &Batch) -> Result<usize> {
     let ops = batch.ops();
     if ops.len() > MAX_BATCH_OPS {
         return Err(StoreError::Backend(format!(
@@ -143,7 +148,14 @@ fn encode_batch(batch: &Batch) -> Result<Vec<u8>> {
             "a batch of {size} bytes encoded; at most {MAX_BATCH_BYTES}"
         )));
     }
-    let mut out = Vec::with_capacity(size);
+    Ok(size)
+}
+
+/// Appends a batch's encoding (checked by [`batch_size`]) to `out`: op
+/// count u32, then per op kind u8 (0 put, 1 delete), table u8, key length
+/// u32, key, and for a put value length u32, value.
+fn encode_batch(batch: &Batch, out: &mut Vec<u8>) {
+    let ops = batch.ops();
     out.extend_from_slice(&(ops.len() as u32).to_le_bytes());
     for op in ops {
         match op {
@@ -163,7 +175,6 @@ fn encode_batch(batch: &Batch) -> Result<Vec<u8>> {
             }
         }
     }
-    Ok(out)
 }
 
 /// Reads fields off an encoded payload.
@@ -221,22 +232,24 @@ fn apply_encoded(c: &mut Cursor<'_>, map: &mut TableMap) -> Result<()> {
     Ok(())
 }
 
-/// A log record's first page: magic, format, 3 bytes zero, sequence u64,
-/// payload length u32, pages u32, payload CRC-32C, header CRC-32C; then the
-/// payload (batch count u32, then the encoded batches), spanning pages.
-fn encode_log_record(seq: u64, payload: &[u8], page_size: usize) -> Vec<Bytes> {
-    let pages = (LOG_HEADER + payload.len()).div_ceil(page_size) as u32;
-    let mut bytes = Vec::with_capacity(LOG_HEADER + payload.len());
-    bytes.extend_from_slice(&LOG_MAGIC);
-    bytes.extend_from_slice(&[FORMAT, 0, 0, 0]);
-    bytes.extend_from_slice(&seq.to_le_bytes());
-    bytes.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    bytes.extend_from_slice(&pages.to_le_bytes());
-    bytes.extend_from_slice(&crc32c::crc32c(payload).to_le_bytes());
-    let crc = crc32c::crc32c(&bytes);
-    bytes.extend_from_slice(&crc.to_le_bytes());
-    bytes.extend_from_slice(payload);
-    paginate(bytes, page_size)
+/// A log record: `record` is [`LOG_HEADER`] bytes of room, then the payload
+/// (batch count u32, then the encoded batches). Fills in the header (magic,
+/// format, 3 bytes zero, sequence u64, payload length u32, pages u32,
+/// payload CRC-32C, header CRC-32C) and cuts the record into pages, without
+/// copying the payload.
+fn seal_log_record(seq: u64, mut record: Vec<u8>, page_size: usize) -> Vec<Bytes> {
+    let len = record.len() - LOG_HEADER;
+    let pages = record.len().div_ceil(page_size) as u32;
+    let crc = crc32c::crc32c(&record[LOG_HEADER..]);
+    record[0..4].copy_from_slice(&LOG_MAGIC);
+    record[4..8].copy_from_slice(&[FORMAT, 0, 0, 0]);
+    record[8..16].copy_from_slice(&seq.to_le_bytes());
+    record[16..20].copy_from_slice(&(len as u32).to_le_bytes());
+    record[20..24].copy_from_slice(&pages.to_le_bytes());
+    record[24..28].copy_from_slice(&crc.to_le_bytes());
+    let hcrc = crc32c::crc32c(&record[..28]);
+    record[28..32].copy_from_slice(&hcrc.to_le_bytes());
+    paginate(record, page_size)
 }
 
 /// A log record header: (sequence, payload length, pages, payload CRC).
@@ -395,13 +408,17 @@ impl Shared {
     }
 }
 
-/// A batch on its way to the log.
+/// A batch on its way to the log (encoded by the writer, straight into the
+/// log record).
 struct Pending {
-    encoded: Vec<u8>,
     batch: Batch,
+    /// Its encoded size.
+    size: usize,
     /// Memory the batch could add (its puts).
     growth: u64,
     done: oneshot::Sender<Result<()>>,
+    /// Its share of [`MAX_QUEUED_BYTES`], given back once it is done with.
+    _queued: OwnedSemaphorePermit,
 }
 
 enum Msg {
@@ -431,8 +448,9 @@ struct Writer {
 /// the log space, and the log is compacted now and then into a snapshot in
 /// the snapshot space.
 ///
-/// - **Commit**: the batch is encoded and handed to a writer task, which
-///   takes every batch waiting (group commit, up to 1024 batches and
+/// - **Commit**: the batch is checked against the limits and handed to a
+///   writer task (at most 1024 messages and 64 MiB of batches wait; later
+///   commits wait their turn), which takes every batch waiting (group commit, up to 1024 batches and
 ///   16 MiB), writes them as one log record (sequence number, length,
 ///   CRC-32C, spanning pages as needed) at the next log pages, and only then
 ///   applies them to the map and acknowledges them. A record is all or
@@ -455,7 +473,9 @@ struct Writer {
 /// `max_table_bytes` of memory.
 pub struct VolumeTableStore {
     shared: Arc<Shared>,
-    tx: mpsc::UnboundedSender<Msg>,
+    tx: mpsc::Sender<Msg>,
+    /// Bytes of batches that may wait for the writer.
+    queued: Arc<Semaphore>,
     volume: Arc<SpaceManager>,
     config: VolumeTableConfig,
 }
@@ -618,11 +638,12 @@ impl VolumeTableStore {
             snapshot_next,
             broken: None,
         };
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(QUEUE);
         tokio::spawn(writer.run(rx));
         Ok(Self {
             shared,
             tx,
+            queued: Arc::new(Semaphore::new(MAX_QUEUED_BYTES)),
             volume,
             config,
         })
@@ -652,6 +673,7 @@ impl VolumeTableStore {
         let (done, rx) = oneshot::channel();
         self.tx
             .send(Msg::Compact { done })
+            .await
             .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?;
         rx.await
             .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?
@@ -659,7 +681,7 @@ impl VolumeTableStore {
 }
 
 impl Writer {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
         let mut carry: Option<Msg> = None;
         loop {
             let msg = match carry.take() {
@@ -686,7 +708,7 @@ impl Writer {
             while group.len() < MAX_GROUP {
                 match rx.try_recv() {
                     Ok(Msg::Commit(p)) => {
-                        if size + p.encoded.len() > MAX_BATCH_BYTES && !group.is_empty() {
+                        if size + p.size > MAX_BATCH_BYTES && !group.is_empty() {
                             carry = Some(Msg::Commit(p));
                             break;
                         }
@@ -725,20 +747,23 @@ impl Writer {
             ))));
             return;
         }
-        *size += p.encoded.len();
+        *size += p.size;
         *bound += p.growth;
         group.push(p);
     }
 
     async fn commit_group(&mut self, group: Vec<Pending>, size: usize) {
-        let mut payload = Vec::with_capacity(size);
-        payload.extend_from_slice(&(group.len() as u32).to_le_bytes());
+        // Room for the whole record and its padding: no reallocation.
+        let mut record =
+            Vec::with_capacity((LOG_HEADER + size).div_ceil(self.page_size) * self.page_size);
+        record.resize(LOG_HEADER, 0);
+        record.extend_from_slice(&(group.len() as u32).to_le_bytes());
         for p in &group {
-            payload.extend_from_slice(&p.encoded);
+            encode_batch(&p.batch, &mut record);
         }
+        debug_assert_eq!(record.len(), LOG_HEADER + size);
         let seq = self.last_seq + 1;
-        let pages = encode_log_record(seq, &payload, self.page_size);
-        drop(payload);
+        let pages = seal_log_record(seq, record, self.page_size);
         let n = pages.len() as u64;
         let first = self.log_next;
         let space = self.config.log_space;
@@ -854,7 +879,7 @@ impl TableStore for VolumeTableStore {
         if batch.ops().is_empty() {
             return Ok(());
         }
-        let encoded = encode_batch(&batch)?;
+        let size = batch_size(&batch)?;
         let growth = batch
             .ops()
             .iter()
@@ -863,15 +888,24 @@ impl TableStore for VolumeTableStore {
                 Op::Delete { .. } => 0,
             })
             .sum();
+        let stopped = || StoreError::Backend("the table writer has stopped".into());
+        // At most MAX_QUEUED_BYTES wait for the writer; a batch is at most
+        // MAX_BATCH_BYTES, so it always fits once the queue drains.
+        let queued = Arc::clone(&self.queued)
+            .acquire_many_owned((size + PENDING_OVERHEAD) as u32)
+            .await
+            .map_err(|_| stopped())?;
         let (done, rx) = oneshot::channel();
         self.tx
             .send(Msg::Commit(Pending {
-                encoded,
                 batch,
+                size,
                 growth,
                 done,
+                _queued: queued,
             }))
-            .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?;
+            .await
+            .map_err(|_| stopped())?;
         rx.await
             .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?
     }
@@ -897,7 +931,9 @@ mod tests {
         b.put(Table::Chunks, b"k1".to_vec(), Bytes::from_static(b"v1"));
         b.put(Table::Buckets, b"k2".to_vec(), Bytes::from_static(b""));
         b.delete(Table::Chunks, b"k3".to_vec());
-        let enc = encode_batch(&b).unwrap();
+        let mut enc = Vec::new();
+        encode_batch(&b, &mut enc);
+        assert_eq!(enc.len(), batch_size(&b).unwrap());
         let (mut m1, mut m2) = (TableMap::default(), TableMap::default());
         let mut c = Cursor {
             buf: &enc,
@@ -915,12 +951,14 @@ mod tests {
             vec![0u8; MAX_TABLE_KEY_BYTES + 1],
             Bytes::new(),
         );
-        assert!(encode_batch(&big).is_err());
+        assert!(batch_size(&big).is_err());
     }
 
     #[test]
     fn log_records_and_snapshots_round_trip() {
-        let pages = encode_log_record(7, &[5u8; 1000], 512);
+        let mut record = vec![0u8; LOG_HEADER];
+        record.extend_from_slice(&[5u8; 1000]);
+        let pages = seal_log_record(7, record, 512);
         assert_eq!(pages.len(), 3);
         let (seq, len, n, crc) = decode_log_header(&pages[0], 512).unwrap();
         assert_eq!(
