@@ -288,7 +288,11 @@ impl Manifest {
             what: "manifest",
             reason,
         };
-        let mut r = Reader { buf: body, at: 5 };
+        let mut r = Reader {
+            what: "manifest",
+            buf: body,
+            at: 5,
+        };
         let flags = r.u8()?;
         if flags != 0 {
             return Err(bad(format!("unknown flags {flags:#04x}")));
@@ -346,17 +350,24 @@ impl Manifest {
     }
 }
 
-/// Bounds-checked little-endian reads.
+/// Bounds-checked little-endian reads off an encoding (a manifest, a table
+/// record, the volume-backed log and snapshots): running out of bytes is a
+/// [`StoreError::Malformed`] naming `what`, never a panic.
 pub(crate) struct Reader<'a> {
+    pub(crate) what: &'static str,
     pub(crate) buf: &'a [u8],
     pub(crate) at: usize,
 }
 
 impl<'a> Reader<'a> {
+    /// Reads `buf` from its start.
+    pub(crate) fn new(what: &'static str, buf: &'a [u8]) -> Self {
+        Self { what, buf, at: 0 }
+    }
     pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if self.buf.len() - self.at < n {
             return Err(StoreError::Malformed {
-                what: "record",
+                what: self.what,
                 reason: format!(
                     "needs {n} bytes at offset {}, only {} left",
                     self.at,

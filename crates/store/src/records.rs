@@ -32,7 +32,11 @@ fn open<'a>(what: &'static str, bytes: &'a [u8]) -> Result<Reader<'a>> {
             body[0]
         )));
     }
-    Ok(Reader { buf: body, at: 1 })
+    Ok(Reader {
+        what,
+        buf: body,
+        at: 1,
+    })
 }
 
 fn finish(what: &'static str, r: &Reader<'_>) -> Result<()> {

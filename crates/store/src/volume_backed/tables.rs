@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
 use crate::error::{Result, StoreError};
+use crate::manifest::Reader;
 use crate::table::{record_bytes, Batch, Op, Table, TableMap, TableStore};
 
 /// The space of the table log unless configured otherwise.
@@ -177,46 +178,18 @@ fn encode_batch(batch: &Batch, out: &mut Vec<u8>) {
     }
 }
 
-/// Reads fields off an encoded payload.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    at: usize,
-    what: &'static str,
-}
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.buf.len() - self.at < n {
-            return Err(malformed(
-                self.what,
-                format!("cut short at byte {} (wanted {n} more)", self.at),
-            ));
-        }
-        let out = &self.buf[self.at..self.at + n];
-        self.at += n;
-        Ok(out)
-    }
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
-    }
-    fn table(&mut self) -> Result<Table> {
-        let b = self.u8()?;
-        table_of(b).ok_or_else(|| malformed(self.what, format!("unknown table {b}")))
-    }
-    fn done(&self) -> bool {
-        self.at == self.buf.len()
-    }
+/// A table byte off an encoded payload.
+fn read_table(c: &mut Reader<'_>) -> Result<Table> {
+    let b = c.u8()?;
+    table_of(b).ok_or_else(|| malformed(c.what, format!("unknown table {b}")))
 }
 
 /// Applies one encoded batch (as written by [`encode_batch`]) to `map`.
-fn apply_encoded(c: &mut Cursor<'_>, map: &mut TableMap) -> Result<()> {
+fn apply_encoded(c: &mut Reader<'_>, map: &mut TableMap) -> Result<()> {
     let ops = c.u32()?;
     for _ in 0..ops {
         let kind = c.u8()?;
-        let table = c.table()?;
+        let table = read_table(c)?;
         let klen = c.u32()? as usize;
         let key = c.take(klen)?;
         match kind {
@@ -374,14 +347,10 @@ fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<TableMap> {
     if crc32c::crc32c(payload) != u32_at(bytes, 32) {
         return Err(malformed(what, "payload checksum does not match"));
     }
-    let mut c = Cursor {
-        buf: payload,
-        at: 0,
-        what,
-    };
+    let mut c = Reader::new(what, payload);
     let mut map = TableMap::default();
     for _ in 0..records {
-        let table = c.table()?;
+        let table = read_table(&mut c)?;
         let klen = c.u32()? as usize;
         let key = c.take(klen)?.to_vec();
         let vlen = c.u32()? as usize;
@@ -584,11 +553,7 @@ impl VolumeTableStore {
             if crc32c::crc32c(payload) != crc {
                 break;
             }
-            let mut c = Cursor {
-                buf: payload,
-                at: 0,
-                what: "table log record",
-            };
+            let mut c = Reader::new("table log record", payload);
             let batches = c.u32()?;
             for _ in 0..batches {
                 apply_encoded(&mut c, &mut map)?;
@@ -935,11 +900,7 @@ mod tests {
         encode_batch(&b, &mut enc);
         assert_eq!(enc.len(), batch_size(&b).unwrap());
         let (mut m1, mut m2) = (TableMap::default(), TableMap::default());
-        let mut c = Cursor {
-            buf: &enc,
-            at: 0,
-            what: "t",
-        };
+        let mut c = Reader::new("t", &enc);
         apply_encoded(&mut c, &mut m1).unwrap();
         assert!(c.done());
         m2.apply(b);
