@@ -318,10 +318,26 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
         let total: u64 = pieces.iter().map(|p| u64::from(p.len)).sum();
         let mut out = BytesMut::with_capacity(total as usize);
         for p in pieces {
+            let fingerprint = p.chunk.fingerprint;
             let data = self
-                .chunk_node(&p.chunk.fingerprint)
-                .read_chunk(p.chunk.fingerprint)
+                .chunk_node(&fingerprint)
+                .read_chunk(fingerprint)
                 .await?;
+            // The chunk table's length and the manifest's agree unless one
+            // of them is damaged: an error then, not a panic.
+            if data.len() != p.chunk.len as usize {
+                return Err(StoreError::InvalidChunk {
+                    fingerprint,
+                    reason: format!(
+                        "{} bytes at its node, {} in the manifest of {}/{} version {}",
+                        data.len(),
+                        p.chunk.len,
+                        m.bucket(),
+                        m.key(),
+                        m.version()
+                    ),
+                });
+            }
             let start = p.offset_in_chunk as usize;
             out.extend_from_slice(&data[start..start + p.len as usize]);
         }

@@ -527,3 +527,33 @@ async fn the_collector_spares_recent_references() {
     assert_eq!((report.chunks_lowered, report.chunks_freed), (1, 1));
     assert_eq!(data.live_extents(), 0);
 }
+
+#[tokio::test]
+async fn a_chunk_shorter_than_its_manifest_says_is_an_error_not_a_panic() {
+    let s = store(&[1]).await;
+    let node = s.node(1).unwrap();
+    let chunk = bytes::Bytes::from_static(b"ten bytes!");
+    let fp = Fingerprint::of(&chunk);
+    node.put_chunk(&b("data"), fp, chunk).await.unwrap();
+    // A damaged manifest (or chunk record) that disagrees on the length.
+    let m = quarry_store::Manifest::new(
+        b("data"),
+        k("x"),
+        0,
+        0,
+        Chunking::fixed(1024).unwrap(),
+        vec![quarry_store::ChunkRef {
+            fingerprint: fp,
+            len: 20,
+        }],
+    )
+    .unwrap();
+    node.put_manifest(m, Condition::Always).await.unwrap();
+    let e = s.get(&b("data"), &k("x")).await.unwrap_err();
+    assert!(matches!(e, StoreError::InvalidChunk { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("10 bytes at its node, 20 in the manifest"),
+        "{e}"
+    );
+}

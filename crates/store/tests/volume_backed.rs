@@ -508,6 +508,72 @@ async fn a_torn_log_tail_is_ignored_and_trimmed() {
     volume.close().await.unwrap();
 }
 
+/// A table root as `docs/store.md` describes it, padded to a 1 KiB page.
+fn root_page(seq: u64, first: u64, pages: u64, log_start: u64) -> Bytes {
+    let mut r = Vec::new();
+    r.extend_from_slice(b"QTRT");
+    r.extend_from_slice(&[1, 0, 0, 0]);
+    for v in [seq, first, pages, log_start] {
+        r.extend_from_slice(&v.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&r);
+    r.extend_from_slice(&crc.to_le_bytes());
+    r.resize(1024, 0);
+    Bytes::from(r)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_refuses_a_log_out_of_sequence_and_a_bad_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
+    let open = || {
+        VolumeTableStore::open(
+            Arc::clone(&volume),
+            VolumeTableConfig {
+                compact_min_log_pages: 1000,
+                ..VolumeTableConfig::default()
+            },
+        )
+    };
+    let tables = open().await.unwrap();
+    let mut batch = Batch::new();
+    batch.put(Table::Chunks, b"k".to_vec(), Bytes::from_static(b"v"));
+    tables.commit(batch).await.unwrap();
+    // Empty batches write nothing.
+    tables.commit(Batch::new()).await.unwrap();
+    assert_eq!(tables.stats().log_records_written, 1);
+    drop(tables);
+
+    // Record 5 right after record 1: corruption, not a torn tail.
+    let log = |i| LogicalPage::new(quarry_store::DEFAULT_LOG_SPACE, i);
+    let page = log_record(5, &one_put(b"x", b"y"), true).remove(0);
+    volume.write(log(1), page).await.unwrap();
+    let err = open().await.unwrap_err().to_string();
+    assert!(
+        err.contains("holds record 5 where record 2 was due"),
+        "{err}"
+    );
+    volume.trim(log(1)).await.unwrap();
+    assert_eq!(open().await.unwrap().stats().last_seq, 1);
+
+    // A root that does not check, and one naming more pages than the volume
+    // has: errors, before anything is read or allocated for the snapshot.
+    let root = LogicalPage::new(quarry_store::DEFAULT_SNAPSHOT_SPACE, 0);
+    volume
+        .write(root, Bytes::from(vec![7; 1024]))
+        .await
+        .unwrap();
+    let err = open().await.unwrap_err().to_string();
+    assert!(err.contains("malformed table root"), "{err}");
+    volume
+        .write(root, root_page(1, 1, 1 << 50, 1))
+        .await
+        .unwrap();
+    let err = open().await.unwrap_err().to_string();
+    assert!(err.contains("names a snapshot of"), "{err}");
+    volume.close().await.unwrap();
+}
+
 /// A chunk header as `docs/store.md` describes it.
 fn chunk_header(space: u32, first: u64, pages: u32, len: u32, fp: &Fingerprint) -> Vec<u8> {
     let mut h = Vec::new();

@@ -546,22 +546,34 @@ impl Inner {
             )));
         }
         let total = CHUNK_HEADER_BYTES + h.len as usize;
-        let mut bytes = BytesMut::with_capacity(total);
-        bytes.extend_from_slice(&first[..first.len().min(total)]);
-        let rest = read_pages(
-            &self.volume,
-            self.space,
-            location.first_page + 1,
-            u64::from(h.pages) - 1,
-        )
-        .await?;
-        for (i, page) in rest.into_iter().enumerate() {
-            let page =
-                page.ok_or_else(|| bad(format!("page {} of {} is not written", i + 2, h.pages)))?;
-            let want = (total - bytes.len()).min(page.len());
-            bytes.extend_from_slice(&page[..want]);
+        let data = if h.pages == 1 {
+            // The whole chunk is on its header page: no copy.
+            first.slice(CHUNK_HEADER_BYTES..first.len().min(total))
+        } else {
+            let mut bytes = BytesMut::with_capacity(h.len as usize);
+            bytes.extend_from_slice(&first[CHUNK_HEADER_BYTES..first.len().min(total)]);
+            let rest = read_pages(
+                &self.volume,
+                self.space,
+                location.first_page + 1,
+                u64::from(h.pages) - 1,
+            )
+            .await?;
+            for (i, page) in rest.into_iter().enumerate() {
+                let page = page
+                    .ok_or_else(|| bad(format!("page {} of {} is not written", i + 2, h.pages)))?;
+                let want = (h.len as usize - bytes.len()).min(page.len());
+                bytes.extend_from_slice(&page[..want]);
+            }
+            bytes.freeze()
+        };
+        if data.len() != h.len as usize {
+            return Err(bad(format!(
+                "its pages hold {} of its {} bytes",
+                data.len(),
+                h.len
+            )));
         }
-        let data = bytes.freeze().slice(CHUNK_HEADER_BYTES..);
         let actual = Fingerprint::of(&data);
         if actual != h.fingerprint {
             return Err(bad(format!(

@@ -490,6 +490,25 @@ impl VolumeTableStore {
             Some(page) => Root::decode(&page)?,
             None => Root::default(),
         };
+        // Checked before anything is allocated for the snapshot.
+        let snapshot_fits = root.snapshot_pages <= volume.capacity_pages()
+            && root.snapshot_first > ROOT_PAGE
+            && root
+                .snapshot_first
+                .checked_add(root.snapshot_pages)
+                .is_some();
+        if root.snapshot_pages > 0 && !snapshot_fits {
+            return Err(malformed(
+                "table root",
+                format!(
+                    "names a snapshot of {} pages from page {}; the volume holds {} pages \
+                     and snapshots start at page 1",
+                    root.snapshot_pages,
+                    root.snapshot_first,
+                    volume.capacity_pages()
+                ),
+            ));
+        }
         let mut map = TableMap::default();
         if root.snapshot_pages > 0 {
             let pages = read_pages(
@@ -544,12 +563,14 @@ impl VolumeTableStore {
             if rest.iter().any(Option::is_none) {
                 break;
             }
-            let mut payload = Vec::with_capacity(LOG_HEADER + len);
+            let mut payload = Vec::with_capacity(pages as usize * page_size);
             payload.extend_from_slice(&first);
             for p in rest.into_iter().flatten() {
                 payload.extend_from_slice(&p);
             }
-            let payload = &payload[LOG_HEADER..LOG_HEADER + len];
+            let Some(payload) = payload.get(LOG_HEADER..LOG_HEADER + len) else {
+                break;
+            };
             if crc32c::crc32c(payload) != crc {
                 break;
             }
