@@ -1,12 +1,17 @@
-//! Helpers shared by the volume-backed store's tests and `store-crash-writer`.
+//! Helpers shared by the volume-backed store's tests and `store-crash-writer`
+//! (which compiles this file too, hence `allow(dead_code)`).
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use quarry_device::{BackendKind, Device, DeviceConfig, Geometry};
-use quarry_store::{VolumeChunkConfig, VolumeStoreConfig, VolumeTableConfig};
+use quarry_store::{
+    ChunkLocation, ChunkStore, Fingerprint, VolumeChunkConfig, VolumeObjectStore,
+    VolumeStoreConfig, VolumeTableConfig,
+};
 use quarry_volume::{SpaceManager, VolumeConfig};
 
 /// 2 buses x 2 chips x 32 blocks x 32 pages of 1 KiB: 4096 pages, 4 MiB.
@@ -126,4 +131,55 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+}
+
+/// Every chunk count equals the references live manifests make, every
+/// chunk reads back, the chunk store holds exactly the records' extents,
+/// and the volume's live pages are the chunks' pages plus the tables'.
+pub async fn assert_exact(s: &VolumeObjectStore, context: &str) {
+    let mut want: HashMap<Fingerprint, u64> = HashMap::new();
+    for n in s.nodes() {
+        for m in n.all_manifests().await.unwrap() {
+            for c in m.chunks() {
+                *want.entry(c.fingerprint).or_default() += 1;
+            }
+        }
+    }
+    let mut have: HashMap<Fingerprint, u64> = HashMap::new();
+    for n in s.nodes() {
+        let chunks = n.chunks().await.unwrap();
+        let mut records: Vec<(ChunkLocation, Fingerprint)> =
+            chunks.iter().map(|(fp, i)| (i.location, *fp)).collect();
+        let mut extents = n.data().extents().await.unwrap();
+        records.sort();
+        extents.sort();
+        assert_eq!(
+            records,
+            extents,
+            "{context}node {}: extents are the records'",
+            n.id()
+        );
+        let mut pages = 0;
+        for (fp, info) in chunks {
+            assert_eq!(s.placement().chunk_node(&fp), n.id());
+            have.insert(fp, info.refcount);
+            pages += u64::from(info.location.pages);
+            n.read_chunk(fp).await.unwrap();
+        }
+        let volume = n.data().volume();
+        let chunk_pages = volume.pages_in(n.data().space()).len() as u64;
+        assert_eq!(chunk_pages, pages, "{context}node {}: chunk pages", n.id());
+        assert_eq!(n.data().stats().pages, pages);
+        assert_eq!(
+            volume.stats().live_pages,
+            chunk_pages + n.tables().pages(),
+            "{context}node {}: live pages are the chunks' and the tables'",
+            n.id()
+        );
+        volume.verify().unwrap();
+    }
+    assert_eq!(
+        have, want,
+        "{context}chunk counts are the manifests' references"
+    );
 }
