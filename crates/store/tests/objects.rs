@@ -557,3 +557,34 @@ async fn a_chunk_shorter_than_its_manifest_says_is_an_error_not_a_panic() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_put_over_its_deadline_fails_and_releases_its_chunks() {
+    let mut s = store(&[1, 2]).await;
+    s.set_put_deadline_ms(0);
+    // A source that takes at least 5 ms: the put cannot commit in 0 ms.
+    let (mut tx, rx) = tokio::io::duplex(4096);
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        tx.write_all(&generate(3000, 1)).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        tx.write_all(&generate(3000, 2)).await.unwrap();
+    });
+    let e = s
+        .put(&b("data"), &k("slow"), rx, Condition::Always)
+        .await
+        .unwrap_err();
+    writer.await.unwrap();
+    assert!(matches!(e, StoreError::PutExpired { .. }), "{e}");
+    assert!(e.to_string().contains("over the 0 ms limit"), "{e}");
+    // Its references were released: nothing is stored, nothing to collect.
+    assert_eq!(s.usage(), Default::default());
+    for n in s.nodes() {
+        assert!(n.chunks().await.unwrap().is_empty());
+        assert!(n.data().extents().await.unwrap().is_empty());
+    }
+    assert!(matches!(
+        s.head(&b("data"), &k("slow")).await,
+        Err(StoreError::NoSuchObject { .. })
+    ));
+}

@@ -460,6 +460,42 @@ async fn a_torn_log_tail_is_ignored_and_trimmed() {
     volume.close().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tables_refuse_puts_beyond_their_memory_and_still_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
+    // Each record counts 2 + 100 + 64 bytes: six fit in 1000, a seventh not.
+    let tables = VolumeTableStore::open(
+        Arc::clone(&volume),
+        VolumeTableConfig {
+            max_table_bytes: 1000,
+            ..VolumeTableConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let put = |i: u8| {
+        let mut batch = Batch::new();
+        batch.put(Table::Chunks, vec![b'k', i], Bytes::from(vec![i; 100]));
+        batch
+    };
+    for i in 0..6 {
+        tables.commit(put(i)).await.unwrap();
+    }
+    let err = tables.commit(put(6)).await.unwrap_err().to_string();
+    assert!(err.contains("max_table_bytes"), "{err}");
+    assert_eq!(tables.stats().records, 6);
+    assert_eq!(tables.stats().bytes, 6 * 166);
+    // Deletes always pass, and free room.
+    let mut batch = Batch::new();
+    batch.delete(Table::Chunks, vec![b'k', 0]);
+    tables.commit(batch).await.unwrap();
+    tables.commit(put(6)).await.unwrap();
+    assert_eq!(tables.stats().records, 6);
+    drop(tables);
+    volume.close().await.unwrap();
+}
+
 /// A table root as `docs/store.md` describes it, padded to a 1 KiB page.
 fn root_page(seq: u64, first: u64, pages: u64, log_start: u64) -> Bytes {
     let mut r = Vec::new();

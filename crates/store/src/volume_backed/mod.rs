@@ -202,3 +202,20 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_space_used_twice_is_refused() {
+        VolumeStoreConfig::default().validate().unwrap();
+        let mut config = VolumeStoreConfig::default();
+        config.chunks.space = config.tables.snapshot_space;
+        let e = config.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("the chunk space and the table snapshot space are both space 3"),
+            "{e}"
+        );
+    }
+}

@@ -937,6 +937,28 @@ mod tests {
     }
 
     #[test]
+    fn batch_limits_name_the_figure() {
+        let refused = |b: &Batch| batch_size(b).unwrap_err().to_string();
+        let mut b = Batch::new();
+        b.put(
+            Table::Manifests,
+            b"k".to_vec(),
+            vec![0u8; MAX_TABLE_VALUE_BYTES + 1],
+        );
+        assert!(refused(&b).contains("at most 12582912"), "value");
+        let mut b = Batch::new();
+        for i in 0..=MAX_BATCH_OPS as u32 {
+            b.delete(Table::Chunks, i.to_le_bytes().to_vec());
+        }
+        assert!(refused(&b).contains("at most 65536"), "changes");
+        let mut b = Batch::new();
+        let big = Bytes::from(vec![0u8; 9 << 20]);
+        b.put(Table::Manifests, b"a".to_vec(), big.clone());
+        b.put(Table::Manifests, b"b".to_vec(), big);
+        assert!(refused(&b).contains("at most 16777216"), "encoded size");
+    }
+
+    #[test]
     fn log_records_and_snapshots_round_trip() {
         let mut record = vec![0u8; LOG_HEADER];
         record.extend_from_slice(&[5u8; 1000]);
