@@ -220,10 +220,10 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         &self.key_locks[crc32c::crc32c(key) as usize % STRIPES]
     }
 
+    /// Updates the space figures; a closure that lowers a bucket's figures
+    /// prunes it (so a commit costs O(log buckets), not a walk of them all).
     fn with_usage(&self, f: impl FnOnce(&mut Usage)) {
-        let mut u = self.usage.lock().expect("usage lock");
-        f(&mut u);
-        u.prune();
+        f(&mut self.usage.lock().expect("usage lock"));
     }
 
     async fn chunk_record(&self, fp: &Fingerprint) -> Result<Option<ChunkRecord>> {
@@ -456,10 +456,11 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         self.tables.commit(batch).await?;
         let len = u64::from(rec.len);
         self.with_usage(|u| {
-            for b in &emptied {
-                let b = u.bucket(b);
+            for name in &emptied {
+                let b = u.bucket(name);
                 b.chunks -= 1;
                 b.stored_bytes -= len;
+                u.prune(name);
             }
             if refcount == 0 {
                 u.chunks -= 1;
@@ -612,6 +613,9 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             b.logical_bytes += manifest.size();
             u.objects += 1;
             u.logical_bytes += manifest.size();
+            if let Some(old) = &live {
+                u.prune(old.bucket());
+            }
         });
         Ok(ManifestPut {
             manifest,
@@ -653,6 +657,7 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             b.logical_bytes -= m.size();
             u.objects -= 1;
             u.logical_bytes -= m.size();
+            u.prune(bucket);
         });
         Ok(m)
     }

@@ -70,9 +70,11 @@ impl Usage {
         self.buckets.entry(b.clone()).or_default()
     }
 
-    /// Drops buckets whose figures are all zero.
-    pub(crate) fn prune(&mut self) {
-        self.buckets.retain(|_, u| *u != BucketUsage::default());
+    /// Drops `b`'s figures if they are all zero (after a decrease).
+    pub(crate) fn prune(&mut self, b: &BucketName) {
+        if self.buckets.get(b) == Some(&BucketUsage::default()) {
+            self.buckets.remove(b);
+        }
     }
 }
 
