@@ -343,9 +343,7 @@ async fn single(
     let (n, rec): (Node, _) = NodeStore::open(1, tables.clone(), data.clone())
         .await
         .unwrap();
-    let mut s = ObjectStore::new([Arc::new(n)]).unwrap();
-    s.set_put_deadline_ms(0);
-    (s, rec)
+    (ObjectStore::new([Arc::new(n)]).unwrap(), rec)
 }
 
 /// No live manifest names a chunk that is missing or under-counted.
@@ -394,7 +392,7 @@ async fn a_crash_at_any_step_leaves_orphans_never_dangling_references() {
         // "Crash": drop the node, reopen over what was committed.
         drop(s);
         tables.fail_commits_after(None);
-        let (s, _) = single(&tables, &data).await;
+        let (mut s, _) = single(&tables, &data).await;
         assert_no_dangling(&s).await;
         let (m, got) = s.get(&b("data"), &k("f")).await.unwrap();
         if m.version() == 2 {
@@ -404,7 +402,9 @@ async fn a_crash_at_any_step_leaves_orphans_never_dangling_references() {
             assert_eq!(got, old, "crash after {crash_after}");
         }
         // The collector takes the orphans' references away; after it,
-        // counts are exact and only live chunks hold pages.
+        // counts are exact and only live chunks hold pages. (A deadline of
+        // 0 here, not for the puts: one taking a millisecond would expire.)
+        s.set_put_deadline_ms(0);
         tokio::time::sleep(std::time::Duration::from_millis(3)).await;
         let report = s.collect_orphans().await.unwrap();
         assert!(report.dangling.is_empty());
