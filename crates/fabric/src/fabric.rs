@@ -296,14 +296,17 @@ fn decode_frame(mut buf: BytesMut) -> Result<quarry_proto::Frame, String> {
 /// Requests that change nothing, so one that failed because a link died may
 /// be sent again on another path.
 fn is_idempotent(request: &Request) -> bool {
-    matches!(
-        request,
-        Request::Ping
-            | Request::ReadPage(_)
-            | Request::NodeInfo(_)
-            | Request::Cluster
-            | Request::Routes(_)
-    )
+    match request {
+        Request::Call(call) => call.idempotent,
+        other => matches!(
+            other,
+            Request::Ping
+                | Request::ReadPage(_)
+                | Request::NodeInfo(_)
+                | Request::Cluster
+                | Request::Routes(_)
+        ),
+    }
 }
 
 impl Inner {

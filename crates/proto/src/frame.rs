@@ -12,9 +12,14 @@ pub const MAGIC: u16 = 0x5152;
 /// Bytes in the fixed frame header. Its layout is the same in every protocol
 /// version so that a peer can always read the version and skip the body.
 pub const HEADER_LEN_BYTES: usize = 16;
-/// Largest frame body: one maximal page plus maximal OOB plus room for the
-/// page-carrying messages' fixed fields (26 bytes) with slack.
-pub const MAX_BODY_BYTES: u32 = MAX_PAGE_SIZE_BYTES + MAX_OOB_SIZE_BYTES + 256;
+/// Largest frame body: a service call carrying one maximal object-store chunk
+/// (4 MiB) with its fields and 64 KiB of slack. It also bounds what one
+/// request in flight may hold in memory. (A page message needs far less: one
+/// maximal page plus maximal OOB plus 26 bytes of fields.)
+pub const MAX_BODY_BYTES: u32 = (4 << 20) + (64 << 10);
+
+// A maximal page message fits, with room for its fields.
+const _: () = assert!(MAX_PAGE_SIZE_BYTES + MAX_OOB_SIZE_BYTES + 256 <= MAX_BODY_BYTES);
 /// Largest error message carried in an `Error` answer; longer ones are cut.
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
 /// Largest node address string (`host:port`) in any message.

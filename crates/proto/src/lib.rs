@@ -45,7 +45,7 @@ pub use frame::{
 };
 pub use message::{
     GlobalBlockAddr, GlobalPageAddr, LinkEntry, NodeEntry, NodeId, NodeInfo, Request, Response,
-    RouteEntry, RoutesInfo, Status, Tag,
+    RouteEntry, RoutesInfo, Service, ServiceCall, Status, Tag,
 };
 pub use server::{serve_connection, serve_connection_with, Incoming};
 pub use session::{Session, SessionLimits, MAX_IN_FLIGHT_LIMIT};

@@ -161,6 +161,48 @@ pub enum Request {
     /// One node's fabric view: its live links and its routing table; answered
     /// by [`Response::Routes`].
     Routes(NodeId),
+    /// A call to one of a node's services (the object store, volumes, ...):
+    /// the body is the service's own encoding, opaque to this layer and the
+    /// fabric. Answered by [`Response::Reply`] (the service's answer,
+    /// successes and the service's own failures alike) or by
+    /// [`Response::Error`] when the call never reached the service.
+    Call(Box<ServiceCall>),
+}
+
+/// The addressed parts of a [`Request::Call`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceCall {
+    /// The node whose service runs the call.
+    pub node: NodeId,
+    /// Which service ([`Service`]).
+    pub service: Service,
+    /// The call changes nothing, so the fabric may send it again on another
+    /// path when the link it took dies.
+    pub idempotent: bool,
+    /// The service's encoding of the call, at most [`crate::MAX_BODY_BYTES`]
+    /// less the call's 4-byte head.
+    pub body: Bytes,
+}
+
+/// The services a node runs behind [`Request::Call`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Service {
+    /// The object store (layer 5): chunks, manifests, buckets.
+    Store = 1,
+    /// Block volumes (layer 4 spaces made into named logical page spaces).
+    Volume = 2,
+}
+
+impl Service {
+    /// Decodes a service byte.
+    pub fn from_u8(byte: u8) -> Option<Service> {
+        match byte {
+            1 => Some(Service::Store),
+            2 => Some(Service::Volume),
+            _ => None,
+        }
+    }
 }
 
 /// An answer to one [`Request`].
@@ -187,6 +229,8 @@ pub enum Response {
     Cluster(Vec<NodeEntry>),
     /// Answer to [`Request::Routes`].
     Routes(Box<RoutesInfo>),
+    /// Answer to [`Request::Call`]: the service's encoding of its answer.
+    Reply(Bytes),
     /// The request failed; `status` says how, `message` says what was wrong.
     Error {
         /// Machine-readable class.

@@ -10,7 +10,7 @@ use crate::frame::{
 };
 use crate::{
     GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeInfo, ProtoError, Request, Response,
-    RoutesInfo, Status, Tag,
+    RoutesInfo, Service, ServiceCall, Status, Tag,
 };
 
 /// Opcode numbers; requests have the top bit clear, answers have it set.
@@ -29,6 +29,8 @@ pub mod opcode {
     pub const CLUSTER: u8 = 0x06;
     /// Request: one node's links and routing table.
     pub const ROUTES: u8 = 0x07;
+    /// Request: a call to a node's service.
+    pub const CALL: u8 = 0x08;
     /// Answer to PING (empty body).
     pub const PONG: u8 = 0x81;
     /// Answer to READ_PAGE.
@@ -41,6 +43,8 @@ pub mod opcode {
     pub const CLUSTER_ANSWER: u8 = 0x86;
     /// Answer to ROUTES (JSON).
     pub const ROUTES_ANSWER: u8 = 0x87;
+    /// Answer to CALL: the service's answer bytes.
+    pub const REPLY: u8 = 0x88;
     /// Failure: the status byte says how, the body (UTF-8) says what.
     pub const ERROR: u8 = 0xFF;
 }
@@ -55,6 +59,7 @@ pub fn request_opcode(request: &Request) -> u8 {
         Request::NodeInfo(_) => opcode::NODE_INFO,
         Request::Cluster => opcode::CLUSTER,
         Request::Routes(_) => opcode::ROUTES,
+        Request::Call(_) => opcode::CALL,
     }
 }
 
@@ -146,6 +151,12 @@ pub fn encode_request(
                 dst.put_u32(addr.block.block);
             }
             Request::NodeInfo(node) | Request::Routes(node) => dst.put_u16(*node),
+            Request::Call(call) => {
+                dst.put_u16(call.node);
+                dst.put_u8(call.service as u8);
+                dst.put_u8(u8::from(call.idempotent));
+                dst.extend_from_slice(&call.body);
+            }
         }
         Ok(())
     })
@@ -177,6 +188,7 @@ pub fn encode_response(
         Response::NodeInfo(_) => (opcode::NODE_INFO_ANSWER, 0),
         Response::Cluster(_) => (opcode::CLUSTER_ANSWER, 0),
         Response::Routes(_) => (opcode::ROUTES_ANSWER, 0),
+        Response::Reply(_) => (opcode::REPLY, 0),
         Response::Error { status, .. } => (opcode::ERROR, *status as u8),
     };
     frame_into(dst, FrameHeader::new(op, status, 0, tag), |dst| {
@@ -229,6 +241,7 @@ pub fn encode_response(
                 })?;
                 dst.extend_from_slice(&json);
             }
+            Response::Reply(body) => dst.extend_from_slice(body),
             Response::Error { message, .. } => {
                 dst.extend_from_slice(bounded_message(message).as_bytes())
             }
@@ -325,6 +338,13 @@ impl<'a> Cursor<'a> {
         Ok(self.body.slice(start..start + len))
     }
 
+    /// The rest of the body, zero-copy.
+    fn rest(&mut self) -> Bytes {
+        let start = self.pos;
+        self.pos = self.body.len();
+        self.body.slice(start..)
+    }
+
     fn finish(&self) -> Result<(), ProtoError> {
         if self.pos != self.body.len() {
             return Err(self.malformed(format!(
@@ -378,6 +398,7 @@ fn what_of_request(op: u8) -> &'static str {
         opcode::NODE_INFO => "NodeInfo",
         opcode::CLUSTER => "Cluster",
         opcode::ROUTES => "Routes",
+        opcode::CALL => "Call",
         _ => "request",
     }
 }
@@ -406,6 +427,24 @@ pub fn decode_request(frame: &Frame) -> Result<Request, ProtoError> {
         }),
         opcode::NODE_INFO => Request::NodeInfo(c.u16("node")?),
         opcode::ROUTES => Request::Routes(c.u16("node")?),
+        opcode::CALL => {
+            let node = c.u16("node")?;
+            let service_byte = c.u8("service")?;
+            let service = Service::from_u8(service_byte)
+                .ok_or_else(|| c.malformed(format!("unknown service {service_byte}")))?;
+            let idempotent = match c.u8("flags")? {
+                0 => false,
+                1 => true,
+                other => return Err(c.malformed(format!("unknown call flags 0x{other:02x}"))),
+            };
+            let body = c.rest();
+            Request::Call(Box::new(ServiceCall {
+                node,
+                service,
+                idempotent,
+                body,
+            }))
+        }
         other => {
             return Err(ProtoError::UnknownOpcode {
                 opcode: other,
@@ -505,6 +544,7 @@ pub fn decode_response(frame: &Frame) -> Result<Response, ProtoError> {
             })?;
             Response::Routes(Box::new(info))
         }
+        opcode::REPLY => Response::Reply(frame.body.clone()),
         opcode::ERROR => {
             let status = Status::from_u8(frame.header.status)
                 .filter(|s| *s != Status::Ok)

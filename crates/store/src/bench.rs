@@ -135,12 +135,12 @@ pub async fn dedup(config: &DedupConfig) -> Result<DedupReport> {
                     Condition::Always,
                 )
                 .await?;
-            let first_stored = store.usage().stored_bytes;
+            let first_stored = store.usage().await?.stored_bytes;
             store
                 .put_bytes(&bucket, &ObjectKey::new("copy")?, &copy, Condition::Always)
                 .await?;
             let seconds = started.elapsed().as_secs_f64();
-            let usage = store.usage();
+            let usage = store.usage().await?;
             rows.push(DedupRow {
                 chunking,
                 edit,

@@ -2,19 +2,20 @@
 //! order of steps that keeps every manifest's chunks present, reads with
 //! byte ranges, listing, accounting, and the orphan collector.
 //!
-//! Today the nodes are [`NodeStore`]s in this process; over the fabric the
-//! same calls become requests to the node that placement names, in the same
-//! order.
+//! The nodes are anything that implements [`StoreNode`]: [`NodeStore`]s in
+//! this process, or [`crate::RemoteNode`]s across the fabric; the calls and
+//! their order are the same.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::AsyncRead;
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::chunking::{AsyncChunker, Chunking};
-use crate::data::{ChunkStore, MemChunkStore};
+use crate::data::MemChunkStore;
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::manifest::{ChunkRef, Manifest};
@@ -22,12 +23,18 @@ use crate::name::{BucketName, ObjectKey};
 use crate::node::{now_ms, Condition, NodeStore};
 use crate::placement::{NodeId, Placement};
 use crate::records::BucketConfig;
-use crate::table::{MemTableStore, TableStore};
+use crate::remote::{StoreNode, MAX_PAGE_ITEMS};
+use crate::table::MemTableStore;
 use crate::usage::Usage;
 
 /// Default longest time from a put's first chunk reference to its manifest
 /// commit: 10 minutes.
 pub const DEFAULT_PUT_DEADLINE_MS: u64 = 10 * 60 * 1000;
+
+/// Default bound on the chunk bytes a put or a read has in flight to the
+/// nodes at once: 32 MiB (it keeps every node's device busy on a 4-node
+/// cluster with 64 KiB chunks, and bounds the memory a transfer holds).
+pub const DEFAULT_IN_FLIGHT_BYTES: u64 = 32 << 20;
 
 /// What [`ObjectStore::collect_orphans`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -46,7 +53,7 @@ pub struct OrphanReport {
 }
 
 /// An [`ObjectStore`] whose nodes keep everything in memory.
-pub type MemObjectStore = ObjectStore<Arc<MemTableStore>, Arc<MemChunkStore>>;
+pub type MemObjectStore = ObjectStore<NodeStore<Arc<MemTableStore>, Arc<MemChunkStore>>>;
 
 impl MemObjectStore {
     /// A store over nodes `ids`, each with in-memory tables and 8 KiB pages.
@@ -66,20 +73,35 @@ impl MemObjectStore {
 }
 
 /// Objects over a set of nodes.
-pub struct ObjectStore<T, C> {
+pub struct ObjectStore<N> {
     placement: Placement,
-    nodes: BTreeMap<NodeId, Arc<NodeStore<T, C>>>,
+    nodes: BTreeMap<NodeId, Arc<N>>,
     put_deadline_ms: u64,
+    in_flight_bytes: u64,
 }
 
-impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
+/// Releases a put or delete keeps in flight at once.
+const RELEASES_IN_FLIGHT: usize = 32;
+/// Most chunk reads a stream keeps in flight, whatever the byte bound.
+const MAX_READS_IN_FLIGHT: usize = 256;
+
+/// A failed release leaves a count too high, for the orphan collector; it
+/// is not the caller's failure, so it is only noted in debug builds.
+fn tracing_free_note(e: &StoreError) {
+    if cfg!(debug_assertions) {
+        eprintln!("quarry-store: a release failed and left an orphan reference: {e}");
+    }
+}
+
+impl<N: StoreNode> ObjectStore<N> {
     /// The store over `nodes` (their ids are the members).
-    pub fn new(nodes: impl IntoIterator<Item = Arc<NodeStore<T, C>>>) -> Result<Self> {
+    pub fn new(nodes: impl IntoIterator<Item = Arc<N>>) -> Result<Self> {
         let nodes: BTreeMap<_, _> = nodes.into_iter().map(|n| (n.id(), n)).collect();
         Ok(Self {
             placement: Placement::new(nodes.keys().copied())?,
             nodes,
             put_deadline_ms: DEFAULT_PUT_DEADLINE_MS,
+            in_flight_bytes: DEFAULT_IN_FLIGHT_BYTES,
         })
     }
 
@@ -88,26 +110,32 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
         self.put_deadline_ms = ms;
     }
 
+    /// Sets the bound on chunk bytes in flight per transfer (at least one
+    /// chunk is always allowed).
+    pub fn set_in_flight_bytes(&mut self, bytes: u64) {
+        self.in_flight_bytes = bytes.max(1);
+    }
+
     /// The placement over the members.
     pub fn placement(&self) -> &Placement {
         &self.placement
     }
 
     /// A member node.
-    pub fn node(&self, id: NodeId) -> Result<&Arc<NodeStore<T, C>>> {
+    pub fn node(&self, id: NodeId) -> Result<&Arc<N>> {
         self.nodes.get(&id).ok_or(StoreError::UnknownNode(id))
     }
 
     /// The member nodes.
-    pub fn nodes(&self) -> impl Iterator<Item = &Arc<NodeStore<T, C>>> {
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<N>> {
         self.nodes.values()
     }
 
-    fn chunk_node(&self, fp: &Fingerprint) -> &NodeStore<T, C> {
+    fn chunk_node(&self, fp: &Fingerprint) -> &N {
         &self.nodes[&self.placement.chunk_node(fp)]
     }
 
-    fn manifest_node(&self, bucket: &BucketName, key: &ObjectKey) -> &NodeStore<T, C> {
+    fn manifest_node(&self, bucket: &BucketName, key: &ObjectKey) -> &N {
         &self.nodes[&self.placement.manifest_node(bucket, key)]
     }
 
@@ -187,25 +215,63 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
             condition.check(bucket, key, current.as_ref().map(Manifest::version))?;
         }
         let mut chunker = AsyncChunker::new(source, config.chunking)?;
-        let mut refs: Vec<ChunkRef> = Vec::new();
+        // Every chunk whose put succeeded, in object order once sorted by
+        // index: what a failure must release.
+        let mut taken: Vec<(usize, ChunkRef)> = Vec::new();
         let started = Instant::now();
         let result = async {
-            while let Some(chunk) = chunker.next_chunk().await? {
-                if refs.len() == crate::MAX_MANIFEST_CHUNKS {
-                    return Err(StoreError::TooManyChunks {
-                        limit: crate::MAX_MANIFEST_CHUNKS,
+            let mut refs: Vec<ChunkRef> = Vec::new();
+            let mut in_flight = FuturesUnordered::new();
+            let mut in_flight_bytes: u64 = 0;
+            let mut first_error: Option<StoreError> = None;
+            loop {
+                // Chunks go out while the bytes in flight stay under the
+                // bound; the next chunk is read and hashed while earlier
+                // ones are on their way.
+                while first_error.is_none()
+                    && (in_flight.is_empty() || in_flight_bytes < self.in_flight_bytes)
+                {
+                    let Some(chunk) = chunker.next_chunk().await? else {
+                        break;
+                    };
+                    if refs.len() == crate::MAX_MANIFEST_CHUNKS {
+                        first_error = Some(StoreError::TooManyChunks {
+                            limit: crate::MAX_MANIFEST_CHUNKS,
+                        });
+                        break;
+                    }
+                    // Hashed once, here: the fingerprint places the chunk; a
+                    // node in this process takes it as computed from these
+                    // bytes, a node across the fabric hashes them again.
+                    let fingerprint = Fingerprint::of(&chunk.data);
+                    let len = chunk.data.len() as u32;
+                    let chunk_ref = ChunkRef { fingerprint, len };
+                    let index = refs.len();
+                    refs.push(chunk_ref);
+                    in_flight_bytes += u64::from(len);
+                    let node = self.chunk_node(&fingerprint);
+                    in_flight.push(async move {
+                        let put = node.put_chunk(bucket, fingerprint, chunk.data).await;
+                        (index, chunk_ref, put)
                     });
                 }
-                // Hashed once, here: the fingerprint places the chunk, and
-                // the node in this process takes it as computed from these
-                // bytes (over the fabric the node's `put_chunk` verifies).
-                let fingerprint = Fingerprint::of(&chunk.data);
-                let len = chunk.data.len() as u32;
-                self.chunk_node(&fingerprint)
-                    .put_hashed_chunk(bucket, fingerprint, chunk.data)
-                    .await?;
-                refs.push(ChunkRef { fingerprint, len });
+                let Some((index, chunk_ref, put)) = in_flight.next().await else {
+                    break;
+                };
+                in_flight_bytes -= u64::from(chunk_ref.len);
+                match put {
+                    Ok(_) => taken.push((index, chunk_ref)),
+                    Err(e) => {
+                        // Wait for the rest in flight, so every reference
+                        // taken is known and released.
+                        first_error.get_or_insert(e);
+                    }
+                }
             }
+            if let Some(e) = first_error {
+                return Err(e);
+            }
+            debug_assert_eq!(taken.len(), refs.len());
             let elapsed_ms = started.elapsed().as_millis() as u64;
             if elapsed_ms > self.put_deadline_ms {
                 return Err(StoreError::PutExpired {
@@ -221,7 +287,7 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
                 0,
                 now_ms(),
                 config.chunking,
-                refs.clone(),
+                refs,
             )?;
             self.manifest_node(bucket, key)
                 .put_manifest(manifest, condition)
@@ -236,6 +302,7 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
                 Ok(put.manifest)
             }
             Err(e) => {
+                let refs: Vec<ChunkRef> = taken.into_iter().map(|(_, r)| r).collect();
                 self.release_all(bucket, &refs).await;
                 Err(e)
             }
@@ -253,14 +320,25 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
         self.put(bucket, key, data, condition).await
     }
 
-    /// Releases one reference per entry; failures leave orphans (counts
-    /// too high) for the collector, never missing chunks.
+    /// Releases one reference per entry, several at a time; failures leave
+    /// orphans (counts too high) for the collector, never missing chunks.
     async fn release_all(&self, bucket: &BucketName, chunks: &[ChunkRef]) {
+        let mut pending = FuturesUnordered::new();
         for c in chunks {
-            let _ = self
-                .chunk_node(&c.fingerprint)
-                .release_chunk(bucket, c.fingerprint)
-                .await;
+            if pending.len() == RELEASES_IN_FLIGHT {
+                if let Some(Err(e)) = pending.next().await {
+                    tracing_free_note(&e);
+                }
+            }
+            pending.push(
+                self.chunk_node(&c.fingerprint)
+                    .release_chunk(bucket, c.fingerprint),
+            );
+        }
+        while let Some(released) = pending.next().await {
+            if let Err(e) = released {
+                tracing_free_note(&e);
+            }
         }
     }
 
@@ -317,7 +395,33 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
         let pieces = m.locate(offset, len)?;
         let total: u64 = pieces.iter().map(|p| u64::from(p.len)).sum();
         let mut out = BytesMut::with_capacity(total as usize);
-        for p in pieces {
+        let mut stream = self.stream_manifest(m, offset, len)?;
+        while let Some(piece) = stream.next().await {
+            out.extend_from_slice(&piece?);
+        }
+        Ok(out.freeze())
+    }
+
+    /// Bytes `offset .. offset + len` of the version `m` describes (cut at
+    /// its end), as a stream of pieces in order, fetched several chunks
+    /// ahead (up to the in-flight bound). If a newer version releases a
+    /// chunk of `m` meanwhile, the stream ends with
+    /// [`StoreError::ChunkMissing`].
+    pub fn stream_manifest<'a>(
+        &'a self,
+        m: &'a Manifest,
+        offset: u64,
+        len: u64,
+    ) -> Result<impl Stream<Item = Result<Bytes>> + Send + 'a> {
+        let pieces = m.locate(offset, len)?;
+        let max_chunk = m
+            .chunks()
+            .iter()
+            .map(|c| u64::from(c.len))
+            .max()
+            .unwrap_or(1);
+        let ahead = (self.in_flight_bytes / max_chunk.max(1)).clamp(1, MAX_READS_IN_FLIGHT as u64);
+        let fetches = pieces.into_iter().map(move |p| async move {
             let fingerprint = p.chunk.fingerprint;
             let data = self
                 .chunk_node(&fingerprint)
@@ -339,9 +443,57 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
                 });
             }
             let start = p.offset_in_chunk as usize;
-            out.extend_from_slice(&data[start..start + p.len as usize]);
+            Ok(data.slice(start..start + p.len as usize))
+        });
+        Ok(futures::stream::iter(fetches).buffered(ahead as usize))
+    }
+
+    /// Writes bytes `offset .. offset + len` of an object (cut at its end)
+    /// to `out` as they arrive, all from one version, and returns that
+    /// version's manifest. Memory stays within the in-flight bound however
+    /// large the object. A newer version that releases a chunk of the one
+    /// being read fails the read with [`StoreError::Changed`] (the bytes
+    /// already written stay written).
+    pub async fn get_to<W: AsyncWrite + Unpin>(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        offset: u64,
+        len: u64,
+        out: &mut W,
+    ) -> Result<Manifest> {
+        let m = self.head(bucket, key).await?;
+        let failed = {
+            let mut stream = self.stream_manifest(&m, offset, len)?;
+            let mut failed = None;
+            while let Some(piece) = stream.next().await {
+                match piece {
+                    Ok(bytes) => out.write_all(&bytes).await?,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            failed
+        };
+        if let Some(e) = failed {
+            match e {
+                StoreError::ChunkMissing(fp) => {
+                    if self.head(bucket, key).await?.version() != m.version() {
+                        return Err(StoreError::Changed {
+                            bucket: bucket.to_string(),
+                            key: key.to_string(),
+                            read: m.version(),
+                        });
+                    }
+                    return Err(StoreError::ChunkMissing(fp));
+                }
+                e => return Err(e),
+            }
         }
-        Ok(out.freeze())
+        out.flush().await?;
+        Ok(m)
     }
 
     /// Deletes an object if `condition` holds: the manifest goes first (a
@@ -361,7 +513,8 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
     }
 
     /// Up to `limit` current manifests of `bucket` with keys starting with
-    /// `prefix`, after `after`, in key order (gathered from every node).
+    /// `prefix`, after `after`, in key order (gathered from every node, one
+    /// page of at most [`MAX_PAGE_ITEMS`] per node per round).
     pub async fn list(
         &self,
         bucket: &BucketName,
@@ -369,22 +522,43 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
         after: Option<&ObjectKey>,
         limit: usize,
     ) -> Result<Vec<Manifest>> {
-        let mut all = Vec::new();
-        for n in self.nodes.values() {
-            all.extend(n.list_manifests(bucket, prefix, after, limit).await?);
+        let mut out: Vec<Manifest> = Vec::new();
+        let mut cursor = after.cloned();
+        while out.len() < limit {
+            let want = (limit - out.len()).min(MAX_PAGE_ITEMS);
+            let mut round: Vec<Manifest> = Vec::new();
+            let mut any_full = false;
+            for n in self.nodes.values() {
+                let page = n
+                    .list_manifests(bucket, prefix, cursor.as_ref(), want)
+                    .await?;
+                any_full |= page.len() == want;
+                round.extend(page);
+            }
+            round.sort_by(|a, b| a.key().cmp(b.key()));
+            // Keys past the cut are fetched again next round, after the cursor.
+            let cut = round.len() > want;
+            round.truncate(want);
+            let Some(last) = round.last() else { break };
+            cursor = Some(last.key().clone());
+            out.extend(round);
+            // A node that returned fewer than asked had nothing more after
+            // the cursor; if none filled its page and nothing was cut, the
+            // listing is complete.
+            if !any_full && !cut {
+                break;
+            }
         }
-        all.sort_by(|a, b| a.key().cmp(b.key()));
-        all.truncate(limit);
-        Ok(all)
+        Ok(out)
     }
 
     /// The cluster's space figures (the sum over nodes).
-    pub fn usage(&self) -> Usage {
+    pub async fn usage(&self) -> Result<Usage> {
         let mut total = Usage::default();
         for n in self.nodes.values() {
-            total.merge(&n.usage());
+            total.merge(&n.usage().await?);
         }
-        total
+        Ok(total)
     }
 
     /// Finds chunk references no live manifest makes (left by a crash or a
@@ -403,35 +577,48 @@ impl<T: TableStore, C: ChunkStore> ObjectStore<T, C> {
         let mut expected: HashMap<Fingerprint, BTreeMap<BucketName, u64>> = HashMap::new();
         for n in self.nodes.values() {
             // One page of manifests at a time: the mark keeps only counts.
-            n.for_each_manifest(|m| {
-                report.manifests += 1;
-                for c in m.chunks() {
-                    *expected
-                        .entry(c.fingerprint)
-                        .or_default()
-                        .entry(m.bucket().clone())
-                        .or_default() += 1;
+            let mut cursor = None;
+            loop {
+                let (page, next) = n.manifests_page(cursor, MAX_PAGE_ITEMS).await?;
+                for m in &page {
+                    report.manifests += 1;
+                    for c in m.chunks() {
+                        *expected
+                            .entry(c.fingerprint)
+                            .or_default()
+                            .entry(m.bucket().clone())
+                            .or_default() += 1;
+                    }
                 }
-            })
-            .await?;
+                match next {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
         }
         let mut seen = HashMap::new();
         for n in self.nodes.values() {
-            for (fp, info) in n.chunks().await? {
-                let want = expected.get(&fp).cloned().unwrap_or_default();
-                let too_high = info
-                    .refs
-                    .iter()
-                    .any(|(b, &c)| c > want.get(b).copied().unwrap_or(0));
-                if too_high {
-                    if let Some(r) = n.lower_refs(fp, &want, cutoff).await? {
-                        report.chunks_lowered += 1;
-                        if r.freed.is_some() {
-                            report.chunks_freed += 1;
+            let mut after = None;
+            loop {
+                let page = n.chunks_page(after, MAX_PAGE_ITEMS).await?;
+                let Some((last, _)) = page.last() else { break };
+                after = Some(*last);
+                for (fp, info) in page {
+                    let want = expected.get(&fp).cloned().unwrap_or_default();
+                    let too_high = info
+                        .refs
+                        .iter()
+                        .any(|(b, &c)| c > want.get(b).copied().unwrap_or(0));
+                    if too_high {
+                        if let Some(r) = n.lower_refs(fp, want, cutoff).await? {
+                            report.chunks_lowered += 1;
+                            if r.freed.is_some() {
+                                report.chunks_freed += 1;
+                            }
                         }
                     }
+                    seen.insert(fp, info.refs);
                 }
-                seen.insert(fp, info.refs);
             }
         }
         for (fp, want) in &expected {

@@ -142,6 +142,25 @@ pub enum StoreError {
     /// The table or chunk backend failed.
     #[error("storage backend: {0}")]
     Backend(String),
+    /// A node failed a call with an error that has no variant of its own
+    /// across the wire (a full device, a damaged chunk); the message is the
+    /// node's.
+    #[error("node {node}: {message}")]
+    Remote {
+        /// The node that failed the call.
+        node: NodeId,
+        /// Its error message.
+        message: String,
+    },
+    /// A call could not be delivered to a node or its answer not brought
+    /// back (unreachable, timed out, refused by the protocol).
+    #[error("cannot reach the store of node {node}: {reason}")]
+    Transport {
+        /// The node called.
+        node: NodeId,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 fn show_version(v: Option<u64>) -> String {

@@ -41,7 +41,7 @@
 //!
 //! // Two objects of 20 000 bytes; the distinct chunks are one of 4096 bytes
 //! // of sevens and the 3616-byte tail.
-//! let df = store.usage();
+//! let df = store.usage().await?;
 //! assert_eq!((df.logical_bytes, df.stored_bytes), (40_000, 4096 + 3616));
 //!
 //! // Replace b only if it is still version 1; a stale writer is refused.
@@ -68,6 +68,7 @@ mod name;
 mod node;
 mod placement;
 mod records;
+mod remote;
 mod table;
 mod usage;
 mod volume_backed;
@@ -84,6 +85,7 @@ pub use name::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGME
 pub use node::{ChunkInfo, ChunkPut, ChunkRelease, Condition, ManifestPut, NodeStore, Recovery};
 pub use placement::{bucket_point, manifest_point, NodeId, Placement};
 pub use records::BucketConfig;
+pub use remote::{serve_call, RemoteNode, StoreNode, StoreTransport, MAX_PAGE_ITEMS};
 pub use table::{Batch, MemTableStore, Op, Table, TableStore};
 pub use usage::{BucketUsage, Usage};
 pub use volume_backed::{

@@ -283,6 +283,59 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         Ok(out)
     }
 
+    /// Up to `limit` current manifests of every bucket after the opaque
+    /// `cursor` (a manifest table key), and the cursor to go on from
+    /// (`None` at the end). Deleted keys' tombstones are skipped, so a page
+    /// may hold fewer than `limit` before the end.
+    pub async fn manifests_page(
+        &self,
+        cursor: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<(Vec<Manifest>, Option<Vec<u8>>)> {
+        let page = self
+            .tables
+            .scan(Table::Manifests, &[], cursor.as_deref(), limit.max(1))
+            .await?;
+        let next = if page.len() < limit.max(1) {
+            None
+        } else {
+            page.last().map(|(k, _)| k.clone())
+        };
+        let mut out = Vec::with_capacity(page.len());
+        for (_, v) in page {
+            if let KeyRecord::Live(m) = KeyRecord::decode(&v)? {
+                out.push(m);
+            }
+        }
+        Ok((out, next))
+    }
+
+    /// Up to `limit` chunk table entries after `after`, by fingerprint.
+    pub async fn chunks_page(
+        &self,
+        after: Option<Fingerprint>,
+        limit: usize,
+    ) -> Result<Vec<(Fingerprint, ChunkInfo)>> {
+        let page = self
+            .tables
+            .scan(
+                Table::Chunks,
+                &[],
+                after.as_ref().map(|f| &f.0[..]),
+                limit.max(1),
+            )
+            .await?;
+        let mut out = Vec::with_capacity(page.len());
+        for (k, v) in page {
+            let fp = Fingerprint(k.as_slice().try_into().map_err(|_| StoreError::Malformed {
+                what: "chunk table key",
+                reason: format!("{} bytes, not 32", k.len()),
+            })?);
+            out.push((fp, ChunkRecord::decode(&v)?.into()));
+        }
+        Ok(out)
+    }
+
     /// Stores a chunk for `bucket`, or counts one more reference if it is
     /// already here (Algorithm 1: "store once, else count + 1"). The bytes
     /// are hashed again here: this is the entry for bytes that come with a

@@ -127,7 +127,7 @@ async fn conditional_puts_name_both_versions_and_leave_nothing_behind() {
     s.put_bytes(&b("data"), &k("x"), b"two", Condition::IfVersion(1))
         .await
         .unwrap();
-    let before = s.usage();
+    let before = s.usage().await.unwrap();
     let e = s
         .put_bytes(
             &b("data"),
@@ -168,7 +168,11 @@ async fn conditional_puts_name_both_versions_and_leave_nothing_behind() {
         .await
         .unwrap_err();
     assert!(matches!(e, StoreError::VersionMismatch { .. }));
-    assert_eq!(s.usage(), before, "refused writes cost nothing");
+    assert_eq!(
+        s.usage().await.unwrap(),
+        before,
+        "refused writes cost nothing"
+    );
     assert_eq!(s.get(&b("data"), &k("x")).await.unwrap().1, &b"two"[..]);
 
     assert!(matches!(
@@ -210,7 +214,7 @@ async fn conditional_put_races_have_one_winner() {
     }
     assert_eq!(wins, 1);
     // Losers released their chunks: only the winner's remain.
-    let u = s.usage();
+    let u = s.usage().await.unwrap();
     assert_eq!(u.logical_bytes, 3000);
     assert_eq!(
         u.stored_bytes,
@@ -291,7 +295,7 @@ async fn usage_per_bucket_and_dedup_ratio() {
     s.put_bytes(&b("copies"), &k("d"), &other, Condition::Always)
         .await
         .unwrap();
-    let u = s.usage();
+    let u = s.usage().await.unwrap();
     assert_eq!(u.objects, 4);
     assert_eq!(u.logical_bytes, 4 * 8192);
     assert_eq!((u.chunks, u.stored_bytes), (9, 9 * 1024));
@@ -320,7 +324,7 @@ async fn usage_per_bucket_and_dedup_ratio() {
     s.delete(&b("data"), &k("b"), Condition::Always)
         .await
         .unwrap();
-    let u = s.usage();
+    let u = s.usage().await.unwrap();
     assert!(!u.buckets.contains_key(&b("data")));
     assert_eq!((u.chunks, u.stored_bytes), (9, 9 * 1024));
     assert!(matches!(
@@ -336,10 +340,7 @@ type Node = NodeStore<Arc<MemTableStore>, Arc<MemChunkStore>>;
 async fn single(
     tables: &Arc<MemTableStore>,
     data: &Arc<MemChunkStore>,
-) -> (
-    ObjectStore<Arc<MemTableStore>, Arc<MemChunkStore>>,
-    quarry_store::Recovery,
-) {
+) -> (ObjectStore<Node>, quarry_store::Recovery) {
     let (n, rec): (Node, _) = NodeStore::open(1, tables.clone(), data.clone())
         .await
         .unwrap();
@@ -347,7 +348,7 @@ async fn single(
 }
 
 /// No live manifest names a chunk that is missing or under-counted.
-async fn assert_no_dangling(s: &ObjectStore<Arc<MemTableStore>, Arc<MemChunkStore>>) {
+async fn assert_no_dangling(s: &ObjectStore<Node>) {
     let mut want: HashMap<Fingerprint, u64> = HashMap::new();
     for n in s.nodes() {
         for m in n.all_manifests().await.unwrap() {
@@ -421,7 +422,7 @@ async fn a_crash_at_any_step_leaves_orphans_never_dangling_references() {
             data.live_extents(),
             s.node(1).unwrap().chunks().await.unwrap().len()
         );
-        let u = s.usage();
+        let u = s.usage().await.unwrap();
         assert_eq!(u.logical_bytes, m.size());
     }
 }
@@ -438,7 +439,7 @@ async fn open_trims_extents_no_record_names() {
     s.put_bytes(&b("data"), &k("f"), &generate(3000, 5), Condition::Always)
         .await
         .unwrap();
-    let before = s.usage();
+    let before = s.usage().await.unwrap();
     // Bytes written, then a crash before their record: an unnamed extent.
     let fp = Fingerprint::of(b"lost");
     data.write(&fp, bytes::Bytes::from_static(b"lost"))
@@ -451,11 +452,11 @@ async fn open_trims_extents_no_record_names() {
     assert_eq!((rec.chunks, rec.manifests), (3, 1));
     assert_eq!(data.live_extents(), 3);
     assert_eq!(
-        s.usage(),
+        s.usage().await.unwrap(),
         before,
         "open rebuilds the figures from the tables"
     );
-    assert_eq!(s.usage().stored_bytes, 3000);
+    assert_eq!(s.usage().await.unwrap().stored_bytes, 3000);
     assert_eq!(
         s.get(&b("data"), &k("f")).await.unwrap().1,
         generate(3000, 5)
@@ -578,7 +579,7 @@ async fn a_put_over_its_deadline_fails_and_releases_its_chunks() {
     assert!(matches!(e, StoreError::PutExpired { .. }), "{e}");
     assert!(e.to_string().contains("over the 0 ms limit"), "{e}");
     // Its references were released: nothing is stored, nothing to collect.
-    assert_eq!(s.usage(), Default::default());
+    assert_eq!(s.usage().await.unwrap(), Default::default());
     for n in s.nodes() {
         assert!(n.chunks().await.unwrap().is_empty());
         assert!(n.data().extents().await.unwrap().is_empty());

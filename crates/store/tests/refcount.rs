@@ -177,7 +177,7 @@ async fn assert_counts_exact(store: &MemObjectStore) {
     assert_eq!(have, want);
     assert_eq!(extents, have.len());
     // And the space figures agree with a recount.
-    let usage = store.usage();
+    let usage = store.usage().await.unwrap();
     let mut stored = 0u64;
     for n in store.nodes() {
         for (_, info) in n.chunks().await.unwrap() {
@@ -251,7 +251,7 @@ async fn concurrent_object_puts_and_deletes_keep_counts_exact() {
         }
     }
     assert_counts_exact(&store).await;
-    let u = store.usage();
+    let u = store.usage().await.unwrap();
     assert_eq!(
         (u.objects, u.logical_bytes, u.stored_bytes, u.chunks),
         (0, 0, 0, 0)

@@ -108,7 +108,7 @@ async fn objects_over_volume_backed_nodes_on_mem_and_file_devices() {
             ));
         }
         assert_exact(&s, "").await;
-        let u = s.usage();
+        let u = s.usage().await.unwrap();
         assert_eq!(u.objects, model.len() as u64);
         assert_eq!(
             u.logical_bytes,
@@ -142,8 +142,8 @@ async fn the_same_bytes_twice_take_no_pages_and_the_last_delete_trims_them() {
         .unwrap();
     assert_eq!(chunk_pages(), 55, "the same bytes again: no chunk pages");
     assert_eq!(others(), 55);
-    assert_eq!(s.usage().stored_bytes, 50_000);
-    assert_eq!(s.usage().logical_bytes, 100_000);
+    assert_eq!(s.usage().await.unwrap().stored_bytes, 50_000);
+    assert_eq!(s.usage().await.unwrap().logical_bytes, 100_000);
 
     s.delete(&b("data"), &k("a"), Condition::Always)
         .await
@@ -207,7 +207,7 @@ async fn a_crash_keeps_every_object_byte_for_byte_and_every_count() {
         compactions += n.tables().stats().compactions;
     }
     assert!(compactions > 0, "the tables were compacted meanwhile");
-    let usage = s.usage();
+    let usage = s.usage().await.unwrap();
     crash(s, volumes, devices).await;
 
     let mut volumes = Vec::new();
@@ -233,7 +233,7 @@ async fn a_crash_keeps_every_object_byte_for_byte_and_every_count() {
         }
     }
     assert_eq!(after, counts, "chunk records and counts survive");
-    assert_eq!(s.usage(), usage);
+    assert_eq!(s.usage().await.unwrap(), usage);
     assert_exact(&s, "").await;
     let report = s.collect_orphans().await.unwrap();
     assert_eq!(

@@ -31,7 +31,7 @@ pub use tables::{
 pub type VolumeNodeStore = NodeStore<VolumeTableStore, VolumeChunkStore>;
 
 /// Objects over nodes whose stores live on their space managers.
-pub type VolumeObjectStore = crate::ObjectStore<VolumeTableStore, VolumeChunkStore>;
+pub type VolumeObjectStore = crate::ObjectStore<VolumeNodeStore>;
 
 /// Where a node keeps its tables and chunks in its volume.
 #[derive(Clone, Debug, Default)]

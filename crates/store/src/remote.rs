@@ -1,0 +1,1176 @@
+//! One node's store operations wherever the node is: the [`StoreNode`]
+//! trait, its in-process implementation ([`NodeStore`]), and the call
+//! encoding that carries it between processes ([`serve_call`] on the node,
+//! [`RemoteNode`] over a [`StoreTransport`] at the caller).
+//!
+//! A call is `op:u8` and the op's fields; an answer is `0` and the op's
+//! result, or `1` and an encoded [`StoreError`], so a refused conditional put
+//! is still a [`StoreError::VersionMismatch`] at the caller. Integers are
+//! little-endian; strings are `len:u16` + UTF-8; every length is checked
+//! against the bytes present before anything is allocated.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::chunking::MAX_CHUNK_SIZE;
+use crate::data::{ChunkLocation, ChunkStore};
+use crate::error::{Result, StoreError};
+use crate::fingerprint::Fingerprint;
+use crate::manifest::{Manifest, Reader};
+use crate::name::{BucketName, ObjectKey};
+use crate::node::{ChunkInfo, ChunkPut, ChunkRelease, Condition, ManifestPut, NodeStore};
+use crate::placement::NodeId;
+use crate::records::BucketConfig;
+use crate::table::TableStore;
+use crate::usage::{BucketUsage, Usage};
+
+/// Most items one listing call returns (manifests, chunks, buckets); a
+/// caller pages on with the cursor it got.
+pub const MAX_PAGE_ITEMS: usize = 1000;
+
+/// One node's store operations, in this process or across the fabric. The
+/// object operations ([`crate::ObjectStore`]) are written once over this.
+pub trait StoreNode: Send + Sync + 'static {
+    /// The node's id.
+    fn id(&self) -> NodeId;
+
+    /// Stores a chunk for `bucket` (or counts one more reference). The
+    /// caller computed `fingerprint` from `data`; a node across the fabric
+    /// hashes the bytes again before filing them.
+    fn put_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> impl Future<Output = Result<ChunkPut>> + Send;
+
+    /// Drops one of `bucket`'s references to a chunk.
+    fn release_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+    ) -> impl Future<Output = Result<ChunkRelease>> + Send;
+
+    /// A chunk's bytes, checked against its fingerprint.
+    fn read_chunk(&self, fingerprint: Fingerprint) -> impl Future<Output = Result<Bytes>> + Send;
+
+    /// The current manifest of a key held here.
+    fn get_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> impl Future<Output = Result<Option<Manifest>>> + Send;
+
+    /// Commits a manifest as the key's next version if `condition` holds.
+    fn put_manifest(
+        &self,
+        manifest: Manifest,
+        condition: Condition,
+    ) -> impl Future<Output = Result<ManifestPut>> + Send;
+
+    /// Deletes a key's manifest if `condition` holds; returns it.
+    fn delete_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        condition: Condition,
+    ) -> impl Future<Output = Result<Manifest>> + Send;
+
+    /// Up to `limit` (at most [`MAX_PAGE_ITEMS`]) current manifests of
+    /// `bucket` here with keys starting with `prefix`, after `after`.
+    fn list_manifests(
+        &self,
+        bucket: &BucketName,
+        prefix: &str,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Manifest>>> + Send;
+
+    /// Records a bucket (on the node its name places it on).
+    fn create_bucket(
+        &self,
+        bucket: &BucketName,
+        config: BucketConfig,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// A bucket's settings, if the bucket is recorded here.
+    fn bucket(
+        &self,
+        bucket: &BucketName,
+    ) -> impl Future<Output = Result<Option<BucketConfig>>> + Send;
+
+    /// Deletes a bucket's record.
+    fn delete_bucket(&self, bucket: &BucketName) -> impl Future<Output = Result<()>> + Send;
+
+    /// The buckets recorded here.
+    fn buckets(&self) -> impl Future<Output = Result<Vec<(BucketName, BucketConfig)>>> + Send;
+
+    /// This node's space figures.
+    fn usage(&self) -> impl Future<Output = Result<Usage>> + Send;
+
+    /// Up to `limit` current manifests of every bucket, after the opaque
+    /// `cursor` (`None`: from the start); returns them and the cursor to go
+    /// on from (`None`: that was the end).
+    fn manifests_page(
+        &self,
+        cursor: Option<Vec<u8>>,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<Manifest>, Option<Vec<u8>>)>> + Send;
+
+    /// Up to `limit` chunk table entries after `after`, by fingerprint.
+    fn chunks_page(
+        &self,
+        after: Option<Fingerprint>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(Fingerprint, ChunkInfo)>>> + Send;
+
+    /// Lowers a chunk's reference counts to `expected` if no reference was
+    /// added since `touched_before_ms` (the orphan collector's sweep).
+    fn lower_refs(
+        &self,
+        fingerprint: Fingerprint,
+        expected: BTreeMap<BucketName, u64>,
+        touched_before_ms: u64,
+    ) -> impl Future<Output = Result<Option<ChunkRelease>>> + Send;
+}
+
+impl<T: TableStore, C: ChunkStore> StoreNode for NodeStore<T, C> {
+    fn id(&self) -> NodeId {
+        NodeStore::id(self)
+    }
+    async fn put_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> Result<ChunkPut> {
+        // In this process the caller hashed these very bytes.
+        self.put_hashed_chunk(bucket, fingerprint, data).await
+    }
+    async fn release_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+    ) -> Result<ChunkRelease> {
+        NodeStore::release_chunk(self, bucket, fingerprint).await
+    }
+    async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
+        NodeStore::read_chunk(self, fingerprint).await
+    }
+    async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
+        NodeStore::get_manifest(self, bucket, key).await
+    }
+    async fn put_manifest(&self, manifest: Manifest, condition: Condition) -> Result<ManifestPut> {
+        NodeStore::put_manifest(self, manifest, condition).await
+    }
+    async fn delete_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        condition: Condition,
+    ) -> Result<Manifest> {
+        NodeStore::delete_manifest(self, bucket, key, condition).await
+    }
+    async fn list_manifests(
+        &self,
+        bucket: &BucketName,
+        prefix: &str,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> Result<Vec<Manifest>> {
+        let limit = limit.min(MAX_PAGE_ITEMS);
+        NodeStore::list_manifests(self, bucket, prefix, after, limit).await
+    }
+    async fn create_bucket(&self, bucket: &BucketName, config: BucketConfig) -> Result<()> {
+        NodeStore::create_bucket(self, bucket, config).await
+    }
+    async fn bucket(&self, bucket: &BucketName) -> Result<Option<BucketConfig>> {
+        NodeStore::bucket(self, bucket).await
+    }
+    async fn delete_bucket(&self, bucket: &BucketName) -> Result<()> {
+        NodeStore::delete_bucket(self, bucket).await
+    }
+    async fn buckets(&self) -> Result<Vec<(BucketName, BucketConfig)>> {
+        NodeStore::buckets(self).await
+    }
+    async fn usage(&self) -> Result<Usage> {
+        Ok(NodeStore::usage(self))
+    }
+    async fn manifests_page(
+        &self,
+        cursor: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<(Vec<Manifest>, Option<Vec<u8>>)> {
+        NodeStore::manifests_page(self, cursor, limit.min(MAX_PAGE_ITEMS)).await
+    }
+    async fn chunks_page(
+        &self,
+        after: Option<Fingerprint>,
+        limit: usize,
+    ) -> Result<Vec<(Fingerprint, ChunkInfo)>> {
+        NodeStore::chunks_page(self, after, limit.min(MAX_PAGE_ITEMS)).await
+    }
+    async fn lower_refs(
+        &self,
+        fingerprint: Fingerprint,
+        expected: BTreeMap<BucketName, u64>,
+        touched_before_ms: u64,
+    ) -> Result<Option<ChunkRelease>> {
+        NodeStore::lower_refs(self, fingerprint, &expected, touched_before_ms).await
+    }
+}
+
+impl<N: StoreNode> StoreNode for Arc<N> {
+    fn id(&self) -> NodeId {
+        (**self).id()
+    }
+    fn put_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> impl Future<Output = Result<ChunkPut>> + Send {
+        (**self).put_chunk(bucket, fingerprint, data)
+    }
+    fn release_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+    ) -> impl Future<Output = Result<ChunkRelease>> + Send {
+        (**self).release_chunk(bucket, fingerprint)
+    }
+    fn read_chunk(&self, fingerprint: Fingerprint) -> impl Future<Output = Result<Bytes>> + Send {
+        (**self).read_chunk(fingerprint)
+    }
+    fn get_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> impl Future<Output = Result<Option<Manifest>>> + Send {
+        (**self).get_manifest(bucket, key)
+    }
+    fn put_manifest(
+        &self,
+        manifest: Manifest,
+        condition: Condition,
+    ) -> impl Future<Output = Result<ManifestPut>> + Send {
+        (**self).put_manifest(manifest, condition)
+    }
+    fn delete_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        condition: Condition,
+    ) -> impl Future<Output = Result<Manifest>> + Send {
+        (**self).delete_manifest(bucket, key, condition)
+    }
+    fn list_manifests(
+        &self,
+        bucket: &BucketName,
+        prefix: &str,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Manifest>>> + Send {
+        (**self).list_manifests(bucket, prefix, after, limit)
+    }
+    fn create_bucket(
+        &self,
+        bucket: &BucketName,
+        config: BucketConfig,
+    ) -> impl Future<Output = Result<()>> + Send {
+        (**self).create_bucket(bucket, config)
+    }
+    fn bucket(
+        &self,
+        bucket: &BucketName,
+    ) -> impl Future<Output = Result<Option<BucketConfig>>> + Send {
+        (**self).bucket(bucket)
+    }
+    fn delete_bucket(&self, bucket: &BucketName) -> impl Future<Output = Result<()>> + Send {
+        (**self).delete_bucket(bucket)
+    }
+    fn buckets(&self) -> impl Future<Output = Result<Vec<(BucketName, BucketConfig)>>> + Send {
+        (**self).buckets()
+    }
+    fn usage(&self) -> impl Future<Output = Result<Usage>> + Send {
+        (**self).usage()
+    }
+    fn manifests_page(
+        &self,
+        cursor: Option<Vec<u8>>,
+        limit: usize,
+    ) -> impl Future<Output = Result<(Vec<Manifest>, Option<Vec<u8>>)>> + Send {
+        (**self).manifests_page(cursor, limit)
+    }
+    fn chunks_page(
+        &self,
+        after: Option<Fingerprint>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<(Fingerprint, ChunkInfo)>>> + Send {
+        (**self).chunks_page(after, limit)
+    }
+    fn lower_refs(
+        &self,
+        fingerprint: Fingerprint,
+        expected: BTreeMap<BucketName, u64>,
+        touched_before_ms: u64,
+    ) -> impl Future<Output = Result<Option<ChunkRelease>>> + Send {
+        (**self).lower_refs(fingerprint, expected, touched_before_ms)
+    }
+}
+
+/// Carries encoded store calls to a node and brings back its answer bytes
+/// (the client implements it over the protocol's service calls).
+pub trait StoreTransport: Send + Sync + 'static {
+    /// Sends `body` to node `node`'s store; `idempotent` calls may be sent
+    /// again on another path if a link dies. Failures to deliver are
+    /// [`StoreError::Transport`].
+    fn call(
+        &self,
+        node: NodeId,
+        idempotent: bool,
+        body: Bytes,
+    ) -> impl Future<Output = Result<Bytes>> + Send;
+}
+
+/// A node's store across a [`StoreTransport`].
+pub struct RemoteNode<X> {
+    id: NodeId,
+    transport: Arc<X>,
+}
+
+impl<X: StoreTransport> RemoteNode<X> {
+    /// Node `id` reached through `transport`.
+    pub fn new(id: NodeId, transport: Arc<X>) -> Self {
+        Self { id, transport }
+    }
+
+    async fn call(&self, idempotent: bool, body: Writer) -> Result<Bytes> {
+        self.transport
+            .call(self.id, idempotent, Bytes::from(body.0))
+            .await
+    }
+}
+
+/// The store call opcodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Op {
+    PutChunk = 1,
+    ReleaseChunk = 2,
+    ReadChunk = 3,
+    GetManifest = 4,
+    PutManifest = 5,
+    DeleteManifest = 6,
+    ListManifests = 7,
+    CreateBucket = 8,
+    Bucket = 9,
+    DeleteBucket = 10,
+    Buckets = 11,
+    Usage = 12,
+    ManifestsPage = 13,
+    ChunksPage = 14,
+    LowerRefs = 15,
+}
+
+impl Op {
+    fn from_u8(b: u8) -> Option<Op> {
+        use Op::*;
+        Some(match b {
+            1 => PutChunk,
+            2 => ReleaseChunk,
+            3 => ReadChunk,
+            4 => GetManifest,
+            5 => PutManifest,
+            6 => DeleteManifest,
+            7 => ListManifests,
+            8 => CreateBucket,
+            9 => Bucket,
+            10 => DeleteBucket,
+            11 => Buckets,
+            12 => Usage,
+            13 => ManifestsPage,
+            14 => ChunksPage,
+            15 => LowerRefs,
+            _ => return None,
+        })
+    }
+}
+
+/// An encoder of call and answer fields.
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn call(op: Op) -> Self {
+        Writer(vec![op as u8])
+    }
+    fn answer() -> Self {
+        Writer(vec![0])
+    }
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn bool(&mut self, v: bool) -> &mut Self {
+        self.u8(u8::from(v))
+    }
+    fn blob(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+        self
+    }
+    fn str(&mut self, v: &str) -> &mut Self {
+        self.blob(v.as_bytes())
+    }
+    fn fingerprint(&mut self, f: &Fingerprint) -> &mut Self {
+        self.0.extend_from_slice(&f.0);
+        self
+    }
+    fn bucket(&mut self, b: &BucketName) -> &mut Self {
+        self.str(b.as_str())
+    }
+    fn key(&mut self, k: &ObjectKey) -> &mut Self {
+        self.str(k.as_str())
+    }
+    fn condition(&mut self, c: Condition) -> &mut Self {
+        match c {
+            Condition::Always => self.u8(0),
+            Condition::IfAbsent => self.u8(1),
+            Condition::IfVersion(v) => self.u8(2).u64(v),
+        }
+    }
+    fn opt_u64(&mut self, v: Option<u64>) -> &mut Self {
+        match v {
+            None => self.u8(0),
+            Some(v) => self.u8(1).u64(v),
+        }
+    }
+    fn manifest(&mut self, m: &Manifest) -> &mut Self {
+        self.blob(&m.encode())
+    }
+    fn bucket_config(&mut self, c: &BucketConfig) -> &mut Self {
+        self.blob(&c.encode())
+    }
+    fn refs(&mut self, refs: &BTreeMap<BucketName, u64>) -> &mut Self {
+        self.u32(refs.len() as u32);
+        for (b, n) in refs {
+            self.bucket(b).u64(*n);
+        }
+        self
+    }
+    fn release(&mut self, r: &ChunkRelease) -> &mut Self {
+        self.u64(r.refcount);
+        match r.freed {
+            None => self.u8(0),
+            Some(l) => self.u8(1).location(&l),
+        }
+    }
+    fn location(&mut self, l: &ChunkLocation) -> &mut Self {
+        self.u32(l.space).u64(l.first_page).u32(l.pages)
+    }
+    fn bucket_usage(&mut self, u: &BucketUsage) -> &mut Self {
+        self.u64(u.objects)
+            .u64(u.logical_bytes)
+            .u64(u.stored_bytes)
+            .u64(u.chunks)
+    }
+}
+
+impl Reader<'_> {
+    fn blob(&mut self) -> Result<&[u8]> {
+        let len = self.u32()? as usize;
+        self.take(len)
+    }
+    /// A length-prefixed field as a zero-copy slice of `source`, the
+    /// buffer this reader reads.
+    fn bytes(&mut self, source: &Bytes) -> Result<Bytes> {
+        debug_assert_eq!(source.len(), self.buf.len());
+        let len = self.u32()? as usize;
+        let start = self.at;
+        self.take(len)?;
+        Ok(source.slice(start..start + len))
+    }
+    fn left(&self) -> usize {
+        self.buf.len() - self.at
+    }
+    fn string(&mut self) -> Result<String> {
+        let what = self.what;
+        let b = self.blob()?;
+        String::from_utf8(b.to_vec()).map_err(|e| StoreError::Malformed {
+            what,
+            reason: format!("a string is not UTF-8: {e}"),
+        })
+    }
+    fn flag(&mut self) -> Result<bool> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(self.malformed(format!("flag byte {other}"))),
+        }
+    }
+    fn malformed(&self, reason: String) -> StoreError {
+        StoreError::Malformed {
+            what: self.what,
+            reason,
+        }
+    }
+    fn fingerprint(&mut self) -> Result<Fingerprint> {
+        let b = self.take(32)?;
+        let mut f = [0u8; 32];
+        f.copy_from_slice(b);
+        Ok(Fingerprint(f))
+    }
+    fn bucket(&mut self) -> Result<BucketName> {
+        BucketName::from_bytes(self.blob()?)
+    }
+    fn key(&mut self) -> Result<ObjectKey> {
+        ObjectKey::from_bytes(self.blob()?)
+    }
+    fn condition(&mut self) -> Result<Condition> {
+        Ok(match self.u8()? {
+            0 => Condition::Always,
+            1 => Condition::IfAbsent,
+            2 => Condition::IfVersion(self.u64()?),
+            other => return Err(self.malformed(format!("condition byte {other}"))),
+        })
+    }
+    fn opt_u64(&mut self) -> Result<Option<u64>> {
+        Ok(if self.flag()? {
+            Some(self.u64()?)
+        } else {
+            None
+        })
+    }
+    fn manifest(&mut self) -> Result<Manifest> {
+        Manifest::decode(self.blob()?)
+    }
+    fn bucket_config(&mut self) -> Result<BucketConfig> {
+        BucketConfig::decode(self.blob()?)
+    }
+    fn count(&mut self, per_item_bytes: usize) -> Result<usize> {
+        let n = self.u32()? as usize;
+        // Each item takes at least `per_item_bytes`: a count the bytes left
+        // cannot hold is refused before anything is allocated for it.
+        if n.saturating_mul(per_item_bytes) > self.left() {
+            return Err(self.malformed(format!(
+                "{n} items cannot fit in the {} bytes left",
+                self.left()
+            )));
+        }
+        Ok(n)
+    }
+    fn refs(&mut self) -> Result<BTreeMap<BucketName, u64>> {
+        let n = self.count(13)?;
+        let mut refs = BTreeMap::new();
+        for _ in 0..n {
+            let b = self.bucket()?;
+            refs.insert(b, self.u64()?);
+        }
+        Ok(refs)
+    }
+    fn location(&mut self) -> Result<ChunkLocation> {
+        Ok(ChunkLocation {
+            space: self.u32()?,
+            first_page: self.u64()?,
+            pages: self.u32()?,
+        })
+    }
+    fn release(&mut self) -> Result<ChunkRelease> {
+        let refcount = self.u64()?;
+        let freed = if self.flag()? {
+            Some(self.location()?)
+        } else {
+            None
+        };
+        Ok(ChunkRelease { refcount, freed })
+    }
+    fn bucket_usage(&mut self) -> Result<BucketUsage> {
+        Ok(BucketUsage {
+            objects: self.u64()?,
+            logical_bytes: self.u64()?,
+            stored_bytes: self.u64()?,
+            chunks: self.u64()?,
+        })
+    }
+    fn end(&self) -> Result<()> {
+        if self.done() {
+            Ok(())
+        } else {
+            Err(self.malformed(format!("{} bytes trail the message", self.left())))
+        }
+    }
+    /// Reads the answer's status byte; an error answer becomes its error.
+    fn answer_status(&mut self, node: NodeId) -> Result<()> {
+        match self.u8()? {
+            0 => Ok(()),
+            1 => Err(decode_error(self, node)?),
+            other => Err(self.malformed(format!("answer status byte {other}"))),
+        }
+    }
+}
+
+/// Error kinds carried in error answers; the rest travel as `Remote` with
+/// their message.
+mod kind {
+    pub const VERSION_MISMATCH: u8 = 1;
+    pub const NO_SUCH_BUCKET: u8 = 2;
+    pub const BUCKET_EXISTS: u8 = 3;
+    pub const BUCKET_NOT_EMPTY: u8 = 4;
+    pub const NO_SUCH_OBJECT: u8 = 5;
+    pub const CHUNK_MISSING: u8 = 6;
+    pub const NOT_REFERENCED: u8 = 7;
+    pub const FINGERPRINT_MISMATCH: u8 = 8;
+    pub const INVALID_BUCKET: u8 = 9;
+    pub const INVALID_KEY: u8 = 10;
+    pub const INVALID_CHUNKING: u8 = 11;
+    pub const OTHER: u8 = 255;
+}
+
+fn encode_error(e: &StoreError) -> Vec<u8> {
+    let mut w = Writer(vec![1]);
+    match e {
+        StoreError::VersionMismatch {
+            bucket,
+            key,
+            expected,
+            current,
+        } => {
+            w.u8(kind::VERSION_MISMATCH)
+                .str(bucket)
+                .str(key)
+                .opt_u64(*expected)
+                .opt_u64(*current);
+        }
+        StoreError::NoSuchBucket(b) => {
+            w.u8(kind::NO_SUCH_BUCKET).str(b);
+        }
+        StoreError::BucketExists(b) => {
+            w.u8(kind::BUCKET_EXISTS).str(b);
+        }
+        StoreError::BucketNotEmpty(b) => {
+            w.u8(kind::BUCKET_NOT_EMPTY).str(b);
+        }
+        StoreError::NoSuchObject { bucket, key } => {
+            w.u8(kind::NO_SUCH_OBJECT).str(bucket).str(key);
+        }
+        StoreError::ChunkMissing(f) => {
+            w.u8(kind::CHUNK_MISSING).fingerprint(f);
+        }
+        StoreError::NotReferenced {
+            fingerprint,
+            bucket,
+        } => {
+            w.u8(kind::NOT_REFERENCED)
+                .fingerprint(fingerprint)
+                .str(bucket);
+        }
+        StoreError::FingerprintMismatch { claimed, actual } => {
+            w.u8(kind::FINGERPRINT_MISMATCH)
+                .fingerprint(claimed)
+                .fingerprint(actual);
+        }
+        StoreError::InvalidBucket { name, reason } => {
+            w.u8(kind::INVALID_BUCKET).str(name).str(reason);
+        }
+        StoreError::InvalidKey { key, reason } => {
+            w.u8(kind::INVALID_KEY).str(key).str(reason);
+        }
+        StoreError::InvalidChunking(reason) => {
+            w.u8(kind::INVALID_CHUNKING).str(reason);
+        }
+        other => {
+            w.u8(kind::OTHER).str(&other.to_string());
+        }
+    }
+    w.0
+}
+
+fn decode_error(r: &mut Reader<'_>, node: NodeId) -> Result<StoreError> {
+    let e = match r.u8()? {
+        kind::VERSION_MISMATCH => StoreError::VersionMismatch {
+            bucket: r.string()?,
+            key: r.string()?,
+            expected: r.opt_u64()?,
+            current: r.opt_u64()?,
+        },
+        kind::NO_SUCH_BUCKET => StoreError::NoSuchBucket(r.string()?),
+        kind::BUCKET_EXISTS => StoreError::BucketExists(r.string()?),
+        kind::BUCKET_NOT_EMPTY => StoreError::BucketNotEmpty(r.string()?),
+        kind::NO_SUCH_OBJECT => StoreError::NoSuchObject {
+            bucket: r.string()?,
+            key: r.string()?,
+        },
+        kind::CHUNK_MISSING => StoreError::ChunkMissing(r.fingerprint()?),
+        kind::NOT_REFERENCED => StoreError::NotReferenced {
+            fingerprint: r.fingerprint()?,
+            bucket: r.string()?,
+        },
+        kind::FINGERPRINT_MISMATCH => StoreError::FingerprintMismatch {
+            claimed: r.fingerprint()?,
+            actual: r.fingerprint()?,
+        },
+        kind::INVALID_BUCKET => StoreError::InvalidBucket {
+            name: r.string()?,
+            reason: r.string()?,
+        },
+        kind::INVALID_KEY => StoreError::InvalidKey {
+            key: r.string()?,
+            reason: r.string()?,
+        },
+        kind::INVALID_CHUNKING => StoreError::InvalidChunking(r.string()?),
+        kind::OTHER => StoreError::Remote {
+            node,
+            message: r.string()?,
+        },
+        other => return Err(r.malformed(format!("error kind {other}"))),
+    };
+    r.end()?;
+    Ok(e)
+}
+
+/// Runs one encoded store call against a node's store and encodes its
+/// answer (errors included: the answer is always bytes to send back).
+pub async fn serve_call<T: TableStore, C: ChunkStore>(
+    node: &NodeStore<T, C>,
+    call: Bytes,
+) -> Bytes {
+    match serve(node, call).await {
+        Ok(answer) => Bytes::from(answer),
+        Err(e) => Bytes::from(encode_error(&e)),
+    }
+}
+
+async fn serve<T: TableStore, C: ChunkStore>(
+    node: &NodeStore<T, C>,
+    call: Bytes,
+) -> Result<Vec<u8>> {
+    let mut r = Reader::new("store call", &call);
+    let op_byte = r.u8()?;
+    let op =
+        Op::from_u8(op_byte).ok_or_else(|| r.malformed(format!("unknown store op {op_byte}")))?;
+    let mut w = Writer::answer();
+    match op {
+        Op::PutChunk => {
+            let bucket = r.bucket()?;
+            let fp = r.fingerprint()?;
+            let data = r.bytes(&call)?;
+            r.end()?;
+            // Across the fabric the bytes are hashed again (NodeStore::put_chunk).
+            let put = node.put_chunk(&bucket, fp, data).await?;
+            w.bool(put.stored).u64(put.refcount);
+        }
+        Op::ReleaseChunk => {
+            let bucket = r.bucket()?;
+            let fp = r.fingerprint()?;
+            r.end()?;
+            w.release(&node.release_chunk(&bucket, fp).await?);
+        }
+        Op::ReadChunk => {
+            let fp = r.fingerprint()?;
+            r.end()?;
+            let data = node.read_chunk(fp).await?;
+            w.blob(&data);
+        }
+        Op::GetManifest => {
+            let bucket = r.bucket()?;
+            let key = r.key()?;
+            r.end()?;
+            match node.get_manifest(&bucket, &key).await? {
+                None => w.u8(0),
+                Some(m) => w.u8(1).manifest(&m),
+            };
+        }
+        Op::PutManifest => {
+            let m = r.manifest()?;
+            let condition = r.condition()?;
+            r.end()?;
+            let put = node.put_manifest(m, condition).await?;
+            w.manifest(&put.manifest);
+            match &put.replaced {
+                None => w.u8(0),
+                Some(old) => w.u8(1).manifest(old),
+            };
+        }
+        Op::DeleteManifest => {
+            let bucket = r.bucket()?;
+            let key = r.key()?;
+            let condition = r.condition()?;
+            r.end()?;
+            w.manifest(&node.delete_manifest(&bucket, &key, condition).await?);
+        }
+        Op::ListManifests => {
+            let bucket = r.bucket()?;
+            let prefix = r.string()?;
+            let after = if r.flag()? { Some(r.key()?) } else { None };
+            let limit = r.u32()? as usize;
+            r.end()?;
+            let list =
+                StoreNode::list_manifests(node, &bucket, &prefix, after.as_ref(), limit).await?;
+            w.u32(list.len() as u32);
+            for m in &list {
+                w.manifest(m);
+            }
+        }
+        Op::CreateBucket => {
+            let bucket = r.bucket()?;
+            let config = r.bucket_config()?;
+            r.end()?;
+            node.create_bucket(&bucket, config).await?;
+        }
+        Op::Bucket => {
+            let bucket = r.bucket()?;
+            r.end()?;
+            match node.bucket(&bucket).await? {
+                None => w.u8(0),
+                Some(c) => w.u8(1).bucket_config(&c),
+            };
+        }
+        Op::DeleteBucket => {
+            let bucket = r.bucket()?;
+            r.end()?;
+            node.delete_bucket(&bucket).await?;
+        }
+        Op::Buckets => {
+            r.end()?;
+            let list = node.buckets().await?;
+            w.u32(list.len() as u32);
+            for (b, c) in &list {
+                w.bucket(b).bucket_config(c);
+            }
+        }
+        Op::Usage => {
+            r.end()?;
+            let u = node.usage();
+            w.u32(u.buckets.len() as u32);
+            for (b, bu) in &u.buckets {
+                w.bucket(b).bucket_usage(bu);
+            }
+            w.u64(u.objects)
+                .u64(u.logical_bytes)
+                .u64(u.stored_bytes)
+                .u64(u.chunks);
+        }
+        Op::ManifestsPage => {
+            let cursor = if r.flag()? {
+                Some(r.blob()?.to_vec())
+            } else {
+                None
+            };
+            let limit = r.u32()? as usize;
+            r.end()?;
+            let (list, next) = StoreNode::manifests_page(node, cursor, limit).await?;
+            w.u32(list.len() as u32);
+            for m in &list {
+                w.manifest(m);
+            }
+            match next {
+                None => w.u8(0),
+                Some(c) => w.u8(1).blob(&c),
+            };
+        }
+        Op::ChunksPage => {
+            let after = if r.flag()? {
+                Some(r.fingerprint()?)
+            } else {
+                None
+            };
+            let limit = r.u32()? as usize;
+            r.end()?;
+            let list = StoreNode::chunks_page(node, after, limit).await?;
+            w.u32(list.len() as u32);
+            for (f, info) in &list {
+                w.fingerprint(f)
+                    .location(&info.location)
+                    .u32(info.len)
+                    .u64(info.touched_unix_ms)
+                    .refs(&info.refs);
+            }
+        }
+        Op::LowerRefs => {
+            let fp = r.fingerprint()?;
+            let expected = r.refs()?;
+            let before = r.u64()?;
+            r.end()?;
+            match node.lower_refs(fp, &expected, before).await? {
+                None => w.u8(0),
+                Some(rel) => w.u8(1).release(&rel),
+            };
+        }
+    }
+    Ok(w.0)
+}
+
+impl<X: StoreTransport> StoreNode for RemoteNode<X> {
+    fn id(&self) -> NodeId {
+        self.id
+    }
+    async fn put_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> Result<ChunkPut> {
+        if data.is_empty() || data.len() > MAX_CHUNK_SIZE as usize {
+            return Err(StoreError::InvalidChunk {
+                fingerprint,
+                reason: format!("{} bytes, not in 1..={MAX_CHUNK_SIZE}", data.len()),
+            });
+        }
+        let mut w = Writer::call(Op::PutChunk);
+        w.bucket(bucket).fingerprint(&fingerprint).blob(&data);
+        let answer = self.call(false, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let put = ChunkPut {
+            stored: r.flag()?,
+            refcount: r.u64()?,
+        };
+        r.end()?;
+        Ok(put)
+    }
+    async fn release_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+    ) -> Result<ChunkRelease> {
+        let mut w = Writer::call(Op::ReleaseChunk);
+        w.bucket(bucket).fingerprint(&fingerprint);
+        let answer = self.call(false, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let rel = r.release()?;
+        r.end()?;
+        Ok(rel)
+    }
+    async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
+        let mut w = Writer::call(Op::ReadChunk);
+        w.fingerprint(&fingerprint);
+        let answer = self.call(true, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let data = r.bytes(&answer)?;
+        r.end()?;
+        // The node checked the bytes against the fingerprint when it read
+        // them; they are checked again here, after the network.
+        let actual = Fingerprint::of(&data);
+        if actual != fingerprint {
+            return Err(StoreError::FingerprintMismatch {
+                claimed: fingerprint,
+                actual,
+            });
+        }
+        Ok(data)
+    }
+    async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
+        let mut w = Writer::call(Op::GetManifest);
+        w.bucket(bucket).key(key);
+        let answer = self.call(true, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let m = if r.flag()? { Some(r.manifest()?) } else { None };
+        r.end()?;
+        Ok(m)
+    }
+    async fn put_manifest(&self, manifest: Manifest, condition: Condition) -> Result<ManifestPut> {
+        let mut w = Writer::call(Op::PutManifest);
+        w.manifest(&manifest).condition(condition);
+        let answer = self.call(false, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let manifest = r.manifest()?;
+        let replaced = if r.flag()? { Some(r.manifest()?) } else { None };
+        r.end()?;
+        Ok(ManifestPut { manifest, replaced })
+    }
+    async fn delete_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        condition: Condition,
+    ) -> Result<Manifest> {
+        let mut w = Writer::call(Op::DeleteManifest);
+        w.bucket(bucket).key(key).condition(condition);
+        let answer = self.call(false, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let m = r.manifest()?;
+        r.end()?;
+        Ok(m)
+    }
+    async fn list_manifests(
+        &self,
+        bucket: &BucketName,
+        prefix: &str,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> Result<Vec<Manifest>> {
+        let mut w = Writer::call(Op::ListManifests);
+        w.bucket(bucket).str(prefix);
+        match after {
+            None => w.u8(0),
+            Some(k) => w.u8(1).key(k),
+        };
+        w.u32(limit.min(MAX_PAGE_ITEMS) as u32);
+        let answer = self.call(true, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let n = r.count(4)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(r.manifest()?);
+        }
+        r.end()?;
+        Ok(out)
+    }
+    async fn create_bucket(&self, bucket: &BucketName, config: BucketConfig) -> Result<()> {
+        let mut w = Writer::call(Op::CreateBucket);
+        w.bucket(bucket).bucket_config(&config);
+        let answer = self.call(false, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        r.end()
+    }
+    async fn bucket(&self, bucket: &BucketName) -> Result<Option<BucketConfig>> {
+        let mut w = Writer::call(Op::Bucket);
+        w.bucket(bucket);
+        let answer = self.call(true, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let c = if r.flag()? {
+            Some(r.bucket_config()?)
+        } else {
+            None
+        };
+        r.end()?;
+        Ok(c)
+    }
+    async fn delete_bucket(&self, bucket: &BucketName) -> Result<()> {
+        let mut w = Writer::call(Op::DeleteBucket);
+        w.bucket(bucket);
+        let answer = self.call(false, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        r.end()
+    }
+    async fn buckets(&self) -> Result<Vec<(BucketName, BucketConfig)>> {
+        let answer = self.call(true, Writer::call(Op::Buckets)).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let n = r.count(8)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let b = r.bucket()?;
+            out.push((b, r.bucket_config()?));
+        }
+        r.end()?;
+        Ok(out)
+    }
+    async fn usage(&self) -> Result<Usage> {
+        let answer = self.call(true, Writer::call(Op::Usage)).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let n = r.count(36)?;
+        let mut u = Usage::default();
+        for _ in 0..n {
+            let b = r.bucket()?;
+            u.buckets.insert(b, r.bucket_usage()?);
+        }
+        u.objects = r.u64()?;
+        u.logical_bytes = r.u64()?;
+        u.stored_bytes = r.u64()?;
+        u.chunks = r.u64()?;
+        r.end()?;
+        Ok(u)
+    }
+    async fn manifests_page(
+        &self,
+        cursor: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<(Vec<Manifest>, Option<Vec<u8>>)> {
+        let mut w = Writer::call(Op::ManifestsPage);
+        match &cursor {
+            None => w.u8(0),
+            Some(c) => w.u8(1).blob(c),
+        };
+        w.u32(limit.min(MAX_PAGE_ITEMS) as u32);
+        let answer = self.call(true, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let n = r.count(4)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(r.manifest()?);
+        }
+        let next = if r.flag()? {
+            Some(r.blob()?.to_vec())
+        } else {
+            None
+        };
+        r.end()?;
+        Ok((out, next))
+    }
+    async fn chunks_page(
+        &self,
+        after: Option<Fingerprint>,
+        limit: usize,
+    ) -> Result<Vec<(Fingerprint, ChunkInfo)>> {
+        let mut w = Writer::call(Op::ChunksPage);
+        match &after {
+            None => w.u8(0),
+            Some(f) => w.u8(1).fingerprint(f),
+        };
+        w.u32(limit.min(MAX_PAGE_ITEMS) as u32);
+        let answer = self.call(true, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let n = r.count(32 + 16 + 12 + 4)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let f = r.fingerprint()?;
+            let location = r.location()?;
+            let len = r.u32()?;
+            let touched_unix_ms = r.u64()?;
+            let refs = r.refs()?;
+            out.push((
+                f,
+                ChunkInfo {
+                    location,
+                    len,
+                    refcount: refs.values().sum(),
+                    refs,
+                    touched_unix_ms,
+                },
+            ));
+        }
+        r.end()?;
+        Ok(out)
+    }
+    async fn lower_refs(
+        &self,
+        fingerprint: Fingerprint,
+        expected: BTreeMap<BucketName, u64>,
+        touched_before_ms: u64,
+    ) -> Result<Option<ChunkRelease>> {
+        let mut w = Writer::call(Op::LowerRefs);
+        w.fingerprint(&fingerprint)
+            .refs(&expected)
+            .u64(touched_before_ms);
+        let answer = self.call(false, w).await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let rel = if r.flag()? { Some(r.release()?) } else { None };
+        r.end()?;
+        Ok(rel)
+    }
+}
