@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use quarry_store::{
     serve_call, BucketName, Chunking, Condition, MemChunkStore, MemTableStore, NodeId, NodeStore,
-    ObjectKey, ObjectStore, RemoteNode, Result, StoreError, StoreNode, StoreTransport,
+    ObjectKey, ObjectStore, RemoteNode, Result, StoreError, StoreTransport,
 };
 
 type Node = NodeStore<Arc<MemTableStore>, Arc<MemChunkStore>>;
