@@ -71,6 +71,9 @@ pub enum ClientError {
         /// The largest allowed.
         limit: usize,
     },
+    /// An object store operation failed.
+    #[error(transparent)]
+    Store(#[from] quarry_store::StoreError),
     /// A local runtime could not be built (blocking client).
     #[error("cannot start the client runtime: {0}")]
     Runtime(std::io::Error),

@@ -32,6 +32,7 @@ mod client;
 mod cluster_file;
 mod error;
 mod linear;
+mod objects;
 
 pub use blocking::BlockingClient;
 pub use client::{into_result, page_of, Client, Completion};
@@ -40,5 +41,10 @@ pub use cluster_file::{
 };
 pub use error::ClientError;
 pub use linear::{MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH};
+pub use objects::{Objects, StoreCalls};
 pub use quarry_fabric::{LinearSpace, LinearSpaceError};
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
+pub use quarry_store::{
+    BucketConfig, BucketName, BucketUsage, Chunking, Condition, Manifest, ObjectKey, StoreError,
+    Usage,
+};

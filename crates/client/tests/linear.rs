@@ -1,81 +1,13 @@
 //! The linear page space through the client, against an in-process cluster of
 //! `mem` nodes on loopback.
 
-use std::path::Path;
+mod common;
 
+use common::{cluster, small_geometry};
 use quarry_client::{
     Client, ClientError, LinearSpaceError, Status, MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH,
 };
-use quarry_device::{BackendKind, DeviceConfig, Geometry};
-use quarry_node::{Node, NodeConfig, NodeHandle, NodeLimits, PeerConfig};
-use quarry_proto::NodeId;
-use tokio::net::TcpListener;
-
-fn small_geometry() -> Geometry {
-    Geometry {
-        buses: 2,
-        chips_per_bus: 2,
-        blocks_per_chip: 4,
-        pages_per_block: 8,
-        page_size_bytes: 512,
-        oob_size_bytes: 16,
-    }
-}
-
-/// Starts `geometries.len()` nodes, node `i` with `geometries[i]`.
-async fn cluster(dir: &Path, geometries: &[Geometry]) -> Vec<NodeHandle> {
-    let n = geometries.len() as NodeId;
-    let mut listeners = Vec::new();
-    for _ in 0..n {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
-    }
-    let addrs: Vec<String> = listeners
-        .iter()
-        .map(|l| l.local_addr().expect("local addr").to_string())
-        .collect();
-    let mut nodes = Vec::new();
-    for (id, listener) in listeners.into_iter().enumerate() {
-        let id = id as NodeId;
-        let config = NodeConfig {
-            id,
-            listen: addrs[usize::from(id)].clone(),
-            data_dir: dir.join(format!("node{id}")),
-            device: DeviceConfig {
-                backend: BackendKind::Mem,
-                geometry: Some(geometries[usize::from(id)]),
-                ..DeviceConfig::default()
-            },
-            peers: (0..n)
-                .filter(|p| *p != id)
-                .map(|p| PeerConfig {
-                    id: p,
-                    addr: addrs[usize::from(p)].clone(),
-                })
-                .collect(),
-            limits: NodeLimits {
-                connect_timeout_ms: 1000,
-                retry_backoff_ms: 200,
-                ..NodeLimits::default()
-            },
-        };
-        nodes.push(
-            Node::start_with_listener(config, listener)
-                .await
-                .expect("node starts"),
-        );
-    }
-    let ids: Vec<NodeId> = (0..n).collect();
-    for node in &nodes {
-        assert!(
-            node.fabric()
-                .wait_for_routes(&ids, std::time::Duration::from_secs(5))
-                .await,
-            "node {} did not learn every route",
-            node.id()
-        );
-    }
-    nodes
-}
+use quarry_device::Geometry;
 
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 512) as u8).collect()

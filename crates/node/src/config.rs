@@ -41,6 +41,36 @@ pub struct NodeConfig {
     /// Bounds and timeouts; every field has a default.
     #[serde(default)]
     pub limits: NodeLimits,
+    /// Raw pages or managed storage (the `[storage]` table).
+    #[serde(default)]
+    pub storage: StorageConfig,
+}
+
+/// Whether the node serves its device's pages as they are, or runs the
+/// space manager, the object store and block volumes on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StorageMode {
+    /// Page reads, programs and erases go to the device as sent (issue 1's
+    /// face, and what the page benchmarks measure). No object store.
+    #[default]
+    Raw,
+    /// A space manager owns the device (log-structured writes, garbage
+    /// collection, wear leveling, crash recovery); the object store and
+    /// block volumes run on it. Raw page reads still work (they show what
+    /// is on flash); raw programs and erases are refused, since they would
+    /// corrupt what the space manager keeps there.
+    Managed,
+}
+
+/// The `[storage]` table.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Raw or managed.
+    pub mode: StorageMode,
+    /// The space manager's tunables (managed mode).
+    pub volume: quarry_volume::VolumeConfig,
 }
 
 /// One peer of a node.
@@ -202,6 +232,10 @@ impl NodeConfig {
                 quarry_fabric::MAX_MEMBERS - 1
             ));
         }
+        self.storage
+            .volume
+            .validate()
+            .map_err(|e| format!("storage.volume: {e}"))?;
         let limits = &self.limits;
         if limits.max_connections == 0 {
             return Err("limits.max_connections must be above zero".into());

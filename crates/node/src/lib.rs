@@ -40,7 +40,7 @@
 mod config;
 mod node;
 
-pub use config::{NodeConfig, NodeLimits, PeerConfig};
+pub use config::{NodeConfig, NodeLimits, PeerConfig, StorageConfig, StorageMode};
 pub use node::{run, run_blocking, Node, NodeHandle};
 
 use std::path::PathBuf;
@@ -85,4 +85,10 @@ pub enum NodeError {
     /// The runtime could not be built.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    /// The space manager (managed storage) failed to open or close.
+    #[error("space manager: {0}")]
+    Volume(quarry_volume::VolumeError),
+    /// The object store failed to open.
+    #[error("object store: {0}")]
+    Store(quarry_store::StoreError),
 }

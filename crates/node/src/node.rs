@@ -5,27 +5,75 @@ use std::time::{Duration, Instant};
 use quarry_device::Device;
 use quarry_fabric::{check_hops, Fabric, LocalHandler, LINK_MAGIC};
 use quarry_proto::{
-    serve_connection_with, Incoming, NodeEntry, NodeId, NodeInfo, Request, Response, SessionLimits,
-    Status,
+    serve_connection_with, Incoming, NodeEntry, NodeId, NodeInfo, Request, Response, Service,
+    SessionLimits, Status,
 };
+use quarry_store::{open_volume_node, VolumeNodeStore, VolumeStoreConfig};
+use quarry_volume::SpaceManager;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tracing::Instrument;
 
-use crate::{NodeConfig, NodeError};
+use crate::{NodeConfig, NodeError, StorageMode};
 
-/// What runs requests addressed to this node: its device and its identity.
+/// What runs requests addressed to this node: its device, its managed
+/// storage when it has one, and its identity.
 struct LocalService {
     id: NodeId,
     addr: String,
     started: Instant,
     device: Arc<Device>,
+    managed: Option<Managed>,
+}
+
+/// A node's managed storage: the space manager that owns the device and
+/// the object store on it.
+struct Managed {
+    volume: Arc<SpaceManager>,
+    store: Arc<VolumeNodeStore>,
 }
 
 impl LocalService {
+    fn refuse_raw_write(&self, what: &str) -> Option<Response> {
+        self.managed.as_ref().map(|_| Response::Error {
+            status: Status::BadRequest,
+            message: format!(
+                "node {} runs managed storage: its space manager owns the device, so a raw \
+                 {what} would corrupt the data kept there (raw page reads are allowed; start \
+                 the node with storage mode \"raw\" to program and erase pages directly)",
+                self.id
+            ),
+        })
+    }
+
     async fn serve(self: Arc<Self>, request: Request) -> Response {
         match request {
+            Request::ProgramPage { .. } | Request::EraseBlock(_) if self.managed.is_some() => {
+                let what = if matches!(request, Request::EraseBlock(_)) {
+                    "erase"
+                } else {
+                    "program"
+                };
+                self.refuse_raw_write(what).unwrap_or(Response::Done)
+            }
+            Request::Call(call) => match (call.service, &self.managed) {
+                (Service::Store, Some(m)) => {
+                    Response::Reply(quarry_store::serve_call(&m.store, call.body).await)
+                }
+                (service, None) => Response::Error {
+                    status: Status::BadRequest,
+                    message: format!(
+                        "node {} runs its device raw (storage mode \"raw\"): {service:?} calls \
+                         need storage mode \"managed\"",
+                        self.id
+                    ),
+                },
+                (service, Some(_)) => Response::Error {
+                    status: Status::BadRequest,
+                    message: format!("node {} does not serve {service:?} calls", self.id),
+                },
+            },
             Request::ReadPage(addr) => match self.device.read_page(addr.page).await {
                 Ok(read) => Response::Page {
                     data: read.data,
@@ -81,6 +129,7 @@ impl NodeCore {
             Request::ProgramPage { addr, .. } => addr.node,
             Request::EraseBlock(addr) => addr.node,
             Request::NodeInfo(node) | Request::Routes(node) => *node,
+            Request::Call(call) => call.node,
         };
         if dest != self.local.id {
             // Forwarded under a tag of the link's own; the answer returns
@@ -147,11 +196,41 @@ impl Node {
                 addr: p.addr.clone(),
             })
             .collect();
+        let managed = match config.storage.mode {
+            StorageMode::Raw => None,
+            StorageMode::Managed => {
+                let volume = SpaceManager::open(
+                    device.clone(),
+                    config.storage.volume.clone(),
+                    &config.data_dir,
+                )
+                .await
+                .map_err(NodeError::Volume)?;
+                let volume = Arc::new(volume);
+                let (store, recovery) =
+                    open_volume_node(config.id, volume.clone(), &VolumeStoreConfig::default())
+                        .await
+                        .map_err(NodeError::Store)?;
+                tracing::info!(
+                    id = config.id,
+                    chunks = recovery.chunks,
+                    manifests = recovery.manifests,
+                    orphan_extents_trimmed = recovery.orphan_extents_trimmed,
+                    "object store opened"
+                );
+                Some(Managed {
+                    volume,
+                    store: Arc::new(store),
+                })
+            }
+        };
+        let volume = managed.as_ref().map(|m| m.volume.clone());
         let local = Arc::new(LocalService {
             id: config.id,
             addr: advertised.clone(),
             started: Instant::now(),
             device: device.clone(),
+            managed,
         });
         let service = local.clone();
         let handler: LocalHandler =
@@ -191,6 +270,7 @@ impl Node {
             stop: stop_tx,
             task,
             device,
+            volume,
             fabric,
         })
     }
@@ -204,6 +284,7 @@ pub struct NodeHandle {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     device: Arc<Device>,
+    volume: Option<Arc<SpaceManager>>,
     fabric: Fabric,
 }
 
@@ -232,6 +313,11 @@ impl NodeHandle {
             tracing::error!(id = self.id, "node task failed: {e}");
         }
         self.fabric.shutdown();
+        if let Some(volume) = self.volume.take() {
+            // A checkpoint makes the next start quick; what was acknowledged
+            // is durable without it.
+            volume.close().await.map_err(NodeError::Volume)?;
+        }
         self.device.close().await.map_err(NodeError::Device)
     }
 }

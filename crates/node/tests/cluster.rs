@@ -52,6 +52,7 @@ async fn cluster_of(kind: TopologyKind, n: u16, dir: &Path) -> Vec<NodeHandle> {
                 retry_backoff_ms: 200,
                 ..NodeLimits::default()
             },
+            storage: Default::default(),
         };
         nodes.push(Node::start_with_listener(config, listener).await.unwrap());
     }

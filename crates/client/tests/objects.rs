@@ -1,0 +1,195 @@
+//! The object store through the client, against an in-process cluster of
+//! four managed `mem` nodes on loopback: every call crosses the protocol and
+//! the fabric to the node placement names.
+
+mod common;
+
+use common::cluster_with;
+use quarry_client::{
+    BucketName, Chunking, Client, ClientError, Condition, ObjectKey, Status, StoreError,
+};
+use quarry_device::Geometry;
+use quarry_node::StorageMode;
+
+fn geometry() -> Geometry {
+    Geometry {
+        buses: 2,
+        chips_per_bus: 2,
+        blocks_per_chip: 64,
+        pages_per_block: 32,
+        page_size_bytes: 4096,
+        oob_size_bytes: 64,
+    }
+}
+
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_through_any_entry_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let a = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .unwrap()
+        .objects()
+        .await
+        .unwrap();
+    let b = Client::connect(&nodes[3].local_addr().to_string())
+        .await
+        .unwrap()
+        .objects()
+        .await
+        .unwrap();
+    let bucket = BucketName::new("data").unwrap();
+    a.create_bucket(&bucket, Chunking::fixed(16 * 1024).unwrap())
+        .await
+        .unwrap();
+    let data = bytes(1_000_000, 7);
+    let key = ObjectKey::new("big.bin").unwrap();
+    let m = a
+        .put(&bucket, &key, &data[..], Condition::IfAbsent)
+        .await
+        .unwrap();
+    assert_eq!(m.size(), 1_000_000);
+    // Chunks went to every node.
+    let (_, got) = b.get(&bucket, &key).await.unwrap();
+    assert_eq!(&got[..], &data[..]);
+    let (_, mid) = b.get_range(&bucket, &key, 123_457, 50_000).await.unwrap();
+    assert_eq!(&mid[..], &data[123_457..173_457]);
+
+    // Same bytes under another key: no new chunk space.
+    let before = b.usage().await.unwrap();
+    b.put(
+        &bucket,
+        &ObjectKey::new("copy.bin").unwrap(),
+        &data[..],
+        Condition::Always,
+    )
+    .await
+    .unwrap();
+    let after = a.usage().await.unwrap();
+    assert_eq!(after.stored_bytes, before.stored_bytes);
+    assert_eq!(after.logical_bytes, 2_000_000);
+    assert!((after.dedup_ratio() - 2.0).abs() < 0.01);
+
+    // A conditional put from the other entry node is refused by version.
+    let err = b
+        .put(&bucket, &key, &b"new"[..], Condition::IfVersion(9))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::VersionMismatch { .. }), "{err}");
+    b.put(&bucket, &key, &b"new"[..], Condition::IfVersion(1))
+        .await
+        .unwrap();
+    assert_eq!(&a.get(&bucket, &key).await.unwrap().1[..], b"new");
+
+    // Deleting the last references frees the chunks.
+    a.delete(&bucket, &key, Condition::Always).await.unwrap();
+    a.delete(
+        &bucket,
+        &ObjectKey::new("copy.bin").unwrap(),
+        Condition::Always,
+    )
+    .await
+    .unwrap();
+    assert_eq!(a.usage().await.unwrap().stored_bytes, 0);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_survive_a_node_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    // The file backend keeps pages across restarts.
+    let geometry = geometry();
+    let nodes = common::cluster_on(dir.path(), &[geometry; 2], StorageMode::Managed, true).await;
+    let objects = Client::connect(&nodes[1].local_addr().to_string())
+        .await
+        .unwrap()
+        .objects()
+        .await
+        .unwrap();
+    let bucket = BucketName::new("keep").unwrap();
+    objects
+        .create_bucket(&bucket, Chunking::DEFAULT_FASTCDC)
+        .await
+        .unwrap();
+    let data = bytes(300_000, 3);
+    for i in 0..5 {
+        let key = ObjectKey::new(&format!("o{i}")).unwrap();
+        objects
+            .put(&bucket, &key, &data[i * 1000..], Condition::Always)
+            .await
+            .unwrap();
+    }
+    drop(objects);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+    let nodes = common::cluster_on(dir.path(), &[geometry; 2], StorageMode::Managed, true).await;
+    let objects = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .unwrap()
+        .objects()
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let key = ObjectKey::new(&format!("o{i}")).unwrap();
+        let (m, got) = objects.get(&bucket, &key).await.unwrap();
+        assert_eq!(m.version(), 1);
+        assert_eq!(&got[..], &data[i * 1000..]);
+    }
+    assert_eq!(objects.list(&bucket, "", None, 100).await.unwrap().len(), 5);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_nodes_refuse_store_calls_and_managed_nodes_refuse_raw_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = cluster_with(&dir.path().join("raw"), &[geometry(); 1], StorageMode::Raw).await;
+    let client = Client::connect(&raw[0].local_addr().to_string())
+        .await
+        .unwrap();
+    let err = client.objects().await.unwrap().buckets().await.unwrap_err();
+    assert!(
+        err.to_string().contains("storage mode \"managed\""),
+        "{err}"
+    );
+
+    let managed = cluster_with(
+        &dir.path().join("managed"),
+        &[geometry(); 1],
+        StorageMode::Managed,
+    )
+    .await;
+    let client = Client::connect(&managed[0].local_addr().to_string())
+        .await
+        .unwrap();
+    let addr = "0:0:0:0:0".parse().unwrap();
+    let err = client
+        .program_page(addr, vec![0u8; 4096].into(), Default::default())
+        .await
+        .unwrap_err();
+    match err {
+        ClientError::Remote { status, message } => {
+            assert_eq!(status, Status::BadRequest);
+            assert!(message.contains("managed storage"), "{message}");
+        }
+        other => panic!("unexpected {other}"),
+    }
+    // Raw reads are allowed.
+    client.read_page(addr).await.unwrap();
+}
