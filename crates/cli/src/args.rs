@@ -61,6 +61,9 @@ pub enum Command {
         #[command(subcommand)]
         command: PageCommand,
     },
+    /// The object store: buckets and keys.
+    #[command(flatten)]
+    Objects(crate::objects_cmd::ObjectCommand),
     /// Measure Quarry side by side with what a user would use instead.
     Bench {
         /// Which benchmark.
@@ -121,6 +124,20 @@ pub struct UpArgs {
     /// Return once the cluster is up instead of waiting for Ctrl-C.
     #[arg(long)]
     pub detach: bool,
+    /// `managed`: each node's space manager owns its device and runs the
+    /// object store and block volumes; `raw`: pages are programmed and
+    /// erased directly (`quarry page write/erase`).
+    #[arg(long, value_enum, default_value = "managed")]
+    pub storage: StorageArg,
+}
+
+/// Storage modes selectable on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StorageArg {
+    /// Space manager, object store and volumes on the device.
+    Managed,
+    /// Raw pages.
+    Raw,
 }
 
 /// Shapes of the fabric selectable on the command line.

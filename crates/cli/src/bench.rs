@@ -145,6 +145,7 @@ fn bench_backend(
         direct_io: true,
         topology: Topology::default(),
         stop_with_this_process: true,
+        managed: false,
     };
     eprintln!(
         "bench page: starting a 2-node {backend:?} cluster in {}",

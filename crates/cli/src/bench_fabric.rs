@@ -561,6 +561,7 @@ impl Bed {
             direct_io: true,
             topology: Topology::Shape(topology),
             stop_with_this_process: true,
+            managed: false,
         };
         eprintln!(
             "bench fabric: starting a {nodes}-node {} {} cluster in {}",

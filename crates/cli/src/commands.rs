@@ -10,7 +10,7 @@ use quarry_client::{BlockingClient, ClusterFile, LinearSpace, LinearSpaceError};
 use quarry_device::{BackendKind, Preset};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeInfo};
 
-use crate::args::{DeviceArg, PageCommand, PresetArg, TopologyArg, UpArgs};
+use crate::args::{DeviceArg, PageCommand, PresetArg, StorageArg, TopologyArg, UpArgs};
 use crate::local_cluster::{self, LocalCluster, LocalClusterSpec, Topology};
 use quarry_fabric::TopologyKind;
 
@@ -47,6 +47,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
         direct_io: true,
         topology: topology_of(args)?,
         stop_with_this_process: !args.detach,
+        managed: args.storage == StorageArg::Managed,
     };
     let mut cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     print_members(&cluster.cluster);

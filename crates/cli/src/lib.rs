@@ -20,16 +20,18 @@ mod bench_volume;
 mod commands;
 mod demo;
 mod local_cluster;
+mod objects_cmd;
 mod plot;
 mod stats;
 
 pub use args::{
     BenchCommand, BenchDeviceArgs, BenchFabricArgs, BenchPageArgs, Cli, ClusterArg, Command,
-    DemoArgs, DeviceArg, FabricPart, PageCommand, PresetArg, TopologyArg, UpArgs,
+    DemoArgs, DeviceArg, FabricPart, PageCommand, PresetArg, StorageArg, TopologyArg, UpArgs,
 };
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
 };
+pub use objects_cmd::{parse_size, GetArgs, ObjectCommand, PutArgs};
 pub use stats::LatencyStats;
 
 use anyhow::Result;
@@ -52,6 +54,7 @@ pub fn run(cli: Cli) -> Result<()> {
             routes: true,
         } => commands::routes(cluster.cluster.as_deref(), json),
         Command::Page { cluster, command } => commands::page(cluster.cluster.as_deref(), &command),
+        Command::Objects(command) => objects_cmd::run(&command),
         Command::Bench { command } => match command {
             BenchCommand::Page(args) => bench::page(&args),
             BenchCommand::Device(args) => bench_device::device(&args),

@@ -44,6 +44,9 @@ pub struct LocalClusterSpec {
     /// by SIGKILL or Ctrl-C (benchmarks, tests, `quarry up` in the
     /// foreground). False for a cluster meant to outlive it (`--detach`).
     pub stop_with_this_process: bool,
+    /// The nodes run managed storage (space manager, object store,
+    /// volumes) rather than raw pages.
+    pub managed: bool,
 }
 
 /// The links of a local cluster: a named shape or an explicit list.
@@ -147,6 +150,7 @@ impl LocalClusterSpec {
             topology: Topology::default(),
             // The demo leaves its cluster running for the user.
             stop_with_this_process: false,
+            managed: true,
         }
     }
 }
@@ -569,6 +573,11 @@ fn node_config_toml(
         text.push_str(&format!("direct_io = {}\n", spec.direct_io));
     }
     text.push_str(&format!("seed = {}\n", 1000 + u64::from(id)));
+    let mode = if spec.managed { "managed" } else { "raw" };
+    text.insert_str(
+        text.find("\n[device]").unwrap_or(text.len()),
+        &format!("\n[storage]\nmode = \"{mode}\"\n"),
+    );
     if let Some(g) = spec.geometry {
         text.push_str(&format!(
             "\n[device.geometry]\nbuses = {}\nchips_per_bus = {}\nblocks_per_chip = {}\npages_per_block = {}\npage_size_bytes = {}\noob_size_bytes = {}\n",

@@ -34,6 +34,7 @@ fn start(dir: &Path, nodes: u16, backend: BackendKind) -> LocalCluster {
         direct_io: true,
         topology: Topology::default(),
         stop_with_this_process: true,
+        managed: false,
     };
     match LocalCluster::start(&spec, &exe()) {
         Ok(cluster) => cluster,

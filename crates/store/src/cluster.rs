@@ -344,13 +344,19 @@ impl<N: StoreNode> ObjectStore<N> {
 
     /// The current manifest of an object.
     pub async fn head(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Manifest> {
-        self.manifest_node(bucket, key)
+        if let Some(m) = self
+            .manifest_node(bucket, key)
             .get_manifest(bucket, key)
             .await?
-            .ok_or_else(|| StoreError::NoSuchObject {
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-            })
+        {
+            return Ok(m);
+        }
+        // Say which is missing: the bucket, or the object in it.
+        self.bucket(bucket).await?;
+        Err(StoreError::NoSuchObject {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        })
     }
 
     /// A whole object.
