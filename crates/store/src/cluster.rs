@@ -192,7 +192,9 @@ impl<N: StoreNode> ObjectStore<N> {
     ///    atomic);
     /// 3. the replaced version's chunks are released.
     ///
-    /// A failure before 2 releases what 1 took. A crash before 2, or
+    /// A failure before 2 releases what 1 took; so does a commit the
+    /// manifest's node refused, but not one whose answer was lost (it may
+    /// have been applied). A crash before 2, or
     /// between 2 and 3, leaves counts too high (orphans, for
     /// [`Self::collect_orphans`]), never a manifest naming a missing chunk:
     /// a shared chunk is counted up before it is counted down, so it never
@@ -218,6 +220,7 @@ impl<N: StoreNode> ObjectStore<N> {
         // Every chunk whose put succeeded, in object order once sorted by
         // index: what a failure must release.
         let mut taken: Vec<(usize, ChunkRef)> = Vec::new();
+        let mut commit_sent = false;
         let started = Instant::now();
         let result = async {
             let mut refs: Vec<ChunkRef> = Vec::new();
@@ -289,6 +292,7 @@ impl<N: StoreNode> ObjectStore<N> {
                 config.chunking,
                 refs,
             )?;
+            commit_sent = true;
             self.manifest_node(bucket, key)
                 .put_manifest(manifest, condition)
                 .await
@@ -301,6 +305,11 @@ impl<N: StoreNode> ObjectStore<N> {
                 }
                 Ok(put.manifest)
             }
+            // The commit was sent and its answer lost: it may have been
+            // applied, and then the chunks are the object's. Keep the
+            // references (at worst orphans, for the collector); releasing
+            // them could leave a committed manifest naming freed chunks.
+            Err(e @ StoreError::Transport { .. }) if commit_sent => Err(e),
             Err(e) => {
                 let refs: Vec<ChunkRef> = taken.into_iter().map(|(_, r)| r).collect();
                 self.release_all(bucket, &refs).await;

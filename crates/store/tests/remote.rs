@@ -20,6 +20,8 @@ struct Loopback {
     sent_bytes: AtomicU64,
     /// Calls to this node (0: none) fail as undeliverable.
     down: AtomicU16,
+    /// Manifest commits are applied but their answers lost.
+    lose_commit_answers: std::sync::atomic::AtomicBool,
 }
 
 impl StoreTransport for Loopback {
@@ -33,7 +35,16 @@ impl StoreTransport for Loopback {
         self.sent_bytes
             .fetch_add(body.len() as u64, Ordering::Relaxed);
         let n = self.nodes.get(&node).ok_or(StoreError::UnknownNode(node))?;
-        Ok(serve_call(n, body).await)
+        // Opcode 5 is the manifest commit (see docs/store.md, "Calls").
+        let is_commit = body.first() == Some(&5);
+        let answer = serve_call(n, body).await;
+        if is_commit && self.lose_commit_answers.load(Ordering::Relaxed) {
+            return Err(StoreError::Transport {
+                node,
+                reason: "the link died before the answer came back".into(),
+            });
+        }
+        Ok(answer)
     }
 }
 
@@ -53,6 +64,7 @@ async fn cluster() -> (ObjectStore<RemoteNode<Loopback>>, Arc<Loopback>) {
         nodes,
         sent_bytes: AtomicU64::new(0),
         down: AtomicU16::new(0),
+        lose_commit_answers: Default::default(),
     });
     let remote = [1, 2, 3, 4].map(|id| Arc::new(RemoteNode::new(id, transport.clone())));
     (ObjectStore::new(remote).unwrap(), transport)
@@ -239,4 +251,26 @@ async fn malformed_calls_get_error_answers_and_change_nothing() {
         assert!(text.contains("store call"), "{text}");
     }
     assert_eq!(NodeStore::usage(&n), Default::default());
+}
+
+#[tokio::test]
+async fn a_commit_whose_answer_is_lost_keeps_its_chunks() {
+    let (s, transport) = cluster().await;
+    let b = BucketName::new("b").unwrap();
+    s.create_bucket(&b, Chunking::fixed(1024).unwrap())
+        .await
+        .unwrap();
+    let data = bytes(20_000, 5);
+    let k = ObjectKey::new("k").unwrap();
+    transport.lose_commit_answers.store(true, Ordering::Relaxed);
+    let err = s
+        .put_bytes(&b, &k, &data, Condition::Always)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Transport { .. }), "{err}");
+    transport.lose_commit_answers.store(false, Ordering::Relaxed);
+    // The commit was applied: the object is whole, its chunks kept.
+    let (m, got) = s.get(&b, &k).await.unwrap();
+    assert_eq!(m.version(), 1);
+    assert_eq!(&got[..], &data[..]);
 }
