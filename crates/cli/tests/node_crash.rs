@@ -74,7 +74,7 @@ async fn writer(
             .wrapping_add(1442695040888963407);
         let key = writer * KEYS_PER_WRITER + (n >> 33) % KEYS_PER_WRITER;
         let seq = round * 100_000 + (n >> 40) % 100_000;
-        let delete = (n >> 20) % 10 == 0;
+        let delete = (n >> 20).is_multiple_of(10);
         ledger.lock().unwrap().entry(key).or_default().in_flight =
             Some(if delete { None } else { Some(seq) });
         let result = if delete {
