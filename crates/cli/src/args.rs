@@ -241,6 +241,44 @@ pub enum BenchCommand {
     /// page overwrites at 50%, 80% and 90% full, next to ideal greedy
     /// cleaning simulated and in closed form.
     Volume(BenchVolumeArgs),
+    /// The object store: put and get of one large object on a local
+    /// managed cluster (file backend) vs fio sequential write and read of
+    /// the same size on the same disk.
+    Objects(BenchObjectsArgs),
+}
+
+/// Arguments of `quarry bench objects`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchObjectsArgs {
+    /// Object size (K, M, G suffixes).
+    #[arg(long, default_value = "1G")]
+    pub size: String,
+    /// Nodes in the cluster.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub nodes: u16,
+    /// Fixed chunk size (K, M suffixes).
+    #[arg(long, default_value = "1M")]
+    pub chunk: String,
+    /// Page size of the nodes' devices (512 B to 64 KiB; K suffix).
+    #[arg(long, default_value = "64K")]
+    pub page_size: String,
+    /// Chips per node (its write parallelism: one program in flight per
+    /// chip), as 4 buses of this many / 4 chips.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(4..=64))]
+    pub chips: u32,
+    /// Rounds (each: fio write, put, fio read, get); medians are reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
+    /// Where to keep the cluster and the files (default: a temporary
+    /// directory on the same disk as $TMPDIR).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// A tiny run (a 32 MiB object): checks the benchmark works.
+    #[arg(long)]
+    pub quick: bool,
 }
 
 /// Arguments of `quarry bench volume`.

@@ -16,6 +16,7 @@ mod args;
 mod bench;
 mod bench_device;
 mod bench_fabric;
+mod bench_objects;
 mod bench_volume;
 mod commands;
 mod demo;
@@ -25,8 +26,9 @@ mod plot;
 mod stats;
 
 pub use args::{
-    BenchCommand, BenchDeviceArgs, BenchFabricArgs, BenchPageArgs, Cli, ClusterArg, Command,
-    DemoArgs, DeviceArg, FabricPart, PageCommand, PresetArg, StorageArg, TopologyArg, UpArgs,
+    BenchCommand, BenchDeviceArgs, BenchFabricArgs, BenchObjectsArgs, BenchPageArgs, Cli,
+    ClusterArg, Command, DemoArgs, DeviceArg, FabricPart, PageCommand, PresetArg, StorageArg,
+    TopologyArg, UpArgs,
 };
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
@@ -60,6 +62,7 @@ pub fn run(cli: Cli) -> Result<()> {
             BenchCommand::Device(args) => bench_device::device(&args),
             BenchCommand::Fabric(args) => bench_fabric::fabric(&args),
             BenchCommand::Volume(args) => bench_volume::volume(&args),
+            BenchCommand::Objects(args) => bench_objects::objects(&args),
         },
     }
 }

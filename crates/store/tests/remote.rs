@@ -268,7 +268,9 @@ async fn a_commit_whose_answer_is_lost_keeps_its_chunks() {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::Transport { .. }), "{err}");
-    transport.lose_commit_answers.store(false, Ordering::Relaxed);
+    transport
+        .lose_commit_answers
+        .store(false, Ordering::Relaxed);
     // The commit was applied: the object is whole, its chunks kept.
     let (m, got) = s.get(&b, &k).await.unwrap();
     assert_eq!(m.version(), 1);

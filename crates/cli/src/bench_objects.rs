@@ -1,0 +1,291 @@
+//! `quarry bench objects`: put and get of one large object on a local
+//! managed cluster (file backend, O_DIRECT), side by side with fio's
+//! sequential write and read of the same size on the same disk, as ratios.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use quarry_client::{BucketName, Chunking, Client, Condition, ObjectKey};
+use quarry_device::{BackendKind, Geometry};
+use serde::Serialize;
+use tokio::io::AsyncWrite;
+
+use crate::args::BenchObjectsArgs;
+use crate::bench::TempDir;
+use crate::commands::{human_bytes, quarry_exe};
+use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
+use crate::objects_cmd::parse_size;
+
+/// One measured transfer.
+#[derive(Debug, Serialize)]
+struct Row {
+    what: &'static str,
+    quarry_mib_per_s: f64,
+    fio_mib_per_s: f64,
+    ratio: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    object_bytes: u64,
+    nodes: u16,
+    chunk_bytes: u32,
+    rounds: u32,
+    rows: Vec<Row>,
+}
+
+/// Runs the benchmark and prints its table (or JSON).
+pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
+    let size_bytes = if args.quick {
+        32 << 20
+    } else {
+        parse_size(&args.size)?
+    };
+    if size_bytes == 0 {
+        bail!("--size must be above zero");
+    }
+    let scratch = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            None
+        }
+        None => Some(TempDir::new("quarry-bench-objects")?),
+    };
+    let dir: PathBuf = args
+        .dir
+        .clone()
+        .or_else(|| scratch.as_ref().map(|t| t.path.clone()))
+        .context("no directory for the benchmark")?;
+    let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
+    let page_size_bytes = u32::try_from(parse_size(&args.page_size)?).context("--page-size")?;
+    // Each node holds its share of the object plus room for the space
+    // manager's over-provisioning and reserve: twice its share, in blocks
+    // of 64 pages, 4 buses.
+    let per_node = size_bytes.div_ceil(u64::from(args.nodes)) * 2 + (64 << 20);
+    let chips = u64::from(args.chips.div_ceil(4) * 4);
+    let block_bytes = 64 * u64::from(page_size_bytes);
+    let blocks_per_chip = per_node.div_ceil(chips * block_bytes).max(16);
+    let geometry = Geometry {
+        buses: 4,
+        chips_per_bus: args.chips.div_ceil(4),
+        blocks_per_chip: u32::try_from(blocks_per_chip).context("--size too large")?,
+        pages_per_block: 64,
+        page_size_bytes,
+        oob_size_bytes: 64,
+    };
+    geometry.validate()?;
+    let source = dir.join("source.bin");
+    write_source(&source, size_bytes)?;
+    let spec = LocalClusterSpec {
+        nodes: args.nodes,
+        dir: dir.join("cluster"),
+        backend: BackendKind::File,
+        preset: None,
+        geometry: Some(geometry),
+        direct_io: true,
+        topology: Topology::default(),
+        stop_with_this_process: true,
+        managed: true,
+    };
+    if !args.json {
+        eprintln!(
+            "bench objects: {} object, {} fixed chunks, {}-node managed cluster (file backend, O_DIRECT, {} chips x {} pages, {} per node) vs fio on {}",
+            human_bytes(size_bytes),
+            human_bytes(u64::from(chunk_bytes)),
+            args.nodes,
+            geometry.buses * geometry.chips_per_bus,
+            human_bytes(u64::from(page_size_bytes)),
+            human_bytes(geometry.capacity_bytes()),
+            dir.display()
+        );
+    }
+    let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let entry = cluster.cluster.nodes[0].addr.clone();
+    let fio_file = dir.join("fio.dat");
+    let mut put = Vec::new();
+    let mut get = Vec::new();
+    let mut fio_write = Vec::new();
+    let mut fio_read = Vec::new();
+    let result = (|| -> Result<()> {
+        let objects = runtime.block_on(async { Client::connect(&entry).await?.objects().await })?;
+        let bucket = BucketName::new("bench")?;
+        runtime.block_on(objects.create_bucket(&bucket, Chunking::fixed(chunk_bytes)?))?;
+        for round in 0..args.rounds {
+            // Alternate the peer and Quarry so drift in the disk affects both.
+            fio_write.push(run_fio(&fio_file, "write", size_bytes)?);
+            let key = ObjectKey::new(&format!("big-{round}"))?;
+            let started = Instant::now();
+            runtime.block_on(async {
+                let file = tokio::fs::File::open(&source).await?;
+                let reader = tokio::io::BufReader::with_capacity(4 << 20, file);
+                objects
+                    .put(&bucket, &key, reader, Condition::Always)
+                    .await?;
+                anyhow::Ok(())
+            })?;
+            put.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
+            fio_read.push(run_fio(&fio_file, "read", size_bytes)?);
+            let started = Instant::now();
+            let mut sink = Sink::default();
+            runtime.block_on(objects.get_to(&bucket, &key, 0, u64::MAX, &mut sink))?;
+            if sink.bytes != size_bytes {
+                bail!("get returned {} bytes of {size_bytes}", sink.bytes);
+            }
+            get.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
+            // Free the space for the next round.
+            runtime.block_on(objects.delete(&bucket, &key, Condition::Always))?;
+            let _ = std::fs::remove_file(&fio_file);
+        }
+        Ok(())
+    })();
+    cluster.stop()?;
+    result?;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (p, g, fw, fr) = (
+        median(&mut put),
+        median(&mut get),
+        median(&mut fio_write),
+        median(&mut fio_read),
+    );
+    let report = Report {
+        object_bytes: size_bytes,
+        nodes: args.nodes,
+        chunk_bytes,
+        rounds: args.rounds,
+        rows: vec![
+            Row {
+                what: "put vs fio sequential write",
+                quarry_mib_per_s: p,
+                fio_mib_per_s: fw,
+                ratio: p / fw,
+            },
+            Row {
+                what: "get vs fio sequential read",
+                quarry_mib_per_s: g,
+                fio_mib_per_s: fr,
+                ratio: g / fr,
+            },
+        ],
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "transfer",
+        "quarry MiB/s",
+        "fio MiB/s",
+        "quarry / fio",
+    ]);
+    for r in &report.rows {
+        table.add_row(vec![
+            r.what.to_string(),
+            format!("{:.1}", r.quarry_mib_per_s),
+            format!("{:.1}", r.fio_mib_per_s),
+            format!("{:.2}", r.ratio),
+        ]);
+    }
+    println!("{table}");
+    println!(
+        "(medians of {} rounds; fio: 1 MiB blocks, O_DIRECT, psync, fsync at the end of writes)",
+        args.rounds
+    );
+    Ok(())
+}
+
+fn mib_per_s(bytes: u64, seconds: f64) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9)
+}
+
+/// Incompressible, non-repeating bytes (no chunk deduplicates).
+fn write_source(path: &Path, size_bytes: u64) -> Result<()> {
+    use std::io::Write;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut block = vec![0u8; 1 << 20];
+    let mut left = size_bytes;
+    while left > 0 {
+        for word in block.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            word.copy_from_slice(&x.to_le_bytes());
+        }
+        let n = left.min(block.len() as u64) as usize;
+        out.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// fio's sequential `rw` (`write` or `read`) of `size_bytes` in 1 MiB
+/// O_DIRECT blocks; returns MiB/s.
+fn run_fio(file: &Path, rw: &str, size_bytes: u64) -> Result<f64> {
+    let output = Command::new("fio")
+        .args([
+            "--name=quarry-peer",
+            &format!("--rw={rw}"),
+            "--bs=1M",
+            "--direct=1",
+            "--ioengine=psync",
+            "--end_fsync=1",
+            &format!("--size={size_bytes}"),
+            "--output-format=json",
+        ])
+        .arg(format!("--filename={}", file.display()))
+        .output()
+        .context("cannot run fio (install it: apt-get install fio)")?;
+    if !output.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&output.stdout).context("fio printed no JSON")?;
+    let side = if rw == "write" { "write" } else { "read" };
+    let bw_kib = json["jobs"][0][side]["bw"]
+        .as_f64()
+        .with_context(|| format!("fio JSON has no {side}.bw"))?;
+    Ok(bw_kib / 1024.0)
+}
+
+/// Counts and drops what a get writes.
+#[derive(Default)]
+struct Sink {
+    bytes: u64,
+}
+
+impl AsyncWrite for Sink {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.bytes += data.len() as u64;
+        std::task::Poll::Ready(Ok(data.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
