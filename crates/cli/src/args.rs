@@ -266,6 +266,10 @@ pub struct BenchObjectsArgs {
     /// chip), as 4 buses of this many / 4 chips.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(4..=64))]
     pub chips: u32,
+    /// Keep RS(255,243) parity on every page (flash ECC) instead of CRC-32C
+    /// only (the disk under the file backend corrects its own errors).
+    #[arg(long)]
+    pub rs_ecc: bool,
     /// Rounds (each: fio write, put, fio read, get); medians are reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,

@@ -146,6 +146,7 @@ fn bench_backend(
         topology: Topology::default(),
         stop_with_this_process: true,
         managed: false,
+        ecc: quarry_device::EccMode::Rs,
     };
     eprintln!(
         "bench page: starting a 2-node {backend:?} cluster in {}",

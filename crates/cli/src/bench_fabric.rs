@@ -562,6 +562,7 @@ impl Bed {
             topology: Topology::Shape(topology),
             stop_with_this_process: true,
             managed: false,
+            ecc: quarry_device::EccMode::Rs,
         };
         eprintln!(
             "bench fabric: starting a {nodes}-node {} {} cluster in {}",

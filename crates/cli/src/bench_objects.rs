@@ -89,13 +89,19 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
         topology: Topology::default(),
         stop_with_this_process: true,
         managed: true,
+        ecc: if args.rs_ecc {
+            quarry_device::EccMode::Rs
+        } else {
+            quarry_device::EccMode::Crc
+        },
     };
     if !args.json {
         eprintln!(
-            "bench objects: {} object, {} fixed chunks, {}-node managed cluster (file backend, O_DIRECT, {} chips x {} pages, {} per node) vs fio on {}",
+            "bench objects: {} object, {} fixed chunks, {}-node managed cluster (file backend, O_DIRECT, {} ECC, {} chips x {} pages, {} per node) vs fio on {}",
             human_bytes(size_bytes),
             human_bytes(u64::from(chunk_bytes)),
             args.nodes,
+            if args.rs_ecc { "RS" } else { "CRC-only" },
             geometry.buses * geometry.chips_per_bus,
             human_bytes(u64::from(page_size_bytes)),
             human_bytes(geometry.capacity_bytes()),

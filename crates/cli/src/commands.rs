@@ -48,6 +48,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
         topology: topology_of(args)?,
         stop_with_this_process: !args.detach,
         managed: args.storage == StorageArg::Managed,
+        ecc: quarry_device::EccMode::Rs,
     };
     let mut cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     print_members(&cluster.cluster);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use quarry_client::{BlockingClient, ClusterFile, ClusterNode};
-use quarry_device::{BackendKind, Geometry, Preset};
+use quarry_device::{BackendKind, EccMode, Geometry, Preset};
 use quarry_fabric::{links_of, Link, TopologyKind};
 use std::collections::BTreeSet;
 
@@ -47,6 +47,8 @@ pub struct LocalClusterSpec {
     /// The nodes run managed storage (space manager, object store,
     /// volumes) rather than raw pages.
     pub managed: bool,
+    /// The per-page code of every node's device.
+    pub ecc: EccMode,
 }
 
 /// The links of a local cluster: a named shape or an explicit list.
@@ -151,6 +153,7 @@ impl LocalClusterSpec {
             // The demo leaves its cluster running for the user.
             stop_with_this_process: false,
             managed: true,
+            ecc: EccMode::Rs,
         }
     }
 }
@@ -571,6 +574,9 @@ fn node_config_toml(
     }
     if spec.backend == BackendKind::File {
         text.push_str(&format!("direct_io = {}\n", spec.direct_io));
+    }
+    if spec.ecc == EccMode::Crc {
+        text.push_str("ecc = \"crc\"\n");
     }
     text.push_str(&format!("seed = {}\n", 1000 + u64::from(id)));
     let mode = if spec.managed { "managed" } else { "raw" };

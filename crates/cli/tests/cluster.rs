@@ -35,6 +35,7 @@ fn start(dir: &Path, nodes: u16, backend: BackendKind) -> LocalCluster {
         topology: Topology::default(),
         stop_with_this_process: true,
         managed: false,
+        ecc: quarry_device::EccMode::Rs,
     };
     match LocalCluster::start(&spec, &exe()) {
         Ok(cluster) => cluster,

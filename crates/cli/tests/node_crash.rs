@@ -186,6 +186,7 @@ fn acknowledged_objects_survive_twenty_node_kills() {
         topology: Topology::default(),
         stop_with_this_process: true,
         managed: true,
+        ecc: quarry_device::EccMode::Rs,
     };
     let mut cluster = LocalCluster::start(&spec, &exe()).expect("cluster starts");
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -53,4 +53,22 @@ pub struct DeviceConfig {
     /// Seed for the `nand` backend's bit-error and bad-block model.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// The per-page code (default `rs`).
+    #[serde(default)]
+    pub ecc: EccMode,
+}
+
+/// What protects each page's bytes on the medium.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EccMode {
+    /// CRC-32C per sector and RS(255,243) parity that corrects up to 6 bad
+    /// bytes per codeword (RFSA's flash ECC). What raw flash needs.
+    #[default]
+    Rs,
+    /// CRC-32C per sector only: damage is detected and reported as
+    /// uncorrectable, never returned as data, but not repaired. For a
+    /// `file` backend on a disk that does its own ECC (every SSD and HDD),
+    /// where RS parity would only spend CPU (about 28 us per 8 KiB page).
+    Crc,
 }

@@ -335,7 +335,7 @@ impl Device {
         let mut meta_path = None;
         let mut backing_path = None;
         let mut direct_io = false;
-        let ecc = Ecc::new(layout.clone());
+        let ecc = Ecc::with_correction(layout.clone(), config.ecc == crate::EccMode::Rs);
 
         let store = match config.backend {
             BackendKind::Mem => {

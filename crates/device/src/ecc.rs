@@ -182,6 +182,9 @@ pub(crate) struct Decoded {
 pub(crate) struct Ecc {
     layout: SlotLayout,
     rs: Rs,
+    /// RS parity is written and used to correct; otherwise the parity
+    /// region is zeros and a CRC mismatch is uncorrectable.
+    correcting: bool,
 }
 
 /// Which protected unit of a slot: the meta region or data sector `k`.
@@ -192,10 +195,18 @@ enum Unit {
 }
 
 impl Ecc {
+    #[cfg(test)]
     pub(crate) fn new(layout: SlotLayout) -> Ecc {
+        Ecc::with_correction(layout, true)
+    }
+
+    /// An `Ecc` that writes and uses RS parity (`correcting`) or only
+    /// CRC-32Cs.
+    pub(crate) fn with_correction(layout: SlotLayout, correcting: bool) -> Ecc {
         Ecc {
             layout,
             rs: Rs::new(),
+            correcting,
         }
     }
 
@@ -268,9 +279,14 @@ impl Ecc {
             let at = l.sector_crc_offset + 4 * k;
             slot[at..at + 4].copy_from_slice(&crc.to_le_bytes());
         }
-        self.encode_unit(slot, Unit::Meta);
-        for k in 0..l.sectors {
-            self.encode_unit(slot, Unit::Sector(k));
+        if self.correcting {
+            self.encode_unit(slot, Unit::Meta);
+            for k in 0..l.sectors {
+                self.encode_unit(slot, Unit::Sector(k));
+            }
+        } else {
+            // The parity regions (meta, then sectors) run up to used_bytes.
+            slot[l.meta_parity_offset..l.used_bytes].fill(0);
         }
         slot[l.used_bytes..].fill(0);
     }
@@ -320,6 +336,11 @@ impl Ecc {
 
     /// Repairs one unit in place. Returns the bytes changed, or why it failed.
     fn correct_unit(&self, slot: &mut [u8], unit: Unit) -> Result<u32, String> {
+        if !self.correcting {
+            return Err(
+                "CRC mismatch, and this device keeps no correction code (ecc = \"crc\")".into(),
+            );
+        }
         let len = self.unit_len(unit);
         let n = self.unit_codewords(unit);
         let base = self.parity_base(unit);
@@ -462,6 +483,33 @@ mod tests {
             ..Geometry::default()
         };
         Ecc::new(SlotLayout::new(&g).expect("layout"))
+    }
+
+    #[test]
+    fn crc_only_detects_damage_and_never_corrects() {
+        let g = Geometry::default();
+        let e = Ecc::with_correction(SlotLayout::new(&g).expect("layout"), false);
+        let l = e.layout().clone();
+        let data: Vec<u8> = (0..l.page_size).map(|i| i as u8).collect();
+        // A slot full of stale bytes: the encoder writes every byte of it.
+        let mut slot = vec![0xA5u8; l.slot_size];
+        e.encode(
+            &mut slot,
+            &data,
+            b"oob",
+            Header {
+                erase_count: 3,
+                page_index: 9,
+            },
+        );
+        assert!(slot[l.meta_parity_offset..].iter().all(|&b| b == 0));
+        let mut clean = slot.clone();
+        let decoded = e.decode(&mut clean).expect("a clean slot decodes");
+        assert_eq!(decoded.corrected_bytes, 0);
+        assert_eq!(&clean[..l.page_size], &data[..]);
+        slot[100] ^= 0x40;
+        let err = e.decode(&mut slot).unwrap_err();
+        assert!(err.contains("no correction code"), "{err}");
     }
 
     fn encoded(e: &Ecc, seed: u8) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
