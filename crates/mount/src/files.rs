@@ -259,7 +259,37 @@ impl<B: ObjectBackend> Mount<B> {
             }
             Reader::new(&meta)
         };
+        if writable && flags.0 & libc::O_TRUNC != 0 {
+            // The kernel leaves O_TRUNC to us (atomic_o_trunc): the file
+            // becomes empty here and in the store at close, in one version.
+            if let Err(e) = self.truncate_open(&of, &loc, reader.version) {
+                self.detach_open(ino);
+                return Err(e);
+            }
+        }
         self.register(ino, writable, loc, reader)
+    }
+
+    /// Empties the spool of an open file, making one if there is none
+    /// (without downloading what is about to be thrown away).
+    fn truncate_open(&self, of: &OpenFile, loc: &Location, version: u64) -> FsResult<()> {
+        let mut slot = lock(&of.spool);
+        match slot.as_mut() {
+            Some(sp) => {
+                sp.file
+                    .set_len(0)
+                    .map_err(|e| io_errno("truncate", loc, &e))?;
+                sp.size_bytes = 0;
+                sp.dirty = true;
+                sp.mtime = SystemTime::now();
+            }
+            None => {
+                let mut sp = self.new_spool(loc)?;
+                sp.base_version = Some(version).filter(|v| *v > 0);
+                *slot = Some(sp);
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn do_create(

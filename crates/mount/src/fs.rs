@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 use quarry_store::{BucketName, StoreError};
 
@@ -359,6 +360,18 @@ pub(crate) fn utf8(name: &OsStr) -> FsResult<&str> {
 }
 
 impl<B: ObjectBackend> Filesystem for Mount<B> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // O_TRUNC arrives with `open` instead of as a separate truncate, so
+        // an overwrite is one new version, stored at close.
+        if let Err(missing) = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC) {
+            tracing::info!(
+                ?missing,
+                "kernel without atomic O_TRUNC: overwrites store an empty version first"
+            );
+        }
+        Ok(())
+    }
+
     fn destroy(&mut self) {
         self.flush_all();
     }
