@@ -866,8 +866,9 @@ impl<B: ObjectBackend> Mount<B> {
         )
     }
 
-    /// Moves the pin of every open reader of `bucket/key` from version
-    /// `from` to `to` (a rename copied that version, byte for byte).
+    /// Moves the pin of every open reader of `bucket/key`, and the base of
+    /// its spool, from version `from` to `to` (a rename copied that
+    /// version, byte for byte).
     pub(crate) fn repin(&self, moved: &[(BucketName, ObjectKey, u64, u64)]) {
         if moved.is_empty() {
             return;
@@ -885,6 +886,22 @@ impl<B: ObjectBackend> Mount<B> {
                 let mut r = lock(&h.reader);
                 if r.version == *from {
                     r.version = *to;
+                }
+            }
+        }
+        let files: Vec<(Ino, Arc<OpenFile>)> = lock(&self.files)
+            .iter()
+            .map(|(ino, of)| (*ino, Arc::clone(of)))
+            .collect();
+        for (ino, of) in files {
+            let Ok(Location::Entry { bucket, key }) = self.location(ino) else {
+                continue;
+            };
+            if let Some((from, to)) = by_key.get(&(&bucket, &key)) {
+                if let Some(sp) = lock(&of.spool).as_mut() {
+                    if sp.base_version == Some(*from) {
+                        sp.base_version = Some(*to);
+                    }
                 }
             }
         }

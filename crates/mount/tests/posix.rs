@@ -595,3 +595,66 @@ fn names_the_store_cannot_hold_are_refused_and_store_nothing() {
     assert_eq!(only_dirs.len(), 5);
     assert!(only_dirs.iter().all(|k| k.ends_with("/.quarry-dir")));
 }
+
+#[test]
+fn a_directory_over_the_rename_bound_gives_exdev_and_mv_copies_it() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (rt, store) = mem_store();
+    let d = dirs(&["mnt"]);
+    let opts = MountOptions {
+        max_rename_objects: 3,
+        ..options(&d.spool)
+    };
+    let _m = mount_with(&store, &d.mnt, opts);
+    let m = &d.mnt;
+    fs::create_dir_all(m.join("b/d/sub")).unwrap();
+    for i in 0..5 {
+        fs::write(m.join(format!("b/d/sub/f{i}")), format!("{i}")).unwrap();
+    }
+    let e = fs::rename(m.join("b/d"), m.join("b/e")).unwrap_err();
+    assert_eq!(errno(e), libc::EXDEV);
+    assert_eq!(names(&m.join("b")), ["d"], "nothing moved");
+    // mv falls back to copying and removing, file by file.
+    sh(&format!(
+        "mv {} {}",
+        m.join("b/d").display(),
+        m.join("b/e").display()
+    ));
+    assert_eq!(names(&m.join("b")), ["e"]);
+    assert_eq!(names(&m.join("b/e/sub")), ["f0", "f1", "f2", "f3", "f4"]);
+    assert_eq!(stored(&rt, &store, "b", "e/sub/f3").unwrap(), b"3");
+}
+
+#[test]
+fn run_until_signal_returns_when_unmounted_from_outside() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (_rt, store) = mem_store();
+    let d = dirs(&["mnt"]);
+    let (mnt, opts) = (d.mnt.clone(), options(&d.spool));
+    let runner = {
+        let store = std::sync::Arc::clone(&store);
+        std::thread::spawn(move || quarry_mount::run_until_signal(store, mnt, opts))
+    };
+    let canonical = d.mnt.canonicalize().unwrap();
+    let mounted = || {
+        fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.split(' ').nth(1) == Some(canonical.to_str().unwrap()))
+    };
+    let started = std::time::Instant::now();
+    while !mounted() {
+        assert!(started.elapsed().as_secs() < 10, "never mounted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    fs::create_dir(d.mnt.join("up")).unwrap();
+    sh(&format!("umount {}", canonical.display()));
+    runner.join().unwrap().unwrap();
+    assert!(!mounted());
+}

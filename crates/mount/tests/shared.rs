@@ -4,13 +4,14 @@
 
 mod common;
 
+use std::fs::OpenOptions;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use common::*;
-use quarry_mount::MountOptions;
+use quarry_mount::{ConflictPolicy, MountOptions};
 
 #[test]
 fn a_closed_file_is_visible_to_the_other_mount() {
@@ -114,4 +115,70 @@ fn an_open_reader_keeps_its_version_while_the_other_mount_replaces_it() {
     std::thread::sleep(Duration::from_millis(10));
     rc.read_exact_at(&mut buf, 1_000_000).unwrap();
     assert_eq!(buf, &old[1_000_000..1_004_096]);
+}
+
+#[test]
+fn the_conflict_policy_decides_between_two_writers() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (_rt, store) = mem_store();
+    let d = dirs(&["strict", "lax"]);
+    let (strict, lax) = (d.root.path().join("strict"), d.root.path().join("lax"));
+    let _ms = mount_with(
+        &store,
+        &strict,
+        MountOptions {
+            conflict: ConflictPolicy::FailOnConflict,
+            ..options(&d.spool)
+        },
+    );
+    let _ml = mount_with(&store, &lax, options(&d.spool));
+    fs::create_dir(strict.join("c")).unwrap();
+    fs::write(strict.join("c/f"), b"v1").unwrap();
+
+    // Last writer wins (the default): lax's close replaces what strict
+    // stored in between.
+    let mut w = OpenOptions::new()
+        .write(true)
+        .open(lax.join("c/f"))
+        .unwrap();
+    w.write_all(b"lax").unwrap();
+    fs::write(strict.join("c/f"), b"strict").unwrap();
+    drop(w);
+    assert_eq!(fs::read(strict.join("c/f")).unwrap(), b"lax");
+
+    // Fail on conflict: a writer whose base was replaced before its upload
+    // gets ESTALE from fsync (and close), and stores nothing.
+    let mut w = OpenOptions::new()
+        .write(true)
+        .open(strict.join("c/f"))
+        .unwrap();
+    w.write_all(b"mine").unwrap();
+    fs::write(lax.join("c/f"), b"theirs").unwrap();
+    let e = w.sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    drop(w);
+    assert_eq!(fs::read(lax.join("c/f")).unwrap(), b"theirs");
+
+    // ... and one that opened before the replacement gets it at its
+    // first write.
+    let mut w = OpenOptions::new()
+        .write(true)
+        .open(strict.join("c/f"))
+        .unwrap();
+    fs::write(lax.join("c/f"), b"again").unwrap();
+    let e = w.write_all(b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    drop(w);
+    assert_eq!(fs::read(strict.join("c/f")).unwrap(), b"again");
+
+    // A new file created under the same name by both: the second to close
+    // loses under fail-on-conflict.
+    let mut w = File::create(strict.join("c/new")).unwrap();
+    w.write_all(b"strict").unwrap();
+    fs::write(lax.join("c/new"), b"lax").unwrap();
+    let e = w.sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
 }
