@@ -324,14 +324,19 @@ impl<B: ObjectBackend> Mount<B> {
                     inodes.add_lookup(ino);
                     ino
                 };
-                let fh = self.do_open(ino, OpenFlags(flags))?;
-                return Ok((self.meta_attr(ino, &meta), fh));
+                let fh = self
+                    .do_open(ino, OpenFlags(flags))
+                    .inspect_err(|_| lock(&self.inodes).forget(ino, 1))?;
+                // With O_TRUNC the spool is empty already.
+                let attr = self
+                    .spool_attr(ino)
+                    .unwrap_or_else(|| self.meta_attr(ino, &meta));
+                return Ok((attr, fh));
             }
             Err(StoreError::NoSuchObject { .. }) => {}
             Err(e) => return Err(store_errno("create", &loc, &e)),
         }
         let spool = self.new_spool(&loc)?;
-        let now = spool.mtime;
         let ino = {
             let mut inodes = lock(&self.inodes);
             let ino = inodes.intern(parent, name, Kind::File)?;
@@ -346,8 +351,14 @@ impl<B: ObjectBackend> Mount<B> {
             }
         }
         let writable = OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY;
-        let fh = self.register(ino, writable, loc, Reader::empty())?;
-        Ok((self.file_attr(ino, 0, now), fh))
+        // A failed reply takes no lookup: give it back.
+        let fh = self
+            .register(ino, writable, loc, Reader::empty())
+            .inspect_err(|_| lock(&self.inodes).forget(ino, 1))?;
+        let attr = self
+            .spool_attr(ino)
+            .unwrap_or_else(|| self.file_attr(ino, 0, SystemTime::now()));
+        Ok((attr, fh))
     }
 
     /// `mknod` of a regular file: an empty object, stored at once.

@@ -221,6 +221,11 @@ impl<B: ObjectBackend> Mount<B> {
             Location::Root => Ok(Found::Dir),
             Location::Bucket(b) => {
                 if self.bucket_names()?.contains(b) {
+                    return Ok(Found::Dir);
+                }
+                // Not in the cached list: maybe made since, by another client.
+                self.forget_buckets();
+                if self.bucket_names()?.contains(b) {
                     Ok(Found::Dir)
                 } else {
                     Err(Errno::ENOENT)
