@@ -100,46 +100,48 @@ impl MountHandle {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        let path = CString::new(self.mountpoint.as_os_str().as_bytes()).map_err(|e| {
-            MountError::MountPoint {
-                path: self.mountpoint.clone(),
-                reason: e.to_string(),
+        // fuser unmounts (directly as root, else through `fusermount3 -u`)
+        // and joins the session thread, exactly once.
+        let Err(err) = session.umount_and_join() else {
+            tracing::info!(mountpoint = %self.mountpoint.display(), "unmounted");
+            return Ok(());
+        };
+        match err.raw_os_error() {
+            // Unmounted from outside already; the session thread has ended
+            // or is ending by itself.
+            Some(libc::EINVAL) => Ok(()),
+            Some(libc::EBUSY) => {
+                self.detach_lazily();
+                Err(MountError::Unmount {
+                    path: self.mountpoint.clone(),
+                    source: err,
+                })
             }
-        })?;
-        // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
-        if unsafe { libc::umount2(path.as_ptr(), 0) } != 0 {
-            let err = std::io::Error::last_os_error();
-            match err.raw_os_error() {
-                // Not root: fuser unmounts through `fusermount3 -u`.
-                Some(libc::EPERM) => {
-                    return session
-                        .umount_and_join()
-                        .map_err(|source| MountError::Unmount {
-                            path: self.mountpoint.clone(),
-                            source,
-                        });
-                }
-                // Not mounted any more: unmounted from outside.
-                Some(libc::EINVAL) => {}
-                _ => {
-                    // SAFETY: as above.
-                    unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) };
-                    // The session thread ends by itself once the last file
-                    // under the detached mount is closed.
-                    drop(session);
-                    return Err(MountError::Unmount {
-                        path: self.mountpoint.clone(),
-                        source: err,
-                    });
-                }
+            _ => Err(MountError::Session {
+                path: self.mountpoint.clone(),
+                source: err,
+            }),
+        }
+    }
+
+    /// Detaches a busy mount (`MNT_DETACH`): gone from the namespace now,
+    /// and its session ends when the last file under it is closed.
+    fn detach_lazily(&self) {
+        let detached = CString::new(self.mountpoint.as_os_str().as_bytes())
+            .ok()
+            // SAFETY: a valid NUL-terminated path that outlives the call.
+            .is_some_and(|path| unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } == 0);
+        if !detached {
+            // Not root: the setuid helper can do it.
+            let status = std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg("-z")
+                .arg(&self.mountpoint)
+                .status();
+            if !status.is_ok_and(|s| s.success()) {
+                tracing::warn!(mountpoint = %self.mountpoint.display(), "could not detach a busy mount");
             }
         }
-        session.join().map_err(|source| MountError::Session {
-            path: self.mountpoint.clone(),
-            source,
-        })?;
-        tracing::info!(mountpoint = %self.mountpoint.display(), "unmounted");
-        Ok(())
     }
 }
 

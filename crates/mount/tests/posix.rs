@@ -658,3 +658,33 @@ fn run_until_signal_returns_when_unmounted_from_outside() {
     runner.join().unwrap().unwrap();
     assert!(!mounted());
 }
+
+#[test]
+fn unmounting_a_busy_mount_detaches_it_lazily() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (rt, store) = mem_store();
+    let d = dirs(&["mnt"]);
+    let m = mount_with(&store, &d.mnt, options(&d.spool));
+    fs::create_dir(d.mnt.join("busy")).unwrap();
+    fs::write(d.mnt.join("busy/f"), b"still here").unwrap();
+    let mut open = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(d.mnt.join("busy/f"))
+        .unwrap();
+    let e = m.unmount().unwrap_err();
+    assert!(matches!(e, quarry_mount::MountError::Unmount { .. }), "{e}");
+    assert!(e.to_string().contains("detached lazily"), "{e}");
+    // Gone from the namespace, still served to the open file, whose
+    // changes are stored when it closes.
+    assert!(!d.mnt.join("busy").exists());
+    let mut got = String::new();
+    open.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "still here");
+    open.write_all(b"!").unwrap();
+    drop(open);
+    assert_eq!(stored(&rt, &store, "busy", "f").unwrap(), b"still here!");
+}
