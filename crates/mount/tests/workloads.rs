@@ -157,3 +157,47 @@ fn sqlite_writes_100k_rows_in_100_transactions_and_survives_a_remount() {
         started.elapsed()
     );
 }
+
+#[test]
+fn fcntl_locks_exclude_between_processes_on_one_mount() {
+    if !fuse_available() {
+        return;
+    }
+    if Command::new("python3").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: no python3 command");
+        return;
+    }
+    init_logs();
+    let (_rt, store) = mem_store();
+    let d = dirs(&["mnt"]);
+    let _m = mount_with(&store, &d.mnt, options(&d.spool));
+    fs::create_dir(d.mnt.join("locks")).unwrap();
+    let path = d.mnt.join("locks/f");
+    fs::write(&path, b"lock me").unwrap();
+    // The kernel keeps POSIX locks for the mount (fuser does not ask for
+    // FUSE_POSIX_LOCKS): a second process cannot take a held lock.
+    let script = r#"
+import fcntl, subprocess, sys
+p = sys.argv[1]
+other = [sys.executable, "-c",
+         "import fcntl, sys; f = open(sys.argv[1], 'r+'); fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)", p]
+f = open(p, "r+")
+fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+assert subprocess.run(other, capture_output=True).returncode != 0, "second lock granted"
+fcntl.lockf(f, fcntl.LOCK_UN)
+assert subprocess.run(other, capture_output=True).returncode == 0, "lock not released"
+print("ok")
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ok\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
