@@ -1,0 +1,207 @@
+//! The mount over a backend of the test's own (the store behind a counter
+//! of calls and bytes): read-ahead fetches a few large windows for a
+//! sequential reader and small ones for a random one, and fsync uploads
+//! the spool without reading the object back.
+
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::*;
+use quarry_mount::{MountOptions, ObjectBackend, ObjectMeta};
+use quarry_store::{BucketName, Condition, MemObjectStore, ObjectKey, Result};
+use tokio::io::AsyncRead;
+
+#[derive(Default)]
+struct Counts {
+    get_ranges: AtomicU64,
+    bytes_fetched: AtomicU64,
+    puts: AtomicU64,
+}
+
+struct Counting {
+    inner: Arc<MemObjectStore>,
+    counts: Counts,
+}
+
+impl ObjectBackend for Counting {
+    async fn buckets(&self) -> Result<Vec<BucketName>> {
+        ObjectBackend::buckets(&*self.inner).await
+    }
+    async fn create_bucket(&self, bucket: &BucketName) -> Result<()> {
+        ObjectBackend::create_bucket(&*self.inner, bucket).await
+    }
+    async fn delete_bucket(&self, bucket: &BucketName) -> Result<()> {
+        ObjectBackend::delete_bucket(&*self.inner, bucket).await
+    }
+    async fn head(&self, bucket: &BucketName, key: &ObjectKey) -> Result<ObjectMeta> {
+        ObjectBackend::head(&*self.inner, bucket, key).await
+    }
+    async fn get_range(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(ObjectMeta, Bytes)> {
+        let got = ObjectBackend::get_range(&*self.inner, bucket, key, offset, len).await?;
+        self.counts.get_ranges.fetch_add(1, Relaxed);
+        self.counts
+            .bytes_fetched
+            .fetch_add(got.1.len() as u64, Relaxed);
+        Ok(got)
+    }
+    async fn put_bytes(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        data: Bytes,
+        condition: Condition,
+    ) -> Result<ObjectMeta> {
+        self.counts.puts.fetch_add(1, Relaxed);
+        ObjectBackend::put_bytes(&*self.inner, bucket, key, data, condition).await
+    }
+    async fn put_reader<R: AsyncRead + Send + Unpin>(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        source: R,
+        condition: Condition,
+    ) -> Result<ObjectMeta> {
+        self.counts.puts.fetch_add(1, Relaxed);
+        ObjectBackend::put_reader(&*self.inner, bucket, key, source, condition).await
+    }
+    async fn delete(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        condition: Condition,
+    ) -> Result<ObjectMeta> {
+        ObjectBackend::delete(&*self.inner, bucket, key, condition).await
+    }
+    async fn list(
+        &self,
+        bucket: &BucketName,
+        prefix: &str,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> Result<Vec<ObjectMeta>> {
+        ObjectBackend::list(&*self.inner, bucket, prefix, after, limit).await
+    }
+}
+
+fn counting() -> (tokio::runtime::Runtime, Arc<Counting>) {
+    let (rt, store) = mem_store();
+    (
+        rt,
+        Arc::new(Counting {
+            inner: store,
+            counts: Counts::default(),
+        }),
+    )
+}
+
+#[test]
+fn read_ahead_fetches_large_windows_for_sequential_reads_and_small_ones_for_random() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (_rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let opts = MountOptions {
+        read_ahead_bytes: 1 << 20,
+        ..options(&d.spool)
+    };
+    let _m = quarry_mount::mount(Arc::clone(&backend), &d.mnt, opts).unwrap();
+    fs::create_dir(d.mnt.join("r")).unwrap();
+    let size = 8 << 20;
+    let data = noise(40, size);
+    fs::write(d.mnt.join("r/big"), &data).unwrap();
+    let c = &backend.counts;
+    let (calls0, bytes0) = (c.get_ranges.load(Relaxed), c.bytes_fetched.load(Relaxed));
+
+    // Sequential, 64 KiB at a time: 1 MiB windows, each fetched once.
+    let mut f = File::open(d.mnt.join("r/big")).unwrap();
+    let mut got = Vec::with_capacity(size);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got == data);
+    let calls = c.get_ranges.load(Relaxed) - calls0;
+    let bytes = c.bytes_fetched.load(Relaxed) - bytes0;
+    eprintln!("sequential 8 MiB: {calls} fetches, {bytes} bytes");
+    assert!((8..=12).contains(&calls), "{calls} fetches");
+    assert!(bytes <= size as u64 + (2 << 20), "{bytes} bytes fetched");
+
+    // Random 4 KiB reads: a 256 KiB window each, not the 1 MiB one.
+    let f = File::open(d.mnt.join("r/big")).unwrap();
+    let (calls0, bytes0) = (c.get_ranges.load(Relaxed), c.bytes_fetched.load(Relaxed));
+    let mut small = vec![0u8; 4096];
+    // (None at offset 0: a first read there counts as sequential.)
+    for i in 1..=20u64 {
+        let offset = (i * 2_654_435_761) % (size as u64 - 4096);
+        f.read_exact_at(&mut small, offset).unwrap();
+        assert_eq!(small, &data[offset as usize..offset as usize + 4096]);
+    }
+    let calls = c.get_ranges.load(Relaxed) - calls0;
+    let bytes = c.bytes_fetched.load(Relaxed) - bytes0;
+    eprintln!("20 random 4 KiB reads: {calls} fetches, {bytes} bytes");
+    assert!(calls <= 20, "{calls} fetches");
+    assert!(bytes <= 20 * (256 << 10), "{bytes} bytes fetched");
+}
+
+#[test]
+fn fsync_uploads_the_spool_without_reading_the_object_back() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (_rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let _m = quarry_mount::mount(Arc::clone(&backend), &d.mnt, options(&d.spool)).unwrap();
+    fs::create_dir(d.mnt.join("s")).unwrap();
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(d.mnt.join("s/db"))
+        .unwrap();
+    f.write_all_at(&noise(41, 2 << 20), 0).unwrap();
+    let c = &backend.counts;
+    let (gets0, puts0) = (c.get_ranges.load(Relaxed), c.puts.load(Relaxed));
+    for i in 0..50u64 {
+        f.write_all_at(&noise(100 + i, 4096), (i * 40_503) % (2 << 20))
+            .unwrap();
+        f.sync_all().unwrap();
+    }
+    // Nothing changed since the last fsync: nothing to upload.
+    f.sync_all().unwrap();
+    assert_eq!(
+        c.get_ranges.load(Relaxed) - gets0,
+        0,
+        "the spool is the truth"
+    );
+    assert_eq!(
+        c.puts.load(Relaxed) - puts0,
+        50,
+        "one upload per fsync with changes"
+    );
+    drop(f);
+    assert_eq!(
+        c.puts.load(Relaxed) - puts0,
+        50,
+        "close after fsync uploads nothing"
+    );
+}

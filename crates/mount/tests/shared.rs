@@ -1,0 +1,184 @@
+//! Two mounts of one store (as two processes over two clients would be):
+//! what each sees of the other's closed files, and what an open reader
+//! keeps while the other replaces the file.
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use common::*;
+use quarry_mount::{ConflictPolicy, MountOptions};
+
+#[test]
+fn a_closed_file_is_visible_to_the_other_mount() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (_rt, store) = mem_store();
+    let d = dirs(&["a", "b"]);
+    let (a, b) = (d.root.path().join("a"), d.root.path().join("b"));
+    let _ma = mount_with(&store, &a, options(&d.spool));
+    let _mb = mount_with(&store, &b, options(&d.spool));
+
+    fs::create_dir(a.join("shared")).unwrap();
+    fs::create_dir(a.join("shared/dir")).unwrap();
+    assert!(b.join("shared/dir").is_dir(), "new names need no wait");
+
+    let first = noise(10, 300_000);
+    fs::write(a.join("shared/dir/f"), &first).unwrap();
+    assert_eq!(fs::read(b.join("shared/dir/f")).unwrap(), first);
+
+    // While it is being written and not yet closed, the other mount
+    // still sees the old version.
+    let second = noise(11, 700_000);
+    let mut w = File::create(a.join("shared/dir/f")).unwrap();
+    w.write_all(&second).unwrap();
+    assert_eq!(fs::read(b.join("shared/dir/f")).unwrap(), first);
+    // Closed: b's next open sees it whole, even though b's kernel still
+    // caches the old size (open revalidates and drops those attributes).
+    drop(w);
+    assert!(fs::read(b.join("shared/dir/f")).unwrap() == second);
+    assert_eq!(fs::metadata(b.join("shared/dir/f")).unwrap().len(), 700_000);
+
+    // Shorter again.
+    fs::write(a.join("shared/dir/f"), b"tiny").unwrap();
+    assert_eq!(fs::read(b.join("shared/dir/f")).unwrap(), b"tiny");
+
+    // Removals show after the name cache's TTL.
+    fs::remove_file(a.join("shared/dir/f")).unwrap();
+    wait_ttl(&MountOptions::default());
+    assert!(!b.join("shared/dir/f").exists());
+    assert!(fs::read_dir(b.join("shared/dir")).unwrap().next().is_none());
+}
+
+#[test]
+fn an_open_reader_keeps_its_version_while_the_other_mount_replaces_it() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (_rt, store) = mem_store();
+    let d = dirs(&["a", "b", "c"]);
+    let (a, b, c) = (
+        d.root.path().join("a"),
+        d.root.path().join("b"),
+        d.root.path().join("c"),
+    );
+    let _ma = mount_with(&store, &a, options(&d.spool));
+    let _mb = mount_with(&store, &b, options(&d.spool));
+    // c reads ahead 64 KiB at a time: a 2 MB file is read in windows.
+    let _mc = mount_with(
+        &store,
+        &c,
+        MountOptions {
+            read_ahead_bytes: 64 << 10,
+            ..options(&d.spool)
+        },
+    );
+    fs::create_dir(a.join("v")).unwrap();
+    let old = noise(20, 2_000_000);
+    let new = noise(21, 2_000_000);
+    fs::write(a.join("v/f"), &old).unwrap();
+
+    // b's file fits b's read-ahead (4 MiB): its first read takes the
+    // version whole, so b reads the old bytes to the end.
+    let rb = File::open(b.join("v/f")).unwrap();
+    let rc = File::open(c.join("v/f")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    rb.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, &old[..4096]);
+    rc.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, &old[..4096]);
+
+    fs::write(a.join("v/f"), &new).unwrap();
+
+    let mut rest = vec![0u8; 2_000_000 - 4096];
+    rb.read_exact_at(&mut rest, 4096).unwrap();
+    assert!(rest == old[4096..], "one version per handle, never a mix");
+
+    // c has only its first window: the rest of its version is gone from
+    // the store, so it gets ESTALE rather than bytes of the new version.
+    let e = rc.read_exact_at(&mut buf, 1_500_000).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    drop(rc);
+    // Opened again, it reads the new version.
+    assert!(fs::read(c.join("v/f")).unwrap() == new);
+
+    // A handle that has not read yet simply reads the newer version.
+    let rc = File::open(c.join("v/f")).unwrap();
+    fs::write(a.join("v/f"), &old).unwrap();
+    std::thread::sleep(Duration::from_millis(10));
+    rc.read_exact_at(&mut buf, 1_000_000).unwrap();
+    assert_eq!(buf, &old[1_000_000..1_004_096]);
+}
+
+#[test]
+fn the_conflict_policy_decides_between_two_writers() {
+    if !fuse_available() {
+        return;
+    }
+    init_logs();
+    let (_rt, store) = mem_store();
+    let d = dirs(&["strict", "lax"]);
+    let (strict, lax) = (d.root.path().join("strict"), d.root.path().join("lax"));
+    let _ms = mount_with(
+        &store,
+        &strict,
+        MountOptions {
+            conflict: ConflictPolicy::FailOnConflict,
+            ..options(&d.spool)
+        },
+    );
+    let _ml = mount_with(&store, &lax, options(&d.spool));
+    fs::create_dir(strict.join("c")).unwrap();
+    fs::write(strict.join("c/f"), b"v1").unwrap();
+
+    // Last writer wins (the default): lax's close replaces what strict
+    // stored in between.
+    let mut w = OpenOptions::new()
+        .write(true)
+        .open(lax.join("c/f"))
+        .unwrap();
+    w.write_all(b"lax").unwrap();
+    fs::write(strict.join("c/f"), b"strict").unwrap();
+    drop(w);
+    assert_eq!(fs::read(strict.join("c/f")).unwrap(), b"lax");
+
+    // Fail on conflict: a writer whose base was replaced before its upload
+    // gets ESTALE from fsync (and close), and stores nothing.
+    let mut w = OpenOptions::new()
+        .write(true)
+        .open(strict.join("c/f"))
+        .unwrap();
+    w.write_all(b"mine").unwrap();
+    fs::write(lax.join("c/f"), b"theirs").unwrap();
+    let e = w.sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    drop(w);
+    assert_eq!(fs::read(lax.join("c/f")).unwrap(), b"theirs");
+
+    // ... and one that opened before the replacement gets it at its
+    // first write.
+    let mut w = OpenOptions::new()
+        .write(true)
+        .open(strict.join("c/f"))
+        .unwrap();
+    fs::write(lax.join("c/f"), b"again").unwrap();
+    let e = w.write_all(b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    drop(w);
+    assert_eq!(fs::read(strict.join("c/f")).unwrap(), b"again");
+
+    // A new file created under the same name by both: the second to close
+    // loses under fail-on-conflict.
+    let mut w = File::create(strict.join("c/new")).unwrap();
+    w.write_all(b"strict").unwrap();
+    fs::write(lax.join("c/new"), b"lax").unwrap();
+    let e = w.sync_all().unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+}
