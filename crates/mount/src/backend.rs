@@ -6,8 +6,7 @@ use std::future::Future;
 
 use bytes::Bytes;
 use quarry_store::{
-    BucketName, ChunkStore, Chunking, Condition, Manifest, ObjectKey, ObjectStore, Result,
-    TableStore,
+    BucketName, Chunking, Condition, Manifest, ObjectKey, ObjectStore, Result, StoreNode,
 };
 use tokio::io::AsyncRead;
 
@@ -107,7 +106,7 @@ pub trait ObjectBackend: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<ObjectMeta>>> + Send;
 }
 
-impl<T: TableStore, C: ChunkStore> ObjectBackend for ObjectStore<T, C> {
+impl<N: StoreNode> ObjectBackend for ObjectStore<N> {
     async fn buckets(&self) -> Result<Vec<BucketName>> {
         Ok(ObjectStore::buckets(self)
             .await?
