@@ -61,6 +61,16 @@ pub enum Command {
         #[command(subcommand)]
         command: PageCommand,
     },
+    /// Block volumes: named logical page spaces striped over nodes, buses
+    /// and chips; read and write any page through any node.
+    Volume {
+        /// How to find the cluster.
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::volume_cmd::VolumeCommand,
+    },
     /// Measure Quarry side by side with what a user would use instead.
     Bench {
         /// Which benchmark.

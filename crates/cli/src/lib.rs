@@ -22,6 +22,7 @@ mod demo;
 mod local_cluster;
 mod plot;
 mod stats;
+mod volume_cmd;
 
 pub use args::{
     BenchCommand, BenchDeviceArgs, BenchFabricArgs, BenchPageArgs, Cli, ClusterArg, Command,
@@ -31,6 +32,7 @@ pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
 };
 pub use stats::LatencyStats;
+pub use volume_cmd::{parse_size, VolumeCommand};
 
 use anyhow::Result;
 
@@ -52,6 +54,9 @@ pub fn run(cli: Cli) -> Result<()> {
             routes: true,
         } => commands::routes(cluster.cluster.as_deref(), json),
         Command::Page { cluster, command } => commands::page(cluster.cluster.as_deref(), &command),
+        Command::Volume { cluster, command } => {
+            volume_cmd::volume(cluster.cluster.as_deref(), &command)
+        }
         Command::Bench { command } => match command {
             BenchCommand::Page(args) => bench::page(&args),
             BenchCommand::Device(args) => bench_device::device(&args),
