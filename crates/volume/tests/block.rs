@@ -486,3 +486,37 @@ async fn malformed_calls_get_error_answers_and_store_nothing() {
     assert_eq!(n.space.stats().live_pages, 0);
     assert_eq!(n.registry.volumes().len(), 1);
 }
+
+#[tokio::test]
+async fn racing_creates_over_disjoint_nodes_are_reported_and_deleted_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 4], &[]).await;
+    let volumes = view(&nodes);
+    // Each create misses the nodes of the other (they do not answer).
+    nodes.down.lock().unwrap().extend([2, 3]);
+    volumes
+        .create("dup", 8 * PS as u64, Some(vec![0, 1]))
+        .await
+        .unwrap();
+    *nodes.down.lock().unwrap() = [0, 1].into();
+    volumes
+        .create("dup", 8 * PS as u64, Some(vec![2, 3]))
+        .await
+        .unwrap();
+    volumes
+        .open("dup")
+        .await
+        .unwrap()
+        .write_page(0, &[1u8; PS])
+        .await
+        .unwrap();
+    nodes.down.lock().unwrap().clear();
+    let e = volumes.open("dup").await.err().unwrap();
+    assert!(
+        matches!(e, BlockVolumeError::Ambiguous { .. }) && e.to_string().contains("removes both"),
+        "{e}"
+    );
+    assert_eq!(volumes.list().await.unwrap().volumes.len(), 2);
+    assert_eq!(volumes.delete("dup").await.unwrap(), 1);
+    assert!(volumes.list().await.unwrap().volumes.is_empty());
+}

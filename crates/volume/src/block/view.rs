@@ -403,8 +403,13 @@ impl<X: VolumeTransport> BlockVolumes<X> {
         Ok(listing)
     }
 
-    /// Looks volume `name` up on every node and reports each member.
-    pub async fn status(&self, name: &str) -> Result<VolumeStatus> {
+    /// Asks every node about `name`: their answers, and the distinct
+    /// definitions found (one, unless creates raced). Not found anywhere is
+    /// `NotFound`, or `LookupIncomplete` when some nodes did not answer.
+    async fn find(
+        &self,
+        name: &str,
+    ) -> Result<(Vec<(NodeId, Result<InfoAnswer>)>, Vec<(NodeId, VolumeDef)>)> {
         validate_name(name)?;
         let mut w = Writer::call(Op::Info);
         w.name(name);
@@ -428,19 +433,23 @@ impl<X: VolumeTransport> BlockVolumes<X> {
                 }
             })
             .await;
-        let mut defs: Vec<(NodeId, &VolumeDef)> = Vec::new();
+        let mut defs: Vec<(NodeId, VolumeDef)> = Vec::new();
         let mut failures = Vec::new();
         for (node, answer) in &answers {
             match answer {
                 Ok(InfoAnswer {
                     found: Some((def, _)),
                     ..
-                }) => defs.push((*node, def)),
+                }) => {
+                    if !defs.iter().any(|(_, d)| d == def) {
+                        defs.push((*node, def.clone()));
+                    }
+                }
                 Ok(_) | Err(BlockVolumeError::Refused { .. }) => {}
                 Err(e) => failures.push(format!("node {node}: {e}")),
             }
         }
-        let Some((first_node, def)) = defs.first().copied() else {
+        if defs.is_empty() {
             if failures.is_empty() {
                 return Err(BlockVolumeError::NotFound {
                     name: name.to_string(),
@@ -450,13 +459,20 @@ impl<X: VolumeTransport> BlockVolumes<X> {
                 name: name.to_string(),
                 failures: failures.join("; "),
             });
-        };
-        if let Some((other_node, other)) = defs.iter().find(|(_, d)| d != &def) {
+        }
+        Ok((answers, defs))
+    }
+
+    /// Looks volume `name` up on every node and reports each member.
+    pub async fn status(&self, name: &str) -> Result<VolumeStatus> {
+        let (answers, defs) = self.find(name).await?;
+        let (first_node, def) = &defs[0];
+        if let Some((other_node, other)) = defs.get(1) {
             return Err(BlockVolumeError::Ambiguous {
                 name: name.to_string(),
                 detail: format!(
                     "node {first_node} holds id {} over nodes {:?}, node {other_node} holds id {} \
-                     over nodes {:?}; delete one of them",
+                     over nodes {:?}; `delete` removes both",
                     def.id, def.members, other.id, other.members
                 ),
             });
@@ -518,16 +534,18 @@ impl<X: VolumeTransport> BlockVolumes<X> {
     /// Deletes volume `name`: every member trims the volume's pages and
     /// drops its definition. Returns the pages trimmed. A member that does
     /// not answer makes it [`BlockVolumeError::Incomplete`]; running the
-    /// delete again finishes it.
+    /// delete again finishes it. If racing creates left two volumes of
+    /// this name (lookups say [`BlockVolumeError::Ambiguous`]), both go.
     pub async fn delete(&self, name: &str) -> Result<u64> {
-        let status = self.status(name).await?;
-        let results = self.delete_on(&status.def.members, &status.def).await;
+        let (_, defs) = self.find(name).await?;
         let mut trimmed = 0;
         let mut failed = Vec::new();
-        for (node, r) in results {
-            match r {
-                Ok(n) => trimmed += n,
-                Err(e) => failed.push(format!("node {node}: {e}")),
+        for (_, def) in &defs {
+            for (node, r) in self.delete_on(&def.members, def).await {
+                match r {
+                    Ok(n) => trimmed += n,
+                    Err(e) => failed.push(format!("node {node}: {e}")),
+                }
             }
         }
         if failed.is_empty() {
