@@ -64,6 +64,16 @@ pub enum Command {
     /// The object store: buckets and keys.
     #[command(flatten)]
     Objects(crate::objects_cmd::ObjectCommand),
+    /// Block volumes: named logical page spaces striped over nodes, buses
+    /// and chips; read and write any page through any node.
+    Volume {
+        /// How to find the cluster.
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::volume_cmd::VolumeCommand,
+    },
     /// Measure Quarry side by side with what a user would use instead.
     Bench {
         /// Which benchmark.

@@ -334,41 +334,60 @@ impl std::str::FromStr for PageTarget {
         if text.contains(':') {
             return Ok(PageTarget::Global(text.parse()?));
         }
-        let number = |part: &str, what: &str| -> Result<u64> {
-            part.trim().parse::<u64>().map_err(|e| {
-                anyhow::anyhow!(
-                    "page address {text:?}: {what} {part:?} is not a number ({e}); {ADDR_FORMS}"
-                )
-            })
-        };
-        if let Some((start, end)) = text.split_once("..") {
-            let (first, end) = (number(start, "start")?, number(end, "end")?);
-            if end <= first {
-                bail!("linear range {text} is empty: the end (exclusive) must be above the start");
-            }
-            return Ok(PageTarget::Linear {
-                first,
-                count: Some(end - first),
-            });
-        }
-        if let Some((start, count)) = text.split_once('+') {
-            let (first, count) = (number(start, "start")?, number(count, "count")?);
-            if count == 0 {
-                bail!("linear range {text} is empty: the count must be at least 1");
-            }
-            if first.checked_add(count).is_none() {
-                bail!("linear range {text} ends past the largest page number");
-            }
-            return Ok(PageTarget::Linear {
-                first,
-                count: Some(count),
-            });
-        }
-        Ok(PageTarget::Linear {
-            first: number(text, "page")?,
-            count: None,
-        })
+        let (first, count) = parse_page_range(text, &LINEAR_SYNTAX)?;
+        Ok(PageTarget::Linear { first, count })
     }
+}
+
+/// How a page-number argument is named in errors.
+pub(crate) struct RangeSyntax {
+    /// The argument, as in "page address \"x\": ...".
+    pub argument: &'static str,
+    /// A range, as in "linear range 5..5 is empty".
+    pub range: &'static str,
+    /// The forms accepted, for errors.
+    pub forms: &'static str,
+}
+
+const LINEAR_SYNTAX: RangeSyntax = RangeSyntax {
+    argument: "page address",
+    range: "linear range",
+    forms: ADDR_FORMS,
+};
+
+/// Parses a page number `N`, a range `N..M` (end exclusive) or `N+COUNT`
+/// into the first page and the range's length (`None` for a bare `N`).
+/// Shared by `quarry page` (linear pages) and `quarry volume` (volume pages).
+pub(crate) fn parse_page_range(text: &str, syntax: &RangeSyntax) -> Result<(u64, Option<u64>)> {
+    let text = text.trim();
+    let RangeSyntax {
+        argument,
+        range,
+        forms,
+    } = syntax;
+    let number = |part: &str, what: &str| -> Result<u64> {
+        part.trim().parse::<u64>().map_err(|e| {
+            anyhow::anyhow!("{argument} {text:?}: {what} {part:?} is not a number ({e}); {forms}")
+        })
+    };
+    if let Some((start, end)) = text.split_once("..") {
+        let (first, end) = (number(start, "start")?, number(end, "end")?);
+        if end <= first {
+            bail!("{range} {text} is empty: the end (exclusive) must be above the start");
+        }
+        return Ok((first, Some(end - first)));
+    }
+    if let Some((start, count)) = text.split_once('+') {
+        let (first, count) = (number(start, "start")?, number(count, "count")?);
+        if count == 0 {
+            bail!("{range} {text} is empty: the count must be at least 1");
+        }
+        if first.checked_add(count).is_none() {
+            bail!("{range} {text} ends past the largest page number");
+        }
+        return Ok((first, Some(count)));
+    }
+    Ok((number(text, "page")?, None))
 }
 
 /// Pages one client call moves when the CLI streams a range: bounds the
@@ -380,7 +399,7 @@ const _: () = assert!(CLI_CHUNK_PAGES <= quarry_client::MAX_LINEAR_PAGES);
 /// Largest input one `quarry page write` takes: the input is read whole
 /// before anything is programmed, so that input longer than the range is an
 /// error that leaves the pages untouched.
-const MAX_WRITE_INPUT_BYTES: u64 = 1 << 30;
+pub(crate) const MAX_WRITE_INPUT_BYTES: u64 = 1 << 30;
 
 /// `quarry page ...`.
 pub fn page(cluster: Option<&Path>, command: &PageCommand) -> Result<()> {
@@ -645,7 +664,9 @@ fn past_the_end(space: &LinearSpace) -> anyhow::Error {
     .into()
 }
 
-fn read_input(file: Option<&Path>, limit: u64) -> Result<Vec<u8>> {
+/// Reads `file` (or stdin) up to one byte past `limit`, so input over the
+/// limit shows as longer than it without being read whole.
+pub(crate) fn read_input(file: Option<&Path>, limit: u64) -> Result<Vec<u8>> {
     // Read one byte past the limit so oversized input is detected without
     // reading it all.
     let limit = limit.saturating_add(1);

@@ -24,6 +24,7 @@ mod local_cluster;
 mod objects_cmd;
 mod plot;
 mod stats;
+mod volume_cmd;
 
 pub use args::{
     BenchCommand, BenchDeviceArgs, BenchFabricArgs, BenchObjectsArgs, BenchPageArgs, Cli,
@@ -33,8 +34,9 @@ pub use args::{
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
 };
-pub use objects_cmd::{parse_size, GetArgs, ObjectCommand, PutArgs};
+pub use objects_cmd::{GetArgs, ObjectCommand, PutArgs};
 pub use stats::LatencyStats;
+pub use volume_cmd::{parse_size, VolumeCommand};
 
 use anyhow::Result;
 
@@ -57,6 +59,9 @@ pub fn run(cli: Cli) -> Result<()> {
         } => commands::routes(cluster.cluster.as_deref(), json),
         Command::Page { cluster, command } => commands::page(cluster.cluster.as_deref(), &command),
         Command::Objects(command) => objects_cmd::run(&command),
+        Command::Volume { cluster, command } => {
+            volume_cmd::volume(cluster.cluster.as_deref(), &command)
+        }
         Command::Bench { command } => match command {
             BenchCommand::Page(args) => bench::page(&args),
             BenchCommand::Device(args) => bench_device::device(&args),

@@ -255,27 +255,9 @@ fn object_path(path: &str) -> Result<(BucketName, ObjectKey)> {
     Ok((BucketName::new(bucket)?, ObjectKey::new(key)?))
 }
 
-/// Parses a size with an optional K/M/G suffix (powers of 1024).
-pub fn parse_size(text: &str) -> Result<u64> {
-    let t = text.trim();
-    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => t.split_at(i),
-        None => (t, ""),
-    };
-    let n: u64 = digits
-        .parse()
-        .with_context(|| format!("size {text:?} does not start with a number"))?;
-    let shift = match unit.to_ascii_uppercase().trim_end_matches(['B', 'I']) {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => bail!("size {text:?}: unknown unit {unit:?} (use K, M, G or T)"),
-    };
-    n.checked_shl(shift)
-        .filter(|v| v >> shift == n)
-        .with_context(|| format!("size {text:?} is too large"))
+/// A size with an optional K/M/G/T suffix (powers of 1024).
+pub(crate) fn parse_size(text: &str) -> Result<u64> {
+    crate::volume_cmd::parse_size(text).map_err(anyhow::Error::msg)
 }
 
 fn parse_chunking(text: &str) -> Result<Chunking> {

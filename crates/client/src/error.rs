@@ -74,6 +74,9 @@ pub enum ClientError {
     /// An object store operation failed.
     #[error(transparent)]
     Store(#[from] quarry_store::StoreError),
+    /// A block volume operation failed.
+    #[error(transparent)]
+    Volume(#[from] quarry_volume::BlockVolumeError),
     /// A local runtime could not be built (blocking client).
     #[error("cannot start the client runtime: {0}")]
     Runtime(std::io::Error),

@@ -7,6 +7,9 @@
 //! [`BlockingClient`] wraps it for scripts. [`ClusterFile`] is how a client
 //! finds a cluster (`--cluster FILE`, `$QUARRY_CLUSTER`, `./.quarry/cluster.toml`).
 //!
+//! Named block volumes ([`Client::volumes`]) stripe a logical page space
+//! over nodes; an open [`Volume`] reads and writes pages and byte ranges.
+//!
 //! Besides global addresses, the cluster's pages have linear numbers
 //! ([`LinearSpace`], from [`Client::linear_space`]): consecutive linear pages
 //! go to different nodes, then buses, then chips, so [`Client::read_linear`]
@@ -33,6 +36,7 @@ mod cluster_file;
 mod error;
 mod linear;
 mod objects;
+mod volumes;
 
 pub use blocking::BlockingClient;
 pub use client::{into_result, page_of, Client, Completion};
@@ -48,3 +52,8 @@ pub use quarry_store::{
     BucketConfig, BucketName, BucketUsage, Chunking, Condition, Manifest, ObjectKey, StoreError,
     Usage,
 };
+pub use quarry_volume::{
+    BlockVolumeError, MemberStatus, NodeSpace, VolumeDef, VolumeListing, VolumeStatus,
+    VolumeSummary, MAX_RANGE_BYTES,
+};
+pub use volumes::{Volume, VolumeCalls, Volumes};

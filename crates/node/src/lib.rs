@@ -91,4 +91,7 @@ pub enum NodeError {
     /// The object store failed to open.
     #[error("object store: {0}")]
     Store(quarry_store::StoreError),
+    /// The block volume registry could not be opened.
+    #[error("block volumes: {0}")]
+    Volumes(quarry_volume::BlockVolumeError),
 }

@@ -9,7 +9,7 @@ use quarry_proto::{
     SessionLimits, Status,
 };
 use quarry_store::{open_volume_node, VolumeNodeStore, VolumeStoreConfig};
-use quarry_volume::SpaceManager;
+use quarry_volume::{SpaceManager, VolumeRegistry};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
@@ -27,11 +27,12 @@ struct LocalService {
     managed: Option<Managed>,
 }
 
-/// A node's managed storage: the space manager that owns the device and
-/// the object store on it.
+/// A node's managed storage: the space manager that owns the device, the
+/// object store on it and the registry of the block volumes it holds.
 struct Managed {
     volume: Arc<SpaceManager>,
     store: Arc<VolumeNodeStore>,
+    volumes: Arc<VolumeRegistry>,
 }
 
 impl LocalService {
@@ -61,6 +62,9 @@ impl LocalService {
                 (Service::Store, Some(m)) => {
                     Response::Reply(quarry_store::serve_call(&m.store, call.body).await)
                 }
+                (Service::Volume, Some(m)) => Response::Reply(
+                    quarry_volume::serve_volume_call(&m.volumes, &m.volume, call.body).await,
+                ),
                 (service, None) => Response::Error {
                     status: Status::BadRequest,
                     message: format!(
@@ -68,10 +72,6 @@ impl LocalService {
                          need storage mode \"managed\"",
                         self.id
                     ),
-                },
-                (service, Some(_)) => Response::Error {
-                    status: Status::BadRequest,
-                    message: format!("node {} does not serve {service:?} calls", self.id),
                 },
             },
             Request::ReadPage(addr) => match self.device.read_page(addr.page).await {
@@ -218,9 +218,17 @@ impl Node {
                     orphan_extents_trimmed = recovery.orphan_extents_trimmed,
                     "object store opened"
                 );
+                let volumes = VolumeRegistry::open(config.id, &config.data_dir)
+                    .map_err(NodeError::Volumes)?;
+                tracing::info!(
+                    id = config.id,
+                    volumes = volumes.volumes().len(),
+                    "block volume registry opened"
+                );
                 Some(Managed {
                     volume,
                     store: Arc::new(store),
+                    volumes: Arc::new(volumes),
                 })
             }
         };

@@ -31,6 +31,11 @@
 //!   [`VolumeError::NoSpace`] (naming what is live and what the device holds);
 //!   blocks are reserved so garbage collection can always make progress.
 //!
+//! - **Block volumes** (`block`): named logical page spaces striped over
+//!   nodes — a per-node [`VolumeRegistry`] of definitions, the volume call
+//!   encoding served by [`serve_volume_call`], and the caller's
+//!   [`BlockVolumes`] / [`BlockVolume`] over a [`VolumeTransport`].
+//!
 //! The on-flash format, policies and limits are in `docs/volume.md`.
 //!
 //! ```
@@ -64,6 +69,7 @@
 #![deny(missing_docs)]
 
 mod bench;
+mod block;
 mod blocks;
 mod config;
 mod error;
@@ -76,6 +82,14 @@ mod recovery;
 pub use bench::{
     fifo_write_amplification, greedy_write_amplification, simulate_greedy, write_amplification,
     WaBenchOptions, WaPoint,
+};
+pub use block::{
+    answer_error, max_pages_per_call, member_pages, runs, serve_volume_call, stripe,
+    validate_members, validate_name, BlockVolume, BlockVolumeError, BlockVolumes, MemberStatus,
+    NodeSpace, Run, VolumeDef, VolumeListing, VolumeRegistry, VolumeStatus, VolumeSummary,
+    VolumeTransport, DEFAULT_MAX_IN_FLIGHT_CALLS, MAX_CALL_DATA_BYTES, MAX_IN_FLIGHT_CALLS,
+    MAX_PAGES_PER_CALL, MAX_RANGE_BYTES, MAX_VOLUMES_PER_NODE, MAX_VOLUME_ID, MAX_VOLUME_MEMBERS,
+    MAX_VOLUME_NAME_BYTES, MAX_VOLUME_PAGES, REGISTRY_FILE, VOLUME_SPACE_BASE,
 };
 pub use config::{VictimPolicy, VolumeConfig};
 pub use error::VolumeError;

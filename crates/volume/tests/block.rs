@@ -1,0 +1,522 @@
+//! Block volumes over in-process nodes: each node a space manager on a
+//! `mem` device and a registry, calls served by `serve_volume_call` through
+//! a transport that counts the calls in flight.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use common::{open, quiet, small, Rng};
+use quarry_device::{BackendKind, Geometry};
+use quarry_volume::{
+    answer_error, serve_volume_call, BlockVolumeError, BlockVolumes, LogicalPage, SpaceManager,
+    VolumeDef, VolumeRegistry, VolumeTransport, VOLUME_SPACE_BASE,
+};
+
+struct Node {
+    registry: VolumeRegistry,
+    space: SpaceManager,
+}
+
+/// In-process nodes. A node in `raw` refuses volume calls as a raw node
+/// does; a node in `down` does not answer.
+struct Nodes {
+    nodes: Vec<Node>,
+    raw: BTreeSet<u16>,
+    down: Mutex<BTreeSet<u16>>,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    calls: AtomicUsize,
+}
+
+impl VolumeTransport for Nodes {
+    async fn call(&self, node: u16, _: bool, body: Bytes) -> Result<Bytes, BlockVolumeError> {
+        if self.raw.contains(&node) {
+            return Err(BlockVolumeError::Refused {
+                node,
+                message: format!("node {node} runs its device raw"),
+            });
+        }
+        if self.down.lock().unwrap().contains(&node) {
+            return Err(BlockVolumeError::Transport {
+                node,
+                reason: "connection refused".into(),
+            });
+        }
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        // Let other calls start, as a network would.
+        tokio::task::yield_now().await;
+        let n = &self.nodes[usize::from(node)];
+        let answer = serve_volume_call(&n.registry, &n.space, body).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(answer)
+    }
+}
+
+async fn nodes_with(dir: &std::path::Path, geometries: &[Geometry], raw: &[u16]) -> Arc<Nodes> {
+    let mut nodes = Vec::new();
+    for (id, g) in geometries.iter().enumerate() {
+        let data_dir = dir.join(format!("node{id}"));
+        let (space, _) = open(BackendKind::Mem, *g, &data_dir, quiet()).await;
+        let registry = VolumeRegistry::open(id as u16, &data_dir).unwrap();
+        nodes.push(Node { registry, space });
+    }
+    Arc::new(Nodes {
+        nodes,
+        raw: raw.iter().copied().collect(),
+        down: Mutex::new(BTreeSet::new()),
+        in_flight: AtomicUsize::new(0),
+        max_in_flight: AtomicUsize::new(0),
+        calls: AtomicUsize::new(0),
+    })
+}
+
+fn view(nodes: &Arc<Nodes>) -> BlockVolumes<Nodes> {
+    let ids = (0..nodes.nodes.len() as u16).collect();
+    BlockVolumes::new(nodes.clone(), ids)
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed);
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+const PS: usize = 512;
+
+#[tokio::test]
+async fn pages_stripe_over_the_members_and_read_back_anywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 4], &[]).await;
+    let volumes = view(&nodes);
+    let def = volumes
+        .create("disk", 120 * PS as u64, Some(vec![3, 1, 2]))
+        .await
+        .unwrap();
+    assert_eq!((def.size_pages, def.page_size_bytes), (120, 512));
+    assert_eq!(def.members, vec![3, 1, 2]);
+    // Every member holds the definition; node 0 does not.
+    for (id, n) in nodes.nodes.iter().enumerate() {
+        assert_eq!(n.registry.get("disk").is_some(), id != 0, "node {id}");
+    }
+
+    let disk = volumes.open("disk").await.unwrap();
+    let data = pattern(50 * PS, 1);
+    disk.write_pages(10, &data).await.unwrap();
+    // Another view of the same cluster reads it back.
+    let other = view(&nodes).open("disk").await.unwrap();
+    assert_eq!(&other.read_pages(10, 50).await.unwrap()[..], &data[..]);
+    // Page L is on members[L % 3] at index L / 3 of space 1000 + id.
+    let space = VOLUME_SPACE_BASE + def.id;
+    for l in 10..60u64 {
+        let node = def.members[(l % 3) as usize];
+        let got = nodes.nodes[usize::from(node)]
+            .space
+            .read(LogicalPage::new(space, l / 3))
+            .await
+            .unwrap()
+            .expect("the page is where striping says");
+        let at = (l as usize - 10) * PS;
+        assert_eq!(&got[..], &data[at..at + PS], "page {l}");
+        assert_eq!(disk.locate(l).unwrap(), (node, l / 3));
+    }
+    let held: usize = nodes
+        .nodes
+        .iter()
+        .map(|n| n.space.pages_in(space).len())
+        .sum();
+    assert_eq!(held, 50);
+    assert!(nodes.nodes[0].space.pages_in(space).is_empty());
+
+    // Pages never written read as zeros.
+    let zeros = disk.read_pages(0, 10).await.unwrap();
+    assert!(zeros.iter().all(|b| *b == 0) && zeros.len() == 10 * PS);
+
+    // The listing shows it once, with its pages.
+    let listing = volumes.list().await.unwrap();
+    assert_eq!(listing.volumes.len(), 1);
+    assert_eq!(listing.volumes[0].used_pages, 50);
+    assert!(listing.volumes[0].missing_on.is_empty());
+    assert_eq!(listing.nodes.len(), 4);
+    let status = volumes.status("disk").await.unwrap();
+    assert_eq!(status.used_pages(), 50);
+    assert_eq!(status.members.len(), 3);
+}
+
+#[tokio::test]
+async fn byte_ranges_read_modify_write_partial_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 3], &[]).await;
+    let volumes = view(&nodes);
+    volumes.create("bytes", 40 * PS as u64, None).await.unwrap();
+    let v = volumes.open("bytes").await.unwrap();
+    let mut model = vec![0u8; 40 * PS];
+    let mut rng = Rng(5);
+    for round in 0..60 {
+        let offset = rng.below(model.len() as u64) as usize;
+        let len = rng.below((model.len() - offset).min(3 * PS) as u64 + 1) as usize;
+        let data = pattern(len, round);
+        v.write_range(offset as u64, &data).await.unwrap();
+        model[offset..offset + len].copy_from_slice(&data);
+        let a = rng.below(model.len() as u64) as usize;
+        let b = a + rng.below((model.len() - a) as u64 + 1) as usize;
+        assert_eq!(
+            &v.read_range(a as u64, (b - a) as u64).await.unwrap()[..],
+            &model[a..b],
+            "round {round}"
+        );
+    }
+    assert_eq!(
+        &v.read_range(0, model.len() as u64).await.unwrap()[..],
+        &model[..]
+    );
+    // Trimmed pages read as zeros again.
+    v.trim_pages(0, 40).await.unwrap();
+    assert!(v.read_pages(0, 40).await.unwrap().iter().all(|b| *b == 0));
+}
+
+#[tokio::test]
+async fn bad_requests_get_errors_that_name_what_was_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let other_pages = Geometry {
+        page_size_bytes: 1024,
+        ..small()
+    };
+    let nodes = nodes_with(dir.path(), &[small(), small(), other_pages, small()], &[3]).await;
+    let volumes = view(&nodes);
+    let err = |r: Result<VolumeDef, BlockVolumeError>| r.unwrap_err();
+
+    let e = err(volumes.create("bad name", 4096, Some(vec![0])).await);
+    assert!(matches!(e, BlockVolumeError::InvalidName { .. }), "{e}");
+    let e = err(volumes.create("v", 0, Some(vec![0])).await);
+    assert!(matches!(e, BlockVolumeError::InvalidSize { .. }), "{e}");
+    let e = err(volumes.create("v", 1000, Some(vec![0])).await);
+    assert!(
+        e.to_string().contains("not a whole number") && e.to_string().contains("1024"),
+        "{e}"
+    );
+    let e = err(volumes.create("v", 4096, Some(vec![0, 9])).await);
+    assert!(e.to_string().contains("node 9 is not a member"), "{e}");
+    let e = err(volumes.create("v", 4096, Some(vec![0, 0])).await);
+    assert!(e.to_string().contains("listed twice"), "{e}");
+    let e = err(volumes.create("v", 4096, Some(vec![0, 2])).await);
+    assert!(
+        matches!(
+            e,
+            BlockVolumeError::PageSizeMismatch {
+                node: 2,
+                node_page_size_bytes: 1024,
+                volume_page_size_bytes: 512
+            }
+        ),
+        "{e}"
+    );
+    // A raw member: refused by name, nothing left defined anywhere.
+    let e = err(volumes.create("v", 4096, Some(vec![0, 3])).await);
+    assert!(
+        matches!(e, BlockVolumeError::Refused { node: 3, .. }),
+        "{e}"
+    );
+    assert!(volumes.list().await.unwrap().volumes.is_empty());
+
+    volumes
+        .create("v", 8 * PS as u64, Some(vec![0, 1]))
+        .await
+        .unwrap();
+    let e = err(volumes.create("v", 4096, Some(vec![1])).await);
+    assert!(matches!(e, BlockVolumeError::Exists { .. }), "{e}");
+    let v = volumes.open("v").await.unwrap();
+    let e = v.read_pages(6, 3).await.unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "volume \"v\": pages 6..9 are outside its 8 pages"
+    );
+    let e = v.write_pages(0, &[1u8; 100]).await.unwrap_err();
+    assert!(matches!(e, BlockVolumeError::PageData { .. }), "{e}");
+    let e = v.read_range(4000, 97).await.unwrap_err();
+    assert!(e.to_string().contains("bytes 4000..4097"), "{e}");
+    // Thin-provisioned sizes far past the devices are fine; one transfer
+    // is bounded before anything is allocated for it.
+    volumes
+        .create("huge", 1 << 30, Some(vec![0, 1]))
+        .await
+        .unwrap();
+    let huge = volumes.open("huge").await.unwrap();
+    let e = huge.read_pages(0, 1 << 20).await.unwrap_err();
+    assert!(matches!(e, BlockVolumeError::RangeTooLarge { .. }), "{e}");
+    assert!(huge
+        .read_page((1 << 21) - 1)
+        .await
+        .unwrap()
+        .iter()
+        .all(|b| *b == 0));
+    let e = volumes.open("nope").await.err().unwrap();
+    assert_eq!(e.to_string(), "no volume named \"nope\"");
+
+    // A handle outliving its volume cannot touch the next one of that name.
+    v.write_page(1, &[7u8; PS]).await.unwrap();
+    volumes.delete("v").await.unwrap();
+    volumes
+        .create("v", 8 * PS as u64, Some(vec![0, 1]))
+        .await
+        .unwrap();
+    let e = v.write_page(1, &[8u8; PS]).await.unwrap_err();
+    assert!(matches!(e, BlockVolumeError::Stale { .. }), "{e}");
+    let fresh = volumes.open("v").await.unwrap();
+    assert!(fresh.read_page(1).await.unwrap().iter().all(|b| *b == 0));
+}
+
+#[tokio::test]
+async fn delete_trims_every_members_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 3], &[]).await;
+    let volumes = view(&nodes);
+    volumes.create("a", 90 * PS as u64, None).await.unwrap();
+    volumes
+        .create("b", 30 * PS as u64, Some(vec![2]))
+        .await
+        .unwrap();
+    let a = volumes.open("a").await.unwrap();
+    let b = volumes.open("b").await.unwrap();
+    a.write_pages(0, &pattern(90 * PS, 2)).await.unwrap();
+    b.write_pages(0, &pattern(30 * PS, 3)).await.unwrap();
+    let live = |n: usize| nodes.nodes[n].space.stats().live_pages;
+    assert_eq!((live(0), live(1), live(2)), (30, 30, 60));
+    // A member that does not answer leaves the delete incomplete...
+    nodes.down.lock().unwrap().insert(1);
+    let e = volumes.delete("a").await.unwrap_err();
+    assert!(
+        matches!(e, BlockVolumeError::Incomplete { op: "delete", .. }),
+        "{e}"
+    );
+    assert_eq!((live(0), live(1), live(2)), (0, 30, 30));
+    // ...and running it again finishes it.
+    nodes.down.lock().unwrap().clear();
+    assert_eq!(volumes.delete("a").await.unwrap(), 30);
+    assert_eq!((live(0), live(1), live(2)), (0, 0, 30));
+    // The other volume is untouched.
+    assert_eq!(
+        &b.read_pages(0, 30).await.unwrap()[..],
+        &pattern(30 * PS, 3)[..]
+    );
+    let listing = volumes.list().await.unwrap();
+    let names: Vec<String> = listing.volumes.into_iter().map(|v| v.def.name).collect();
+    assert_eq!(names, vec!["b"]);
+}
+
+#[tokio::test]
+async fn registries_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("node1");
+    let (space, _) = open(BackendKind::Mem, small(), &data_dir, quiet()).await;
+    let registry = VolumeRegistry::open(1, &data_dir).unwrap();
+    let def = |name: &str, id| VolumeDef {
+        name: name.into(),
+        id,
+        instance: u64::from(id) + 100,
+        size_pages: 64,
+        page_size_bytes: 512,
+        members: vec![0, 1],
+        created_unix_ms: 5,
+    };
+    assert!(registry.define(def("x", 1), &space).await.unwrap());
+    assert!(registry.define(def("y", 2), &space).await.unwrap());
+    // The same definition again is harmless; another under the name is not.
+    assert!(!registry.define(def("x", 1), &space).await.unwrap());
+    let e = registry.define(def("x", 3), &space).await.unwrap_err();
+    assert!(matches!(e, BlockVolumeError::Exists { .. }), "{e}");
+    let e = registry.define(def("z", 2), &space).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("id 2 is taken on node 1 by volume \"y\""),
+        "{e}"
+    );
+    let e = registry
+        .define(
+            VolumeDef {
+                members: vec![0, 2],
+                ..def("w", 4)
+            },
+            &space,
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("asked node 1 to hold it"), "{e}");
+
+    let again = VolumeRegistry::open(1, &data_dir).unwrap();
+    assert_eq!(again.volumes(), vec![def("x", 1), def("y", 2)]);
+    assert_eq!(again.delete("x", 101, &space).await.unwrap(), Some(0));
+    assert_eq!(again.delete("x", 101, &space).await.unwrap(), None);
+    let e = again.delete("y", 7, &space).await.unwrap_err();
+    assert!(matches!(e, BlockVolumeError::Stale { .. }), "{e}");
+    let third = VolumeRegistry::open(1, &data_dir).unwrap();
+    assert_eq!(third.volumes(), vec![def("y", 2)]);
+    // The directory of node 1 is not node 0's.
+    let e = VolumeRegistry::open(0, &data_dir).unwrap_err();
+    assert!(
+        e.to_string().contains("volumes.reg") && e.to_string().contains("another node"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn multi_page_transfers_keep_a_bounded_number_of_calls_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 4], &[]).await;
+    let volumes = view(&nodes).with_max_in_flight(3).unwrap();
+    volumes
+        .create("wide", 2000 * PS as u64, None)
+        .await
+        .unwrap();
+    let v = volumes.open("wide").await.unwrap();
+    nodes.max_in_flight.store(0, Ordering::SeqCst);
+    nodes.calls.store(0, Ordering::SeqCst);
+    // 2000 pages of 512 bytes over 4 members: 4096 pages fit one call, so
+    // one call per member; cut it to many calls with a smaller range each.
+    let data = pattern(400 * PS, 9);
+    for chunk in 0..5u64 {
+        let at = chunk as usize * 80 * PS;
+        v.write_pages(chunk * 80, &data[at..at + 80 * PS])
+            .await
+            .unwrap();
+    }
+    assert_eq!(&v.read_pages(0, 400).await.unwrap()[..], &data[..]);
+    let max = nodes.max_in_flight.load(Ordering::SeqCst);
+    assert!((2..=3).contains(&max), "{max} calls were in flight at once");
+    assert!(view(&nodes).with_max_in_flight(0).is_err());
+    assert!(view(&nodes).with_max_in_flight(100_000).is_err());
+}
+
+#[tokio::test]
+async fn a_full_member_says_no_space_by_name_and_keeps_what_it_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 2], &[]).await;
+    let volumes = view(&nodes);
+    // Thin-provisioned: 4000 pages over two nodes of ~850 pages each.
+    volumes.create("big", 4000 * PS as u64, None).await.unwrap();
+    let v = volumes.open("big").await.unwrap();
+    let mut written = 0u64;
+    let e = loop {
+        match v.write_pages(written, &pattern(100 * PS, written)).await {
+            Ok(()) => written += 100,
+            Err(e) => break e,
+        }
+        assert!(written < 4000, "never ran out of space");
+    };
+    assert!(matches!(e, BlockVolumeError::NoSpace { .. }), "{e}");
+    assert!(e.to_string().contains("out of space"), "{e}");
+    for first in (0..written).step_by(100) {
+        assert_eq!(
+            &v.read_pages(first, 100).await.unwrap()[..],
+            &pattern(100 * PS, first)[..]
+        );
+    }
+    // Deleting makes the room again.
+    volumes.delete("big").await.unwrap();
+    for n in &nodes.nodes {
+        assert_eq!(n.space.stats().live_pages, 0);
+        n.space.verify().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn malformed_calls_get_error_answers_and_store_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 1], &[]).await;
+    let volumes = view(&nodes);
+    volumes.create("m", 16 * PS as u64, None).await.unwrap();
+    let n = &nodes.nodes[0];
+    let name = |w: &mut Vec<u8>| {
+        w.push(1);
+        w.push(b'm');
+    };
+    let instance = n.registry.get("m").unwrap().instance;
+    let mut write = vec![6u8];
+    name(&mut write);
+    write.extend_from_slice(&instance.to_le_bytes());
+    write.extend_from_slice(&0u64.to_le_bytes());
+    write.extend_from_slice(&2u32.to_le_bytes());
+    let mut short = write.clone();
+    short.extend_from_slice(&[1u8; PS + 3]);
+    let mut wrong_instance = write.clone();
+    wrong_instance[3..11].copy_from_slice(&(instance + 1).to_le_bytes());
+    wrong_instance.extend_from_slice(&[1u8; 2 * PS]);
+    let mut too_far = write.clone();
+    too_far[11..19].copy_from_slice(&15u64.to_le_bytes());
+    too_far.extend_from_slice(&[1u8; 2 * PS]);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (vec![], "needs 1 bytes"),
+        (vec![99], "unknown volume op 99"),
+        (vec![3, 0], "1 bytes trail"),
+        (vec![4, 3, b'a', b'/', b'b'], "'/' is not allowed"),
+        (short, "page data is 515 bytes"),
+        (wrong_instance, "not the one this handle opened"),
+        (too_far, "pages 15..17 are outside its 16 pages"),
+    ];
+    for (call, expect) in cases {
+        let answer = serve_volume_call(&n.registry, &n.space, Bytes::from(call.clone())).await;
+        let Err(e) = answer_error(0, &answer) else {
+            panic!("{expect}: a success answer");
+        };
+        let text = e.to_string();
+        assert!(text.contains(expect), "{expect}: {text}");
+    }
+    assert_eq!(n.space.stats().live_pages, 0);
+    // Random bytes never panic and never store anything.
+    let mut rng = Rng(11);
+    for _ in 0..2000 {
+        let len = rng.below(64) as usize;
+        let mut call: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        if let Some(op) = call.first_mut() {
+            *op = 1 + *op % 8;
+        }
+        let answer = serve_volume_call(&n.registry, &n.space, Bytes::from(call)).await;
+        // Whatever it was, the answer decodes.
+        if let Err(e) = answer_error(0, &answer) {
+            assert!(
+                !matches!(e, BlockVolumeError::Malformed { ref what, .. } if what == "volume answer"),
+                "{e}"
+            );
+        }
+    }
+    assert_eq!(n.space.stats().live_pages, 0);
+    assert_eq!(n.registry.volumes().len(), 1);
+}
+
+#[tokio::test]
+async fn racing_creates_over_disjoint_nodes_are_reported_and_deleted_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 4], &[]).await;
+    let volumes = view(&nodes);
+    // Each create misses the nodes of the other (they do not answer).
+    nodes.down.lock().unwrap().extend([2, 3]);
+    volumes
+        .create("dup", 8 * PS as u64, Some(vec![0, 1]))
+        .await
+        .unwrap();
+    *nodes.down.lock().unwrap() = [0, 1].into();
+    volumes
+        .create("dup", 8 * PS as u64, Some(vec![2, 3]))
+        .await
+        .unwrap();
+    volumes
+        .open("dup")
+        .await
+        .unwrap()
+        .write_page(0, &[1u8; PS])
+        .await
+        .unwrap();
+    nodes.down.lock().unwrap().clear();
+    let e = volumes.open("dup").await.err().unwrap();
+    assert!(
+        matches!(e, BlockVolumeError::Ambiguous { .. }) && e.to_string().contains("removes both"),
+        "{e}"
+    );
+    assert_eq!(volumes.list().await.unwrap().volumes.len(), 2);
+    assert_eq!(volumes.delete("dup").await.unwrap(), 1);
+    assert!(volumes.list().await.unwrap().volumes.is_empty());
+}
