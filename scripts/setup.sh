@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Quarry needs on a fresh Debian machine of this kind: system
-# packages (fio for the side-by-side benchmarks, fuse3 for the mount, iproute2
+# packages (fio for the side-by-side benchmarks, fuse3 for the mount, sqlite3
+# for its application test, iproute2
 # for the multi-host tests) and a Rust toolchain if none is present.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
@@ -8,6 +9,7 @@ set -euo pipefail
 need=()
 command -v fio >/dev/null 2>&1 || need+=(fio)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then

@@ -64,6 +64,9 @@ pub enum Command {
     /// The object store: buckets and keys.
     #[command(flatten)]
     Objects(crate::objects_cmd::ObjectCommand),
+    /// Show the buckets and objects as a file system on DIR (FUSE), until
+    /// Ctrl-C, SIGTERM or `umount DIR`.
+    Mount(crate::mount_cmd::MountArgs),
     /// Block volumes: named logical page spaces striped over nodes, buses
     /// and chips; read and write any page through any node.
     Volume {

@@ -21,6 +21,7 @@ mod bench_volume;
 mod commands;
 mod demo;
 mod local_cluster;
+mod mount_cmd;
 mod objects_cmd;
 mod plot;
 mod stats;
@@ -34,6 +35,7 @@ pub use args::{
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
 };
+pub use mount_cmd::{ConflictArg, MountArgs};
 pub use objects_cmd::{GetArgs, ObjectCommand, PutArgs};
 pub use stats::LatencyStats;
 pub use volume_cmd::{parse_size, VolumeCommand};
@@ -59,6 +61,7 @@ pub fn run(cli: Cli) -> Result<()> {
         } => commands::routes(cluster.cluster.as_deref(), json),
         Command::Page { cluster, command } => commands::page(cluster.cluster.as_deref(), &command),
         Command::Objects(command) => objects_cmd::run(&command),
+        Command::Mount(args) => mount_cmd::mount(&args),
         Command::Volume { cluster, command } => {
             volume_cmd::volume(cluster.cluster.as_deref(), &command)
         }
