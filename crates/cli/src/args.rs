@@ -142,6 +142,19 @@ pub struct UpArgs {
     /// erased directly (`quarry page write/erase`).
     #[arg(long, value_enum, default_value = "managed")]
     pub storage: StorageArg,
+    /// Per-page code: `rs` (CRC-32C and RS parity, flash's ECC) or `crc`
+    /// (CRC-32C only, for a file backend on a disk that corrects itself).
+    #[arg(long, value_enum, default_value = "rs")]
+    pub ecc: EccArg,
+}
+
+/// Per-page codes selectable on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EccArg {
+    /// CRC-32C per sector and RS(255,243) parity.
+    Rs,
+    /// CRC-32C per sector only.
+    Crc,
 }
 
 /// Storage modes selectable on the command line.

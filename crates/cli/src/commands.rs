@@ -10,7 +10,7 @@ use quarry_client::{BlockingClient, ClusterFile, LinearSpace, LinearSpaceError};
 use quarry_device::{BackendKind, Preset};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeInfo};
 
-use crate::args::{DeviceArg, PageCommand, PresetArg, StorageArg, TopologyArg, UpArgs};
+use crate::args::{DeviceArg, EccArg, PageCommand, PresetArg, StorageArg, TopologyArg, UpArgs};
 use crate::local_cluster::{self, LocalCluster, LocalClusterSpec, Topology};
 use quarry_fabric::TopologyKind;
 
@@ -48,7 +48,10 @@ pub fn up(args: &UpArgs) -> Result<()> {
         topology: topology_of(args)?,
         stop_with_this_process: !args.detach,
         managed: args.storage == StorageArg::Managed,
-        ecc: quarry_device::EccMode::Rs,
+        ecc: match args.ecc {
+            EccArg::Rs => quarry_device::EccMode::Rs,
+            EccArg::Crc => quarry_device::EccMode::Crc,
+        },
     };
     let mut cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     print_members(&cluster.cluster);
