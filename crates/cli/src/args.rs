@@ -296,6 +296,10 @@ pub struct BenchObjectsArgs {
     /// only (the disk under the file backend corrects its own errors).
     #[arg(long)]
     pub rs_ecc: bool,
+    /// Leave out the FUSE part (read and write of the object through
+    /// `quarry mount`).
+    #[arg(long)]
+    pub no_fuse: bool,
     /// Rounds (each: fio write, put, fio read, get); medians are reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,

@@ -28,6 +28,15 @@ struct Row {
     ratio: f64,
 }
 
+/// A transfer through the FUSE mount next to the same one by the client.
+#[derive(Debug, Serialize)]
+struct FuseRow {
+    what: &'static str,
+    fuse_mib_per_s: f64,
+    quarry_mib_per_s: f64,
+    ratio: f64,
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
     object_bytes: u64,
@@ -35,6 +44,7 @@ struct Report {
     chunk_bytes: u32,
     rounds: u32,
     rows: Vec<Row>,
+    fuse: Option<Vec<FuseRow>>,
 }
 
 /// Runs the benchmark and prints its table (or JSON).
@@ -119,6 +129,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     let mut get = Vec::new();
     let mut fio_write = Vec::new();
     let mut fio_read = Vec::new();
+    let mut fuse: Option<(f64, f64)> = None;
     let result = (|| -> Result<()> {
         let objects = runtime.block_on(async { Client::connect(&entry).await?.objects().await })?;
         let bucket = BucketName::new("bench")?;
@@ -145,6 +156,21 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
                 bail!("get returned {} bytes of {size_bytes}", sink.bytes);
             }
             get.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
+            if round + 1 == args.rounds && !args.no_fuse {
+                // The same transfers through the FUSE mount: read the
+                // object just put, write a copy of the source.
+                match fuse_transfers(&dir, &cluster.cluster_path, &entry, &source, &key) {
+                    Ok(f) => fuse = Some(f),
+                    Err(e) => eprintln!("bench objects: FUSE part skipped: {e:#}"),
+                }
+                runtime
+                    .block_on(objects.delete(
+                        &bucket,
+                        &ObjectKey::new("fuse-copy")?,
+                        Condition::Always,
+                    ))
+                    .ok();
+            }
             // Free the space for the next round.
             runtime.block_on(objects.delete(&bucket, &key, Condition::Always))?;
             let _ = std::fs::remove_file(&fio_file);
@@ -182,6 +208,22 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
                 ratio: g / fr,
             },
         ],
+        fuse: fuse.map(|(write, read)| {
+            vec![
+                FuseRow {
+                    what: "FUSE write (copy into the mount, close) vs put",
+                    fuse_mib_per_s: write,
+                    quarry_mib_per_s: p,
+                    ratio: write / p,
+                },
+                FuseRow {
+                    what: "FUSE read (sequential, 1 MiB reads) vs get",
+                    fuse_mib_per_s: read,
+                    quarry_mib_per_s: g,
+                    ratio: read / g,
+                },
+            ]
+        }),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -207,7 +249,98 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
         "(medians of {} rounds; fio: 1 MiB blocks, O_DIRECT, psync, fsync at the end of writes)",
         args.rounds
     );
+    if let Some(rows) = &report.fuse {
+        let mut table = Table::new();
+        table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+            "through the mount",
+            "FUSE MiB/s",
+            "put/get MiB/s",
+            "FUSE / put-get",
+        ]);
+        for r in rows {
+            table.add_row(vec![
+                r.what.to_string(),
+                format!("{:.1}", r.fuse_mib_per_s),
+                format!("{:.1}", r.quarry_mib_per_s),
+                format!("{:.2}", r.ratio),
+            ]);
+        }
+        println!("{table}");
+        println!("(one round, the last; put/get figures are the medians above)");
+    }
     Ok(())
+}
+
+/// Mounts the cluster with `quarry mount` (through `entry`), reads object
+/// `key` of bucket `bench` through it, and copies `source` in as
+/// `fuse-copy`; returns (write, read) MiB/s.
+fn fuse_transfers(
+    dir: &Path,
+    cluster_file: &Path,
+    entry: &str,
+    source: &Path,
+    key: &ObjectKey,
+) -> Result<(f64, f64)> {
+    use std::io::{Read, Write};
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .context("/dev/fuse cannot be opened")?;
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt)?;
+    let mut child = Command::new(quarry_exe()?)
+        .args(["mount", "--cluster"])
+        .arg(cluster_file)
+        .args(["--entry", entry])
+        .arg(&mnt)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("cannot start quarry mount")?;
+    let result = (|| -> Result<(f64, f64)> {
+        let object = mnt.join("bench").join(key.as_str());
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        while std::fs::metadata(&object).is_err() {
+            if Instant::now() > deadline {
+                bail!("the mount did not show {} in time", object.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let mut buf = vec![0u8; 1 << 20];
+        let started = Instant::now();
+        let mut file = std::fs::File::open(&object)?;
+        let mut read_bytes = 0u64;
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            read_bytes += n as u64;
+        }
+        let read = mib_per_s(read_bytes, started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        let mut input = std::fs::File::open(source)?;
+        let mut out = std::fs::File::create(mnt.join("bench/fuse-copy"))?;
+        let mut written = 0u64;
+        loop {
+            let n = input.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            out.write_all(&buf[..n])?;
+            written += n as u64;
+        }
+        // The object is stored at close.
+        drop(out);
+        let write = mib_per_s(written, started.elapsed().as_secs_f64());
+        Ok((write, read))
+    })();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    result
 }
 
 fn mib_per_s(bytes: u64, seconds: f64) -> f64 {
