@@ -321,6 +321,9 @@ pub struct BenchVolumeArgs {
     /// Victim choice of the garbage collector.
     #[arg(long, value_enum, default_value = "greedy")]
     pub policy: PolicyArg,
+    /// Write an SVG plot of write amplification vs fill to this file.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -1,7 +1,7 @@
 //! `quarry bench volume`: the space manager's write amplification, the
 //! figure issue 4 asks for, next to what ideal greedy cleaning gives.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use quarry_device::Geometry;
 use quarry_volume::{write_amplification, VictimPolicy, WaBenchOptions};
@@ -49,6 +49,34 @@ pub fn volume(args: &BenchVolumeArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let points = runtime.block_on(write_amplification(&options))?;
+    if let Some(path) = &args.plot {
+        let line = |name: &str, color: &'static str, y: fn(&quarry_volume::WaPoint) -> f64| {
+            crate::plot::Series {
+                name: name.to_string(),
+                color,
+                points: points.iter().map(|p| (p.fill * 100.0, y(p))).collect(),
+            }
+        };
+        let plot = crate::plot::LinePlot {
+            title: "Write amplification of random page overwrites vs fill".into(),
+            x_label: "live data / device (%)".into(),
+            y_label: "flash writes / user writes".into(),
+            log2_x: false,
+            x_tick: |x| format!("{x:.0}%"),
+            series: vec![
+                line("measured (space manager)", "crimson", |p| {
+                    p.write_amplification
+                }),
+                line("ideal greedy, simulated", "steelblue", |p| {
+                    p.greedy_simulated
+                }),
+                line("greedy, closed form", "gray", |p| p.greedy_theory),
+            ],
+            hlines: Vec::new(),
+        };
+        std::fs::write(path, plot.to_svg())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&points)?);
         return Ok(());
