@@ -188,7 +188,7 @@ fn oversized_body_is_refused_before_allocation() {
     let err = one_frame(&buf).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "frame body of 10485760 bytes exceeds limit 66816"
+        format!("frame body of 10485760 bytes exceeds limit {MAX_BODY_BYTES}")
     );
 }
 
