@@ -49,6 +49,8 @@ struct KeyState {
     /// An operation that had not answered when the load stopped: a put of
     /// this seq (`Some`) or a delete (`None`). Either outcome is allowed.
     in_flight: Option<Option<u64>>,
+    /// What happened to the key, for the failure message.
+    history: Vec<String>,
 }
 
 type Ledger = Arc<Mutex<BTreeMap<u64, KeyState>>>;
@@ -94,6 +96,17 @@ async fn writer(
         };
         let mut ledger = ledger.lock().unwrap();
         let state = ledger.entry(key).or_default();
+        state.history.push(format!(
+            "r{round} {} -> {}",
+            if delete { "delete".to_string() } else { format!("put {seq}") },
+            match &result {
+                Ok(()) => "ok".to_string(),
+                Err(e) => format!("error: {e}"),
+            }
+        ));
+        if state.history.len() > 12 {
+            state.history.remove(0);
+        }
         match result {
             Ok(()) => {
                 state.acked = if delete { None } else { Some(seq) };
@@ -147,7 +160,14 @@ async fn verify(objects: &Objects, bucket: &BucketName, ledger: &Ledger, round: 
                 }
             }
             Err(StoreError::NoSuchObject { .. }) => None,
-            Err(e) => panic!("round {round}: key {key}: {e}"),
+            Err(e) => panic!(
+                "round {round}: key {key} ({name}): {e}; acked {:?}, in flight {:?}; manifest on \
+                 node {}; recent operations: {:#?}",
+                state.acked,
+                state.in_flight,
+                objects.placement().manifest_node(bucket, &name),
+                state.history
+            ),
         };
         assert!(
             allowed.contains(&seen),
@@ -160,6 +180,7 @@ async fn verify(objects: &Objects, bucket: &BucketName, ledger: &Ledger, round: 
             KeyState {
                 acked: seen,
                 in_flight: None,
+                history: state.history.clone(),
             },
         );
     }
