@@ -98,7 +98,11 @@ async fn writer(
         let state = ledger.entry(key).or_default();
         state.history.push(format!(
             "r{round} {} -> {}",
-            if delete { "delete".to_string() } else { format!("put {seq}") },
+            if delete {
+                "delete".to_string()
+            } else {
+                format!("put {seq}")
+            },
             match &result {
                 Ok(()) => "ok".to_string(),
                 Err(e) => format!("error: {e}"),
