@@ -149,13 +149,16 @@ async fn the_same_bytes_twice_take_no_pages_and_the_last_delete_trims_them() {
         .await
         .unwrap();
     assert_eq!(chunk_pages(), 55, "b still holds every chunk");
-    let before = volume.stats().live_pages;
+    // The tables' own pages grow with the releases' commits (how many
+    // records they take depends on how the concurrent releases group), so
+    // the pages freed are counted without them.
+    let before = others();
     s.delete(&b("data"), &k("b"), Condition::Always)
         .await
         .unwrap();
     assert_eq!(chunk_pages(), 0, "the last reference trims the pages");
     assert_eq!(others(), 0);
-    assert!(volume.stats().live_pages + 50 <= before);
+    assert!(others() + 50 <= before);
     assert_exact(&s, "").await;
     assert_eq!(node.data().stats().extents, 0);
     close(s, vec![volume]).await;
