@@ -348,10 +348,24 @@ impl<X: StoreTransport> RemoteNode<X> {
         Self { id, transport }
     }
 
-    async fn call(&self, idempotent: bool, body: Writer) -> Result<Bytes> {
-        self.transport
+    /// Sends one call and decodes its answer: the status, then `parse`
+    /// (given the reader and the answer bytes, for zero-copy slices), then
+    /// the check that nothing trails.
+    async fn rpc<T>(
+        &self,
+        idempotent: bool,
+        body: Writer,
+        parse: impl FnOnce(&mut Reader<'_>, &Bytes) -> Result<T>,
+    ) -> Result<T> {
+        let answer = self
+            .transport
             .call(self.id, idempotent, Bytes::from(body.0))
-            .await
+            .await?;
+        let mut r = Reader::new("store answer", &answer);
+        r.answer_status(self.id)?;
+        let value = parse(&mut r, &answer)?;
+        r.end()?;
+        Ok(value)
     }
 }
 
@@ -546,11 +560,24 @@ impl Reader<'_> {
         })
     }
     fn opt_u64(&mut self) -> Result<Option<u64>> {
+        self.optional(Reader::u64)
+    }
+    /// A flag byte, then the value when it is 1.
+    fn optional<T>(&mut self, read: impl FnOnce(&mut Self) -> Result<T>) -> Result<Option<T>> {
         Ok(if self.flag()? {
-            Some(self.u64()?)
+            Some(read(self)?)
         } else {
             None
         })
+    }
+    /// A count, then that many manifests.
+    fn manifests(&mut self) -> Result<Vec<Manifest>> {
+        let n = self.count(4)?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.manifest()?);
+        }
+        Ok(out)
     }
     fn manifest(&mut self) -> Result<Manifest> {
         Manifest::decode(self.blob()?)
@@ -588,11 +615,7 @@ impl Reader<'_> {
     }
     fn release(&mut self) -> Result<ChunkRelease> {
         let refcount = self.u64()?;
-        let freed = if self.flag()? {
-            Some(self.location()?)
-        } else {
-            None
-        };
+        let freed = self.optional(Reader::location)?;
         Ok(ChunkRelease { refcount, freed })
     }
     fn bucket_usage(&mut self) -> Result<BucketUsage> {
@@ -812,7 +835,7 @@ async fn serve<T: TableStore, C: ChunkStore>(
         Op::ListManifests => {
             let bucket = r.bucket()?;
             let prefix = r.string()?;
-            let after = if r.flag()? { Some(r.key()?) } else { None };
+            let after = r.optional(Reader::key)?;
             let limit = r.u32()? as usize;
             r.end()?;
             let list =
@@ -862,11 +885,7 @@ async fn serve<T: TableStore, C: ChunkStore>(
                 .u64(u.chunks);
         }
         Op::ManifestsPage => {
-            let cursor = if r.flag()? {
-                Some(r.blob()?.to_vec())
-            } else {
-                None
-            };
+            let cursor = r.optional(|r| Ok(r.blob()?.to_vec()))?;
             let limit = r.u32()? as usize;
             r.end()?;
             let (list, next) = StoreNode::manifests_page(node, cursor, limit).await?;
@@ -880,11 +899,7 @@ async fn serve<T: TableStore, C: ChunkStore>(
             };
         }
         Op::ChunksPage => {
-            let after = if r.flag()? {
-                Some(r.fingerprint()?)
-            } else {
-                None
-            };
+            let after = r.optional(Reader::fingerprint)?;
             let limit = r.u32()? as usize;
             r.end()?;
             let list = StoreNode::chunks_page(node, after, limit).await?;
@@ -929,15 +944,13 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         }
         let mut w = Writer::call(Op::PutChunk);
         w.bucket(bucket).fingerprint(&fingerprint).blob(&data);
-        let answer = self.call(false, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let put = ChunkPut {
-            stored: r.flag()?,
-            refcount: r.u64()?,
-        };
-        r.end()?;
-        Ok(put)
+        self.rpc(false, w, |r, _| {
+            Ok(ChunkPut {
+                stored: r.flag()?,
+                refcount: r.u64()?,
+            })
+        })
+        .await
     }
     async fn release_chunk(
         &self,
@@ -946,21 +959,12 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
     ) -> Result<ChunkRelease> {
         let mut w = Writer::call(Op::ReleaseChunk);
         w.bucket(bucket).fingerprint(&fingerprint);
-        let answer = self.call(false, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let rel = r.release()?;
-        r.end()?;
-        Ok(rel)
+        self.rpc(false, w, |r, _| r.release()).await
     }
     async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
         let mut w = Writer::call(Op::ReadChunk);
         w.fingerprint(&fingerprint);
-        let answer = self.call(true, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let data = r.bytes(&answer)?;
-        r.end()?;
+        let data = self.rpc(true, w, |r, answer| r.bytes(answer)).await?;
         // The node checked the bytes against the fingerprint when it read
         // them; they are checked again here, after the network.
         let actual = Fingerprint::of(&data);
@@ -975,23 +979,18 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
     async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
         let mut w = Writer::call(Op::GetManifest);
         w.bucket(bucket).key(key);
-        let answer = self.call(true, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let m = if r.flag()? { Some(r.manifest()?) } else { None };
-        r.end()?;
-        Ok(m)
+        self.rpc(true, w, |r, _| r.optional(Reader::manifest)).await
     }
     async fn put_manifest(&self, manifest: Manifest, condition: Condition) -> Result<ManifestPut> {
         let mut w = Writer::call(Op::PutManifest);
         w.manifest(&manifest).condition(condition);
-        let answer = self.call(false, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let manifest = r.manifest()?;
-        let replaced = if r.flag()? { Some(r.manifest()?) } else { None };
-        r.end()?;
-        Ok(ManifestPut { manifest, replaced })
+        self.rpc(false, w, |r, _| {
+            Ok(ManifestPut {
+                manifest: r.manifest()?,
+                replaced: r.optional(Reader::manifest)?,
+            })
+        })
+        .await
     }
     async fn delete_manifest(
         &self,
@@ -1001,12 +1000,7 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
     ) -> Result<Manifest> {
         let mut w = Writer::call(Op::DeleteManifest);
         w.bucket(bucket).key(key).condition(condition);
-        let answer = self.call(false, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let m = r.manifest()?;
-        r.end()?;
-        Ok(m)
+        self.rpc(false, w, |r, _| r.manifest()).await
     }
     async fn list_manifests(
         &self,
@@ -1022,76 +1016,51 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
             Some(k) => w.u8(1).key(k),
         };
         w.u32(limit.min(MAX_PAGE_ITEMS) as u32);
-        let answer = self.call(true, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let n = r.count(4)?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(r.manifest()?);
-        }
-        r.end()?;
-        Ok(out)
+        self.rpc(true, w, |r, _| r.manifests()).await
     }
     async fn create_bucket(&self, bucket: &BucketName, config: BucketConfig) -> Result<()> {
         let mut w = Writer::call(Op::CreateBucket);
         w.bucket(bucket).bucket_config(&config);
-        let answer = self.call(false, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        r.end()
+        self.rpc(false, w, |_, _| Ok(())).await
     }
     async fn bucket(&self, bucket: &BucketName) -> Result<Option<BucketConfig>> {
         let mut w = Writer::call(Op::Bucket);
         w.bucket(bucket);
-        let answer = self.call(true, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let c = if r.flag()? {
-            Some(r.bucket_config()?)
-        } else {
-            None
-        };
-        r.end()?;
-        Ok(c)
+        self.rpc(true, w, |r, _| r.optional(Reader::bucket_config))
+            .await
     }
     async fn delete_bucket(&self, bucket: &BucketName) -> Result<()> {
         let mut w = Writer::call(Op::DeleteBucket);
         w.bucket(bucket);
-        let answer = self.call(false, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        r.end()
+        self.rpc(false, w, |_, _| Ok(())).await
     }
     async fn buckets(&self) -> Result<Vec<(BucketName, BucketConfig)>> {
-        let answer = self.call(true, Writer::call(Op::Buckets)).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let n = r.count(8)?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let b = r.bucket()?;
-            out.push((b, r.bucket_config()?));
-        }
-        r.end()?;
-        Ok(out)
+        self.rpc(true, Writer::call(Op::Buckets), |r, _| {
+            let n = r.count(8)?;
+            let mut out = Vec::with_capacity(n);
+            for _ in 0..n {
+                let b = r.bucket()?;
+                out.push((b, r.bucket_config()?));
+            }
+            Ok(out)
+        })
+        .await
     }
     async fn usage(&self) -> Result<Usage> {
-        let answer = self.call(true, Writer::call(Op::Usage)).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let n = r.count(36)?;
-        let mut u = Usage::default();
-        for _ in 0..n {
-            let b = r.bucket()?;
-            u.buckets.insert(b, r.bucket_usage()?);
-        }
-        u.objects = r.u64()?;
-        u.logical_bytes = r.u64()?;
-        u.stored_bytes = r.u64()?;
-        u.chunks = r.u64()?;
-        r.end()?;
-        Ok(u)
+        self.rpc(true, Writer::call(Op::Usage), |r, _| {
+            let n = r.count(36)?;
+            let mut u = Usage::default();
+            for _ in 0..n {
+                let b = r.bucket()?;
+                u.buckets.insert(b, r.bucket_usage()?);
+            }
+            u.objects = r.u64()?;
+            u.logical_bytes = r.u64()?;
+            u.stored_bytes = r.u64()?;
+            u.chunks = r.u64()?;
+            Ok(u)
+        })
+        .await
     }
     async fn manifests_page(
         &self,
@@ -1104,21 +1073,12 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
             Some(c) => w.u8(1).blob(c),
         };
         w.u32(limit.min(MAX_PAGE_ITEMS) as u32);
-        let answer = self.call(true, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let n = r.count(4)?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(r.manifest()?);
-        }
-        let next = if r.flag()? {
-            Some(r.blob()?.to_vec())
-        } else {
-            None
-        };
-        r.end()?;
-        Ok((out, next))
+        self.rpc(true, w, |r, _| {
+            let list = r.manifests()?;
+            let next = r.optional(|r| Ok(r.blob()?.to_vec()))?;
+            Ok((list, next))
+        })
+        .await
     }
     async fn chunks_page(
         &self,
@@ -1131,30 +1091,29 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
             Some(f) => w.u8(1).fingerprint(f),
         };
         w.u32(limit.min(MAX_PAGE_ITEMS) as u32);
-        let answer = self.call(true, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let n = r.count(32 + 16 + 12 + 4)?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let f = r.fingerprint()?;
-            let location = r.location()?;
-            let len = r.u32()?;
-            let touched_unix_ms = r.u64()?;
-            let refs = r.refs()?;
-            out.push((
-                f,
-                ChunkInfo {
-                    location,
-                    len,
-                    refcount: refs.values().sum(),
-                    refs,
-                    touched_unix_ms,
-                },
-            ));
-        }
-        r.end()?;
-        Ok(out)
+        self.rpc(true, w, |r, _| {
+            let n = r.count(32 + 16 + 12 + 4)?;
+            let mut out = Vec::with_capacity(n);
+            for _ in 0..n {
+                let f = r.fingerprint()?;
+                let location = r.location()?;
+                let len = r.u32()?;
+                let touched_unix_ms = r.u64()?;
+                let refs = r.refs()?;
+                out.push((
+                    f,
+                    ChunkInfo {
+                        location,
+                        len,
+                        refcount: refs.values().sum(),
+                        refs,
+                        touched_unix_ms,
+                    },
+                ));
+            }
+            Ok(out)
+        })
+        .await
     }
     async fn lower_refs(
         &self,
@@ -1166,11 +1125,6 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         w.fingerprint(&fingerprint)
             .refs(&expected)
             .u64(touched_before_ms);
-        let answer = self.call(false, w).await?;
-        let mut r = Reader::new("store answer", &answer);
-        r.answer_status(self.id)?;
-        let rel = if r.flag()? { Some(r.release()?) } else { None };
-        r.end()?;
-        Ok(rel)
+        self.rpc(false, w, |r, _| r.optional(Reader::release)).await
     }
 }
