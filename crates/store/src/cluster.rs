@@ -86,11 +86,9 @@ const RELEASES_IN_FLIGHT: usize = 32;
 const MAX_READS_IN_FLIGHT: usize = 256;
 
 /// A failed release leaves a count too high, for the orphan collector; it
-/// is not the caller's failure, so it is only noted in debug builds.
-fn tracing_free_note(e: &StoreError) {
-    if cfg!(debug_assertions) {
-        eprintln!("quarry-store: a release failed and left an orphan reference: {e}");
-    }
+/// is not the caller's failure, so it is only logged.
+fn note_failed_release(e: &StoreError) {
+    tracing::warn!("a chunk release failed and left an orphan reference for `quarry gc`: {e}");
 }
 
 impl<N: StoreNode> ObjectStore<N> {
@@ -336,7 +334,7 @@ impl<N: StoreNode> ObjectStore<N> {
         for c in chunks {
             if pending.len() == RELEASES_IN_FLIGHT {
                 if let Some(Err(e)) = pending.next().await {
-                    tracing_free_note(&e);
+                    note_failed_release(&e);
                 }
             }
             pending.push(
@@ -346,7 +344,7 @@ impl<N: StoreNode> ObjectStore<N> {
         }
         while let Some(released) = pending.next().await {
             if let Err(e) = released {
-                tracing_free_note(&e);
+                note_failed_release(&e);
             }
         }
     }
