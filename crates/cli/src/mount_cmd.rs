@@ -15,8 +15,8 @@ use crate::args::ClusterArg;
 /// Arguments of `quarry mount`.
 #[derive(Debug, Args, Clone)]
 pub struct MountArgs {
-    /// How to find the cluster (the mount enters it through the first node
-    /// of the cluster file that answers, or `--entry`).
+    /// How to find the cluster: its members, and the entry node (the first
+    /// of the file that answers, unless `--entry`).
     #[command(flatten)]
     pub cluster: ClusterArg,
     /// The directory to mount on (must exist).
@@ -58,12 +58,13 @@ pub fn mount(args: &MountArgs) -> Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     let objects = runtime.block_on(async {
+        let file = ClusterFile::load(&ClusterFile::locate(args.cluster.cluster.as_deref()))?;
         let client = match &args.entry {
-            Some(addr) => Client::connect(addr).await?,
-            None => {
-                let path = ClusterFile::locate(args.cluster.cluster.as_deref());
-                Client::connect_cluster(&ClusterFile::load(&path)?).await?
-            }
+            // Placement still spans every member of the file.
+            Some(addr) => Client::connect(addr)
+                .await?
+                .with_members(file.nodes.iter().map(|n| n.id)),
+            None => Client::connect_cluster(&file).await?,
         };
         anyhow::Ok(client.objects().await?)
     })?;

@@ -76,7 +76,7 @@ impl Mounted {
 
     fn unmount(&mut self) {
         // SIGTERM: the mount uploads what is open, then unmounts.
-        unsafe_free_kill(self.child.id());
+        terminate(self.child.id());
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -106,8 +106,8 @@ impl Drop for Mounted {
     }
 }
 
-/// SIGTERM through the `kill` command (no unsafe code in tests).
-fn unsafe_free_kill(pid: u32) {
+/// Sends SIGTERM through the `kill` command (no unsafe code in tests).
+fn terminate(pid: u32) {
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();

@@ -17,6 +17,9 @@ use crate::{ClientError, ClusterFile};
 pub struct Client {
     session: Session,
     entry_addr: String,
+    /// The cluster's members as configured (from a cluster file), when
+    /// known: placement must be computed over every member, up or not.
+    members: Option<std::sync::Arc<Vec<NodeId>>>,
 }
 
 /// A submitted request whose answer has not been awaited yet.
@@ -34,6 +37,7 @@ impl Client {
         Ok(Client {
             session,
             entry_addr: addr.to_string(),
+            members: None,
         })
     }
 
@@ -43,7 +47,7 @@ impl Client {
         let mut tried = Vec::new();
         for node in &cluster.nodes {
             match Client::connect(&node.addr).await {
-                Ok(client) => return Ok(client),
+                Ok(client) => return Ok(client.with_members(cluster.nodes.iter().map(|n| n.id))),
                 Err(e) => tried.push(format!("node {} at {}: {e}", node.id, node.addr)),
             }
         }
@@ -55,6 +59,23 @@ impl Client {
     /// The entry node's address.
     pub fn entry_addr(&self) -> &str {
         &self.entry_addr
+    }
+
+    /// Names the cluster's members as configured. Data placement (objects)
+    /// is computed over them, whether each is reachable right now or not;
+    /// without them it is computed over the nodes the entry node reaches
+    /// when asked, which is wrong while a member is down or rejoining.
+    pub fn with_members(mut self, ids: impl IntoIterator<Item = NodeId>) -> Client {
+        let mut ids: Vec<NodeId> = ids.into_iter().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        self.members = Some(std::sync::Arc::new(ids));
+        self
+    }
+
+    /// The configured members, when known ([`Client::with_members`]).
+    pub fn configured_members(&self) -> Option<&[NodeId]> {
+        self.members.as_deref().map(Vec::as_slice)
     }
 
     /// Sends `request` now under a free tag and returns its completion; await

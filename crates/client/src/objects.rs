@@ -43,17 +43,24 @@ impl StoreTransport for StoreCalls {
 pub type Objects = ObjectStore<RemoteNode<StoreCalls>>;
 
 impl Client {
-    /// The object store over every member the entry node knows (buckets,
-    /// put, get with ranges, list, delete, df). The members must run managed
-    /// storage; a raw node answers store calls with an error saying so.
+    /// The object store over the cluster's members (buckets, put, get with
+    /// ranges, list, delete, df). Placement is computed over the configured
+    /// members when the client knows them (connected through a cluster
+    /// file, or [`Client::with_members`]); otherwise over the members the
+    /// entry node reaches now, so connect through a cluster file whenever a
+    /// node may be down. The members must run managed storage; a raw node
+    /// answers store calls with an error saying so.
     pub async fn objects(&self) -> Result<Objects, ClientError> {
-        let members = self.cluster().await?;
+        let ids: Vec<NodeId> = match self.configured_members() {
+            Some(ids) => ids.to_vec(),
+            None => self.cluster().await?.iter().map(|m| m.id).collect(),
+        };
         let transport = std::sync::Arc::new(StoreCalls {
             client: self.clone(),
         });
-        let nodes = members
-            .iter()
-            .map(|m| std::sync::Arc::new(RemoteNode::new(m.id, transport.clone())));
+        let nodes = ids
+            .into_iter()
+            .map(|id| std::sync::Arc::new(RemoteNode::new(id, transport.clone())));
         Ok(ObjectStore::new(nodes)?)
     }
 }

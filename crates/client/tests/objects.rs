@@ -193,3 +193,85 @@ async fn raw_nodes_refuse_store_calls_and_managed_nodes_refuse_raw_writes() {
     // Raw reads are allowed.
     client.read_page(addr).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placement_spans_the_configured_members_while_one_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster_with(dir.path(), &[geometry(); 3], StorageMode::Managed).await;
+    let entry = nodes[0].local_addr().to_string();
+    let all = Client::connect(&entry)
+        .await
+        .unwrap()
+        .with_members([0, 1, 2])
+        .objects()
+        .await
+        .unwrap();
+    let bucket = BucketName::new("b").unwrap();
+    // A bucket whose record and an object whose manifest live on node 0
+    // (up throughout), and a key whose manifest lives on node 2.
+    let bucket = (0..)
+        .map(|i| BucketName::new(&format!("b{i}")).unwrap())
+        .find(|b| all.placement().bucket_node(b) == 0)
+        .unwrap_or(bucket);
+    all.create_bucket(&bucket, Chunking::fixed(1024).unwrap())
+        .await
+        .unwrap();
+    let on = |node: u16| {
+        (0..)
+            .map(|i| ObjectKey::new(&format!("k{i}")).unwrap())
+            .find(|k| all.placement().manifest_node(&bucket, k) == node)
+            .unwrap()
+    };
+    let (on_zero, on_two) = (on(0), on(2));
+    all.put(&bucket, &on_two, &b"kept on node 2"[..], Condition::Always)
+        .await
+        .unwrap();
+    nodes.pop().unwrap().shutdown().await.unwrap();
+
+    // With the configured members, node 2's key is unavailable, not absent,
+    // and a write that needs node 2 fails rather than landing elsewhere.
+    let all = Client::connect(&entry)
+        .await
+        .unwrap()
+        .with_members([0, 1, 2])
+        .objects()
+        .await
+        .unwrap();
+    let err = all.get(&bucket, &on_two).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Transport { node: 2, .. }),
+        "{err}"
+    );
+    let err = all
+        .put(&bucket, &on_two, &b"new"[..], Condition::Always)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Transport { node: 2, .. }),
+        "{err}"
+    );
+    // Keys placed on live nodes still work.
+    all.put(&bucket, &on_zero, &b"fine"[..], Condition::Always)
+        .await
+        .unwrap();
+
+    // Without them, the entry node's view (nodes 0 and 1) places node 2's
+    // key elsewhere and calls it absent: why the CLI and the mount pass the
+    // cluster file's members.
+    let client = Client::connect(&entry).await.unwrap();
+    let mut reachable = client.objects().await.unwrap();
+    for _ in 0..50 {
+        if reachable.nodes().count() == 2 {
+            break;
+        }
+        // Node 0 drops node 2 from its routes once their link closes.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        reachable = client.objects().await.unwrap();
+    }
+    assert_eq!(reachable.nodes().count(), 2);
+    let err = reachable.get(&bucket, &on_two).await.unwrap_err();
+    assert!(matches!(err, StoreError::NoSuchObject { .. }), "{err}");
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
