@@ -131,7 +131,14 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     let mut fio_read = Vec::new();
     let mut fuse: Option<(f64, f64)> = None;
     let result = (|| -> Result<()> {
-        let objects = runtime.block_on(async { Client::connect(&entry).await?.objects().await })?;
+        let members = cluster.cluster.nodes.iter().map(|n| n.id);
+        let objects = runtime.block_on(async {
+            Client::connect(&entry)
+                .await?
+                .with_members(members)
+                .objects()
+                .await
+        })?;
         let bucket = BucketName::new("bench")?;
         runtime.block_on(objects.create_bucket(&bucket, Chunking::fixed(chunk_bytes)?))?;
         for round in 0..args.rounds {
@@ -140,8 +147,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
             let key = ObjectKey::new(&format!("big-{round}"))?;
             let started = Instant::now();
             runtime.block_on(async {
-                let file = tokio::fs::File::open(&source).await?;
-                let reader = tokio::io::BufReader::with_capacity(4 << 20, file);
+                let reader = crate::objects_cmd::file_source(std::fs::File::open(&source)?);
                 objects
                     .put(&bucket, &key, reader, Condition::Always)
                     .await?;
