@@ -495,7 +495,8 @@ async fn get(args: &GetArgs) -> Result<()> {
         None => (0, head.size()),
         Some(r) => parse_range(r, head.size())?,
     };
-    if offset > head.size() || (offset == head.size() && len > 0 && head.size() > 0) {
+    // As HTTP ranges: a range must start inside a non-empty object.
+    if offset > head.size() || (offset == head.size() && head.size() > 0) {
         bail!(
             "--range starts at byte {offset}, past the end of {bucket}/{key} ({} bytes)",
             head.size()

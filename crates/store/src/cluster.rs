@@ -366,7 +366,8 @@ impl<N: StoreNode> ObjectStore<N> {
         })
     }
 
-    /// A whole object.
+    /// A whole object, in memory (its size is the caller's bound: large
+    /// objects go through [`Self::get_to`] or byte ranges).
     pub async fn get(&self, bucket: &BucketName, key: &ObjectKey) -> Result<(Manifest, Bytes)> {
         self.get_range(bucket, key, 0, u64::MAX).await
     }
