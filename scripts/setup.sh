@@ -2,7 +2,7 @@
 # Installs what Quarry needs on a fresh Debian machine of this kind: system
 # packages (fio for the side-by-side benchmarks, fuse3 for the mount, sqlite3
 # for its application test, iproute2
-# for the multi-host tests) and a Rust toolchain if none is present.
+# for the multi-host tests, ripgrep as the peer of grep near the data) and a Rust toolchain if none is present.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
@@ -11,6 +11,7 @@ command -v fio >/dev/null 2>&1 || need+=(fio)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v rg >/dev/null 2>&1 || need+=(ripgrep)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2

@@ -192,6 +192,9 @@ pub enum Service {
     Store = 1,
     /// Block volumes (layer 4 spaces made into named logical page spaces).
     Volume = 2,
+    /// Near-data compute (layer 6): commands, their status and results, and
+    /// the local runs of kernels over the data a node holds.
+    Compute = 3,
 }
 
 impl Service {
@@ -200,6 +203,7 @@ impl Service {
         match byte {
             1 => Some(Service::Store),
             2 => Some(Service::Volume),
+            3 => Some(Service::Compute),
             _ => None,
         }
     }

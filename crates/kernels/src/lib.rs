@@ -1,0 +1,34 @@
+//! `quarry-kernels` — layer 6 of Quarry: computation in the datapath.
+//!
+//! This crate owns what runs next to the data (BlueDBM §5, Minerva §III):
+//! the built-in scan kernels ([`compile`] a [`KernelSpec`] into a
+//! [`ScanKernel`]), the parts they exchange ([`Part`]: a partial result with
+//! the edge fragments of the records cut at a range's ends, so records that
+//! straddle a chunk or node boundary count exactly once), and their answers
+//! ([`Output`]).
+//!
+//! ```
+//! use quarry_kernels::{compile, KernelSpec, Output};
+//!
+//! let kernel = compile(&KernelSpec::Fgrep8 { pattern: *b"needle!!" }).unwrap();
+//! // A target split over two nodes, the pattern across the cut.
+//! let text = b"hay needle!! hay nee".to_vec();
+//! let more = b"dle!! hay";
+//! let left = kernel.fold(kernel.empty(0), &text).unwrap();
+//! let right = kernel.fold(kernel.empty(text.len() as u64), more).unwrap();
+//! let whole = kernel.combine(left, right).unwrap();
+//! assert_eq!(kernel.finish(whole).unwrap(), Output::Count(2));
+//! ```
+#![deny(missing_docs)]
+
+mod builtin;
+mod error;
+mod output;
+mod scan;
+mod spec;
+
+pub use builtin::Fgrep8Part;
+pub use error::KernelError;
+pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
+pub use scan::{compile, Part, ScanKernel};
+pub use spec::{GrepSpec, GrepSyntax, KernelSpec, WcSpec};

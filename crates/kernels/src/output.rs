@@ -1,0 +1,65 @@
+//! What a kernel answers for one target: [`Output`].
+
+use serde::{Deserialize, Serialize};
+
+/// A kernel's answer for one whole target (an object, a volume range, a
+/// linear range).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Output {
+    /// [`KernelSpec::Fgrep8`](crate::KernelSpec::Fgrep8): how many times the
+    /// pattern occurs.
+    Count(u64),
+    /// [`KernelSpec::Grep`](crate::KernelSpec::Grep).
+    Grep(GrepOutput),
+    /// [`KernelSpec::Wc`](crate::KernelSpec::Wc).
+    Wc(WcOutput),
+    /// [`KernelSpec::Checksum`](crate::KernelSpec::Checksum).
+    Checksum(ChecksumOutput),
+}
+
+/// The lines of one target that matched.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepOutput {
+    /// How many lines matched (`grep -c`).
+    pub matching_lines: u64,
+    /// The matching lines in target order, when the spec asked for them.
+    pub lines: Vec<MatchLine>,
+}
+
+/// One matching line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatchLine {
+    /// 1-based line number in the target (`grep -n`).
+    pub line_number: u64,
+    /// Offset of the line's first byte in the target (`grep -b`).
+    pub byte_offset: u64,
+    /// The line without its terminating newline.
+    pub text: Vec<u8>,
+}
+
+/// Counts of one target, as GNU wc makes them in the C locale.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WcOutput {
+    /// Newlines (`wc -l`).
+    pub lines: u64,
+    /// Words (`wc -w`), when the spec asked for them (else 0).
+    pub words: u64,
+    /// Bytes (`wc -c`).
+    pub bytes: u64,
+    /// Occurrences of the spec's word, when it named one.
+    pub word_count: Option<u64>,
+    /// The most frequent words and their counts, most frequent first (ties
+    /// in byte order of the word), when the spec asked for a histogram.
+    pub top: Vec<(Vec<u8>, u64)>,
+}
+
+/// Checksums of one target's bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChecksumOutput {
+    /// Bytes hashed.
+    pub bytes: u64,
+    /// CRC-32C (Castagnoli).
+    pub crc32c: u32,
+    /// SHA-256.
+    pub sha256: [u8; 32],
+}
