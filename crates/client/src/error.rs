@@ -32,6 +32,10 @@ pub enum ClientError {
         /// The answer received.
         answer: String,
     },
+    /// A compute command or call failed (the message says why: a limit, a
+    /// missing object, a dead node, bad kernel arguments).
+    #[error("{0}")]
+    Compute(String),
     /// The cluster file could not be found or read.
     #[error("cluster file {path}: {reason}")]
     ClusterFile {

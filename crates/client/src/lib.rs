@@ -33,6 +33,7 @@
 mod blocking;
 mod client;
 mod cluster_file;
+mod compute;
 mod error;
 mod linear;
 mod objects;
@@ -43,10 +44,16 @@ pub use client::{into_result, page_of, Client, Completion};
 pub use cluster_file::{
     ClusterFile, ClusterNode, CLUSTER_ENV, DEFAULT_CLUSTER_PATH, MAX_CLUSTER_NODES,
 };
+pub use compute::Compute;
 pub use error::ClientError;
 pub use linear::{MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH};
 pub use objects::{Objects, StoreCalls};
 pub use quarry_fabric::{LinearSpace, LinearSpaceError};
+pub use quarry_kernels::{
+    CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec, GrepSyntax, Job,
+    KernelSpec, Limits, MatchLine, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput,
+    WcOutput, WcSpec,
+};
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_store::{
     BucketConfig, BucketName, BucketUsage, Chunking, Condition, Manifest, ObjectKey, StoreError,

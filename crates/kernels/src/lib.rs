@@ -22,13 +22,37 @@
 #![deny(missing_docs)]
 
 mod builtin;
+mod engine;
+mod engine_error;
 mod error;
+mod job;
+mod local;
 mod output;
+mod peers;
 mod scan;
 mod spec;
+mod tuner;
+mod wire;
 
 pub use builtin::Fgrep8Part;
+pub use engine::{
+    Engine, MAX_FINISHED_COMMANDS, MAX_RUNNING_COMMANDS, MAX_UNFINISHED_COMMANDS, RUNS_IN_FLIGHT,
+    RUN_BYTES,
+};
+pub use engine_error::ComputeError;
 pub use error::KernelError;
+pub use job::{
+    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, RmwBatch, RmwOp,
+    Target, TargetOutput,
+};
+pub use local::{LocalData, ManagedData, MAX_RUN_BYTES};
 pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
+pub use peers::Peers;
 pub use scan::{compile, Part, ScanKernel};
 pub use spec::{GrepSpec, GrepSyntax, KernelSpec, WcSpec};
+pub use tuner::{ReadSetting, ReadTuner, WINDOW_BYTES};
+pub use wire::{
+    decode, encode, ComputeAnswer, ComputeCall, Failure, FailureKind, LocalAnswer, LocalRun,
+    Segment, Source, MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS,
+    MAX_SEGMENTS_PER_RUN, MAX_TARGETS,
+};

@@ -212,6 +212,12 @@ impl NodeConfig {
     /// Checks addresses, peer ids and limits; the error says what is wrong.
     pub fn validate(&self) -> Result<(), String> {
         check_addr("listen address", &self.listen)?;
+        if self.id == quarry_proto::ENTRY_NODE {
+            return Err(format!(
+                "node id {} is reserved (it means \"the entry node\" in requests)",
+                self.id
+            ));
+        }
         let mut seen = HashSet::new();
         for peer in &self.peers {
             check_addr(&format!("peer {} address", peer.id), &peer.addr)?;

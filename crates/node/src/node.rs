@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use quarry_device::Device;
 use quarry_fabric::{check_hops, Fabric, LocalHandler, LINK_MAGIC};
+use quarry_kernels::{Engine, LocalData, ManagedData};
 use quarry_proto::{
     serve_connection_with, Incoming, NodeEntry, NodeId, NodeInfo, Request, Response, Service,
     SessionLimits, Status,
@@ -25,6 +26,74 @@ struct LocalService {
     started: Instant,
     device: Arc<Device>,
     managed: Option<Managed>,
+    /// The compute engine: commands that enter here, and local runs of
+    /// kernels over what this node holds.
+    engine: Arc<Engine<NodePeers>>,
+}
+
+/// The cluster as this node's compute engine reaches it: its own services
+/// directly, every other node through the fabric. Both are set once the
+/// node is assembled (the fabric needs the local service first).
+#[derive(Default)]
+struct NodePeers {
+    id: NodeId,
+    local: std::sync::OnceLock<std::sync::Weak<LocalService>>,
+    fabric: std::sync::OnceLock<Fabric>,
+}
+
+impl NodePeers {
+    async fn request(&self, node: NodeId, request: Request) -> Result<Response, String> {
+        if node == self.id {
+            let local = self
+                .local
+                .get()
+                .and_then(std::sync::Weak::upgrade)
+                .ok_or_else(|| format!("node {node} is shutting down"))?;
+            return Ok(local.serve(request).await);
+        }
+        let fabric = self
+            .fabric
+            .get()
+            .ok_or_else(|| format!("node {} has no fabric yet", self.id))?;
+        Ok(fabric.route(node, request, 0, 0).await)
+    }
+}
+
+impl quarry_kernels::Peers for NodePeers {
+    async fn call(
+        &self,
+        node: NodeId,
+        service: Service,
+        idempotent: bool,
+        body: bytes::Bytes,
+    ) -> Result<bytes::Bytes, String> {
+        let call = quarry_proto::ServiceCall {
+            node,
+            service,
+            idempotent,
+            body,
+        };
+        match self.request(node, Request::Call(Box::new(call))).await? {
+            Response::Reply(answer) => Ok(answer),
+            Response::Error { status, message } => Err(format!("{status:?}: {message}")),
+            other => Err(format!("answered a call with {other:?}")),
+        }
+    }
+
+    async fn geometry(&self, node: NodeId) -> Result<quarry_device::Geometry, String> {
+        match self.request(node, Request::NodeInfo(node)).await? {
+            Response::NodeInfo(info) => Ok(info.device.geometry),
+            Response::Error { status, message } => Err(format!("{status:?}: {message}")),
+            other => Err(format!("answered node info with {other:?}")),
+        }
+    }
+
+    fn members(&self) -> Vec<NodeId> {
+        match self.fabric.get() {
+            Some(f) => f.members().into_iter().map(|m| m.id).collect(),
+            None => vec![self.id],
+        }
+    }
 }
 
 /// A node's managed storage: the space manager that owns the device, the
@@ -65,6 +134,9 @@ impl LocalService {
                 (Service::Volume, Some(m)) => Response::Reply(
                     quarry_volume::serve_volume_call(&m.volumes, &m.volume, call.body).await,
                 ),
+                // Compute runs on raw nodes too: linear targets read raw
+                // device pages.
+                (Service::Compute, _) => Response::Reply(self.engine.serve_call(call.body).await),
                 (service, None) => Response::Error {
                     status: Status::BadRequest,
                     message: format!(
@@ -118,7 +190,13 @@ struct NodeCore {
 
 impl NodeCore {
     async fn dispatch(self: Arc<Self>, incoming: Incoming, flow: u32) -> Response {
-        let Incoming { request, hops } = incoming;
+        let Incoming { mut request, hops } = incoming;
+        // A client's "entry node" is this node.
+        if let Request::Call(call) = &mut request {
+            if call.node == quarry_proto::ENTRY_NODE {
+                call.node = self.local.id;
+            }
+        }
         if let Err(refusal) = check_hops(hops, self.max_hops) {
             return refusal;
         }
@@ -233,13 +311,31 @@ impl Node {
             }
         };
         let volume = managed.as_ref().map(|m| m.volume.clone());
+        let peers = Arc::new(NodePeers {
+            id: config.id,
+            ..NodePeers::default()
+        });
+        let engine = Engine::new(
+            LocalData {
+                node: config.id,
+                device: device.clone(),
+                managed: managed.as_ref().map(|m| ManagedData {
+                    space: m.volume.clone(),
+                    store: m.store.clone(),
+                    volumes: m.volumes.clone(),
+                }),
+            },
+            peers.clone(),
+        );
         let local = Arc::new(LocalService {
             id: config.id,
             addr: advertised.clone(),
             started: Instant::now(),
             device: device.clone(),
             managed,
+            engine,
         });
+        let _ = peers.local.set(Arc::downgrade(&local));
         let service = local.clone();
         let handler: LocalHandler =
             Arc::new(move |request| Box::pin(service.clone().serve(request)));
@@ -253,6 +349,7 @@ impl Node {
             handler,
         )
         .map_err(NodeError::Fabric)?;
+        let _ = peers.fabric.set(fabric.clone());
         let core = Arc::new(NodeCore {
             local,
             fabric: fabric.clone(),

@@ -56,3 +56,8 @@ pub use wire::{
 
 /// Protocol version spoken by this build.
 pub const PROTOCOL_VERSION: u8 = 1;
+
+/// The node id a client puts in a request for "the node this connection
+/// enters at", whatever its id: compute commands are submitted to, and
+/// merged at, the entry node. No node may have this id.
+pub const ENTRY_NODE: message::NodeId = message::NodeId::MAX;

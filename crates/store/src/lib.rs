@@ -89,9 +89,9 @@ pub use remote::{serve_call, RemoteNode, StoreNode, StoreTransport, MAX_PAGE_ITE
 pub use table::{Batch, MemTableStore, Op, Table, TableStore};
 pub use usage::{BucketUsage, Usage};
 pub use volume_backed::{
-    open_volume_node, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore, VolumeNodeStore,
-    VolumeObjectStore, VolumeStoreConfig, VolumeTableConfig, VolumeTableStats, VolumeTableStore,
-    CHUNK_HEADER_BYTES, CHUNK_MAGIC, DEFAULT_CHUNK_SPACE, DEFAULT_LOG_SPACE,
+    open_volume_node, ChunkPageSpan, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore,
+    VolumeNodeStore, VolumeObjectStore, VolumeStoreConfig, VolumeTableConfig, VolumeTableStats,
+    VolumeTableStore, CHUNK_HEADER_BYTES, CHUNK_MAGIC, DEFAULT_CHUNK_SPACE, DEFAULT_LOG_SPACE,
     DEFAULT_SNAPSHOT_SPACE, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_TABLE_KEY_BYTES,
     MAX_TABLE_VALUE_BYTES,
 };

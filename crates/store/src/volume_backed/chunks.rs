@@ -201,6 +201,15 @@ fn pages_for(len: usize, page_size: usize) -> u64 {
     (CHUNK_HEADER_BYTES + len).div_ceil(page_size) as u64
 }
 
+/// Bytes of a chunk on one logical page: see [`VolumeChunkStore::page_spans`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkPageSpan {
+    /// The page.
+    pub page: LogicalPage,
+    /// The chunk's bytes within it.
+    pub bytes: std::ops::Range<usize>,
+}
+
 struct Inner {
     volume: Arc<SpaceManager>,
     space: u32,
@@ -291,6 +300,79 @@ impl VolumeChunkStore {
     /// The space manager underneath.
     pub fn volume(&self) -> &Arc<SpaceManager> {
         &self.inner.volume
+    }
+
+    /// Where bytes `range` of the `len`-byte chunk at `location` lie, page
+    /// by page: for a reader that streams a chunk straight off its pages
+    /// (near-data kernels) instead of assembling it with
+    /// [`ChunkStore::read`]. The first page also holds the chunk's header,
+    /// which such a reader checks with [`check_first_page`](Self::check_first_page).
+    pub fn page_spans(
+        &self,
+        location: ChunkLocation,
+        len: u32,
+        range: std::ops::Range<u32>,
+    ) -> Result<Vec<ChunkPageSpan>> {
+        let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
+        if location.space != self.inner.space
+            || u64::from(location.pages) != pages_for(len as usize, self.inner.page_size)
+        {
+            return Err(bad(format!(
+                "not the extent of a {len}-byte chunk in chunk space {}",
+                self.inner.space
+            )));
+        }
+        if range.start > range.end || range.end > len {
+            return Err(bad(format!(
+                "bytes {}..{} are not inside its {len} bytes",
+                range.start, range.end
+            )));
+        }
+        let page_size = self.inner.page_size as u64;
+        let mut spans = Vec::new();
+        let mut at = u64::from(range.start) + CHUNK_HEADER_BYTES as u64;
+        let end = u64::from(range.end) + CHUNK_HEADER_BYTES as u64;
+        while at < end {
+            let page = at / page_size;
+            let in_page = (at % page_size) as usize;
+            let take = ((page + 1) * page_size).min(end) - at;
+            debug_assert!(page < u64::from(location.pages));
+            spans.push(ChunkPageSpan {
+                page: LogicalPage::new(self.inner.space, location.first_page + page),
+                bytes: in_page..in_page + take as usize,
+            });
+            at += take;
+        }
+        Ok(spans)
+    }
+
+    /// Checks that `page`, read from the first page of `location`, is the
+    /// header of chunk `fingerprint` of `len` bytes: a reader streaming a
+    /// chunk's pages must not take the bytes of a chunk written there after
+    /// this one was released. The pages themselves are checked by the space
+    /// manager (OOB checksum, ECC) as they are read.
+    pub fn check_first_page(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+        page: &[u8],
+    ) -> Result<()> {
+        let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
+        let h = Header::decode(
+            page,
+            self.inner.space,
+            location.first_page,
+            self.inner.page_size,
+        )
+        .ok_or_else(|| bad("its first page holds no valid chunk header".into()))?;
+        if h.fingerprint != *fingerprint || h.len != len || h.pages != location.pages {
+            return Err(bad(format!(
+                "it holds chunk {} of {} bytes on {} pages, not {fingerprint} of {len} bytes",
+                h.fingerprint, h.len, h.pages
+            )));
+        }
+        Ok(())
     }
 
     /// Current figures.

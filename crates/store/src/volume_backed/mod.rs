@@ -18,8 +18,8 @@ use crate::node::{NodeStore, Recovery};
 use crate::placement::NodeId;
 
 pub use chunks::{
-    VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore, CHUNK_HEADER_BYTES, CHUNK_MAGIC,
-    DEFAULT_CHUNK_SPACE,
+    ChunkPageSpan, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore, CHUNK_HEADER_BYTES,
+    CHUNK_MAGIC, DEFAULT_CHUNK_SPACE,
 };
 pub use tables::{
     VolumeTableConfig, VolumeTableStats, VolumeTableStore, DEFAULT_LOG_SPACE,

@@ -1,0 +1,367 @@
+//! Near-data commands through the client (Minerva's command/status API),
+//! against an in-process cluster of four managed `mem` nodes on loopback:
+//! the entry node resolves targets, the nodes holding the data run the
+//! kernel, the entry node merges.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster_with;
+use quarry_client::{
+    BucketName, Chunking, Client, CommandState, Condition, Job, KernelSpec, Limits, ObjectKey,
+    Outcome, Output, Request, Response, Target,
+};
+use quarry_device::Geometry;
+use quarry_kernels::{decode, ComputeAnswer};
+use quarry_node::StorageMode;
+use quarry_proto::{Service, ServiceCall, ENTRY_NODE};
+
+fn geometry() -> Geometry {
+    Geometry {
+        buses: 2,
+        chips_per_bus: 2,
+        blocks_per_chip: 64,
+        pages_per_block: 32,
+        page_size_bytes: 4096,
+        oob_size_bytes: 64,
+    }
+}
+
+const PATTERN: [u8; 8] = *b"flash!!!";
+
+/// Text with the pattern sprinkled in, including at every 4 KiB boundary
+/// (where fixed chunks and pages are cut) and overlapping itself.
+fn text(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b"abc flash! \n"[(x % 12) as usize]
+        })
+        .collect();
+    let mut at = 4096 - 4;
+    while at + 8 <= len {
+        out[at..at + 8].copy_from_slice(&PATTERN);
+        at += 4096 + (x as usize % 3);
+        x = x.rotate_left(7);
+    }
+    out
+}
+
+fn count(hay: &[u8]) -> u64 {
+    hay.windows(8).filter(|w| *w == PATTERN).count() as u64
+}
+
+fn fgrep8() -> Job {
+    Job::Scan(KernelSpec::Fgrep8 { pattern: PATTERN })
+}
+
+fn object(bucket: &str, key: &str) -> Target {
+    Target::Object {
+        bucket: bucket.into(),
+        key: key.into(),
+    }
+}
+
+fn counts(outcome: &Outcome) -> Vec<(String, u64)> {
+    match outcome {
+        Outcome::Scan(targets) => targets
+            .iter()
+            .map(|t| match &t.output {
+                Output::Count(n) => (t.target.clone(), *n),
+                other => panic!("not a count: {other:?}"),
+            })
+            .collect(),
+        other => panic!("not a scan: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fgrep8_over_objects_volumes_and_linear_ranges_equals_a_scan_of_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .unwrap();
+    let objects = client.objects().await.unwrap();
+    let fixed = BucketName::new("fixed").unwrap();
+    let cdc = BucketName::new("cdc").unwrap();
+    objects
+        .create_bucket(&fixed, Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    objects
+        .create_bucket(&cdc, Chunking::fastcdc(2048, 4096, 16384).unwrap())
+        .await
+        .unwrap();
+    let mut want = Vec::new();
+    for (i, len) in [300_000usize, 4096, 4100, 7, 0, 65_536]
+        .into_iter()
+        .enumerate()
+    {
+        let data = text(len, i as u64 + 1);
+        for bucket in [&fixed, &cdc] {
+            let key = ObjectKey::new(&format!("logs/{i}.txt")).unwrap();
+            objects
+                .put_bytes(bucket, &key, &data, Condition::Always)
+                .await
+                .unwrap();
+        }
+        want.push((format!("logs/{i}.txt"), count(&data)));
+    }
+    assert!(want[0].1 > 70, "the test text holds the pattern: {want:?}");
+
+    // Entering at another node gives the same answers.
+    let compute = Client::connect(&nodes[2].local_addr().to_string())
+        .await
+        .unwrap()
+        .compute();
+    for bucket in ["fixed", "cdc"] {
+        let (result, _) = compute
+            .run(
+                fgrep8(),
+                vec![Target::Prefix {
+                    bucket: bucket.into(),
+                    prefix: "logs/".into(),
+                }],
+                Limits::default(),
+            )
+            .await
+            .unwrap();
+        let mut expect: Vec<(String, u64)> = want
+            .iter()
+            .map(|(k, n)| (format!("{bucket}/{k}"), *n))
+            .collect();
+        expect.sort();
+        assert_eq!(counts(&result.outcome), expect);
+        let total: u64 = want
+            .iter()
+            .enumerate()
+            .map(|(i, _)| [300_000u64, 4096, 4100, 7, 0, 65_536][i])
+            .sum();
+        assert_eq!(result.bytes_scanned, total);
+        // What crossed back is parts, not data.
+        assert!(result.bytes_from_nodes < total / 10, "{result:?}");
+    }
+    // Several keys, in the order named.
+    let (result, _) = compute
+        .run(
+            fgrep8(),
+            vec![object("fixed", "logs/2.txt"), object("cdc", "logs/0.txt")],
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        counts(&result.outcome),
+        vec![
+            ("fixed/logs/2.txt".to_string(), want[2].1),
+            ("cdc/logs/0.txt".to_string(), want[0].1)
+        ]
+    );
+
+    // A block volume striped over the four nodes, a range cut mid-page.
+    let volumes = client.volumes().await.unwrap();
+    volumes.create("scratch", 1 << 20, None).await.unwrap();
+    let volume = volumes.open("scratch").await.unwrap();
+    let data = text(200_000, 99);
+    volume.write_range(10_000, &data).await.unwrap();
+    let range = (10_000 + 3_333, 150_000);
+    let (result, _) = compute
+        .run(
+            fgrep8(),
+            vec![Target::Volume {
+                name: "scratch".into(),
+                offset_bytes: range.0,
+                len_bytes: Some(range.1),
+            }],
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    let slice = &data[3_333..3_333 + 150_000];
+    assert_eq!(counts(&result.outcome)[0].1, count(slice));
+
+    // Raw linear pages: compare with the pages read back.
+    let space = client.linear_space().await.unwrap();
+    let pages = 64u64;
+    let bytes: Vec<u8> = client
+        .read_linear(&space, 0, pages, 16)
+        .await
+        .unwrap()
+        .into_iter()
+        .flat_map(|p| p.data.to_vec())
+        .collect();
+    let (result, _) = compute
+        .run(
+            Job::Scan(KernelSpec::Fgrep8 {
+                pattern: bytes[5000..5008].try_into().unwrap(),
+            }),
+            vec![Target::Linear {
+                first_page: 0,
+                pages,
+            }],
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    let pat = &bytes[5000..5008];
+    let expect = bytes.windows(8).filter(|w| *w == pat).count() as u64;
+    assert_eq!(counts(&result.outcome)[0].1, expect);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_have_status_limits_cancel_and_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[1].local_addr().to_string())
+        .await
+        .unwrap();
+    let objects = client.objects().await.unwrap();
+    let bucket = BucketName::new("b").unwrap();
+    objects
+        .create_bucket(&bucket, Chunking::fixed(16384).unwrap())
+        .await
+        .unwrap();
+    let data = text(4 << 20, 5);
+    objects
+        .put_bytes(
+            &bucket,
+            &ObjectKey::new("big").unwrap(),
+            &data,
+            Condition::Always,
+        )
+        .await
+        .unwrap();
+    let compute = client.compute();
+
+    // Submit, await, status, list, result.
+    let id = compute
+        .submit(fgrep8(), vec![object("b", "big")], Limits::default())
+        .await
+        .unwrap();
+    let status = compute.wait(id, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(status.state, CommandState::Done);
+    assert_eq!((status.bytes_done, status.bytes_total), (4 << 20, 4 << 20));
+    assert!(status.result_bytes > 0);
+    let (result, size) = compute.result(id).await.unwrap();
+    assert_eq!(size, status.result_bytes);
+    assert_eq!(counts(&result.outcome)[0].1, count(&data));
+    assert!(compute.list().await.unwrap().iter().any(|s| s.id == id));
+
+    // Many at once.
+    let mut ids = Vec::new();
+    for _ in 0..24 {
+        ids.push(
+            compute
+                .submit(fgrep8(), vec![object("b", "big")], Limits::default())
+                .await
+                .unwrap(),
+        );
+    }
+    // The last ones wait for a slot; cancel one.
+    let cancelled = *ids.last().unwrap();
+    let status = compute.cancel(cancelled).await.unwrap();
+    assert_eq!(status.state, CommandState::Cancelled);
+    for &id in &ids[..ids.len() - 1] {
+        let (r, _) = compute.finish(id, Duration::from_secs(120)).await.unwrap();
+        assert_eq!(counts(&r.outcome)[0].1, count(&data));
+    }
+    let err = compute.result(cancelled).await.unwrap_err();
+    assert!(err.to_string().contains("Cancelled"), "{err}");
+
+    // Every limit fails the command, not the node.
+    let tight = |f: fn(&mut Limits)| {
+        let mut l = Limits::default();
+        f(&mut l);
+        l
+    };
+    for (limits, what) in [
+        (tight(|l| l.memory_bytes = 16), "memory limit"),
+        (tight(|l| l.result_bytes = 8), "result size limit"),
+        (tight(|l| l.time_ms = 1), "time limit"),
+    ] {
+        let err = compute
+            .run(fgrep8(), vec![object("b", "big")], limits)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(what), "{what}: {err}");
+    }
+    // Out-of-range limits are refused at submission.
+    let err = compute
+        .submit(fgrep8(), vec![object("b", "big")], tight(|l| l.time_ms = 0))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("time limit of 0 ms"), "{err}");
+
+    // A missing object, a missing volume, a linear range past the end.
+    for (target, says) in [
+        (object("b", "nope"), "b/nope"),
+        (object("nobucket", "x"), "nobucket"),
+        (
+            Target::Volume {
+                name: "novol".into(),
+                offset_bytes: 0,
+                len_bytes: None,
+            },
+            "novol",
+        ),
+        (
+            Target::Linear {
+                first_page: u64::MAX - 1,
+                pages: 5,
+            },
+            "linear space has",
+        ),
+    ] {
+        let err = compute
+            .run(fgrep8(), vec![target], Limits::default())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(says), "{says}: {err}");
+    }
+    // No such command.
+    let err = compute.status(9_999_999).await.unwrap_err();
+    assert!(err.to_string().contains("no command 9999999"), "{err}");
+
+    // A malformed compute call is an error answer; the node still serves.
+    let answer = client
+        .call(Request::Call(Box::new(ServiceCall {
+            node: ENTRY_NODE,
+            service: Service::Compute,
+            idempotent: true,
+            body: bytes::Bytes::from_static(&[0xff, 0xff, 0xff, 0x01]),
+        })))
+        .await
+        .unwrap();
+    let Response::Reply(body) = answer else {
+        panic!("{answer:?}")
+    };
+    let decoded: ComputeAnswer = decode("answer", &body).unwrap();
+    match decoded {
+        ComputeAnswer::Failed(f) => {
+            assert!(f.message.contains("malformed compute message"), "{f:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let (r, _) = compute
+        .run(fgrep8(), vec![object("b", "big")], Limits::default())
+        .await
+        .unwrap();
+    assert_eq!(counts(&r.outcome)[0].1, count(&data));
+    // The data is intact.
+    let (_, back) = objects
+        .get(&bucket, &ObjectKey::new("big").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(&back[..], &data[..]);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}

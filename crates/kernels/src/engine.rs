@@ -1,0 +1,938 @@
+//! The command engine of a node: [`Engine`]. It owns the commands that
+//! entered at this node (Minerva's command/status blocks), resolves their
+//! targets into segments on nodes, sends each node a local run over the
+//! segments it holds, and merges the parts in target order (the global
+//! kernel). It also serves the local runs other nodes send here.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use quarry_fabric::LinearSpace;
+use quarry_proto::{NodeId, Service};
+use quarry_store::{BucketName, ObjectKey, ObjectStore, RemoteNode, MAX_PAGE_ITEMS};
+use quarry_volume::BlockVolumes;
+use tokio::sync::{watch, Notify, Semaphore};
+
+use crate::engine_error::ComputeError;
+use crate::job::{
+    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, Target,
+    TargetOutput,
+};
+use crate::local::{run_local, LocalData};
+use crate::peers::{Peers, StoreVia, VolumesVia};
+use crate::scan::{compile, Part, ScanKernel};
+use crate::spec::KernelSpec;
+use crate::tuner::ReadTuner;
+use crate::wire::{
+    decode, encode, ComputeAnswer, ComputeCall, LocalAnswer, LocalRun, Segment, Source,
+    MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN,
+    MAX_TARGETS,
+};
+
+/// Commands a node runs at once; more wait, queued.
+pub const MAX_RUNNING_COMMANDS: usize = 16;
+/// Unfinished (queued or running) commands a node holds; more are refused
+/// as busy.
+pub const MAX_UNFINISHED_COMMANDS: usize = 1024;
+/// Finished commands a node keeps for their status and result; the oldest
+/// are dropped first.
+pub const MAX_FINISHED_COMMANDS: usize = 1024;
+/// Bytes one local run covers: small enough that progress moves and a
+/// cancelled command stops soon, large enough that a run's fixed costs
+/// (a round trip, a thread) are noise.
+pub const RUN_BYTES: u64 = 64 << 20;
+/// Local runs of one command in flight at once, over all nodes.
+pub const RUNS_IN_FLIGHT: usize = 8;
+
+struct Command {
+    id: CommandId,
+    kernel: &'static str,
+    submitted: Instant,
+    state: watch::Sender<CommandState>,
+    bytes_done: AtomicU64,
+    bytes_total: AtomicU64,
+    finished_ms: AtomicU64,
+    result: OnceLock<Bytes>,
+    cancel: Notify,
+}
+
+impl Command {
+    fn status(&self) -> CommandStatus {
+        let state = self.state.borrow().clone();
+        let elapsed_ms = if state.is_final() {
+            self.finished_ms.load(Ordering::Relaxed)
+        } else {
+            self.submitted.elapsed().as_millis() as u64
+        };
+        CommandStatus {
+            id: self.id,
+            kernel: self.kernel.to_string(),
+            state,
+            bytes_done: self.bytes_done.load(Ordering::Relaxed),
+            bytes_total: self.bytes_total.load(Ordering::Relaxed),
+            elapsed_ms,
+            result_bytes: self.result.get().map_or(0, |r| r.len() as u64),
+        }
+    }
+
+    fn finish(&self, state: CommandState) {
+        self.finished_ms.store(
+            self.submitted.elapsed().as_millis() as u64,
+            Ordering::Relaxed,
+        );
+        // Only the first final state sticks: a cancel that races the end of
+        // the work does not turn a done command into a cancelled one.
+        self.state.send_if_modified(|s| {
+            if s.is_final() {
+                false
+            } else {
+                *s = state;
+                true
+            }
+        });
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    next_id: CommandId,
+    commands: BTreeMap<CommandId, Arc<Command>>,
+}
+
+/// A node's command engine.
+pub struct Engine<P> {
+    local: Arc<LocalData>,
+    peers: Arc<P>,
+    tuner: Arc<ReadTuner>,
+    table: Mutex<Table>,
+    slots: Arc<Semaphore>,
+}
+
+/// A target resolved into the segments that hold its bytes.
+struct Resolved {
+    name: String,
+    size_bytes: u64,
+    segments: Vec<(NodeId, Segment)>,
+}
+
+impl<P: Peers> Engine<P> {
+    /// An engine over this node's data, reaching other nodes through
+    /// `peers`.
+    pub fn new(local: LocalData, peers: Arc<P>) -> Arc<Engine<P>> {
+        Arc::new(Engine {
+            local: Arc::new(local),
+            peers,
+            tuner: Arc::new(ReadTuner::new()),
+            table: Mutex::new(Table {
+                next_id: 1,
+                ..Table::default()
+            }),
+            slots: Arc::new(Semaphore::new(MAX_RUNNING_COMMANDS)),
+        })
+    }
+
+    /// The read tuner (what it has learnt: `quarry bench stream` shows it).
+    pub fn tuner(&self) -> &ReadTuner {
+        &self.tuner
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        // The table holds only Arcs and counters: usable after a panic
+        // elsewhere.
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn command(&self, id: CommandId) -> Result<Arc<Command>, ComputeError> {
+        self.table()
+            .commands
+            .get(&id)
+            .cloned()
+            .ok_or(ComputeError::NoSuchCommand {
+                id,
+                node: self.local.node,
+            })
+    }
+
+    /// Serves one encoded compute call; the answer is always bytes to send
+    /// back (errors included).
+    pub async fn serve_call(self: &Arc<Self>, body: Bytes) -> Bytes {
+        let answer = match self.serve(body).await {
+            Ok(a) => a,
+            Err(e) => ComputeAnswer::Failed(e.to_failure()),
+        };
+        Bytes::from(encode(&answer))
+    }
+
+    async fn serve(self: &Arc<Self>, body: Bytes) -> Result<ComputeAnswer, ComputeError> {
+        let call: ComputeCall = decode("compute call", &body)?;
+        match call {
+            ComputeCall::Submit {
+                job,
+                targets,
+                limits,
+                members,
+            } => Ok(ComputeAnswer::Submitted {
+                id: self.submit(job, targets, limits, members)?,
+            }),
+            ComputeCall::Status { id } => Ok(ComputeAnswer::Status(self.command(id)?.status())),
+            ComputeCall::Await { id, timeout_ms } => {
+                let command = self.command(id)?;
+                let mut rx = command.state.subscribe();
+                let wait = Duration::from_millis(timeout_ms.min(MAX_AWAIT_MS));
+                // Timing out is an answer too: the status as it is.
+                let _ = tokio::time::timeout(wait, rx.wait_for(|s| s.is_final())).await;
+                Ok(ComputeAnswer::Status(command.status()))
+            }
+            ComputeCall::Cancel { id } => {
+                let command = self.command(id)?;
+                command.finish(CommandState::Cancelled);
+                command.cancel.notify_one();
+                Ok(ComputeAnswer::Status(command.status()))
+            }
+            ComputeCall::Result {
+                id,
+                offset,
+                max_bytes,
+            } => {
+                let command = self.command(id)?;
+                let Some(result) = command.result.get() else {
+                    return Err(ComputeError::NotDone {
+                        id,
+                        state: format!("{:?}", command.state.borrow().clone()),
+                    });
+                };
+                let total = result.len() as u64;
+                let start = offset.min(total) as usize;
+                let take =
+                    (max_bytes.min(MAX_RESULT_SLICE_BYTES) as usize).min(result.len() - start);
+                Ok(ComputeAnswer::ResultSlice {
+                    total_bytes: total,
+                    bytes: result[start..start + take].to_vec(),
+                })
+            }
+            ComputeCall::List => Ok(ComputeAnswer::Statuses(
+                self.table().commands.values().map(|c| c.status()).collect(),
+            )),
+            ComputeCall::RunLocal(run) => Ok(ComputeAnswer::Local(
+                run_local(&self.local, &self.tuner, run).await?,
+            )),
+        }
+    }
+
+    /// Starts a command; returns its number at once.
+    pub fn submit(
+        self: &Arc<Self>,
+        job: Job,
+        targets: Vec<Target>,
+        limits: Limits,
+        members: Vec<NodeId>,
+    ) -> Result<CommandId, ComputeError> {
+        check_submission(&job, &targets, &limits)?;
+        let command = {
+            let mut table = self.table();
+            let unfinished = table
+                .commands
+                .values()
+                .filter(|c| !c.state.borrow().is_final())
+                .count();
+            if unfinished >= MAX_UNFINISHED_COMMANDS {
+                return Err(ComputeError::Busy {
+                    node: self.local.node,
+                    commands: MAX_UNFINISHED_COMMANDS,
+                });
+            }
+            let finished: Vec<CommandId> = table
+                .commands
+                .values()
+                .filter(|c| c.state.borrow().is_final())
+                .map(|c| c.id)
+                .collect();
+            for id in finished
+                .iter()
+                .take(finished.len().saturating_sub(MAX_FINISHED_COMMANDS - 1))
+            {
+                table.commands.remove(id);
+            }
+            let id = table.next_id;
+            table.next_id += 1;
+            let command = Arc::new(Command {
+                id,
+                kernel: job.kernel_name(),
+                submitted: Instant::now(),
+                state: watch::channel(CommandState::Queued).0,
+                bytes_done: AtomicU64::new(0),
+                bytes_total: AtomicU64::new(0),
+                finished_ms: AtomicU64::new(0),
+                result: OnceLock::new(),
+                cancel: Notify::new(),
+            });
+            table.commands.insert(id, command.clone());
+            command
+        };
+        let engine = Arc::clone(self);
+        let id = command.id;
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.time_ms);
+            let work = async {
+                let _slot =
+                    engine.slots.clone().acquire_owned().await.map_err(|_| {
+                        ComputeError::BadRequest("the engine is shutting down".into())
+                    })?;
+                command.state.send_if_modified(|s| {
+                    let queued = *s == CommandState::Queued;
+                    if queued {
+                        *s = CommandState::Running;
+                    }
+                    queued
+                });
+                engine
+                    .execute(&command, job, targets, limits, members)
+                    .await
+            };
+            let outcome = tokio::select! {
+                r = work => Some(r),
+                _ = command.cancel.notified() => None,
+                _ = tokio::time::sleep_until(deadline) => Some(Err(ComputeError::Limit {
+                    what: "time",
+                    detail: format!("the command ran past its {} ms", limits.time_ms),
+                })),
+            };
+            match outcome {
+                None => command.finish(CommandState::Cancelled),
+                Some(Ok(result)) => {
+                    let bytes = Bytes::from(encode(&result));
+                    if bytes.len() as u64 > limits.result_bytes {
+                        command.finish(CommandState::Failed {
+                            reason: ComputeError::Limit {
+                                what: "result size",
+                                detail: format!(
+                                    "the result takes {} bytes, the limit is {}",
+                                    bytes.len(),
+                                    limits.result_bytes
+                                ),
+                            }
+                            .to_string(),
+                        });
+                    } else {
+                        let _ = command.result.set(bytes);
+                        command.finish(CommandState::Done);
+                    }
+                }
+                Some(Err(e)) => command.finish(CommandState::Failed {
+                    reason: e.to_string(),
+                }),
+            }
+            tracing::debug!(id, state = ?command.state.borrow().clone(), "command finished");
+        });
+        Ok(id)
+    }
+
+    async fn execute(
+        &self,
+        command: &Command,
+        job: Job,
+        targets: Vec<Target>,
+        limits: Limits,
+        members: Vec<NodeId>,
+    ) -> Result<CommandResult, ComputeError> {
+        let mut members = if members.is_empty() {
+            self.peers.members()
+        } else {
+            members
+        };
+        members.sort_unstable();
+        members.dedup();
+        let deadline = command.submitted + Duration::from_millis(limits.time_ms);
+        match job {
+            Job::Scan(spec) => {
+                let resolved = self.resolve(&targets, &members).await?;
+                let total: u64 = resolved.iter().map(|r| r.size_bytes).sum();
+                command.bytes_total.store(total, Ordering::Relaxed);
+                self.scan(command, &spec, resolved, &limits, deadline).await
+            }
+            Job::Rmw(batch) => {
+                let volumes = BlockVolumes::new(Arc::new(VolumesVia(self.peers.clone())), members);
+                let volume = volumes
+                    .open(&batch.volume)
+                    .await
+                    .map_err(|e| ComputeError::Target(e.to_string()))?;
+                let ops: Vec<(u64, u64)> = batch
+                    .ops
+                    .iter()
+                    .map(|o| (o.offset_bytes, o.delta))
+                    .collect();
+                command
+                    .bytes_total
+                    .store(ops.len() as u64 * 8, Ordering::Relaxed);
+                let values: Vec<u64> = MERGE_RMW(&volume, &ops)?;
+                command
+                    .bytes_done
+                    .store(ops.len() as u64 * 8, Ordering::Relaxed);
+                Ok(CommandResult {
+                    outcome: Outcome::Rmw { values },
+                    bytes_scanned: ops.len() as u64 * 8,
+                    bytes_from_nodes: ops.len() as u64 * 8,
+                })
+            }
+        }
+    }
+
+    /// Expands the targets into byte ranges and the segments holding them.
+    async fn resolve(
+        &self,
+        targets: &[Target],
+        members: &[NodeId],
+    ) -> Result<Vec<Resolved>, ComputeError> {
+        let mut out: Vec<Resolved> = Vec::new();
+        let mut objects: Option<ObjectStore<RemoteNode<StoreVia<P>>>> = None;
+        let mut linear: Option<LinearSpace> = None;
+        for target in targets {
+            match target {
+                Target::Object { bucket, key } => {
+                    let store = self.objects(&mut objects, members)?;
+                    let (b, k) = names(bucket, key)?;
+                    let m = store
+                        .head(&b, &k)
+                        .await
+                        .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+                    out.push(object_segments(store, &m, out.len()));
+                }
+                Target::Prefix { bucket, prefix } => {
+                    let store = self.objects(&mut objects, members)?;
+                    let b = BucketName::new(bucket)
+                        .map_err(|e| ComputeError::BadRequest(format!("{target}: {e}")))?;
+                    let mut after: Option<ObjectKey> = None;
+                    loop {
+                        let page = store
+                            .list(&b, prefix, after.as_ref(), MAX_PAGE_ITEMS)
+                            .await
+                            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+                        for m in &page {
+                            if out.len() >= MAX_RESOLVED_TARGETS {
+                                return Err(too_many_targets());
+                            }
+                            out.push(object_segments(store, m, out.len()));
+                        }
+                        match page.last() {
+                            Some(m) if page.len() == MAX_PAGE_ITEMS => {
+                                after = Some(m.key().clone());
+                            }
+                            _ => break,
+                        }
+                    }
+                }
+                Target::Volume {
+                    name,
+                    offset_bytes,
+                    len_bytes,
+                } => {
+                    let volumes = BlockVolumes::new(
+                        Arc::new(VolumesVia(self.peers.clone())),
+                        members.to_vec(),
+                    );
+                    let volume = volumes
+                        .open(name)
+                        .await
+                        .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+                    let size = volume.size_bytes();
+                    let len = len_bytes.unwrap_or(size.saturating_sub(*offset_bytes));
+                    let end = offset_bytes
+                        .checked_add(len)
+                        .filter(|&e| e <= size && *offset_bytes <= size)
+                        .ok_or_else(|| {
+                            ComputeError::Target(format!(
+                                "{target}: bytes {offset_bytes}..+{len} are not inside the \
+                                 volume's {size} bytes"
+                            ))
+                        })?;
+                    let page_size = volume.page_size() as u64;
+                    let space = volume.def().space();
+                    let index = out.len() as u32;
+                    let mut segments = Vec::new();
+                    let mut at = *offset_bytes;
+                    while at < end {
+                        let page = at / page_size;
+                        let start = at % page_size;
+                        let take = (page_size - start).min(end - at);
+                        let (node, local) = volume
+                            .locate(page)
+                            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+                        segments.push((
+                            node,
+                            Segment {
+                                target: index,
+                                offset: at - offset_bytes,
+                                source: Source::VolumePage {
+                                    space,
+                                    page: local,
+                                    start: start as u32,
+                                    end: (start + take) as u32,
+                                },
+                            },
+                        ));
+                        at += take;
+                    }
+                    out.push(Resolved {
+                        name: target.to_string(),
+                        size_bytes: len,
+                        segments,
+                    });
+                }
+                Target::Linear { first_page, pages } => {
+                    if linear.is_none() {
+                        let mut geometries = Vec::with_capacity(members.len());
+                        for &node in members {
+                            let g = self
+                                .peers
+                                .geometry(node)
+                                .await
+                                .map_err(|message| ComputeError::Remote { node, message })?;
+                            geometries.push((node, g));
+                        }
+                        linear = Some(
+                            LinearSpace::new(geometries)
+                                .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?,
+                        );
+                    }
+                    let Some(space) = linear.as_ref() else {
+                        return Err(ComputeError::Target(format!("{target}: no linear space")));
+                    };
+                    let page_size = space.geometry().page_size_bytes;
+                    let end = first_page
+                        .checked_add(*pages)
+                        .filter(|&e| e <= space.pages())
+                        .ok_or_else(|| {
+                            ComputeError::Target(format!(
+                                "{target}: the linear space has {} pages",
+                                space.pages()
+                            ))
+                        })?;
+                    if *pages > MAX_SEGMENTS_PER_RUN as u64 * 1024 {
+                        return Err(ComputeError::BadRequest(format!(
+                            "{target}: at most {} pages per linear target",
+                            MAX_SEGMENTS_PER_RUN * 1024
+                        )));
+                    }
+                    let index = out.len() as u32;
+                    let mut segments = Vec::with_capacity(*pages as usize);
+                    for (i, linear_page) in (*first_page..end).enumerate() {
+                        let addr = space
+                            .to_global(linear_page)
+                            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+                        segments.push((
+                            addr.node,
+                            Segment {
+                                target: index,
+                                offset: i as u64 * u64::from(page_size),
+                                source: Source::DevicePage {
+                                    page: addr.page,
+                                    start: 0,
+                                    end: page_size,
+                                },
+                            },
+                        ));
+                    }
+                    out.push(Resolved {
+                        name: target.to_string(),
+                        size_bytes: *pages * u64::from(page_size),
+                        segments,
+                    });
+                }
+            }
+            if out.len() > MAX_RESOLVED_TARGETS {
+                return Err(too_many_targets());
+            }
+        }
+        Ok(out)
+    }
+
+    fn objects<'a>(
+        &self,
+        slot: &'a mut Option<ObjectStore<RemoteNode<StoreVia<P>>>>,
+        members: &[NodeId],
+    ) -> Result<&'a ObjectStore<RemoteNode<StoreVia<P>>>, ComputeError> {
+        if slot.is_none() {
+            let transport = Arc::new(StoreVia(self.peers.clone()));
+            let nodes = members
+                .iter()
+                .map(|&id| Arc::new(RemoteNode::new(id, transport.clone())));
+            *slot = Some(
+                ObjectStore::new(nodes)
+                    .map_err(|e| ComputeError::BadRequest(format!("placement members: {e}")))?,
+            );
+        }
+        slot.as_ref()
+            .ok_or_else(|| ComputeError::BadRequest("no object store".into()))
+    }
+
+    /// Runs a scan kernel over resolved targets and merges the parts.
+    async fn scan(
+        &self,
+        command: &Command,
+        spec: &KernelSpec,
+        targets: Vec<Resolved>,
+        limits: &Limits,
+        deadline: Instant,
+    ) -> Result<CommandResult, ComputeError> {
+        let kernel = compile(spec)?;
+        let scanned = AtomicU64::new(0);
+        let from_nodes = AtomicU64::new(0);
+        let mut parts: Vec<BTreeMap<u64, Part>> = targets.iter().map(|_| BTreeMap::new()).collect();
+        if kernel.parallel() {
+            let runs = plan_runs(&targets);
+            let runs: Vec<_> = runs
+                .into_iter()
+                .map(|(node, segments)| {
+                    let scanned = &scanned;
+                    let from_nodes = &from_nodes;
+                    async move {
+                        let starts = part_starts(&segments);
+                        let (answer, wire) = self
+                            .run_on(node, spec, segments, None, limits, deadline)
+                            .await?;
+                        if answer.parts.len() != starts.len() {
+                            return Err(ComputeError::Remote {
+                                node,
+                                message: format!(
+                                    "answered {} parts for {} ranges",
+                                    answer.parts.len(),
+                                    starts.len()
+                                ),
+                            });
+                        }
+                        scanned.fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+                        from_nodes.fetch_add(wire, Ordering::Relaxed);
+                        command
+                            .bytes_done
+                            .fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+                        Ok::<_, ComputeError>((starts, answer.parts))
+                    }
+                })
+                .collect();
+            let answers = stream::iter(runs).buffer_unordered(RUNS_IN_FLIGHT);
+            let mut answers = std::pin::pin!(answers);
+            let mut held = 0usize;
+            while let Some((starts, answer_parts)) = answers.try_next().await? {
+                for ((target, offset), (t, part)) in starts.into_iter().zip(answer_parts) {
+                    if t != target {
+                        return Err(ComputeError::BadRequest(format!(
+                            "a part for target {t} where target {target} was expected"
+                        )));
+                    }
+                    held += part.size_bytes();
+                    if held as u64 > limits.memory_bytes {
+                        return Err(memory_limit(limits));
+                    }
+                    parts[target as usize].insert(offset, part);
+                }
+            }
+        } else {
+            // A chain: each target's ranges in order, the state handed on.
+            let chains: Vec<_> = targets
+                .iter()
+                .enumerate()
+                .map(|(i, target)| {
+                    let scanned = &scanned;
+                    let from_nodes = &from_nodes;
+                    let kernel = &kernel;
+                    async move {
+                        let mut state = kernel.empty(0);
+                        for (node, segments) in chain_runs(target) {
+                            let (answer, wire) = self
+                                .run_on(node, spec, segments, Some(state), limits, deadline)
+                                .await?;
+                            scanned.fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+                            from_nodes.fetch_add(wire, Ordering::Relaxed);
+                            command
+                                .bytes_done
+                                .fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+                            let mut parts = answer.parts;
+                            state = match (parts.pop(), parts.is_empty()) {
+                                (Some((_, p)), true) => p,
+                                _ => {
+                                    return Err(ComputeError::Remote {
+                                        node,
+                                        message: "a chained run must answer one part".into(),
+                                    })
+                                }
+                            };
+                        }
+                        Ok::<_, ComputeError>((i, state))
+                    }
+                })
+                .collect();
+            let results = stream::iter(chains).buffer_unordered(RUNS_IN_FLIGHT);
+            let mut results = std::pin::pin!(results);
+            while let Some((i, state)) = results.try_next().await? {
+                parts[i].insert(0, state);
+            }
+        }
+        let mut outputs = Vec::with_capacity(targets.len());
+        for (target, target_parts) in targets.into_iter().zip(parts) {
+            let whole = join_parts(kernel.as_ref(), target_parts)?;
+            outputs.push(TargetOutput {
+                target: target.name,
+                size_bytes: target.size_bytes,
+                output: kernel.finish(whole)?,
+            });
+        }
+        Ok(CommandResult {
+            outcome: Outcome::Scan(outputs),
+            bytes_scanned: scanned.into_inner(),
+            bytes_from_nodes: from_nodes.into_inner(),
+        })
+    }
+
+    /// Runs segments on `node`: here directly, elsewhere by a call. Returns
+    /// the answer and the bytes that crossed the fabric for it.
+    async fn run_on(
+        &self,
+        node: NodeId,
+        spec: &KernelSpec,
+        segments: Vec<Segment>,
+        carry: Option<Part>,
+        limits: &Limits,
+        deadline: Instant,
+    ) -> Result<(LocalAnswer, u64), ComputeError> {
+        let time_left_ms = deadline
+            .checked_duration_since(Instant::now())
+            .map_or(0, |d| d.as_millis() as u64);
+        let run = LocalRun {
+            kernel: spec.clone(),
+            segments,
+            carry,
+            time_left_ms,
+            memory_bytes: limits.memory_bytes,
+        };
+        if node == self.local.node {
+            return Ok((run_local(&self.local, &self.tuner, run).await?, 0));
+        }
+        let body = Bytes::from(encode(&ComputeCall::RunLocal(run)));
+        let answer = self
+            .peers
+            .call(node, Service::Compute, true, body)
+            .await
+            .map_err(|message| ComputeError::Remote { node, message })?;
+        match decode::<ComputeAnswer>("local run answer", &answer)? {
+            ComputeAnswer::Local(local) => Ok((local, answer.len() as u64)),
+            ComputeAnswer::Failed(f) => Err(ComputeError::Remote {
+                node,
+                message: f.message,
+            }),
+            other => Err(ComputeError::Remote {
+                node,
+                message: format!("answered a local run with {other:?}"),
+            }),
+        }
+    }
+}
+
+#[allow(non_snake_case)]
+fn MERGE_RMW<X>(
+    _: &quarry_volume::BlockVolume<X>,
+    _: &[(u64, u64)],
+) -> Result<Vec<u64>, ComputeError> {
+    Err(ComputeError::BadRequest(
+        "rmw: waiting for the volume layer".into(),
+    ))
+}
+
+fn too_many_targets() -> ComputeError {
+    ComputeError::BadRequest(format!(
+        "the targets expand to more than {MAX_RESOLVED_TARGETS} objects or ranges"
+    ))
+}
+
+fn memory_limit(limits: &Limits) -> ComputeError {
+    ComputeError::Limit {
+        what: "memory",
+        detail: format!(
+            "the partial results at the entry node grew past {} bytes",
+            limits.memory_bytes
+        ),
+    }
+}
+
+fn names(bucket: &str, key: &str) -> Result<(BucketName, ObjectKey), ComputeError> {
+    let b = BucketName::new(bucket).map_err(|e| ComputeError::BadRequest(e.to_string()))?;
+    let k = ObjectKey::new(key).map_err(|e| ComputeError::BadRequest(e.to_string()))?;
+    Ok((b, k))
+}
+
+fn check_submission(job: &Job, targets: &[Target], limits: &Limits) -> Result<(), ComputeError> {
+    if targets.len() > MAX_TARGETS {
+        return Err(ComputeError::BadRequest(format!(
+            "{} targets in one command (at most {MAX_TARGETS})",
+            targets.len()
+        )));
+    }
+    let max = Limits::MAX;
+    if limits.time_ms == 0 || limits.time_ms > max.time_ms {
+        return Err(ComputeError::BadRequest(format!(
+            "a time limit of {} ms (1 to {})",
+            limits.time_ms, max.time_ms
+        )));
+    }
+    if limits.memory_bytes == 0 || limits.memory_bytes > max.memory_bytes {
+        return Err(ComputeError::BadRequest(format!(
+            "a memory limit of {} bytes (1 to {})",
+            limits.memory_bytes, max.memory_bytes
+        )));
+    }
+    if limits.result_bytes == 0 || limits.result_bytes > max.result_bytes {
+        return Err(ComputeError::BadRequest(format!(
+            "a result limit of {} bytes (1 to {})",
+            limits.result_bytes, max.result_bytes
+        )));
+    }
+    match job {
+        Job::Scan(spec) => {
+            compile(spec)?;
+            if targets.is_empty() {
+                return Err(ComputeError::BadRequest(
+                    "a scan needs at least one target".into(),
+                ));
+            }
+        }
+        Job::Rmw(batch) => {
+            if batch.ops.len() > MAX_RMW_OPS {
+                return Err(ComputeError::BadRequest(format!(
+                    "{} read-modify-write operations in one command (at most {MAX_RMW_OPS})",
+                    batch.ops.len()
+                )));
+            }
+            if !targets.is_empty() {
+                return Err(ComputeError::BadRequest(
+                    "a read-modify-write batch names its volume, not targets".into(),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The segments of an object's bytes: one per chunk, on the chunk's node.
+fn object_segments<N: quarry_store::StoreNode>(
+    store: &ObjectStore<N>,
+    m: &quarry_store::Manifest,
+    index: usize,
+) -> Resolved {
+    let mut offset = 0u64;
+    let segments = m
+        .chunks()
+        .iter()
+        .map(|c| {
+            let seg = Segment {
+                target: index as u32,
+                offset,
+                source: Source::Chunk {
+                    fingerprint: c.fingerprint.0,
+                    len: c.len,
+                    start: 0,
+                    end: c.len,
+                },
+            };
+            offset += u64::from(c.len);
+            (store.placement().chunk_node(&c.fingerprint), seg)
+        })
+        .collect();
+    Resolved {
+        name: format!("{}/{}", m.bucket(), m.key()),
+        size_bytes: m.size(),
+        segments,
+    }
+}
+
+/// Groups every target's segments by node into runs of at most
+/// [`RUN_BYTES`] and [`MAX_SEGMENTS_PER_RUN`] segments, in target order
+/// within each node; nodes' runs interleave so that every node starts
+/// working at once.
+fn plan_runs(targets: &[Resolved]) -> Vec<(NodeId, Vec<Segment>)> {
+    let mut per_node: BTreeMap<NodeId, Vec<Vec<Segment>>> = BTreeMap::new();
+    let mut bytes: HashMap<NodeId, u64> = HashMap::new();
+    for target in targets {
+        for (node, seg) in &target.segments {
+            let runs = per_node.entry(*node).or_default();
+            let b = bytes.entry(*node).or_default();
+            let len = seg.source.len_bytes();
+            let full = runs
+                .last()
+                .is_none_or(|r| r.len() >= MAX_SEGMENTS_PER_RUN || *b + len > RUN_BYTES);
+            if full {
+                runs.push(Vec::new());
+                *b = 0;
+            }
+            *b += len;
+            if let Some(run) = runs.last_mut() {
+                run.push(seg.clone());
+            }
+        }
+    }
+    let mut queues: Vec<(NodeId, std::collections::VecDeque<Vec<Segment>>)> = per_node
+        .into_iter()
+        .map(|(n, runs)| (n, runs.into()))
+        .collect();
+    let mut out = Vec::new();
+    loop {
+        let mut any = false;
+        for (node, q) in &mut queues {
+            if let Some(run) = q.pop_front() {
+                out.push((*node, run));
+                any = true;
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    out
+}
+
+/// The consecutive runs of one target's segments on one node, each within
+/// [`RUN_BYTES`] and [`MAX_SEGMENTS_PER_RUN`], for a chained kernel.
+fn chain_runs(target: &Resolved) -> Vec<(NodeId, Vec<Segment>)> {
+    let mut out: Vec<(NodeId, Vec<Segment>, u64)> = Vec::new();
+    for (node, seg) in &target.segments {
+        let len = seg.source.len_bytes();
+        match out.last_mut() {
+            Some((n, run, b))
+                if n == node && run.len() < MAX_SEGMENTS_PER_RUN && *b + len <= RUN_BYTES =>
+            {
+                run.push(seg.clone());
+                *b += len;
+            }
+            _ => out.push((*node, vec![seg.clone()], len)),
+        }
+    }
+    out.into_iter().map(|(n, run, _)| (n, run)).collect()
+}
+
+/// Where each part a run answers starts: a node folds adjacent segments of
+/// one target into one part, exactly as this groups them.
+fn part_starts(segments: &[Segment]) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    let mut end: Option<(u32, u64)> = None;
+    for seg in segments {
+        if end != Some((seg.target, seg.offset)) {
+            out.push((seg.target, seg.offset));
+        }
+        end = Some((seg.target, seg.offset + seg.source.len_bytes()));
+    }
+    out
+}
+
+/// Joins a target's parts, in offset order, into the part of the whole.
+fn join_parts(kernel: &dyn ScanKernel, parts: BTreeMap<u64, Part>) -> Result<Part, ComputeError> {
+    let mut whole: Option<Part> = None;
+    for (_, part) in parts {
+        whole = Some(match whole {
+            None => part,
+            Some(left) => kernel.combine(left, part)?,
+        });
+    }
+    Ok(whole.unwrap_or_else(|| kernel.empty(0)))
+}

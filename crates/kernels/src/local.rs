@@ -1,0 +1,474 @@
+//! A node's side of a command: [`LocalData`] (what the node holds) and the
+//! local run, which streams the pages of its segments off the device into
+//! the kernel.
+//!
+//! The run is a two-stage pipeline. The reader (async, on the node's
+//! runtime) keeps `depth` page reads in flight and copies the pages'
+//! bytes, in order, into blocks of `block_bytes`; the kernel (on a blocking
+//! thread) folds each block. A channel of two blocks sits between them: the
+//! next block fills while the current one is computed on (Minerva's double
+//! buffering). The tuner picks `depth` and `block_bytes` from measured
+//! rates. The copy into blocks stays because pages arrive as separate
+//! buffers and kernels pay a setup cost per call; memcpy runs at over
+//! 10 GiB/s here, a small fraction of a scan's cost.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::{FuturesOrdered, StreamExt};
+use quarry_device::{Device, PageAddr};
+use quarry_proto::NodeId;
+use quarry_store::{ChunkLocation, Fingerprint, VolumeNodeStore};
+use quarry_volume::{LogicalPage, SpaceManager, VolumeRegistry};
+use tokio::sync::mpsc;
+
+use crate::engine_error::ComputeError;
+use crate::scan::{compile, Part, ScanKernel};
+use crate::tuner::{ReadSetting, ReadTuner, WINDOW_BYTES};
+use crate::wire::{LocalAnswer, LocalRun, Segment, Source, MAX_SEGMENTS_PER_RUN};
+
+/// Most bytes one local run reads: the entry node cuts larger scans into
+/// several runs, so progress is reported and limits are checked between
+/// them.
+pub const MAX_RUN_BYTES: u64 = 256 << 20;
+
+/// What a node holds that kernels read: its device, and its managed storage
+/// when it runs one.
+pub struct LocalData {
+    /// The node.
+    pub node: NodeId,
+    /// Its device (raw pages, for linear targets).
+    pub device: Arc<Device>,
+    /// Its managed storage.
+    pub managed: Option<ManagedData>,
+}
+
+/// A node's managed storage.
+pub struct ManagedData {
+    /// The space manager over the device.
+    pub space: Arc<SpaceManager>,
+    /// The object store's node.
+    pub store: Arc<VolumeNodeStore>,
+    /// The block volumes held here.
+    pub volumes: Arc<VolumeRegistry>,
+}
+
+/// What the reader reports when the kernel's side has stopped (after an
+/// error of its own, which is the one reported).
+const KERNEL_STOPPED: &str = "the kernel stopped taking data";
+
+/// One page read of a run.
+struct PageItem {
+    /// Index of the segment in the run.
+    segment: usize,
+    page: PageRef,
+    span: std::ops::Range<usize>,
+    /// The chunk whose header this page must hold (the first page of a
+    /// chunk read near the data).
+    header: Option<(Fingerprint, ChunkLocation, u32)>,
+}
+
+#[derive(Clone, Copy)]
+enum PageRef {
+    /// A chunk's page: must be written.
+    Chunk(LogicalPage),
+    /// A volume's page: never written reads as zeros.
+    Volume(LogicalPage),
+    Device(PageAddr),
+}
+
+enum Message {
+    Block { segment: usize, bytes: Bytes },
+    End { segment: usize },
+}
+
+impl LocalData {
+    fn managed(&self, what: &str) -> Result<&ManagedData, ComputeError> {
+        self.managed.as_ref().ok_or_else(|| ComputeError::Storage {
+            node: self.node,
+            message: format!(
+                "the node runs its device raw (storage mode \"raw\"): {what} need storage mode \"managed\""
+            ),
+        })
+    }
+
+    fn storage(&self, message: String) -> ComputeError {
+        ComputeError::Storage {
+            node: self.node,
+            message,
+        }
+    }
+
+    /// The page reads of a run, in order.
+    async fn plan(&self, segments: &[Segment]) -> Result<(Vec<PageItem>, u64), ComputeError> {
+        let mut items = Vec::new();
+        let mut total = 0u64;
+        for (i, seg) in segments.iter().enumerate() {
+            total += seg.source.len_bytes();
+            if total > MAX_RUN_BYTES {
+                return Err(ComputeError::BadRequest(format!(
+                    "a local run of more than {MAX_RUN_BYTES} bytes"
+                )));
+            }
+            match &seg.source {
+                Source::Chunk {
+                    fingerprint,
+                    len,
+                    start,
+                    end,
+                } => {
+                    let m = self.managed("chunks")?;
+                    let fp = Fingerprint(*fingerprint);
+                    let info = m
+                        .store
+                        .chunk(fp)
+                        .await
+                        .map_err(|e| self.storage(format!("looking up chunk {fp}: {e}")))?
+                        .ok_or_else(|| {
+                            self.storage(format!(
+                                "chunk {fp} is not here (released by a newer version of its \
+                                 object, or placed over other members)"
+                            ))
+                        })?;
+                    if info.len != *len {
+                        return Err(self.storage(format!(
+                            "chunk {fp} holds {} bytes, the manifest says {len}",
+                            info.len
+                        )));
+                    }
+                    let spans = m
+                        .store
+                        .data()
+                        .page_spans(info.location, info.len, *start..*end)
+                        .map_err(|e| self.storage(e.to_string()))?;
+                    let first = LogicalPage::new(info.location.space, info.location.first_page);
+                    let header = Some((fp, info.location, info.len));
+                    // The header page is read even when the range starts
+                    // further on: it proves the extent still holds this chunk.
+                    if spans.first().map(|s| s.page) != Some(first) {
+                        items.push(PageItem {
+                            segment: i,
+                            page: PageRef::Chunk(first),
+                            span: 0..0,
+                            header,
+                        });
+                    }
+                    for s in spans {
+                        let header = (s.page == first).then_some((fp, info.location, info.len));
+                        items.push(PageItem {
+                            segment: i,
+                            page: PageRef::Chunk(s.page),
+                            span: s.bytes,
+                            header,
+                        });
+                    }
+                }
+                Source::VolumePage {
+                    space,
+                    page,
+                    start,
+                    end,
+                } => {
+                    let m = self.managed("volume pages")?;
+                    if !m.volumes.volumes().iter().any(|d| d.space() == *space) {
+                        return Err(self.storage(format!("no block volume has space {space} here")));
+                    }
+                    let page_size = m.space.page_size();
+                    if *start > *end || *end as usize > page_size {
+                        return Err(ComputeError::BadRequest(format!(
+                            "bytes {start}..{end} of a {page_size}-byte page"
+                        )));
+                    }
+                    items.push(PageItem {
+                        segment: i,
+                        page: PageRef::Volume(LogicalPage::new(*space, *page)),
+                        span: *start as usize..*end as usize,
+                        header: None,
+                    });
+                }
+                Source::DevicePage { page, start, end } => {
+                    let page_size = self.device.geometry().page_size_bytes as usize;
+                    if *start > *end || *end as usize > page_size {
+                        return Err(ComputeError::BadRequest(format!(
+                            "bytes {start}..{end} of a {page_size}-byte page"
+                        )));
+                    }
+                    items.push(PageItem {
+                        segment: i,
+                        page: PageRef::Device(*page),
+                        span: *start as usize..*end as usize,
+                        header: None,
+                    });
+                }
+            }
+        }
+        Ok((items, total))
+    }
+
+    async fn read(&self, item: &PageItem) -> Result<Bytes, ComputeError> {
+        match item.page {
+            PageRef::Chunk(id) | PageRef::Volume(id) => {
+                let m = self.managed("logical pages")?;
+                match m.space.read(id).await {
+                    Ok(Some(page)) => Ok(page),
+                    Ok(None) if matches!(item.page, PageRef::Volume(_)) => {
+                        Ok(Bytes::from(vec![0u8; m.space.page_size()]))
+                    }
+                    Ok(None) => Err(self.storage(format!(
+                        "page {id} of a chunk is not written (the chunk was released meanwhile)"
+                    ))),
+                    Err(e) => Err(self.storage(format!("reading page {id}: {e}"))),
+                }
+            }
+            PageRef::Device(addr) => self
+                .device
+                .read_page(addr)
+                .await
+                .map(|r| r.data)
+                .map_err(|e| self.storage(format!("reading device page {addr}: {e}"))),
+        }
+    }
+
+    fn check_header(&self, item: &PageItem, page: &[u8]) -> Result<(), ComputeError> {
+        if let Some((fp, location, len)) = &item.header {
+            let m = self.managed("chunks")?;
+            m.store
+                .data()
+                .check_first_page(fp, *location, *len, page)
+                .map_err(|e| self.storage(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs a kernel over segments of this node's data.
+pub(crate) async fn run_local(
+    data: &LocalData,
+    tuner: &ReadTuner,
+    run: LocalRun,
+) -> Result<LocalAnswer, ComputeError> {
+    let deadline = Instant::now() + Duration::from_millis(run.time_left_ms);
+    if run.segments.len() > MAX_SEGMENTS_PER_RUN {
+        return Err(ComputeError::BadRequest(format!(
+            "{} segments in one local run (at most {MAX_SEGMENTS_PER_RUN})",
+            run.segments.len()
+        )));
+    }
+    let kernel = compile(&run.kernel)?;
+    if run.carry.is_some() {
+        check_one_range(&run.segments)?;
+    }
+    let (items, _total) = data.plan(&run.segments).await?;
+    let (tx, rx) = mpsc::channel::<Message>(2);
+    let segments = run.segments.clone();
+    let memory_bytes = run.memory_bytes;
+    let carry = run.carry;
+    let compute = tokio::task::spawn_blocking(move || {
+        fold_blocks(kernel.as_ref(), &segments, carry, memory_bytes, rx)
+    });
+    let read = stream_pages(data, tuner, &items, run.segments.len(), deadline, tx).await;
+    let folded = compute.await.map_err(|e| ComputeError::Storage {
+        node: data.node,
+        message: format!("the kernel thread failed: {e}"),
+    })?;
+    // Whichever side failed first closed the channel, and the other side
+    // then failed for that reason: report the cause.
+    let (bytes_scanned, parts) = match (read, folded) {
+        (Ok(n), Ok(parts)) => (n, parts),
+        (Err(ComputeError::Storage { message, .. }), Err(kernel)) if message == KERNEL_STOPPED => {
+            return Err(kernel)
+        }
+        (Err(e), _) | (Ok(_), Err(e)) => return Err(e),
+    };
+    Ok(LocalAnswer {
+        parts,
+        bytes_scanned,
+    })
+}
+
+fn check_one_range(segments: &[Segment]) -> Result<(), ComputeError> {
+    for w in segments.windows(2) {
+        if w[0].target != w[1].target || w[0].offset + w[0].source.len_bytes() != w[1].offset {
+            return Err(ComputeError::BadRequest(
+                "a run that carries a kernel's state must cover one contiguous range".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the pages in order with the tuner's depth and sends them as blocks;
+/// returns the bytes read.
+async fn stream_pages(
+    data: &LocalData,
+    tuner: &ReadTuner,
+    items: &[PageItem],
+    segments: usize,
+    deadline: Instant,
+    tx: mpsc::Sender<Message>,
+) -> Result<u64, ComputeError> {
+    let mut setting = tuner.current();
+    let mut in_flight = FuturesOrdered::new();
+    let mut next = 0usize;
+    let mut block = BytesMut::with_capacity(setting.block_bytes);
+    let mut block_segment = 0usize;
+    let mut ended = 0usize;
+    let mut bytes_read = 0u64;
+    let mut window_bytes = 0u64;
+    let mut window_start = Instant::now();
+    let send = |msg: Message| {
+        let tx = tx.clone();
+        async move {
+            tx.send(msg).await.map_err(|_| ComputeError::Storage {
+                node: data.node,
+                message: KERNEL_STOPPED.into(),
+            })
+        }
+    };
+    loop {
+        while next < items.len() && in_flight.len() < setting.depth {
+            let item = &items[next];
+            in_flight.push_back(async move { (item, data.read(item).await) });
+            next += 1;
+        }
+        let Some((item, page)) = in_flight.next().await else {
+            break;
+        };
+        if Instant::now() > deadline {
+            return Err(ComputeError::Limit {
+                what: "time",
+                detail: format!(
+                    "the command's time ran out while node {} read its data",
+                    data.node
+                ),
+            });
+        }
+        let page = page?;
+        data.check_header(item, &page)?;
+        let Some(bytes) = page.get(item.span.clone()) else {
+            return Err(data.storage(format!(
+                "a page of {} bytes has no bytes {:?}",
+                page.len(),
+                item.span
+            )));
+        };
+        // Segments before this item's that had no bytes, and the one the
+        // block holds, end here.
+        if item.segment != block_segment {
+            if !block.is_empty() {
+                let bytes = block.split().freeze();
+                send(Message::Block {
+                    segment: block_segment,
+                    bytes,
+                })
+                .await?;
+            }
+            while ended < item.segment {
+                send(Message::End { segment: ended }).await?;
+                ended += 1;
+            }
+            block_segment = item.segment;
+        }
+        block.extend_from_slice(bytes);
+        bytes_read += bytes.len() as u64;
+        window_bytes += bytes.len() as u64;
+        if block.len() >= setting.block_bytes {
+            let bytes = block.split().freeze();
+            send(Message::Block {
+                segment: block_segment,
+                bytes,
+            })
+            .await?;
+        }
+        if window_bytes >= WINDOW_BYTES {
+            let secs = window_start.elapsed().as_secs_f64();
+            let new: ReadSetting = tuner.observe(setting, window_bytes, secs);
+            if new.block_bytes != setting.block_bytes {
+                block.reserve(new.block_bytes.saturating_sub(block.capacity()));
+            }
+            setting = new;
+            window_bytes = 0;
+            window_start = Instant::now();
+        }
+    }
+    if !block.is_empty() {
+        let bytes = block.split().freeze();
+        send(Message::Block {
+            segment: block_segment,
+            bytes,
+        })
+        .await?;
+    }
+    while ended < segments {
+        send(Message::End { segment: ended }).await?;
+        ended += 1;
+    }
+    Ok(bytes_read)
+}
+
+/// The kernel's side: folds blocks as they come, one part per run of
+/// contiguous segments of one target.
+fn fold_blocks(
+    kernel: &dyn ScanKernel,
+    segments: &[Segment],
+    mut carry: Option<Part>,
+    memory_bytes: u64,
+    mut rx: mpsc::Receiver<Message>,
+) -> Result<Vec<(u32, Part)>, ComputeError> {
+    let mut parts: Vec<(u32, Part)> = Vec::new();
+    // Memory the finished parts hold.
+    let mut held_bytes = 0usize;
+    // The part being folded: its target, where it ends, the part.
+    let mut current: Option<(u32, u64, Part)> = None;
+    let mut started = 0usize;
+    while let Some(msg) = rx.blocking_recv() {
+        let segment = match &msg {
+            Message::Block { segment, .. } | Message::End { segment } => *segment,
+        };
+        if segment >= segments.len() {
+            return Err(ComputeError::BadRequest(format!("no segment {segment}")));
+        }
+        while started <= segment {
+            let seg = &segments[started];
+            let contiguous =
+                matches!(&current, Some((t, end, _)) if *t == seg.target && *end == seg.offset);
+            if !contiguous {
+                if let Some((t, _, p)) = current.take() {
+                    held_bytes += p.size_bytes();
+                    parts.push((t, p));
+                }
+                let first = carry.take().unwrap_or_else(|| kernel.empty(seg.offset));
+                current = Some((seg.target, seg.offset, first));
+            }
+            started += 1;
+        }
+        if let Message::Block { bytes, .. } = msg {
+            let Some((target, end, part)) = current.take() else {
+                return Err(ComputeError::BadRequest("no part to fold into".into()));
+            };
+            let part = kernel.fold(part, &bytes)?;
+            if (held_bytes + part.size_bytes()) as u64 > memory_bytes {
+                return Err(ComputeError::Limit {
+                    what: "memory",
+                    detail: format!(
+                        "partial results grew past {memory_bytes} bytes (a line or word longer \
+                         than that, or too many matches or distinct words)"
+                    ),
+                });
+            }
+            current = Some((target, end + bytes.len() as u64, part));
+        }
+    }
+    if let Some((t, _, p)) = current.take() {
+        parts.push((t, p));
+    }
+    if started != segments.len() {
+        return Err(ComputeError::BadRequest(format!(
+            "the data of {} of {} segments never came",
+            segments.len() - started,
+            segments.len()
+        )));
+    }
+    Ok(parts)
+}

@@ -1,0 +1,236 @@
+//! How a node reads pages into its kernels: [`ReadTuner`], which picks the
+//! queue depth (pages in flight) and the block size (bytes handed to the
+//! kernel at once, and so the read-ahead: two blocks are buffered) by
+//! measuring, not guessing.
+//!
+//! The streaming paper (Chamberlain et al.) found throughput very sensitive
+//! to read-ahead and block size, with the best settings differing between
+//! machines. So each run measures the rate it gets over windows of
+//! [`WINDOW_BYTES`], and the tuner climbs a small grid of (depth, block)
+//! settings: it keeps, per setting, the last rate seen, moves to a
+//! neighbouring setting that has not been measured or that measured better,
+//! and re-measures the neighbours every few windows because the disk's speed
+//! drifts. What it learns carries over from run to run.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Bytes a measurement window covers: long enough that one slow page does
+/// not decide, short enough that a 256 MiB scan tries several settings.
+pub const WINDOW_BYTES: u64 = 16 << 20;
+/// The queue depths tried.
+const DEPTHS: [usize; 8] = [2, 4, 8, 16, 32, 64, 128, 256];
+/// The block sizes tried.
+const BLOCKS: [usize; 4] = [256 << 10, 1 << 20, 4 << 20, 8 << 20];
+/// Windows between re-measurements of the neighbours of the best setting.
+const REPROBE_EVERY: u32 = 8;
+
+/// A read setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReadSetting {
+    /// Pages in flight.
+    pub depth: usize,
+    /// Bytes per block handed to the kernel.
+    pub block_bytes: usize,
+}
+
+/// The node's read tuner: shared by every local run.
+#[derive(Debug)]
+pub struct ReadTuner {
+    state: Mutex<TunerState>,
+}
+
+#[derive(Debug)]
+struct TunerState {
+    /// Index into DEPTHS and BLOCKS of the setting in use.
+    at: (usize, usize),
+    /// Last rate measured per setting (bytes per second).
+    rates: HashMap<(usize, usize), f64>,
+    windows: u32,
+    /// Held at `at`: measures, never moves.
+    pinned: bool,
+    /// Setting to try next before returning to the best, if any.
+    probe: Option<(usize, usize)>,
+}
+
+impl Default for ReadTuner {
+    fn default() -> ReadTuner {
+        ReadTuner::new()
+    }
+}
+
+impl ReadTuner {
+    /// A tuner that starts at depth 32, 1 MiB blocks.
+    pub fn new() -> ReadTuner {
+        ReadTuner {
+            state: Mutex::new(TunerState {
+                at: (4, 1),
+                rates: HashMap::new(),
+                windows: 0,
+                pinned: false,
+                probe: None,
+            }),
+        }
+    }
+
+    /// A tuner held at one setting (for benchmarks that sweep settings);
+    /// `None` if the setting is not on the grid.
+    pub fn pinned(setting: ReadSetting) -> Option<ReadTuner> {
+        let at = index_of(setting)?;
+        let tuner = ReadTuner::new();
+        {
+            let mut st = tuner.lock();
+            st.at = at;
+            st.pinned = true;
+        }
+        Some(tuner)
+    }
+
+    /// The settings the tuner chooses among.
+    pub fn grid() -> Vec<ReadSetting> {
+        DEPTHS
+            .iter()
+            .flat_map(|&depth| {
+                BLOCKS
+                    .iter()
+                    .map(move |&block_bytes| ReadSetting { depth, block_bytes })
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TunerState> {
+        // A panic while holding this lock leaves only rate estimates behind,
+        // which stay usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The setting to use now.
+    pub fn current(&self) -> ReadSetting {
+        let st = self.lock();
+        let (d, b) = st.probe.unwrap_or(st.at);
+        ReadSetting {
+            depth: DEPTHS[d],
+            block_bytes: BLOCKS[b],
+        }
+    }
+
+    /// Reports a window read at `setting`: `bytes` in `secs`. Returns the
+    /// setting to use next.
+    pub fn observe(&self, setting: ReadSetting, bytes: u64, secs: f64) -> ReadSetting {
+        let mut st = self.lock();
+        let Some(key) = index_of(setting) else {
+            return self.current_locked(&st);
+        };
+        if secs > 0.0 {
+            st.rates.insert(key, bytes as f64 / secs);
+        }
+        st.windows += 1;
+        if st.pinned {
+            return self.current_locked(&st);
+        }
+        // Move to the best measured among the current setting and its
+        // neighbours; an unmeasured neighbour is tried first.
+        let best = best_known(&st.rates, st.at);
+        st.at = best;
+        st.probe = None;
+        let neighbours = neighbours(st.at);
+        if let Some(n) = neighbours.iter().find(|n| !st.rates.contains_key(n)) {
+            st.probe = Some(*n);
+        } else if st.windows % REPROBE_EVERY == 0 {
+            let n = neighbours[(st.windows / REPROBE_EVERY) as usize % neighbours.len()];
+            st.probe = Some(n);
+        }
+        self.current_locked(&st)
+    }
+
+    fn current_locked(&self, st: &TunerState) -> ReadSetting {
+        let (d, b) = st.probe.unwrap_or(st.at);
+        ReadSetting {
+            depth: DEPTHS[d],
+            block_bytes: BLOCKS[b],
+        }
+    }
+
+    /// The best setting measured so far and its rate (bytes per second).
+    pub fn best(&self) -> (ReadSetting, Option<f64>) {
+        let st = self.lock();
+        let (d, b) = st.at;
+        (
+            ReadSetting {
+                depth: DEPTHS[d],
+                block_bytes: BLOCKS[b],
+            },
+            st.rates.get(&st.at).copied(),
+        )
+    }
+}
+
+fn index_of(s: ReadSetting) -> Option<(usize, usize)> {
+    Some((
+        DEPTHS.iter().position(|&d| d == s.depth)?,
+        BLOCKS.iter().position(|&b| b == s.block_bytes)?,
+    ))
+}
+
+fn neighbours((d, b): (usize, usize)) -> Vec<(usize, usize)> {
+    let mut out = Vec::with_capacity(4);
+    if d + 1 < DEPTHS.len() {
+        out.push((d + 1, b));
+    }
+    if d > 0 {
+        out.push((d - 1, b));
+    }
+    if b + 1 < BLOCKS.len() {
+        out.push((d, b + 1));
+    }
+    if b > 0 {
+        out.push((d, b - 1));
+    }
+    out
+}
+
+fn best_known(rates: &HashMap<(usize, usize), f64>, at: (usize, usize)) -> (usize, usize) {
+    let mut best = at;
+    let mut best_rate = rates.get(&at).copied().unwrap_or(0.0);
+    for n in neighbours(at) {
+        if let Some(&r) = rates.get(&n) {
+            // Move only for a clear gain: rates of one setting vary by a few
+            // percent from window to window.
+            if r > best_rate * 1.03 {
+                best = n;
+                best_rate = r;
+            }
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A made-up device whose rate peaks at depth 16 and 4 MiB blocks.
+    fn rate(s: ReadSetting) -> f64 {
+        let d = (s.depth as f64).log2();
+        let b = (s.block_bytes as f64).log2();
+        1000.0 - (d - 4.0).powi(2) * 50.0 - (b - 22.0).powi(2) * 30.0
+    }
+
+    #[test]
+    fn climbs_to_the_best_setting_and_stays_near_it() {
+        let tuner = ReadTuner::new();
+        let mut s = tuner.current();
+        for _ in 0..200 {
+            let r = rate(s);
+            s = tuner.observe(s, (r * 1000.0) as u64, 1000.0 / 1000.0);
+        }
+        let (best, _) = tuner.best();
+        assert_eq!(
+            best,
+            ReadSetting {
+                depth: 16,
+                block_bytes: 4 << 20
+            }
+        );
+    }
+}

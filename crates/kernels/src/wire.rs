@@ -1,0 +1,230 @@
+//! The compute service's messages: what travels in the body of a protocol
+//! `Call` to `Service::Compute` and in its `Reply`, encoded with postcard
+//! (serde). Every decode is checked: a malformed body is an error answer
+//! naming what was wrong, and the protocol's frame limit bounds every
+//! length before decoding starts.
+
+use quarry_device::PageAddr;
+use quarry_proto::NodeId;
+use serde::{Deserialize, Serialize};
+
+use crate::engine_error::ComputeError;
+use crate::job::{CommandId, CommandStatus, Job, Limits, Target};
+use crate::scan::Part;
+use crate::spec::KernelSpec;
+
+/// Most bytes of a result one [`ComputeCall::Result`] answer carries: the
+/// rest of a frame's 4 MiB + 64 KiB is left for the answer's head.
+pub const MAX_RESULT_SLICE_BYTES: u32 = 4 << 20;
+/// Most segments one local run covers.
+pub const MAX_SEGMENTS_PER_RUN: usize = 8192;
+/// Most targets one command names (a prefix counts once here, and its
+/// objects count against [`MAX_RESOLVED_TARGETS`]).
+pub const MAX_TARGETS: usize = 4096;
+/// Most objects and ranges a command's targets expand to.
+pub const MAX_RESOLVED_TARGETS: usize = 100_000;
+/// Most read-modify-write operations in one command.
+pub const MAX_RMW_OPS: usize = 1 << 20;
+/// Longest wait one [`ComputeCall::Await`] holds a call open; a client
+/// waiting longer calls again.
+pub const MAX_AWAIT_MS: u64 = 30_000;
+
+/// A call to the compute service.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ComputeCall {
+    /// Start a command at this node (it becomes the command's entry node,
+    /// where partial results merge). `members` are the nodes objects are
+    /// placed over (the client's configured cluster); empty means the
+    /// members this node reaches.
+    Submit {
+        /// What to run.
+        job: Job,
+        /// What to run it over (none for [`Job::Rmw`]).
+        targets: Vec<Target>,
+        /// Its bounds.
+        limits: Limits,
+        /// The placement members.
+        members: Vec<NodeId>,
+    },
+    /// A command's status.
+    Status {
+        /// The command.
+        id: CommandId,
+    },
+    /// A command's status once it is final, or after `timeout_ms`
+    /// (at most [`MAX_AWAIT_MS`]), whichever comes first.
+    Await {
+        /// The command.
+        id: CommandId,
+        /// How long to wait.
+        timeout_ms: u64,
+    },
+    /// Stop a command; its status becomes cancelled (a final command is
+    /// left as it is).
+    Cancel {
+        /// The command.
+        id: CommandId,
+    },
+    /// Bytes `offset ..` (at most `max_bytes`) of a done command's encoded
+    /// [`CommandResult`](crate::CommandResult).
+    Result {
+        /// The command.
+        id: CommandId,
+        /// Where to start.
+        offset: u64,
+        /// At most this many (at most [`MAX_RESULT_SLICE_BYTES`]).
+        max_bytes: u32,
+    },
+    /// Every command this node holds, oldest first.
+    List,
+    /// Run a kernel over data this node holds (sent by an entry node).
+    RunLocal(LocalRun),
+}
+
+/// A kernel over segments of this node's data.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LocalRun {
+    /// The kernel.
+    pub kernel: KernelSpec,
+    /// The segments, in target order.
+    pub segments: Vec<Segment>,
+    /// For a kernel that must see a target in order: the part of the
+    /// target's bytes before the first segment (the segments are then one
+    /// contiguous range of one target).
+    pub carry: Option<Part>,
+    /// Time left for this run.
+    pub time_left_ms: u64,
+    /// Memory its parts may hold.
+    pub memory_bytes: u64,
+}
+
+/// Bytes of one target held by one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// Which of the command's targets (resolved) they belong to.
+    pub target: u32,
+    /// Offset of the first byte in the target.
+    pub offset: u64,
+    /// Where the bytes are.
+    pub source: Source,
+}
+
+/// Where a segment's bytes are on a node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Source {
+    /// Bytes `start..end` of a chunk of the object store.
+    Chunk {
+        /// The chunk's fingerprint.
+        fingerprint: [u8; 32],
+        /// Its length, as the manifest says.
+        len: u32,
+        /// First byte.
+        start: u32,
+        /// End byte (exclusive).
+        end: u32,
+    },
+    /// Bytes `start..end` of a local page of a block volume's space.
+    VolumePage {
+        /// The volume's space on the node.
+        space: u32,
+        /// The local page.
+        page: u64,
+        /// First byte.
+        start: u32,
+        /// End byte (exclusive).
+        end: u32,
+    },
+    /// Bytes `start..end` of a raw device page.
+    DevicePage {
+        /// The page.
+        page: PageAddr,
+        /// First byte.
+        start: u32,
+        /// End byte (exclusive).
+        end: u32,
+    },
+}
+
+impl Source {
+    /// How many bytes the segment covers.
+    pub fn len_bytes(&self) -> u64 {
+        let (start, end) = match self {
+            Source::Chunk { start, end, .. }
+            | Source::VolumePage { start, end, .. }
+            | Source::DevicePage { start, end, .. } => (*start, *end),
+        };
+        u64::from(end.saturating_sub(start))
+    }
+}
+
+/// What a local run answers.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LocalAnswer {
+    /// Parts in segment order, each with its target; adjacent segments of
+    /// one target are folded into one part.
+    pub parts: Vec<(u32, Part)>,
+    /// Bytes read from the device.
+    pub bytes_scanned: u64,
+}
+
+/// A compute service answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ComputeAnswer {
+    /// The submitted command's number.
+    Submitted {
+        /// The command.
+        id: CommandId,
+    },
+    /// A command's status.
+    Status(CommandStatus),
+    /// Every command's status.
+    Statuses(Vec<CommandStatus>),
+    /// A slice of a result.
+    ResultSlice {
+        /// The encoded result's whole length.
+        total_bytes: u64,
+        /// The slice.
+        bytes: Vec<u8>,
+    },
+    /// A local run's parts.
+    Local(LocalAnswer),
+    /// The call failed.
+    Failed(Failure),
+}
+
+/// A failed call, as it crosses the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// What kind of failure.
+    pub kind: FailureKind,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
+/// The kinds of [`Failure`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FailureKind {
+    /// The call is malformed or its arguments wrong.
+    BadRequest,
+    /// No such command.
+    NoSuchCommand,
+    /// The command is not done (or failed): no result to read.
+    NotDone,
+    /// The node holds too many commands.
+    Busy,
+    /// Anything else (a storage error, an unreachable node).
+    Internal,
+}
+
+/// Encodes a message.
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    // Serializing into a Vec fails only for sequences of unknown length,
+    // which none of these types has.
+    postcard::to_stdvec(message).expect("postcard encodes every compute message")
+}
+
+/// Decodes a message; `what` names it in the error.
+pub fn decode<'a, T: Deserialize<'a>>(what: &str, bytes: &'a [u8]) -> Result<T, ComputeError> {
+    postcard::from_bytes(bytes)
+        .map_err(|e| ComputeError::Malformed(format!("{what} of {} bytes: {e}", bytes.len())))
+}
