@@ -77,6 +77,34 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::volume_cmd::VolumeCommand,
     },
+    /// Search objects, volume ranges or linear ranges near the data; prints
+    /// what GNU grep prints for the same bytes (exit status 1 when nothing
+    /// matched).
+    Grep(crate::compute_cmd::GrepArgs),
+    /// Count lines, words and bytes near the data; prints what GNU wc
+    /// prints for the same bytes. --word counts one word, --top K the most
+    /// frequent words.
+    Wc(crate::compute_cmd::WcArgs),
+    /// Run any kernel near the data and print its result as JSON.
+    Run(crate::compute_cmd::RunArgs),
+    /// List the commands of the entry node and their status.
+    Jobs {
+        /// How to find the cluster.
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel commands.
+    Cancel {
+        /// How to find the cluster.
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// The commands' numbers (from `quarry jobs` or `quarry run --detach`).
+        #[arg(required = true)]
+        ids: Vec<u64>,
+    },
     /// Measure Quarry side by side with what a user would use instead.
     Bench {
         /// Which benchmark.

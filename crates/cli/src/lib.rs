@@ -19,6 +19,7 @@ mod bench_fabric;
 mod bench_objects;
 mod bench_volume;
 mod commands;
+mod compute_cmd;
 mod demo;
 mod local_cluster;
 mod mount_cmd;
@@ -31,6 +32,10 @@ pub use args::{
     BenchCommand, BenchDeviceArgs, BenchFabricArgs, BenchObjectsArgs, BenchPageArgs, Cli,
     ClusterArg, Command, DemoArgs, DeviceArg, FabricPart, PageCommand, PresetArg, StorageArg,
     TopologyArg, UpArgs,
+};
+pub use compute_cmd::{
+    format_grep, format_wc, parse_job, parse_target, result_json, CommandOptions, ExitStatus,
+    GrepArgs, RunArgs, WcArgs,
 };
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
@@ -65,6 +70,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Volume { cluster, command } => {
             volume_cmd::volume(cluster.cluster.as_deref(), &command)
         }
+        Command::Grep(args) => compute_cmd::grep(&args),
+        Command::Wc(args) => compute_cmd::wc(&args),
+        Command::Run(args) => compute_cmd::run(&args),
+        Command::Jobs { cluster, json } => compute_cmd::jobs(&cluster, json),
+        Command::Cancel { cluster, ids } => compute_cmd::cancel(&cluster, &ids),
         Command::Bench { command } => match command {
             BenchCommand::Page(args) => bench::page(&args),
             BenchCommand::Device(args) => bench_device::device(&args),

@@ -11,6 +11,10 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     if let Err(error) = quarry_cli::run(cli) {
+        // grep's "nothing matched" is an exit status, not an error.
+        if let Some(status) = error.downcast_ref::<quarry_cli::ExitStatus>() {
+            std::process::exit(status.0);
+        }
         eprintln!("error: {error:#}");
         std::process::exit(1);
     }
