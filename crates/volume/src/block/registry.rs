@@ -31,6 +31,10 @@ const VERSION: u32 = 1;
 /// Pages trimmed per space manager call when a volume is deleted or
 /// trimmed: each call is one log sync, and the batch bounds its memory.
 pub(crate) const TRIM_BATCH_PAGES: usize = 4096;
+/// Stripes of the page-lock table: enough that unrelated pages rarely
+/// share one, few enough that a trim batch can take every one it needs.
+pub(crate) const PAGE_LOCK_STRIPES: usize = 1024;
+const _: () = assert!(PAGE_LOCK_STRIPES.is_power_of_two() && PAGE_LOCK_STRIPES > 1);
 
 /// A defined volume on this node.
 pub(crate) struct Entry {
@@ -51,6 +55,12 @@ pub struct VolumeRegistry {
     entries: Mutex<BTreeMap<String, Arc<Entry>>>,
     /// Held by a define or delete from its checks to its file write.
     changes: tokio::sync::Mutex<()>,
+    /// Page locks, striped by (space, page): an add holds its page's from
+    /// its read to its write, and writes and trims hold theirs, so no add
+    /// is lost to another add, a write or a trim of the same page. A task
+    /// holding more than one takes them in stripe order (`lock_pages`), so
+    /// no two calls deadlock.
+    page_locks: Box<[tokio::sync::Mutex<()>]>,
 }
 
 impl std::fmt::Debug for VolumeRegistry {
@@ -104,7 +114,42 @@ impl VolumeRegistry {
             dir: dir.to_path_buf(),
             entries: Mutex::new(entries),
             changes: tokio::sync::Mutex::new(()),
+            page_locks: (0..PAGE_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
         })
+    }
+
+    /// Locks page `page` of space `space_id` (its stripe) against adds,
+    /// writes and trims of it on this node.
+    pub(crate) async fn lock_page(
+        &self,
+        space_id: u32,
+        page: u64,
+    ) -> tokio::sync::MutexGuard<'_, ()> {
+        self.page_locks[page_lock_stripe(space_id, page)]
+            .lock()
+            .await
+    }
+
+    /// Locks every page of `pages` in space `space_id`: each stripe once,
+    /// in ascending order, the one order every multi-lock holder uses.
+    pub(crate) async fn lock_pages(
+        &self,
+        space_id: u32,
+        pages: &[u64],
+    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = pages
+            .iter()
+            .map(|p| page_lock_stripe(space_id, *p))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.page_locks[s].lock().await);
+        }
+        guards
     }
 
     /// The node this registry belongs to.
@@ -277,6 +322,18 @@ impl VolumeRegistry {
                 reason: e.to_string(),
             })
     }
+}
+
+/// The page-lock stripe of page `page` of space `space_id`: a
+/// multiplicative hash, so consecutive pages (and the same page of two
+/// volumes) land on different stripes.
+pub(crate) fn page_lock_stripe(space_id: u32, page: u64) -> usize {
+    let key = (u64::from(space_id) << 40) ^ page;
+    // Fibonacci hashing: the top bits of the product are the well-mixed ones.
+    let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let stripe = (h >> (64 - PAGE_LOCK_STRIPES.trailing_zeros())) as usize;
+    debug_assert!(stripe < PAGE_LOCK_STRIPES);
+    stripe
 }
 
 /// Trims `pages` of `space` in batches.
