@@ -656,54 +656,62 @@ async fn adds_and_whole_page_writes_of_one_page_serialize() {
     let volumes = view(&nodes);
     volumes.create("mix", 8 * PS as u64, None).await.unwrap();
     let v = volumes.open("mix").await.unwrap();
-    for round in 0..8u64 {
+    for round in 0..6u64 {
         let page = 3 + round % 2;
         let at = page * PS as u64;
         v.write_page(page, &marked_page(1)).await.unwrap();
-        // Adders of 1 to the counter race writers of whole pages with
-        // counter j * 1e6 (j = 2..=6).
+        // Adders of 1 to the counter run until the writer is done; the
+        // writer writes whole pages with counter j * 1e6, j = 2..=6, in
+        // order.
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut adders = Vec::new();
         for _ in 0..6 {
-            let v = v.clone();
+            let (v, done) = (v.clone(), done.clone());
             adders.push(tokio::spawn(async move {
                 let mut values = Vec::new();
-                for _ in 0..40 {
+                // Bounded, in case the writer never finishes.
+                while !done.load(Ordering::SeqCst) && values.len() < 5000 {
                     values.extend(v.add_u64s(&[(at, 1)]).await.unwrap());
                 }
                 values
             }));
         }
-        let mut writers = Vec::new();
-        for j in 2..=6u64 {
-            let v = v.clone();
-            writers.push(tokio::spawn(async move {
-                tokio::task::yield_now().await;
-                v.write_page(page, &marked_page(j)).await.unwrap();
-            }));
-        }
         let mut values = Vec::new();
+        for j in 2..=6u64 {
+            tokio::task::yield_now().await;
+            v.write_page(page, &marked_page(j)).await.unwrap();
+            // An add issued after the write returned sees it: its value
+            // and its other bytes. A write landing between another add's
+            // read and write is overwritten with the old page, and this
+            // add sees the old counter or the old bytes.
+            let mine = v.add_u64s(&[(at, 1)]).await.unwrap()[0];
+            let base = j * 1_000_000;
+            assert!(
+                (base + 1..base + 1_000_000).contains(&mine),
+                "round {round}: write {j} lost (an add after it saw {mine})"
+            );
+            assert_eq!(
+                v.read_page(page).await.unwrap()[8..],
+                marked_page(j)[8..],
+                "round {round}: write {j}'s bytes lost"
+            );
+            values.push(mine);
+        }
+        done.store(true, Ordering::SeqCst);
         for a in adders {
             values.extend(a.await.unwrap());
         }
-        for w in writers {
-            w.await.unwrap();
-        }
-        // The last write is the one whose other bytes the page holds; the
-        // counter is its value plus the adds that came after it, which are
-        // exactly those that returned a value just above it. A lost update
-        // (an add writing back a page read before a write, or a write
-        // landing between an add's read and write) breaks this.
+        // The counter is the last write's value plus the adds after it,
+        // which are those that returned a value just above it.
         let got = v.read_page(page).await.unwrap();
-        let j = (1..=6u64)
-            .find(|j| got[8..] == marked_page(*j)[8..])
-            .unwrap_or_else(|| panic!("round {round}: the page's other bytes are no write's"));
-        let base = j * 1_000_000;
+        assert_eq!(got[8..], marked_page(6)[8..], "round {round}");
+        let base = 6_000_000;
         let after = values
             .iter()
             .filter(|x| (base + 1..base + 1_000_000).contains(*x))
             .count() as u64;
         let counter = u64::from_le_bytes(got[..8].try_into().unwrap());
-        assert_eq!(counter, base + after, "round {round}: last write {j}");
+        assert_eq!(counter, base + after, "round {round}");
         // And no two adds saw the same value.
         let mut sorted = values.clone();
         sorted.sort_unstable();
