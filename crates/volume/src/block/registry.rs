@@ -484,6 +484,33 @@ mod tests {
         assert!(e.contains("share a name or id"), "{e}");
     }
 
+    #[test]
+    fn page_locks_spread_pages_and_lock_each_stripe_once() {
+        // Consecutive pages of one space, and one page of consecutive
+        // spaces, rarely share a stripe.
+        let stripes: std::collections::BTreeSet<usize> =
+            (0..256).map(|p| page_lock_stripe(1001, p)).collect();
+        assert!(stripes.len() > 200, "{} stripes", stripes.len());
+        let spaces: std::collections::BTreeSet<usize> =
+            (1000..1256).map(|s| page_lock_stripe(s, 7)).collect();
+        assert!(spaces.len() > 200, "{} stripes", spaces.len());
+        let dir = tempfile::tempdir().unwrap();
+        let registry = VolumeRegistry::open(0, dir.path()).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async {
+                // Every stripe twice over: each is taken once (a second
+                // take of one would never return).
+                let pages: Vec<u64> = (0..4 * PAGE_LOCK_STRIPES as u64).collect();
+                let guards = registry.lock_pages(1001, &pages).await;
+                assert_eq!(guards.len(), PAGE_LOCK_STRIPES);
+                drop(guards);
+                let _one = registry.lock_page(1001, 5).await;
+                let _other = registry.lock_pages(1001, &[6, 6, 7]).await;
+            });
+    }
+
     proptest! {
         #[test]
         fn the_registry_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {

@@ -505,6 +505,27 @@ mod tests {
             e.to_string(),
             "volume \"v\": pages 10..12 are outside its 11 pages"
         );
+        let e = round_trip(BlockVolumeError::BadAdd {
+            name: "v".into(),
+            index: 4,
+            offset: 510,
+            reason: "crosses".into(),
+        });
+        assert!(
+            matches!(
+                &e,
+                BlockVolumeError::BadAdd {
+                    index: 4,
+                    offset: 510,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "volume \"v\": add 4 at offset 510: crosses; nothing of the batch was applied"
+        );
         let e = round_trip(BlockVolumeError::Registry {
             path: "x".into(),
             reason: "bad".into(),
