@@ -365,3 +365,82 @@ async fn commands_have_status_limits_cancel_and_clear_errors() {
         n.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_read_modify_writes_is_one_command_and_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[3].local_addr().to_string())
+        .await
+        .unwrap();
+    let volumes = client.volumes().await.unwrap();
+    volumes.create("counters", 256 * 1024, None).await.unwrap();
+    let volume = volumes.open("counters").await.unwrap();
+    volume.write_range(0, &[0u8; 8192]).await.unwrap();
+    let compute = client.compute();
+    // 5000 adds over 300 counters spread over every node's pages, some
+    // counters hit many times in one batch.
+    let mut model = std::collections::HashMap::<u64, u64>::new();
+    let mut ops = Vec::new();
+    let mut want = Vec::new();
+    let mut x = 12345u64;
+    for _ in 0..5000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let counter = (x >> 33) % 300;
+        let offset = counter * 800 % (256 * 1024 - 8);
+        let delta = x >> 60;
+        let v = model.entry(offset).or_default();
+        *v = v.wrapping_add(delta);
+        want.push(*v);
+        ops.push(quarry_client::RmwOp {
+            offset_bytes: offset,
+            delta,
+        });
+    }
+    let (result, _) = compute
+        .run(
+            Job::Rmw(quarry_client::RmwBatch {
+                volume: "counters".into(),
+                ops,
+            }),
+            Vec::new(),
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(result.outcome, Outcome::Rmw { values: want });
+    // The counters are in the volume.
+    for (&offset, &v) in &model {
+        let bytes = volume.read_range(offset, 8).await.unwrap();
+        assert_eq!(u64::from_le_bytes(bytes[..].try_into().unwrap()), v);
+    }
+    // An op across a page end fails the command and changes nothing.
+    let err = compute
+        .run(
+            Job::Rmw(quarry_client::RmwBatch {
+                volume: "counters".into(),
+                ops: vec![
+                    quarry_client::RmwOp {
+                        offset_bytes: 0,
+                        delta: 1,
+                    },
+                    quarry_client::RmwOp {
+                        offset_bytes: 4093,
+                        delta: 1,
+                    },
+                ],
+            }),
+            Vec::new(),
+            Limits::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("4093"), "{err}");
+    let bytes = volume.read_range(0, 8).await.unwrap();
+    assert_eq!(u64::from_le_bytes(bytes[..].try_into().unwrap()), model[&0]);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
