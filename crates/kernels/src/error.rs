@@ -17,7 +17,9 @@ pub enum KernelError {
     },
     /// Parts that do not belong together: the left does not end where the
     /// right starts.
-    #[error("parts do not join: the left ends at byte {left_end}, the right starts at {right_start}")]
+    #[error(
+        "parts do not join: the left ends at byte {left_end}, the right starts at {right_start}"
+    )]
     Disjoint {
         /// End offset of the left part.
         left_end: u64,

@@ -27,7 +27,7 @@ mod output;
 mod scan;
 mod spec;
 
-pub use builtin::Fgrep8Part;
+pub use builtin::{ChecksumPart, Fgrep8Part, GrepPart, WcPart};
 pub use error::KernelError;
 pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
 pub use scan::{compile, Part, ScanKernel};

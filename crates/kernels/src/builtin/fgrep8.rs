@@ -157,7 +157,11 @@ mod tests {
                 let p2 = k.fold(k.empty(a as u64), &hay[a..b]).unwrap();
                 let p3 = k.fold(k.empty(b as u64), &hay[b..]).unwrap();
                 let whole = k.combine(k.combine(p1, p2).unwrap(), p3).unwrap();
-                assert_eq!(k.finish(whole).unwrap(), Output::Count(want), "split {a} {b}");
+                assert_eq!(
+                    k.finish(whole).unwrap(),
+                    Output::Count(want),
+                    "split {a} {b}"
+                );
             }
         }
     }
@@ -169,7 +173,10 @@ mod tests {
         let right = k.fold(k.empty(4), b"abc").unwrap();
         assert!(matches!(
             k.combine(left, right),
-            Err(KernelError::Disjoint { left_end: 3, right_start: 4 })
+            Err(KernelError::Disjoint {
+                left_end: 3,
+                right_start: 4
+            })
         ));
     }
 }
