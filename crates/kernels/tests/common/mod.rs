@@ -141,3 +141,20 @@ pub fn tool(name: &str, args: &[&str], file: &Path) -> Option<Vec<u8>> {
         }
     }
 }
+
+/// As the engine runs a kernel that is not parallel: each range folded, in
+/// order, into the state the previous range ended with, which crosses the
+/// network (postcard) between ranges.
+pub fn run_chain(k: &dyn ScanKernel, text: &[u8], cuts: &[usize], block: usize) -> Output {
+    let mut bounds = vec![0];
+    bounds.extend_from_slice(cuts);
+    bounds.push(text.len());
+    let mut p = k.empty(0);
+    for w in bounds.windows(2) {
+        for chunk in text[w[0]..w[1]].chunks(block.max(1)) {
+            p = k.fold(p, chunk).expect("fold");
+        }
+        p = roundtrip(&p);
+    }
+    k.finish(p).expect("finish")
+}
