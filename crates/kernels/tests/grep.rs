@@ -116,6 +116,14 @@ const PATTERNS: &[(GrepSyntax, &str)] = &[
     (GrepSyntax::Extended, "\t|\r$"),
     (GrepSyntax::Extended, "[^[:print:]]"),
     (GrepSyntax::Extended, "(ab)*ab$"),
+    (GrepSyntax::Basic, "\\(^a\\|b$\\)"),
+    (GrepSyntax::Extended, "a|*b"),
+    (GrepSyntax::Basic, "a\\{,2\\}b"),
+    (GrepSyntax::Extended, "[[:alpha:]-]+$"),
+    (GrepSyntax::Basic, "\\.\\*"),
+    (GrepSyntax::Fixed, "\\x"),
+    (GrepSyntax::Extended, "\\<(the|a)\\>"),
+    (GrepSyntax::Basic, "[.][*]\\|[[:cntrl:]]"),
 ];
 
 #[test]
