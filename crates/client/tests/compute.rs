@@ -444,3 +444,64 @@ async fn a_batch_of_read_modify_writes_is_one_command_and_exact() {
         n.shutdown().await.unwrap();
     }
 }
+
+/// The whole-target answer of a kernel run in this process over `bytes`.
+fn local_answer(spec: &KernelSpec, bytes: &[u8]) -> Output {
+    let kernel = quarry_kernels::compile(spec).unwrap();
+    let part = kernel.fold(kernel.empty(0), bytes).unwrap();
+    kernel.finish(part).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kernel_over_a_volume_range_cut_mid_page_equals_one_local_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .unwrap();
+    let volumes = client.volumes().await.unwrap();
+    volumes.create("text", 1 << 20, None).await.unwrap();
+    let volume = volumes.open("text").await.unwrap();
+    // Words and lines cross every 4 KiB page, and so every node.
+    let data = text(600_000, 17);
+    volume.write_range(0, &data).await.unwrap();
+    let compute = client.compute();
+    let (offset, len) = (4096 * 3 - 5, 500_000u64);
+    let slice = &data[offset as usize..(offset + len) as usize];
+    for spec in [
+        KernelSpec::Wc(quarry_client::WcSpec {
+            words: true,
+            word: Some(b"flash!".to_vec()),
+            top: Some(5),
+        }),
+        KernelSpec::Grep(quarry_client::GrepSpec {
+            pattern: "c fl.sh".into(),
+            syntax: quarry_client::GrepSyntax::Basic,
+            ignore_case: false,
+            lines: true,
+        }),
+        KernelSpec::Checksum,
+        KernelSpec::Fgrep8 { pattern: PATTERN },
+    ] {
+        let (result, _) = compute
+            .run(
+                Job::Scan(spec.clone()),
+                vec![Target::Volume {
+                    name: "text".into(),
+                    offset_bytes: offset,
+                    len_bytes: Some(len),
+                }],
+                Limits::default(),
+            )
+            .await
+            .unwrap();
+        let Outcome::Scan(targets) = result.outcome else {
+            panic!("not a scan")
+        };
+        assert_eq!(targets[0].output, local_answer(&spec, slice), "{spec:?}");
+        assert_eq!(result.bytes_scanned, len);
+    }
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
