@@ -95,7 +95,7 @@ fn random_text(len: usize, seed: u64) -> Vec<u8> {
         }
     }
     out.truncate(len);
-    if seed % 2 == 0 {
+    if seed.is_multiple_of(2) {
         out.push(b'\n');
     }
     out
@@ -282,7 +282,7 @@ fn grep_and_wc_near_the_data_print_what_gnu_grep_and_wc_print() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|j| j["id"].to_string() == id)
+        .find(|j| j["id"].as_u64().map(|n| n.to_string()) == Some(id.clone()))
         .expect("the detached command is listed");
     assert_eq!(job["kernel"], "wc");
     assert_eq!(job["state"], "done");
