@@ -22,6 +22,7 @@ mod commands;
 mod compute_cmd;
 mod demo;
 mod local_cluster;
+mod netlink;
 mod mount_cmd;
 mod objects_cmd;
 mod plot;
