@@ -60,11 +60,21 @@ impl ClientNet {
             root_ip,
             relays: Vec::new(),
         };
-        ip(&["link", "add", &root_if, "type", "veth", "peer", "name", &ns_if])?;
+        ip(&[
+            "link", "add", &root_if, "type", "veth", "peer", "name", &ns_if,
+        ])?;
         ip(&["link", "set", &ns_if, "netns", &ns])?;
         ip(&["addr", "add", &format!("{root_ip}/30"), "dev", &root_if])?;
         ip(&["link", "set", &root_if, "up"])?;
-        ip(&["-n", &ns, "addr", "add", &format!("{ns_ip}/30"), "dev", &ns_if])?;
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{ns_ip}/30"),
+            "dev",
+            &ns_if,
+        ])?;
         ip(&["-n", &ns, "link", "set", &ns_if, "up"])?;
         ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         Ok(net)
@@ -92,7 +102,11 @@ impl ClientNet {
                 }
                 // A token bucket: the burst must hold a few milliseconds at
                 // the rate or the kernel's timer granularity caps the rate.
-                let burst = if rate.starts_with("10g") { "8mb" } else { "1mb" };
+                let burst = if rate.starts_with("10g") {
+                    "8mb"
+                } else {
+                    "1mb"
+                };
                 args.extend([
                     "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
                     "latency", "50ms",
