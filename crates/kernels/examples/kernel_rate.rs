@@ -21,7 +21,7 @@ fn main() {
         x ^= x >> 7;
         x ^= x << 17;
         text.extend_from_slice(words[(x % 10) as usize].as_bytes());
-        text.push(if x % 12 == 0 { b'\n' } else { b' ' });
+        text.push(if x.is_multiple_of(12) { b'\n' } else { b' ' });
     }
     let specs = [
         (
