@@ -206,7 +206,7 @@ fn write_corpus(path: &std::path::Path, size_bytes: u64) -> Result<()> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let word: &[u8] = if x % 3000 == 0 {
+        let word: &[u8] = if x.is_multiple_of(3000) {
             &PATTERN
         } else {
             // "would" one in 40: index 1 of 16 with a 2.5 in 40 rate.
@@ -220,7 +220,7 @@ fn write_corpus(path: &std::path::Path, size_bytes: u64) -> Result<()> {
         };
         out.write_all(word)?;
         line += 1;
-        let sep: &[u8] = if line % 12 == 0 { b"\n" } else { b" " };
+        let sep: &[u8] = if line.is_multiple_of(12) { b"\n" } else { b" " };
         out.write_all(sep)?;
         written += (word.len() + 1) as u64;
     }
