@@ -116,7 +116,7 @@ fn terminate(pid: u32) {
 }
 
 /// A cluster of `nodes` in-memory nodes under `dir/cluster`.
-fn start_cluster(dir: &Path, nodes: usize) -> LocalCluster {
+fn start_cluster(dir: &Path, nodes: u16) -> LocalCluster {
     let spec = LocalClusterSpec {
         nodes,
         dir: dir.join("cluster"),
@@ -173,20 +173,6 @@ fn mounts_through_different_nodes_share_files_a_tree_and_a_sqlite_database() {
     let dir = tempfile::tempdir().unwrap();
     let cluster = start_cluster(dir.path(), 4);
     let file = cluster.cluster_path.clone();
-        backend: BackendKind::Mem,
-        preset: None,
-        geometry: Some(Geometry {
-            buses: 2,
-            chips_per_bus: 4,
-            blocks_per_chip: 128,
-            pages_per_block: 64,
-            page_size_bytes: 8192,
-            oob_size_bytes: 64,
-        }),
-        direct_io: false,
-        topology: Topology::default(),
-        stop_with_this_process: true,
-        managed: true,
     let addr = |i: usize| cluster.cluster.nodes[i].addr.clone();
     let a = Mounted::start(&file, &addr(0), &dir.path().join("a"));
     let b = Mounted::start(&file, &addr(3), &dir.path().join("b"));
