@@ -299,6 +299,36 @@ pub enum BenchCommand {
     /// managed cluster (file backend) vs fio sequential write and read of
     /// the same size on the same disk.
     Objects(BenchObjectsArgs),
+    /// BlueDBM Fig. 11: word count in the datapath vs at the client vs
+    /// plain host software, on loopback and on tc-limited client links.
+    Wordcount(BenchComputeArgs),
+    /// Minerva: fgrep-8 near the data vs the client's threaded range scans,
+    /// and batched read-modify-write vs round trips.
+    Minerva(BenchComputeArgs),
+}
+
+/// Arguments of `quarry bench wordcount` and `quarry bench minerva`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchComputeArgs {
+    /// Size of the text corpus (K, M, G suffixes).
+    #[arg(long, default_value = "512M")]
+    pub size: String,
+    /// The client's links: loopback and tc rates (e.g. 1gbit), comma
+    /// separated; limited links need root, iproute2 and tc.
+    #[arg(long, default_value = "loopback,10gbit,1gbit")]
+    pub links: String,
+    /// Rounds per figure (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// A 64 MiB corpus and fewer operations.
+    #[arg(long)]
+    pub quick: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write an SVG plot of the rates per link here.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
 }
 
 /// Arguments of `quarry bench objects`.

@@ -50,6 +50,7 @@ pub struct CommandOptions {
 
 /// Arguments of `quarry grep`.
 #[derive(Debug, Args, Clone)]
+#[command(disable_help_flag = true)]
 pub struct GrepArgs {
     /// Print only a count of matching lines per target.
     #[arg(short = 'c', long = "count")]
@@ -77,6 +78,9 @@ pub struct GrepArgs {
     pub no_filename: bool,
     /// The pattern (a basic regular expression unless -E or -F).
     pub pattern: String,
+    /// Print help (-h is grep's --no-filename).
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
     /// What to search: BUCKET/KEY, BUCKET/PREFIX* (every object whose key
     /// starts with PREFIX; quote it), BUCKET/ (the whole bucket),
     /// volume:NAME[@OFFSET[+LEN]], linear:FIRST+PAGES.
@@ -696,6 +700,12 @@ pub fn cancel(cluster: &ClusterArg, ids: &[CommandId]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        crate::Cli::command().debug_assert();
+    }
 
     #[test]
     fn targets_parse_and_bad_ones_say_why() {

@@ -14,6 +14,7 @@
 
 mod args;
 mod bench;
+mod bench_compute;
 mod bench_device;
 mod bench_fabric;
 mod bench_objects;
@@ -23,6 +24,7 @@ mod compute_cmd;
 mod demo;
 mod local_cluster;
 mod mount_cmd;
+mod netlink;
 mod objects_cmd;
 mod plot;
 mod stats;
@@ -81,6 +83,8 @@ pub fn run(cli: Cli) -> Result<()> {
             BenchCommand::Fabric(args) => bench_fabric::fabric(&args),
             BenchCommand::Volume(args) => bench_volume::volume(&args),
             BenchCommand::Objects(args) => bench_objects::objects(&args),
+            BenchCommand::Wordcount(args) => bench_compute::wordcount(&args),
+            BenchCommand::Minerva(args) => bench_compute::minerva(&args),
         },
     }
 }

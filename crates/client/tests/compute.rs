@@ -365,3 +365,143 @@ async fn commands_have_status_limits_cancel_and_clear_errors() {
         n.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_read_modify_writes_is_one_command_and_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[3].local_addr().to_string())
+        .await
+        .unwrap();
+    let volumes = client.volumes().await.unwrap();
+    volumes.create("counters", 256 * 1024, None).await.unwrap();
+    let volume = volumes.open("counters").await.unwrap();
+    volume.write_range(0, &[0u8; 8192]).await.unwrap();
+    let compute = client.compute();
+    // 5000 adds over 300 counters spread over every node's pages, some
+    // counters hit many times in one batch.
+    let mut model = std::collections::HashMap::<u64, u64>::new();
+    let mut ops = Vec::new();
+    let mut want = Vec::new();
+    let mut x = 12345u64;
+    for _ in 0..5000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let counter = (x >> 33) % 300;
+        let offset = counter * 800 % (256 * 1024 - 8);
+        let delta = x >> 60;
+        let v = model.entry(offset).or_default();
+        *v = v.wrapping_add(delta);
+        want.push(*v);
+        ops.push(quarry_client::RmwOp {
+            offset_bytes: offset,
+            delta,
+        });
+    }
+    let (result, _) = compute
+        .run(
+            Job::Rmw(quarry_client::RmwBatch {
+                volume: "counters".into(),
+                ops,
+            }),
+            Vec::new(),
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(result.outcome, Outcome::Rmw { values: want });
+    // The counters are in the volume.
+    for (&offset, &v) in &model {
+        let bytes = volume.read_range(offset, 8).await.unwrap();
+        assert_eq!(u64::from_le_bytes(bytes[..].try_into().unwrap()), v);
+    }
+    // An op across a page end fails the command and changes nothing.
+    let err = compute
+        .run(
+            Job::Rmw(quarry_client::RmwBatch {
+                volume: "counters".into(),
+                ops: vec![
+                    quarry_client::RmwOp {
+                        offset_bytes: 0,
+                        delta: 1,
+                    },
+                    quarry_client::RmwOp {
+                        offset_bytes: 4093,
+                        delta: 1,
+                    },
+                ],
+            }),
+            Vec::new(),
+            Limits::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("4093"), "{err}");
+    let bytes = volume.read_range(0, 8).await.unwrap();
+    assert_eq!(u64::from_le_bytes(bytes[..].try_into().unwrap()), model[&0]);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+/// The whole-target answer of a kernel run in this process over `bytes`.
+fn local_answer(spec: &KernelSpec, bytes: &[u8]) -> Output {
+    let kernel = quarry_kernels::compile(spec).unwrap();
+    let part = kernel.fold(kernel.empty(0), bytes).unwrap();
+    kernel.finish(part).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kernel_over_a_volume_range_cut_mid_page_equals_one_local_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .unwrap();
+    let volumes = client.volumes().await.unwrap();
+    volumes.create("text", 1 << 20, None).await.unwrap();
+    let volume = volumes.open("text").await.unwrap();
+    // Words and lines cross every 4 KiB page, and so every node.
+    let data = text(600_000, 17);
+    volume.write_range(0, &data).await.unwrap();
+    let compute = client.compute();
+    let (offset, len) = (4096 * 3 - 5, 500_000u64);
+    let slice = &data[offset as usize..(offset + len) as usize];
+    for spec in [
+        KernelSpec::Wc(quarry_client::WcSpec {
+            words: true,
+            word: Some(b"flash!".to_vec()),
+            top: Some(5),
+        }),
+        KernelSpec::Grep(quarry_client::GrepSpec {
+            pattern: "c fl.sh".into(),
+            syntax: quarry_client::GrepSyntax::Basic,
+            ignore_case: false,
+            lines: true,
+        }),
+        KernelSpec::Checksum,
+        KernelSpec::Fgrep8 { pattern: PATTERN },
+    ] {
+        let (result, _) = compute
+            .run(
+                Job::Scan(spec.clone()),
+                vec![Target::Volume {
+                    name: "text".into(),
+                    offset_bytes: offset,
+                    len_bytes: Some(len),
+                }],
+                Limits::default(),
+            )
+            .await
+            .unwrap();
+        let Outcome::Scan(targets) = result.outcome else {
+            panic!("not a scan")
+        };
+        assert_eq!(targets[0].output, local_answer(&spec, slice), "{spec:?}");
+        assert_eq!(result.bytes_scanned, len);
+    }
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}

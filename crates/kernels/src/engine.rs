@@ -368,7 +368,10 @@ impl<P: Peers> Engine<P> {
                 command
                     .bytes_total
                     .store(ops.len() as u64 * 8, Ordering::Relaxed);
-                let values: Vec<u64> = MERGE_RMW(&volume, &ops)?;
+                let values = volume
+                    .add_u64s(&ops)
+                    .await
+                    .map_err(|e| ComputeError::Target(e.to_string()))?;
                 command
                     .bytes_done
                     .store(ops.len() as u64 * 8, Ordering::Relaxed);
@@ -729,16 +732,6 @@ impl<P: Peers> Engine<P> {
             }),
         }
     }
-}
-
-#[allow(non_snake_case)]
-fn MERGE_RMW<X>(
-    _: &quarry_volume::BlockVolume<X>,
-    _: &[(u64, u64)],
-) -> Result<Vec<u64>, ComputeError> {
-    Err(ComputeError::BadRequest(
-        "rmw: waiting for the volume layer".into(),
-    ))
 }
 
 fn too_many_targets() -> ComputeError {

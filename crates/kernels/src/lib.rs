@@ -34,7 +34,7 @@ mod spec;
 mod tuner;
 mod wire;
 
-pub use builtin::Fgrep8Part;
+pub use builtin::{ChecksumPart, Fgrep8Part, GrepPart, WcPart};
 pub use engine::{
     Engine, MAX_FINISHED_COMMANDS, MAX_RUNNING_COMMANDS, MAX_UNFINISHED_COMMANDS, RUNS_IN_FLIGHT,
     RUN_BYTES,

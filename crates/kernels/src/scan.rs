@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::builtin::Fgrep8Part;
+use crate::builtin::{ChecksumPart, Fgrep8Part, GrepPart, WcPart};
 use crate::error::KernelError;
 use crate::output::Output;
 use crate::spec::KernelSpec;
@@ -18,6 +18,12 @@ use crate::spec::KernelSpec;
 pub enum Part {
     /// Of [`KernelSpec::Fgrep8`].
     Fgrep8(Fgrep8Part),
+    /// Of [`KernelSpec::Grep`].
+    Grep(GrepPart),
+    /// Of [`KernelSpec::Wc`].
+    Wc(WcPart),
+    /// Of [`KernelSpec::Checksum`].
+    Checksum(ChecksumPart),
 }
 
 /// A compiled scan kernel.
@@ -60,6 +66,9 @@ impl Part {
     pub fn size_bytes(&self) -> usize {
         match self {
             Part::Fgrep8(p) => p.size_bytes(),
+            Part::Grep(p) => p.size_bytes(),
+            Part::Wc(p) => p.size_bytes(),
+            Part::Checksum(p) => p.size_bytes(),
         }
     }
 
@@ -67,6 +76,9 @@ impl Part {
     pub fn kernel_name(&self) -> &'static str {
         match self {
             Part::Fgrep8(_) => "fgrep8",
+            Part::Grep(_) => "grep",
+            Part::Wc(_) => "wc",
+            Part::Checksum(_) => "checksum",
         }
     }
 }

@@ -136,7 +136,7 @@ impl ReadTuner {
         let neighbours = neighbours(st.at);
         if let Some(n) = neighbours.iter().find(|n| !st.rates.contains_key(n)) {
             st.probe = Some(*n);
-        } else if st.windows % REPROBE_EVERY == 0 {
+        } else if st.windows.is_multiple_of(REPROBE_EVERY) {
             let n = neighbours[(st.windows / REPROBE_EVERY) as usize % neighbours.len()];
             st.probe = Some(n);
         }

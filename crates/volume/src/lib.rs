@@ -87,9 +87,10 @@ pub use block::{
     answer_error, max_pages_per_call, member_pages, runs, serve_volume_call, stripe,
     validate_members, validate_name, BlockVolume, BlockVolumeError, BlockVolumes, MemberStatus,
     NodeSpace, Run, VolumeDef, VolumeListing, VolumeRegistry, VolumeStatus, VolumeSummary,
-    VolumeTransport, DEFAULT_MAX_IN_FLIGHT_CALLS, MAX_CALL_DATA_BYTES, MAX_IN_FLIGHT_CALLS,
-    MAX_PAGES_PER_CALL, MAX_RANGE_BYTES, MAX_VOLUMES_PER_NODE, MAX_VOLUME_ID, MAX_VOLUME_MEMBERS,
-    MAX_VOLUME_NAME_BYTES, MAX_VOLUME_PAGES, REGISTRY_FILE, VOLUME_SPACE_BASE,
+    VolumeTransport, ADD_CALL_MAX_BYTES, DEFAULT_MAX_IN_FLIGHT_CALLS, MAX_ADDS_PER_CALL,
+    MAX_CALL_DATA_BYTES, MAX_IN_FLIGHT_CALLS, MAX_PAGES_PER_CALL, MAX_RANGE_BYTES,
+    MAX_VOLUMES_PER_NODE, MAX_VOLUME_ID, MAX_VOLUME_MEMBERS, MAX_VOLUME_NAME_BYTES,
+    MAX_VOLUME_PAGES, REGISTRY_FILE, VOLUME_SPACE_BASE,
 };
 pub use config::{VictimPolicy, VolumeConfig};
 pub use error::VolumeError;

@@ -13,7 +13,8 @@ use common::{open, quiet, small, Rng};
 use quarry_device::{BackendKind, Geometry};
 use quarry_volume::{
     answer_error, serve_volume_call, BlockVolumeError, BlockVolumes, LogicalPage, SpaceManager,
-    VolumeDef, VolumeRegistry, VolumeTransport, VOLUME_SPACE_BASE,
+    VolumeDef, VolumeRegistry, VolumeTransport, ADD_CALL_MAX_BYTES, MAX_ADDS_PER_CALL,
+    VOLUME_SPACE_BASE,
 };
 
 struct Node {
@@ -519,4 +520,364 @@ async fn racing_creates_over_disjoint_nodes_are_reported_and_deleted_together() 
     assert_eq!(volumes.list().await.unwrap().volumes.len(), 2);
     assert_eq!(volumes.delete("dup").await.unwrap(), 1);
     assert!(volumes.list().await.unwrap().volumes.is_empty());
+}
+
+/// The model of `add_u64s`: adds in order to the little-endian words of
+/// `model`, returning each new value.
+fn model_adds(model: &mut [u8], adds: &[(u64, u64)]) -> Vec<u64> {
+    adds.iter()
+        .map(|&(offset, delta)| {
+            let at = offset as usize;
+            let old = u64::from_le_bytes(model[at..at + 8].try_into().unwrap());
+            let new = old.wrapping_add(delta);
+            model[at..at + 8].copy_from_slice(&new.to_le_bytes());
+            new
+        })
+        .collect()
+}
+
+/// A random add whose 8 bytes stay inside one page of a volume of `pages`
+/// pages; a few offsets repeat so one counter takes many adds.
+fn random_add(rng: &mut Rng, pages: u64) -> (u64, u64) {
+    let offset = if rng.below(4) == 0 {
+        // A hot counter: 8 of them, on pages 0..8.
+        rng.below(8) * PS as u64 + 24
+    } else {
+        rng.below(pages) * PS as u64 + rng.below(PS as u64 - 7)
+    };
+    (offset, rng.next())
+}
+
+#[tokio::test]
+async fn adds_across_pages_and_nodes_match_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 3], &[]).await;
+    let volumes = view(&nodes).with_max_in_flight(2).unwrap();
+    volumes.create("ctr", 30 * PS as u64, None).await.unwrap();
+    let v = volumes.open("ctr").await.unwrap();
+    // Half the pages hold data, half were never written (zeros).
+    let mut model = vec![0u8; 30 * PS];
+    let data = pattern(15 * PS, 4);
+    v.write_pages(0, &data).await.unwrap();
+    model[..15 * PS].copy_from_slice(&data);
+    let mut rng = Rng(21);
+    nodes.max_in_flight.store(0, Ordering::SeqCst);
+    for round in 0..20 {
+        let adds: Vec<(u64, u64)> = (0..1 + rng.below(300))
+            .map(|_| random_add(&mut rng, 30))
+            .collect();
+        let got = v.add_u64s(&adds).await.unwrap();
+        assert_eq!(got, model_adds(&mut model, &adds), "round {round}");
+    }
+    assert_eq!(&v.read_pages(0, 30).await.unwrap()[..], &model[..]);
+    let max = nodes.max_in_flight.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&max), "{max} calls in flight at once");
+    assert!(v.add_u64s(&[]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_batch_past_the_call_limit_goes_in_calls_one_after_another_per_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 2], &[]).await;
+    let volumes = view(&nodes);
+    volumes.create("big", 16 * PS as u64, None).await.unwrap();
+    let v = volumes.open("big").await.unwrap();
+    let mut model = vec![0u8; 16 * PS];
+    let mut rng = Rng(8);
+    // More than one call's worth for each of the two members, mostly on a
+    // few counters, so the order across calls shows in the values.
+    let n = 2 * MAX_ADDS_PER_CALL + 1000;
+    let adds: Vec<(u64, u64)> = (0..n).map(|_| random_add(&mut rng, 16)).collect();
+    nodes.calls.store(0, Ordering::SeqCst);
+    let got = v.add_u64s(&adds).await.unwrap();
+    assert_eq!(got, model_adds(&mut model, &adds));
+    assert_eq!(
+        nodes.calls.load(Ordering::SeqCst),
+        4,
+        "two calls per member"
+    );
+    assert_eq!(&v.read_pages(0, 16).await.unwrap()[..], &model[..]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_adds_to_the_same_counters_are_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 2], &[]).await;
+    let volumes = view(&nodes);
+    volumes.create("hot", 8 * PS as u64, None).await.unwrap();
+    let v = volumes.open("hot").await.unwrap();
+    // Three counters on page 1 (node 1), one on page 2 (node 0).
+    let counters = [PS as u64, PS as u64 + 8, 2 * PS as u64 - 8, 2 * PS as u64];
+    const TASKS: u64 = 16;
+    const BATCHES: u64 = 60;
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let v = v.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for b in 0..BATCHES {
+                // Each batch adds 1 to every counter, in a rotating order.
+                let adds: Vec<(u64, u64)> = (0..4)
+                    .map(|i| (counters[((t + b + i) % 4) as usize], 1))
+                    .collect();
+                let got = v.add_u64s(&adds).await.unwrap();
+                seen.extend(adds.iter().map(|a| a.0).zip(got));
+            }
+            seen
+        }));
+    }
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    for t in tasks {
+        seen.extend(t.await.unwrap());
+    }
+    let total = TASKS * BATCHES;
+    for c in counters {
+        let page = v.read_range(c, 8).await.unwrap();
+        assert_eq!(u64::from_le_bytes(page[..].try_into().unwrap()), total);
+        // Every add saw its own value: the counter went 1, 2, ..., total.
+        let mut values: Vec<u64> = seen.iter().filter(|s| s.0 == c).map(|s| s.1).collect();
+        values.sort_unstable();
+        assert_eq!(values, (1..=total).collect::<Vec<_>>(), "counter at {c}");
+    }
+}
+
+/// A page whose counter at byte 0 holds `j * 1_000_000` and whose other
+/// bytes say `j`.
+fn marked_page(j: u64) -> Vec<u8> {
+    let mut page = pattern(PS, 1000 + j);
+    page[..8].copy_from_slice(&(j * 1_000_000).to_le_bytes());
+    page
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn adds_and_whole_page_writes_and_trims_of_one_page_serialize() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 2], &[]).await;
+    let volumes = view(&nodes);
+    volumes.create("mix", 8 * PS as u64, None).await.unwrap();
+    let v = volumes.open("mix").await.unwrap();
+    for round in 0..6u64 {
+        let page = 3 + round % 2;
+        let at = page * PS as u64;
+        v.write_page(page, &marked_page(1)).await.unwrap();
+        // Adders of 1 to the counter run until the writer is done; the
+        // writer writes whole pages with counter j * 1e6, j = 2..=6, in
+        // order.
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut adders = Vec::new();
+        for _ in 0..6 {
+            let (v, done) = (v.clone(), done.clone());
+            adders.push(tokio::spawn(async move {
+                let mut values = Vec::new();
+                // Bounded, in case the writer never finishes.
+                while !done.load(Ordering::SeqCst) && values.len() < 5000 {
+                    values.extend(v.add_u64s(&[(at, 1)]).await.unwrap());
+                }
+                values
+            }));
+        }
+        let mut values = Vec::new();
+        for j in 2..=6u64 {
+            tokio::task::yield_now().await;
+            v.write_page(page, &marked_page(j)).await.unwrap();
+            // An add issued after the write returned sees it: its value
+            // and its other bytes. A write landing between another add's
+            // read and write is overwritten with the old page, and this
+            // add sees the old counter or the old bytes.
+            let mine = v.add_u64s(&[(at, 1)]).await.unwrap()[0];
+            let base = j * 1_000_000;
+            assert!(
+                (base + 1..base + 1_000_000).contains(&mine),
+                "round {round}: write {j} lost (an add after it saw {mine})"
+            );
+            assert_eq!(
+                v.read_page(page).await.unwrap()[8..],
+                marked_page(j)[8..],
+                "round {round}: write {j}'s bytes lost"
+            );
+            values.push(mine);
+            if j == 6 {
+                break;
+            }
+            // A trim is a write of zeros: an add after it starts again
+            // from zero on a page of zeros.
+            v.trim_pages(page, 1).await.unwrap();
+            let mine = v.add_u64s(&[(at, 1)]).await.unwrap()[0];
+            assert!(
+                (1..1_000_000).contains(&mine),
+                "round {round}: the trim after write {j} lost (an add after it saw {mine})"
+            );
+            assert!(
+                v.read_page(page).await.unwrap()[8..]
+                    .iter()
+                    .all(|b| *b == 0),
+                "round {round}: the trim after write {j} lost"
+            );
+        }
+        done.store(true, Ordering::SeqCst);
+        for a in adders {
+            values.extend(a.await.unwrap());
+        }
+        // The counter is the last write's value plus the adds after it,
+        // which are those that returned a value just above it.
+        let got = v.read_page(page).await.unwrap();
+        assert_eq!(got[8..], marked_page(6)[8..], "round {round}");
+        let base = 6_000_000;
+        let after = values
+            .iter()
+            .filter(|x| (base + 1..base + 1_000_000).contains(*x))
+            .count() as u64;
+        let counter = u64::from_le_bytes(got[..8].try_into().unwrap());
+        assert_eq!(counter, base + after, "round {round}");
+        // And no two adds after writes saw the same value (after trims,
+        // counters start again from zero).
+        let mut sorted: Vec<u64> = values.iter().copied().filter(|x| *x > 1_000_000).collect();
+        let n = sorted.len();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), n, "round {round}");
+    }
+}
+
+#[tokio::test]
+async fn bad_adds_are_refused_whole_naming_the_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 2], &[]).await;
+    let volumes = view(&nodes);
+    volumes.create("b", 5 * PS as u64, None).await.unwrap();
+    let v = volumes.open("b").await.unwrap();
+    v.write_page(0, &[1u8; PS]).await.unwrap();
+    let before = v.read_pages(0, 5).await.unwrap();
+    let size = 5 * PS as u64;
+    let cases: Vec<(u64, &str)> = vec![
+        (PS as u64 - 4, "cross the end of page 0"),
+        (3 * PS as u64 - 1, "cross the end of page 2"),
+        (size - 7, "beyond the volume's 2560 bytes"),
+        (size, "beyond the volume's 2560 bytes"),
+        (u64::MAX - 3, "beyond the volume's 2560 bytes"),
+    ];
+    for (offset, expect) in cases {
+        // A good add before and after it: neither is applied.
+        let adds = [(0, 5), (8, 1), (offset, 1), (16, 1)];
+        let e = v.add_u64s(&adds).await.unwrap_err();
+        assert!(
+            matches!(e, BlockVolumeError::BadAdd { index: 2, offset: o, .. } if o == offset),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("add 2 at offset {offset}")) && text.contains(expect),
+            "{text}"
+        );
+    }
+    // The last 8 bytes of the volume and of a page are fine.
+    v.add_u64s(&[(size - 8, 1), (PS as u64 - 8, 0)])
+        .await
+        .unwrap();
+    v.add_u64s(&[(size - 8, u64::MAX)]).await.unwrap();
+    assert_eq!(v.read_pages(0, 5).await.unwrap(), before, "nothing changed");
+
+    // A hand-made call a node must refuse: node 1 holds pages 1 and 3 of
+    // the volume (local 0 and 1); local page 2, and bytes 506.. of a page.
+    let n = &nodes.nodes[1];
+    let instance = n.registry.get("b").unwrap().instance;
+    let call = |adds: &[(u64, u32, u64)]| {
+        let mut c = vec![8u8, 1, b'b'];
+        c.extend_from_slice(&instance.to_le_bytes());
+        c.extend_from_slice(&(adds.len() as u32).to_le_bytes());
+        for (page, offset, delta) in adds {
+            c.extend_from_slice(&page.to_le_bytes());
+            c.extend_from_slice(&offset.to_le_bytes());
+            c.extend_from_slice(&delta.to_le_bytes());
+        }
+        Bytes::from(c)
+    };
+    for (adds, expect) in [
+        (
+            vec![(0, 0, 1), (1, 8, 1), (2, 0, 1)],
+            "add 2 at offset 0: local page 2 is outside this node's 2 pages",
+        ),
+        (
+            vec![(0, 0, 1), (1, 506, 1)],
+            "add 1 at offset 506: bytes 506..514 of local page 1 cross the end",
+        ),
+        (
+            vec![(0, u32::MAX, 1)],
+            "add 0 at offset 4294967295: bytes 4294967295..",
+        ),
+    ] {
+        let answer = serve_volume_call(&n.registry, &n.space, call(&adds)).await;
+        let e = answer_error(1, &answer).unwrap_err();
+        assert!(matches!(e, BlockVolumeError::BadAdd { .. }), "{e}");
+        assert!(e.to_string().contains(expect), "{e}");
+    }
+    assert_eq!(v.read_pages(0, 5).await.unwrap(), before, "nothing changed");
+    // A good hand-made call: the answer is the values.
+    let answer = serve_volume_call(&n.registry, &n.space, call(&[(1, 0, 7), (1, 0, 2)])).await;
+    answer_error(1, &answer).unwrap();
+    assert_eq!(answer.len(), 1 + 4 + 16);
+    assert_eq!(&answer[5..13], &7u64.to_le_bytes());
+    assert_eq!(&answer[13..21], &9u64.to_le_bytes());
+    assert_eq!(
+        v.read_range(3 * PS as u64, 8).await.unwrap()[..],
+        9u64.to_le_bytes()
+    );
+}
+
+#[tokio::test]
+async fn malformed_add_calls_get_error_answers_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = nodes_with(dir.path(), &[small(); 1], &[]).await;
+    let volumes = view(&nodes);
+    volumes.create("m", 16 * PS as u64, None).await.unwrap();
+    let n = &nodes.nodes[0];
+    let instance = n.registry.get("m").unwrap().instance;
+    let head = |count: u32| {
+        let mut c = vec![8u8, 1, b'm'];
+        c.extend_from_slice(&instance.to_le_bytes());
+        c.extend_from_slice(&count.to_le_bytes());
+        c
+    };
+    let mut good = head(2);
+    for page in [3u64, 4] {
+        good.extend_from_slice(&page.to_le_bytes());
+        good.extend_from_slice(&0u32.to_le_bytes());
+        good.extend_from_slice(&1u64.to_le_bytes());
+    }
+    let serve = |c: Vec<u8>| serve_volume_call(&n.registry, &n.space, Bytes::from(c));
+    // Every truncation of a good call is an error answer.
+    for cut in 0..good.len() {
+        let answer = serve(good[..cut].to_vec()).await;
+        assert!(answer_error(0, &answer).is_err(), "cut at {cut}");
+    }
+    let mut trailing = good.clone();
+    trailing.push(0);
+    let mut huge_count = head(u32::MAX);
+    huge_count.extend_from_slice(&[0u8; 40]);
+    // More adds than a call may carry, all present: refused by count.
+    let mut too_many = head(MAX_ADDS_PER_CALL as u32 + 1);
+    too_many.resize(too_many.len() + (MAX_ADDS_PER_CALL + 1) * 20, 0);
+    // The largest legal call stays within the protocol's body limit.
+    assert!(too_many.len() - 20 <= ADD_CALL_MAX_BYTES);
+    const { assert!(ADD_CALL_MAX_BYTES <= (4 << 20) + (64 << 10)) };
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (trailing, "1 bytes trail"),
+        (
+            huge_count,
+            "4294967295 items cannot fit in the 40 bytes left",
+        ),
+        (head(3), "3 items cannot fit in the 0 bytes left"),
+        (
+            too_many,
+            "16385 adds in one call would exceed the limit of 16384",
+        ),
+    ];
+    for (call, expect) in cases {
+        let e = answer_error(0, &serve(call).await).unwrap_err();
+        assert!(e.to_string().contains(expect), "{expect}: {e}");
+    }
+    assert_eq!(n.space.stats().live_pages, 0, "nothing was written");
+    // The good call itself works, once.
+    answer_error(0, &serve(good).await).unwrap();
+    assert_eq!(n.space.stats().live_pages, 2);
 }

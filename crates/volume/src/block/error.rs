@@ -97,6 +97,23 @@ pub enum BlockVolumeError {
         /// The volume's size.
         size_bytes: u64,
     },
+    /// An add of a batch ([`BlockVolume::add_u64s`](super::BlockVolume::add_u64s), the
+    /// `AddU64` call) whose 8 bytes cross a page's end or lie outside the
+    /// volume (or the node's share of it). The whole batch is refused:
+    /// nothing of it was applied.
+    #[error("volume {name:?}: add {index} at offset {offset}: {reason}; nothing of the batch was applied")]
+    BadAdd {
+        /// The volume (and the node, for a node's local pages).
+        name: String,
+        /// The add's position in its batch (the caller's slice, or the
+        /// call's list on a node).
+        index: u64,
+        /// Its offset: a byte of the volume at the caller, a byte of the
+        /// page on a node.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Page data is not a whole, non-zero number of pages.
     #[error("page data is {got_bytes} bytes; writes take whole pages of {page_size_bytes} bytes")]
     PageData {

@@ -9,10 +9,12 @@
 //! - [`VolumeRegistry`]: one node's volume definitions, in `volumes.reg`
 //!   in its data directory (replaced atomically).
 //! - [`serve_volume_call`]: a node runs an encoded call (define, delete,
-//!   list, info, read, write, trim) against its registry and space manager.
+//!   list, info, read, write, trim, add) against its registry and space
+//!   manager.
 //! - [`BlockVolumes`] and [`BlockVolume`]: the caller's view over a
 //!   [`VolumeTransport`] — create, list, delete by name; read and write
-//!   pages and byte ranges with a bounded number of calls in flight.
+//!   pages and byte ranges with a bounded number of calls in flight, and
+//!   add to `u64` counters in place atomically ([`BlockVolume::add_u64s`]).
 //!
 //! Every member stores the definition; a lookup by name asks every node of
 //! the cluster. Pages never written read as zeros. Sizes are
@@ -90,4 +92,7 @@ pub use view::{
     BlockVolume, BlockVolumes, MemberStatus, VolumeListing, VolumeStatus, VolumeSummary,
     VolumeTransport, DEFAULT_MAX_IN_FLIGHT_CALLS, MAX_IN_FLIGHT_CALLS, MAX_RANGE_BYTES,
 };
-pub use wire::{answer_error, max_pages_per_call, MAX_CALL_DATA_BYTES, MAX_PAGES_PER_CALL};
+pub use wire::{
+    answer_error, max_pages_per_call, ADD_CALL_MAX_BYTES, MAX_ADDS_PER_CALL, MAX_CALL_DATA_BYTES,
+    MAX_PAGES_PER_CALL,
+};

@@ -31,6 +31,10 @@ const VERSION: u32 = 1;
 /// Pages trimmed per space manager call when a volume is deleted or
 /// trimmed: each call is one log sync, and the batch bounds its memory.
 pub(crate) const TRIM_BATCH_PAGES: usize = 4096;
+/// Stripes of the page-lock table: enough that unrelated pages rarely
+/// share one, few enough that a trim batch can take every one it needs.
+pub(crate) const PAGE_LOCK_STRIPES: usize = 1024;
+const _: () = assert!(PAGE_LOCK_STRIPES.is_power_of_two() && PAGE_LOCK_STRIPES > 1);
 
 /// A defined volume on this node.
 pub(crate) struct Entry {
@@ -51,6 +55,12 @@ pub struct VolumeRegistry {
     entries: Mutex<BTreeMap<String, Arc<Entry>>>,
     /// Held by a define or delete from its checks to its file write.
     changes: tokio::sync::Mutex<()>,
+    /// Page locks, striped by (space, page): an add holds its page's from
+    /// its read to its write, and writes and trims hold theirs, so no add
+    /// is lost to another add, a write or a trim of the same page. A task
+    /// holding more than one takes them in stripe order (`lock_pages`), so
+    /// no two calls deadlock.
+    page_locks: Box<[tokio::sync::Mutex<()>]>,
 }
 
 impl std::fmt::Debug for VolumeRegistry {
@@ -104,7 +114,42 @@ impl VolumeRegistry {
             dir: dir.to_path_buf(),
             entries: Mutex::new(entries),
             changes: tokio::sync::Mutex::new(()),
+            page_locks: (0..PAGE_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
         })
+    }
+
+    /// Locks page `page` of space `space_id` (its stripe) against adds,
+    /// writes and trims of it on this node.
+    pub(crate) async fn lock_page(
+        &self,
+        space_id: u32,
+        page: u64,
+    ) -> tokio::sync::MutexGuard<'_, ()> {
+        self.page_locks[page_lock_stripe(space_id, page)]
+            .lock()
+            .await
+    }
+
+    /// Locks every page of `pages` in space `space_id`: each stripe once,
+    /// in ascending order, the one order every multi-lock holder uses.
+    pub(crate) async fn lock_pages(
+        &self,
+        space_id: u32,
+        pages: &[u64],
+    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = pages
+            .iter()
+            .map(|p| page_lock_stripe(space_id, *p))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.page_locks[s].lock().await);
+        }
+        guards
     }
 
     /// The node this registry belongs to.
@@ -279,6 +324,18 @@ impl VolumeRegistry {
     }
 }
 
+/// The page-lock stripe of page `page` of space `space_id`: a
+/// multiplicative hash, so consecutive pages (and the same page of two
+/// volumes) land on different stripes.
+pub(crate) fn page_lock_stripe(space_id: u32, page: u64) -> usize {
+    let key = (u64::from(space_id) << 40) ^ page;
+    // Fibonacci hashing: the top bits of the product are the well-mixed ones.
+    let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let stripe = (h >> (64 - PAGE_LOCK_STRIPES.trailing_zeros())) as usize;
+    debug_assert!(stripe < PAGE_LOCK_STRIPES);
+    stripe
+}
+
 /// Trims `pages` of `space` in batches.
 pub(crate) async fn trim_pages(
     node: NodeId,
@@ -425,6 +482,33 @@ mod tests {
         let twins = Bytes::from(encode_registry(1, &[def("a", 1), def("b", 1)]));
         let e = decode_registry(p, &twins, 1).unwrap_err().to_string();
         assert!(e.contains("share a name or id"), "{e}");
+    }
+
+    #[test]
+    fn page_locks_spread_pages_and_lock_each_stripe_once() {
+        // Consecutive pages of one space, and one page of consecutive
+        // spaces, rarely share a stripe.
+        let stripes: std::collections::BTreeSet<usize> =
+            (0..256).map(|p| page_lock_stripe(1001, p)).collect();
+        assert!(stripes.len() > 200, "{} stripes", stripes.len());
+        let spaces: std::collections::BTreeSet<usize> =
+            (1000..1256).map(|s| page_lock_stripe(s, 7)).collect();
+        assert!(spaces.len() > 200, "{} stripes", spaces.len());
+        let dir = tempfile::tempdir().unwrap();
+        let registry = VolumeRegistry::open(0, dir.path()).unwrap();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async {
+                // Every stripe twice over: each is taken once (a second
+                // take of one would never return).
+                let pages: Vec<u64> = (0..4 * PAGE_LOCK_STRIPES as u64).collect();
+                let guards = registry.lock_pages(1001, &pages).await;
+                assert_eq!(guards.len(), PAGE_LOCK_STRIPES);
+                drop(guards);
+                let _one = registry.lock_page(1001, 5).await;
+                let _other = registry.lock_pages(1001, &[6, 6, 7]).await;
+            });
     }
 
     proptest! {

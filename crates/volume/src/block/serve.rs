@@ -4,9 +4,10 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 
 use super::def::{NodeSpace, VolumeDef};
-use super::registry::{storage_error, trim_pages, Entry, VolumeRegistry};
+use super::registry::{storage_error, trim_pages, Entry, VolumeRegistry, TRIM_BATCH_PAGES};
 use super::wire::{
-    encode_error, max_pages_per_call, Op, Reader, Writer, PAGE_DATA, PAGE_UNWRITTEN,
+    encode_error, max_pages_per_call, Op, Reader, Writer, ADD_OP_BYTES, MAX_ADDS_PER_CALL,
+    PAGE_DATA, PAGE_UNWRITTEN,
 };
 use super::BlockVolumeError;
 use crate::{LogicalPage, SpaceManager};
@@ -125,8 +126,42 @@ async fn serve(
                 .filter(|i| (first..end).contains(i))
                 .collect();
             let trimmed = pages.len() as u64;
-            trim_pages(registry.node(), space, entry.def.space(), pages).await?;
+            for batch in pages.chunks(TRIM_BATCH_PAGES) {
+                // A trim is a write of zeros: an add must not read a page
+                // before it and write the old data back after it.
+                let _locks = registry.lock_pages(entry.def.space(), batch).await;
+                trim_pages(registry.node(), space, entry.def.space(), batch.to_vec()).await?;
+            }
             w.u64(trimmed);
+        }
+        Op::AddU64 => {
+            let name = r.name()?;
+            let instance = r.u64()?;
+            let count = r.count(ADD_OP_BYTES)?;
+            if count > MAX_ADDS_PER_CALL {
+                return Err(BlockVolumeError::TooMany {
+                    node: registry.node(),
+                    what: format!("{count} adds in one call"),
+                    limit: MAX_ADDS_PER_CALL as u64,
+                });
+            }
+            let mut adds = Vec::with_capacity(count);
+            for _ in 0..count {
+                adds.push(Add {
+                    page: r.u64()?,
+                    offset_in_page: r.u32()?,
+                    delta: r.u64()?,
+                });
+            }
+            r.end()?;
+            let entry = open_entry(registry, &name, instance)?;
+            let values = add_u64s(registry, space, &entry, &adds).await?;
+            debug_assert_eq!(values.len(), adds.len());
+            w.0.reserve(4 + 8 * values.len());
+            w.u32(values.len() as u32);
+            for v in values {
+                w.u64(v);
+            }
         }
     }
     Ok(w.0)
@@ -260,7 +295,12 @@ async fn write(
         .map(|i| {
             let start = i as usize * page_size;
             let page = data.slice(start..start + page_size);
-            space.write(page_of(&entry.def, first + i), page)
+            async move {
+                // One page lock at a time, so a write never waits for a
+                // lock while holding one.
+                let _lock = registry.lock_page(entry.def.space(), first + i).await;
+                space.write(page_of(&entry.def, first + i), page).await
+            }
         })
         .buffer_unordered(NODE_PAGES_IN_FLIGHT)
         .collect()
@@ -269,5 +309,132 @@ async fn write(
     match results.into_iter().find_map(Result::err) {
         None => Ok(()),
         Some(e) => Err(storage_error(registry.node(), e)),
+    }
+}
+
+/// One add of an `AddU64` call.
+#[derive(Clone, Copy, Debug)]
+struct Add {
+    page: u64,
+    offset_in_page: u32,
+    delta: u64,
+}
+
+/// Applies `adds` to this node's pages of `entry`: checks every add first
+/// (the whole batch is refused if one is out of range), then takes each
+/// page once (its lock, one read, its adds in call order, one write), at
+/// most [`NODE_PAGES_IN_FLIGHT`] pages at a time. Returns each add's new
+/// value in call order. If a page fails, the other pages are still tried
+/// (each page gets all its adds or none) and the first failure is returned.
+async fn add_u64s(
+    registry: &VolumeRegistry,
+    space: &SpaceManager,
+    entry: &Entry,
+    adds: &[Add],
+) -> Result<Vec<u64>, BlockVolumeError> {
+    let page_size = entry.def.page_size_bytes as usize;
+    let local_pages = entry.def.member_pages(entry.member);
+    let bad = |index: usize, add: &Add, reason: String| BlockVolumeError::BadAdd {
+        name: format!(
+            "{} (its local pages on node {})",
+            entry.def.name,
+            registry.node()
+        ),
+        index: index as u64,
+        offset: u64::from(add.offset_in_page),
+        reason,
+    };
+    // Call order within each page: a page's adds apply in the order given.
+    let mut by_page: std::collections::BTreeMap<u64, Vec<usize>> = Default::default();
+    for (index, add) in adds.iter().enumerate() {
+        if add.page >= local_pages {
+            return Err(bad(
+                index,
+                add,
+                format!(
+                    "local page {} is outside this node's {local_pages} pages of the volume",
+                    add.page
+                ),
+            ));
+        }
+        let end = add.offset_in_page as usize + 8;
+        if end > page_size {
+            return Err(bad(
+                index,
+                add,
+                format!(
+                    "bytes {}..{end} of local page {} cross the end of its {page_size}-byte page",
+                    add.offset_in_page, add.page
+                ),
+            ));
+        }
+        by_page.entry(add.page).or_default().push(index);
+    }
+    let gate = entry.gate.read().await;
+    if *gate {
+        return Err(BlockVolumeError::NotFound {
+            name: entry.def.name.clone(),
+        });
+    }
+    let results: Vec<Result<Vec<(usize, u64)>, BlockVolumeError>> = stream::iter(by_page)
+        .map(|(page, indexes)| async move {
+            let at = page_of(&entry.def, page);
+            // Held from the read to the write: the read-modify-write of
+            // this page is one step for every other add, write and trim.
+            let _lock = registry.lock_page(entry.def.space(), page).await;
+            let mut data = match space.read(at).await {
+                Err(e) => return Err(storage_error(registry.node(), e)),
+                // Never written or trimmed: zeros.
+                Ok(None) => vec![0u8; page_size],
+                Ok(Some(data)) if data.len() == page_size => data.to_vec(),
+                Ok(Some(data)) => {
+                    return Err(BlockVolumeError::Storage {
+                        node: registry.node(),
+                        message: format!(
+                            "the space manager returned {} bytes for a page of {page_size}",
+                            data.len()
+                        ),
+                    })
+                }
+            };
+            let mut values = Vec::with_capacity(indexes.len());
+            for index in indexes {
+                let add = adds[index];
+                let start = add.offset_in_page as usize;
+                debug_assert!(start + 8 <= page_size, "checked above");
+                let slot = &mut data[start..start + 8];
+                let mut word = [0u8; 8];
+                word.copy_from_slice(slot);
+                let value = u64::from_le_bytes(word).wrapping_add(add.delta);
+                slot.copy_from_slice(&value.to_le_bytes());
+                values.push((index, value));
+            }
+            space
+                .write(at, Bytes::from(data))
+                .await
+                .map_err(|e| storage_error(registry.node(), e))?;
+            Ok(values)
+        })
+        .buffer_unordered(NODE_PAGES_IN_FLIGHT)
+        .collect()
+        .await;
+    drop(gate);
+    let mut out = vec![0u64; adds.len()];
+    let mut first_error = None;
+    for result in results {
+        match result {
+            Ok(values) => {
+                for (index, value) in values {
+                    out[index] = value;
+                }
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        None => Ok(out),
+        Some(e) => Err(e),
     }
 }

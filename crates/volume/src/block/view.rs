@@ -11,11 +11,12 @@ use futures::stream::{self, StreamExt};
 use serde::{Deserialize, Serialize};
 
 use super::def::{
-    runs, validate_members, validate_name, NodeSpace, Run, VolumeDef, MAX_VOLUME_ID,
+    runs, stripe, validate_members, validate_name, NodeSpace, Run, VolumeDef, MAX_VOLUME_ID,
     MAX_VOLUME_PAGES,
 };
 use super::wire::{
-    max_pages_per_call, Op, Reader, Writer, MIN_DEF_BYTES, PAGE_DATA, PAGE_UNWRITTEN,
+    max_pages_per_call, Op, Reader, Writer, MAX_ADDS_PER_CALL, MIN_DEF_BYTES, PAGE_DATA,
+    PAGE_UNWRITTEN,
 };
 use super::{BlockVolumeError, NodeId};
 
@@ -893,6 +894,108 @@ impl<X: VolumeTransport> BlockVolume<X> {
         let pages = self.read_checked(first, last - first + 1).await?;
         let skip = (offset - first * ps) as usize;
         Ok(pages.slice(skip..skip + len as usize))
+    }
+
+    /// Adds each `(offset, delta)` of `adds` to the little-endian `u64` at
+    /// byte `offset` of the volume (wrapping; a page never written counts
+    /// as zeros) and returns each one's new value, in the order given.
+    ///
+    /// Each add is atomic on the node that holds its page: it takes the
+    /// page's lock from its read to its write, as writes and trims of the
+    /// page do, so no add is lost to another add, a page write or a trim.
+    /// (A [`write_range`](Self::write_range) of part of a page is a read and
+    /// a write of the whole page from this side, and can still overwrite an
+    /// add that lands between the two.) Adds to one counter apply in the
+    /// order given: a node's adds go in calls of at most
+    /// [`MAX_ADDS_PER_CALL`](super::MAX_ADDS_PER_CALL) one after another,
+    /// calls to different nodes in parallel (at most `max_in_flight`).
+    ///
+    /// An add whose 8 bytes cross a page's end or the volume's end fails
+    /// the whole batch with [`BlockVolumeError::BadAdd`] naming its index
+    /// and offset, before anything is sent. Adds are not idempotent: a call
+    /// is never resent, and if one fails the adds of the calls that
+    /// succeeded stay applied (each node applies a page's adds all or
+    /// none); the first error is returned.
+    pub async fn add_u64s(&self, adds: &[(u64, u64)]) -> Result<Vec<u64>> {
+        let ps = self.page_size() as u64;
+        let size_bytes = self.size_bytes();
+        let n = self.def.members.len();
+        // Per member, its adds in the caller's order: (caller's index,
+        // local page, offset in the page, delta).
+        let mut by_member: BTreeMap<usize, Vec<(usize, u64, u32, u64)>> = BTreeMap::new();
+        for (index, &(offset, delta)) in adds.iter().enumerate() {
+            let bad = |reason: String| BlockVolumeError::BadAdd {
+                name: self.def.name.clone(),
+                index: index as u64,
+                offset,
+                reason,
+            };
+            match offset.checked_add(8) {
+                Some(end) if end <= size_bytes => {}
+                _ => {
+                    return Err(bad(format!(
+                        "bytes {offset}..{} are beyond the volume's {size_bytes} bytes",
+                        offset.saturating_add(8)
+                    )))
+                }
+            }
+            let page = offset / ps;
+            let in_page = offset % ps;
+            if in_page + 8 > ps {
+                return Err(bad(format!(
+                    "its 8 bytes cross the end of page {page} (pages of {ps} bytes)"
+                )));
+            }
+            let (member, local) = stripe(page, n);
+            debug_assert!(local < self.def.member_pages(member));
+            by_member
+                .entry(member)
+                .or_default()
+                .push((index, local, in_page as u32, delta));
+        }
+        // Every call runs to its end even if another fails: a dropped call
+        // would leave its adds applied or not, unknown.
+        let results: Vec<Result<Vec<(usize, u64)>>> = stream::iter(by_member)
+            .map(|(member, ops)| async move {
+                let node = self.def.members[member];
+                let mut values = Vec::with_capacity(ops.len());
+                // One call after another: adds to one counter, all on this
+                // node, apply in the caller's order.
+                for chunk in ops.chunks(MAX_ADDS_PER_CALL) {
+                    let mut w = Writer::call(Op::AddU64);
+                    w.name(&self.def.name)
+                        .u64(self.def.instance)
+                        .u32(chunk.len() as u32);
+                    for &(_, local, in_page, delta) in chunk {
+                        w.u64(local).u32(in_page).u64(delta);
+                    }
+                    let answer = self.transport.call(node, false, Bytes::from(w.0)).await?;
+                    let mut r = Reader::new("volume answer", &answer);
+                    r.answer_status(node)?;
+                    let got = r.count(8)?;
+                    if got != chunk.len() {
+                        return Err(r.malformed(format!(
+                            "{got} values in the answer, {} adds sent",
+                            chunk.len()
+                        )));
+                    }
+                    for &(index, ..) in chunk {
+                        values.push((index, r.u64()?));
+                    }
+                    r.end()?;
+                }
+                Ok(values)
+            })
+            .buffer_unordered(self.max_in_flight)
+            .collect()
+            .await;
+        let mut out = vec![0u64; adds.len()];
+        for result in results {
+            for (index, value) in result? {
+                out[index] = value;
+            }
+        }
+        Ok(out)
     }
 
     /// Writes `data` at byte `offset` (at most [`MAX_RANGE_BYTES`]). Pages

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 
-use super::def::{validate_name, NodeSpace, VolumeDef, MAX_VOLUME_MEMBERS};
+use super::def::{validate_name, NodeSpace, VolumeDef, MAX_VOLUME_MEMBERS, MAX_VOLUME_NAME_BYTES};
 use super::{BlockVolumeError, NodeId};
 
 /// Most page bytes one read or write call carries (its body stays within
@@ -21,6 +21,21 @@ pub const MAX_CALL_DATA_BYTES: usize = 4 << 20;
 /// the per-page flags of a read answer and the pages a node has in flight
 /// for one call.
 pub const MAX_PAGES_PER_CALL: u64 = 4096;
+
+/// Most adds one `AddU64` call carries. Its body is then at most
+/// [`ADD_CALL_MAX_BYTES`] (well within the protocol's 4 MiB + 64 KiB) and
+/// its answer 128 KiB; a node touches at most this many pages for it, 64 at
+/// a time, so a call's run time stays near a full write call's.
+pub const MAX_ADDS_PER_CALL: usize = 16_384;
+/// Bytes of one add in an `AddU64` call: local page u64, offset in the
+/// page u32, delta u64.
+pub(crate) const ADD_OP_BYTES: usize = 8 + 4 + 8;
+/// Bytes of an `AddU64` call before its adds, at most: op, the longest
+/// name, instance, count.
+const ADD_CALL_HEAD_MAX_BYTES: usize = 1 + 1 + MAX_VOLUME_NAME_BYTES + 8 + 4;
+/// The largest `AddU64` call body.
+pub const ADD_CALL_MAX_BYTES: usize = ADD_CALL_HEAD_MAX_BYTES + MAX_ADDS_PER_CALL * ADD_OP_BYTES;
+const _: () = assert!(ADD_CALL_MAX_BYTES <= (4 << 20) + (64 << 10));
 
 /// Pages one data call carries for pages of `page_size_bytes`.
 pub fn max_pages_per_call(page_size_bytes: u32) -> u64 {
@@ -49,6 +64,7 @@ pub(crate) enum Op {
     Read = 5,
     Write = 6,
     Trim = 7,
+    AddU64 = 8,
 }
 
 impl Op {
@@ -61,6 +77,7 @@ impl Op {
             5 => Op::Read,
             6 => Op::Write,
             7 => Op::Trim,
+            8 => Op::AddU64,
             _ => return None,
         })
     }
@@ -297,6 +314,7 @@ mod kind {
     pub const TOO_MANY: u8 = 12;
     pub const STORAGE: u8 = 13;
     pub const MALFORMED: u8 = 14;
+    pub const BAD_ADD: u8 = 15;
     pub const OTHER: u8 = 255;
 }
 
@@ -366,6 +384,18 @@ pub(crate) fn encode_error(e: &BlockVolumeError) -> Bytes {
         E::Malformed { what, reason } => {
             w.u8(kind::MALFORMED).str(what).str(reason);
         }
+        E::BadAdd {
+            name,
+            index,
+            offset,
+            reason,
+        } => {
+            w.u8(kind::BAD_ADD)
+                .str(name)
+                .u64(*index)
+                .u64(*offset)
+                .str(reason);
+        }
         other => {
             w.u8(kind::OTHER).str(&other.to_string());
         }
@@ -429,6 +459,12 @@ fn decode_error(r: &mut Reader<'_>, node: NodeId) -> Result<BlockVolumeError, Bl
             what: format!("{} (node {node} says)", r.str()?),
             reason: r.str()?,
         },
+        kind::BAD_ADD => E::BadAdd {
+            name: r.str()?,
+            index: r.u64()?,
+            offset: r.u64()?,
+            reason: r.str()?,
+        },
         kind::OTHER => E::Remote {
             node,
             message: r.str()?,
@@ -468,6 +504,27 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "volume \"v\": pages 10..12 are outside its 11 pages"
+        );
+        let e = round_trip(BlockVolumeError::BadAdd {
+            name: "v".into(),
+            index: 4,
+            offset: 510,
+            reason: "crosses".into(),
+        });
+        assert!(
+            matches!(
+                &e,
+                BlockVolumeError::BadAdd {
+                    index: 4,
+                    offset: 510,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "volume \"v\": add 4 at offset 510: crosses; nothing of the batch was applied"
         );
         let e = round_trip(BlockVolumeError::Registry {
             path: "x".into(),

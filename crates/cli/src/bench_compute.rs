@@ -1,0 +1,758 @@
+//! `quarry bench wordcount` (BlueDBM Fig. 11) and `quarry bench minerva`
+//! (Minerva's fgrep-8 and read-modify-write): near-data kernels vs the
+//! client doing the same work on data it fetches, on loopback and with the
+//! client's link limited by `tc` in a network namespace. Every row reports
+//! the bytes the kernels scanned, the bytes that reached the client and
+//! their ratio.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use futures::StreamExt;
+use quarry_client::{
+    BucketName, Chunking, Client, Condition, Job, KernelSpec, Limits, ObjectKey, Outcome, Output,
+    RmwBatch, RmwOp, Target, WcSpec,
+};
+use quarry_device::{BackendKind, Geometry};
+use serde::Serialize;
+
+use crate::args::BenchComputeArgs;
+use crate::bench::TempDir;
+use crate::commands::{human_bytes, quarry_exe};
+use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
+use crate::netlink::ClientNet;
+use crate::objects_cmd::{file_source, parse_size};
+use crate::plot::{LinePlot, Series};
+
+const WORD: &str = "would";
+const PATTERN: [u8; 8] = *b"flashes!";
+const BUCKET: &str = "bench";
+const KEY: &str = "corpus.txt";
+/// The x value standing for loopback on the plots' link axis.
+const LOOPBACK_X: f64 = 100.0;
+
+/// One measured way of doing the work on one link.
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    link: String,
+    mode: &'static str,
+    /// MB/s of data processed (10^6 bytes), or ops/s for RMW.
+    rate: f64,
+    unit: &'static str,
+    bytes_scanned: u64,
+    bytes_to_client: u64,
+    scanned_per_sent: f64,
+    /// Rate over the host-software (or round-trip) row of the same link.
+    speedup: f64,
+    answer: u64,
+}
+
+/// Where the client runs.
+struct Link {
+    name: String,
+    rate: Option<String>,
+    x: f64,
+}
+
+fn links(text: &str) -> Result<Vec<Link>> {
+    text.split(',')
+        .map(|l| {
+            let l = l.trim();
+            if l == "loopback" {
+                return Ok(Link {
+                    name: "loopback".into(),
+                    rate: None,
+                    x: LOOPBACK_X,
+                });
+            }
+            let Some(gbit) = l.strip_suffix("gbit") else {
+                bail!("--links: {l:?} is not loopback or NNgbit");
+            };
+            let g: f64 = gbit.parse().with_context(|| format!("--links: {l:?}"))?;
+            Ok(Link {
+                name: format!("{g} Gb/s"),
+                rate: Some(l.to_string()),
+                x: g,
+            })
+        })
+        .collect()
+}
+
+/// The cluster, its data and the client's way in.
+struct Setup {
+    _scratch: Option<TempDir>,
+    cluster: LocalCluster,
+    source: PathBuf,
+    size_bytes: u64,
+    members: Vec<u16>,
+}
+
+impl Setup {
+    fn entry(&self) -> Result<SocketAddr> {
+        self.cluster.cluster.nodes[0]
+            .addr
+            .parse()
+            .context("the entry node's address")
+    }
+}
+
+fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup> {
+    let size_bytes = if args.quick {
+        64 << 20
+    } else {
+        parse_size(&args.size)?
+    };
+    if size_bytes < (1 << 20) {
+        bail!("--size must be at least 1M");
+    }
+    let scratch = TempDir::new(&format!("quarry-bench-{name}"))?;
+    let dir = scratch.path.clone();
+    let nodes: u16 = 4;
+    // Every node holds its quarter of the corpus (and of the volume) twice
+    // over, for the space manager's reserve, in 64 KiB pages.
+    let page_size_bytes = 64 * 1024u32;
+    let per_node = (size_bytes + volume_bytes).div_ceil(u64::from(nodes)) * 2 + (64 << 20);
+    let block_bytes = 64 * u64::from(page_size_bytes);
+    let geometry = Geometry {
+        buses: 4,
+        chips_per_bus: 4,
+        blocks_per_chip: u32::try_from(per_node.div_ceil(16 * block_bytes).max(16))
+            .context("--size too large")?,
+        pages_per_block: 64,
+        page_size_bytes,
+        oob_size_bytes: 64,
+    };
+    geometry.validate()?;
+    let source = dir.join("corpus.txt");
+    write_corpus(&source, size_bytes)?;
+    let spec = LocalClusterSpec {
+        nodes,
+        dir: dir.join("cluster"),
+        backend: BackendKind::Mem,
+        preset: None,
+        geometry: Some(geometry),
+        direct_io: false,
+        topology: Topology::default(),
+        stop_with_this_process: true,
+        managed: true,
+        ecc: quarry_device::EccMode::Crc,
+    };
+    let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
+    let members: Vec<u16> = cluster.cluster.nodes.iter().map(|n| n.id).collect();
+    let setup = Setup {
+        _scratch: Some(scratch),
+        cluster,
+        source,
+        size_bytes,
+        members,
+    };
+    let entry = setup.entry()?;
+    let runtime = runtime()?;
+    runtime.block_on(async {
+        let client = Client::connect(&entry.to_string())
+            .await?
+            .with_members(setup.members.clone());
+        let objects = client.objects().await?;
+        let bucket = BucketName::new(BUCKET)?;
+        objects
+            .create_bucket(&bucket, Chunking::fixed(1 << 20)?)
+            .await?;
+        let file = std::fs::File::open(&setup.source)?;
+        objects
+            .put(
+                &bucket,
+                &ObjectKey::new(KEY)?,
+                file_source(file),
+                Condition::Always,
+            )
+            .await?;
+        if volume_bytes > 0 {
+            client
+                .volumes()
+                .await?
+                .create("counters", volume_bytes, None)
+                .await?;
+        }
+        Ok::<_, anyhow::Error>(())
+    })?;
+    Ok(setup)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Text of words separated by spaces and newlines; "would" is about one
+/// word in 40, the fgrep pattern one in 3000.
+fn write_corpus(path: &std::path::Path, size_bytes: u64) -> Result<()> {
+    const WORDS: [&str; 16] = [
+        "storage", "would", "the", "of", "near", "data", "kernel", "flash", "node", "page", "a",
+        "scan", "word", "count", "and", "to",
+    ];
+    let file = std::fs::File::create(path)?;
+    let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut written = 0u64;
+    let mut line = 0u32;
+    while written < size_bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let word: &[u8] = if x % 3000 == 0 {
+            &PATTERN
+        } else {
+            // "would" one in 40: index 1 of 16 with a 2.5 in 40 rate.
+            let i = if x % 40 == 1 {
+                1
+            } else {
+                ((x >> 20) % 16) as usize
+            };
+            let i = if i == 1 && x % 40 != 1 { 0 } else { i };
+            WORDS[i].as_bytes()
+        };
+        out.write_all(word)?;
+        line += 1;
+        let sep: &[u8] = if line % 12 == 0 { b"\n" } else { b" " };
+        out.write_all(sep)?;
+        written += (word.len() + 1) as u64;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Serves the corpus over plain TCP from `ip` (the host-software peer's
+/// file server: what a user without Quarry would fetch from).
+fn serve_file(path: PathBuf, ip: std::net::IpAddr) -> Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind((ip, 0))?;
+    let addr = listener.local_addr()?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let path = path.clone();
+            std::thread::spawn(move || {
+                if let Ok(mut file) = std::fs::File::open(&path) {
+                    // std::io::copy uses sendfile/splice here: no user copy.
+                    let _ = std::io::copy(&mut file, &mut stream);
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// Host software: fetch the file over TCP and count the word with a plain
+/// loop, as a program would without Quarry.
+fn host_wordcount(server: SocketAddr) -> Result<(f64, u64, u64)> {
+    let started = Instant::now();
+    let mut stream = std::net::TcpStream::connect(server)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut carry: Vec<u8> = Vec::new();
+    let (mut count, mut bytes) = (0u64, 0u64);
+    loop {
+        let n = stream.read(&mut buf)?;
+        bytes += n as u64;
+        if n == 0 {
+            count += u64::from(carry == WORD.as_bytes());
+            break;
+        }
+        let block = &buf[..n];
+        let cut = block
+            .iter()
+            .rposition(u8::is_ascii_whitespace)
+            .map_or(0, |i| i + 1);
+        carry.extend_from_slice(&block[..cut]);
+        count += carry
+            .split(u8::is_ascii_whitespace)
+            .filter(|w| *w == WORD.as_bytes())
+            .count() as u64;
+        carry.clear();
+        carry.extend_from_slice(&block[cut..]);
+    }
+    Ok((started.elapsed().as_secs_f64(), count, bytes))
+}
+
+/// Minerva's host baseline: the client reads the object in `threads`
+/// ranges at once and scans each with memmem.
+async fn threaded_fgrep(client: &Client, size: u64, threads: u64) -> Result<(f64, u64, u64)> {
+    let objects = Arc::new(client.objects().await?);
+    let started = Instant::now();
+    let bucket = BucketName::new(BUCKET)?;
+    let key = ObjectKey::new(KEY)?;
+    let mut tasks = Vec::new();
+    for t in 0..threads {
+        let (objects, bucket, key) = (objects.clone(), bucket.clone(), key.clone());
+        let (start, end) = (size * t / threads, size * (t + 1) / threads);
+        tasks.push(tokio::spawn(async move {
+            let finder = memchr::memmem::Finder::new(&PATTERN);
+            let (mut count, mut fetched) = (0u64, 0u64);
+            let mut at = start;
+            while at < end {
+                // 7 bytes more, so a match starting before `end` is seen.
+                let len = (8u64 << 20).min(end - at) + 7;
+                let (_, piece) = objects.get_range(&bucket, &key, at, len).await?;
+                fetched += piece.len() as u64;
+                let limit = (end - at).min(8 << 20) as usize;
+                count += finder.find_iter(&piece).filter(|&i| i < limit).count() as u64;
+                at += 8 << 20;
+            }
+            Ok::<_, anyhow::Error>((count, fetched))
+        }));
+    }
+    let (mut count, mut fetched) = (0, 0);
+    for t in tasks {
+        let (c, f) = t.await??;
+        count += c;
+        fetched += f;
+    }
+    Ok((started.elapsed().as_secs_f64(), count, fetched))
+}
+
+/// The kernel near the data.
+async fn near(client: &Client, spec: KernelSpec) -> Result<(f64, u64, u64, u64)> {
+    let started = Instant::now();
+    let (result, sent) = client
+        .compute()
+        .run(
+            Job::Scan(spec),
+            vec![Target::Object {
+                bucket: BUCKET.into(),
+                key: KEY.into(),
+            }],
+            Limits::default(),
+        )
+        .await?;
+    let secs = started.elapsed().as_secs_f64();
+    Ok((secs, answer(&result.outcome)?, result.bytes_scanned, sent))
+}
+
+/// The same kernel at the client, on the object's bytes fetched through
+/// Quarry (off the datapath).
+async fn at_client(client: &Client, spec: KernelSpec) -> Result<(f64, u64, u64)> {
+    let objects = client.objects().await?;
+    let started = Instant::now();
+    let bucket = BucketName::new(BUCKET)?;
+    let m = objects.head(&bucket, &ObjectKey::new(KEY)?).await?;
+    let kernel = quarry_kernels::compile(&spec)?;
+    // The kernel folds on a blocking thread while the next pieces arrive.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(4);
+    let folder = tokio::task::spawn_blocking(move || {
+        let mut part = kernel.empty(0);
+        let mut fetched = 0u64;
+        while let Some(piece) = rx.blocking_recv() {
+            fetched += piece.len() as u64;
+            part = kernel.fold(part, &piece)?;
+        }
+        Ok::<_, anyhow::Error>((kernel.finish(part)?, fetched))
+    });
+    let mut pieces = std::pin::pin!(objects.stream_manifest(&m, 0, m.size())?);
+    while let Some(piece) = pieces.next().await {
+        if tx.send(piece?).await.is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let (output, fetched) = folder.await??;
+    let secs = started.elapsed().as_secs_f64();
+    let n = match output {
+        Output::Count(n) => n,
+        Output::Wc(w) => w.word_count.unwrap_or(0),
+        other => bail!("unexpected output {other:?}"),
+    };
+    Ok((secs, n, fetched))
+}
+
+fn answer(outcome: &Outcome) -> Result<u64> {
+    match outcome {
+        Outcome::Scan(t) => match t.first().map(|t| &t.output) {
+            Some(Output::Count(n)) => Ok(*n),
+            Some(Output::Wc(w)) => Ok(w.word_count.unwrap_or(0)),
+            other => bail!("unexpected output {other:?}"),
+        },
+        other => bail!("unexpected outcome {other:?}"),
+    }
+}
+
+fn wc_spec() -> KernelSpec {
+    KernelSpec::Wc(WcSpec {
+        words: false,
+        word: Some(WORD.as_bytes().to_vec()),
+        top: None,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Runs `f` with the client on `link`: here for loopback, else in the
+/// namespace with the link limited.
+fn on_link<T: Send>(net: Option<&ClientNet>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    match net {
+        None => f(),
+        Some(net) => net.run_in(f),
+    }
+}
+
+/// The client's view of the cluster on one link.
+struct Way {
+    entry: SocketAddr,
+    file_server: SocketAddr,
+}
+
+fn ways(setup: &Setup, net: &mut Option<ClientNet>, link: &Link) -> Result<Way> {
+    match (&link.rate, net.as_mut()) {
+        (None, _) => Ok(Way {
+            entry: setup.entry()?,
+            file_server: serve_file(setup.source.clone(), "127.0.0.1".parse()?)?,
+        }),
+        (Some(rate), Some(n)) => {
+            n.limit(Some(rate))?;
+            let entry = n.relay(setup.entry()?)?;
+            Ok(Way {
+                entry,
+                file_server: serve_file(setup.source.clone(), std::net::IpAddr::V4(n.root_ip()))?,
+            })
+        }
+        (Some(_), None) => bail!("no client namespace"),
+    }
+}
+
+fn client_runtime_and_client(
+    way: &Way,
+    members: &[u16],
+) -> Result<(tokio::runtime::Runtime, Client)> {
+    let rt = runtime()?;
+    let client = rt.block_on(Client::connect(&way.entry.to_string()))?;
+    Ok((rt, client.with_members(members.iter().copied())))
+}
+
+/// `quarry bench wordcount`.
+pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
+    let links = links(&args.links)?;
+    let setup = setup(args, "wordcount", 0)?;
+    let size = setup.size_bytes;
+    if !args.json {
+        eprintln!(
+            "bench wordcount: {} of text on a 4-node managed cluster (mem backend), counting {WORD:?}; links: {}",
+            human_bytes(size),
+            links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let mut net = if links.iter().any(|l| l.rate.is_some()) {
+        Some(
+            ClientNet::create()
+                .context("the limited links need a network namespace (root, iproute2, tc)")?,
+        )
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
+    for link in &links {
+        let way = ways(&setup, &mut net, link)?;
+        let ns = if link.rate.is_some() {
+            net.as_ref()
+        } else {
+            None
+        };
+        let members = setup.members.clone();
+        let measured = on_link(ns, || {
+            let (rt, client) = client_runtime_and_client(&way, &members)?;
+            let (mut near_s, mut off_s, mut host_s) = (Vec::new(), Vec::new(), Vec::new());
+            let mut near_info = (0, 0, 0);
+            let mut answers = Vec::new();
+            for _ in 0..args.rounds.max(1) {
+                let (s, n, scanned, sent) = rt.block_on(near(&client, wc_spec()))?;
+                near_s.push(s);
+                near_info = (n, scanned, sent);
+                let (s, n2, _) = rt.block_on(at_client(&client, wc_spec()))?;
+                off_s.push(s);
+                let (s, n3, _) = host_wordcount(way.file_server)?;
+                host_s.push(s);
+                answers.push((n, n2, n3));
+            }
+            Ok((
+                median(near_s),
+                median(off_s),
+                median(host_s),
+                near_info,
+                answers,
+            ))
+        })?;
+        let (near_s, off_s, host_s, (n, scanned, sent), answers) = measured;
+        if answers.iter().any(|&(a, b, c)| a != b || b != c) {
+            bail!("the three ways counted differently: {answers:?}");
+        }
+        let mb = |s: f64| size as f64 / s / 1e6;
+        let host_rate = mb(host_s);
+        for (mode, secs, scanned_b, to_client) in [
+            (
+                "in the datapath (kernel at the nodes)",
+                near_s,
+                scanned,
+                sent,
+            ),
+            ("off the datapath (kernel at the client)", off_s, size, size),
+            ("host software (plain TCP + loop)", host_s, size, size),
+        ] {
+            rows.push(Row {
+                link: link.name.clone(),
+                mode,
+                rate: mb(secs),
+                unit: "MB/s",
+                bytes_scanned: scanned_b,
+                bytes_to_client: to_client,
+                scanned_per_sent: scanned_b as f64 / to_client.max(1) as f64,
+                speedup: mb(secs) / host_rate,
+                answer: n,
+            });
+        }
+    }
+    report(args, "word count (BlueDBM Fig. 11)", &rows, &links)
+}
+
+/// `quarry bench minerva`.
+pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
+    let links = links(&args.links)?;
+    let volume_bytes = 64u64 << 20;
+    let setup = setup(args, "minerva", volume_bytes)?;
+    let size = setup.size_bytes;
+    if !args.json {
+        eprintln!(
+            "bench minerva: fgrep-8 over {} and read-modify-write on a {} volume, 4-node managed cluster (mem backend); links: {}",
+            human_bytes(size),
+            human_bytes(volume_bytes),
+            links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let mut net = if links.iter().any(|l| l.rate.is_some()) {
+        Some(
+            ClientNet::create()
+                .context("the limited links need a network namespace (root, iproute2, tc)")?,
+        )
+    } else {
+        None
+    };
+    let fgrep = KernelSpec::Fgrep8 { pattern: PATTERN };
+    let batch_ops: usize = if args.quick { 20_000 } else { 200_000 };
+    let trip_ops: usize = if args.quick { 300 } else { 2_000 };
+    let mut rows = Vec::new();
+    for link in &links {
+        let way = ways(&setup, &mut net, link)?;
+        let ns = if link.rate.is_some() {
+            net.as_ref()
+        } else {
+            None
+        };
+        let members = setup.members.clone();
+        let fgrep = fgrep.clone();
+        let measured = on_link(ns, || {
+            let (rt, client) = client_runtime_and_client(&way, &members)?;
+            let (mut near_s, mut host_s, mut batch_s, mut trip_s) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut info = (0, 0, 0);
+            for _ in 0..args.rounds.max(1) {
+                let (s, n, scanned, sent) = rt.block_on(near(&client, fgrep.clone()))?;
+                near_s.push(s);
+                info = (n, scanned, sent);
+                let (s, n2, _) = rt.block_on(threaded_fgrep(&client, size, 4))?;
+                host_s.push(s);
+                if n != n2 {
+                    bail!("fgrep-8 near the data counted {n}, the client {n2}");
+                }
+                let (bs, ts) = rt.block_on(rmw(&client, volume_bytes, batch_ops, trip_ops))?;
+                batch_s.push(bs);
+                trip_s.push(ts);
+            }
+            Ok((
+                median(near_s),
+                median(host_s),
+                median(batch_s),
+                median(trip_s),
+                info,
+            ))
+        })?;
+        let (near_s, host_s, batch_s, trip_s, (n, scanned, sent)) = measured;
+        let mb = |s: f64| size as f64 / s / 1e6;
+        for (mode, secs, scanned_b, to_client) in [
+            ("fgrep-8 near the data", near_s, scanned, sent),
+            (
+                "fgrep-8 by the client (4 threads of range reads + memmem)",
+                host_s,
+                size,
+                size,
+            ),
+        ] {
+            rows.push(Row {
+                link: link.name.clone(),
+                mode,
+                rate: mb(secs),
+                unit: "MB/s",
+                bytes_scanned: scanned_b,
+                bytes_to_client: to_client,
+                scanned_per_sent: scanned_b as f64 / to_client.max(1) as f64,
+                speedup: mb(secs) / mb(host_s),
+                answer: n,
+            });
+        }
+        let batch_rate = batch_ops as f64 / batch_s;
+        let trip_rate = trip_ops as f64 / trip_s;
+        for (mode, rate, ops) in [
+            (
+                "read-modify-write, one batched command",
+                batch_rate,
+                batch_ops,
+            ),
+            (
+                "read-modify-write, client round trips (read + write)",
+                trip_rate,
+                trip_ops,
+            ),
+        ] {
+            rows.push(Row {
+                link: link.name.clone(),
+                mode,
+                rate,
+                unit: "ops/s",
+                bytes_scanned: ops as u64 * 8,
+                bytes_to_client: ops as u64 * 8,
+                scanned_per_sent: 1.0,
+                speedup: rate / trip_rate,
+                answer: ops as u64,
+            });
+        }
+    }
+    report(args, "Minerva fgrep-8 and read-modify-write", &rows, &links)
+}
+
+/// One batched command of `batch_ops` adds, then `trip_ops` adds done by
+/// the client as read and write round trips; returns both times.
+async fn rmw(
+    client: &Client,
+    volume_bytes: u64,
+    batch_ops: usize,
+    trip_ops: usize,
+) -> Result<(f64, f64)> {
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut offset = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % (volume_bytes / 8)) * 8
+    };
+    let ops: Vec<RmwOp> = (0..batch_ops)
+        .map(|_| RmwOp {
+            offset_bytes: offset(),
+            delta: 1,
+        })
+        .collect();
+    let started = Instant::now();
+    let (result, _) = client
+        .compute()
+        .run(
+            Job::Rmw(RmwBatch {
+                volume: "counters".into(),
+                ops,
+            }),
+            Vec::new(),
+            Limits::default(),
+        )
+        .await?;
+    let batch = started.elapsed().as_secs_f64();
+    match result.outcome {
+        Outcome::Rmw { values } if values.len() == batch_ops => {}
+        other => bail!("the batch answered {other:?}"),
+    }
+    let volume = client.volumes().await?.open("counters").await?;
+    let started = Instant::now();
+    for _ in 0..trip_ops {
+        let at = offset();
+        let bytes = volume.read_range(at, 8).await?;
+        let mut v = [0u8; 8];
+        v.copy_from_slice(&bytes[..8]);
+        let new = u64::from_le_bytes(v).wrapping_add(1);
+        volume.write_range(at, &new.to_le_bytes()).await?;
+    }
+    Ok((batch, started.elapsed().as_secs_f64()))
+}
+
+fn report(args: &BenchComputeArgs, title: &str, rows: &[Row], links: &[Link]) -> Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
+    } else {
+        let mut table = Table::new();
+        table.load_preset(UTF8_FULL_CONDENSED);
+        table.set_header([
+            "client link",
+            "how",
+            "rate",
+            "vs peer",
+            "bytes scanned",
+            "bytes to client",
+            "scanned/sent",
+        ]);
+        for r in rows {
+            table.add_row([
+                r.link.clone(),
+                r.mode.to_string(),
+                format!("{:.1} {}", r.rate, r.unit),
+                format!("{:.2}x", r.speedup),
+                human_bytes(r.bytes_scanned),
+                human_bytes(r.bytes_to_client),
+                format!("{:.0}", r.scanned_per_sent),
+            ]);
+        }
+        println!("{title}:\n{table}");
+    }
+    if let Some(path) = &args.plot {
+        let colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"];
+        let mut modes: Vec<&'static str> = Vec::new();
+        for r in rows.iter().filter(|r| r.unit == "MB/s") {
+            if !modes.contains(&r.mode) {
+                modes.push(r.mode);
+            }
+        }
+        let series = modes
+            .iter()
+            .enumerate()
+            .map(|(i, mode)| Series {
+                name: mode.to_string(),
+                color: colors[i % colors.len()],
+                points: links
+                    .iter()
+                    .filter_map(|l| {
+                        rows.iter()
+                            .find(|r| r.mode == *mode && r.link == l.name)
+                            .map(|r| (l.x, r.rate))
+                    })
+                    .collect(),
+            })
+            .collect();
+        let plot = LinePlot {
+            title: title.to_string(),
+            x_label: "client link".into(),
+            y_label: "MB/s of data processed".into(),
+            log2_x: true,
+            x_tick: |x| {
+                if x >= LOOPBACK_X {
+                    "loopback".into()
+                } else {
+                    format!("{x} Gb/s")
+                }
+            },
+            series,
+            hlines: Vec::new(),
+        };
+        std::fs::write(path, plot.to_svg())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}

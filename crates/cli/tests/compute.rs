@@ -1,0 +1,294 @@
+//! `quarry grep`, `quarry wc`, `quarry run`, `quarry jobs` and
+//! `quarry cancel` against a real 4-node cluster (`quarry up`): on
+//! randomized text cut into small chunks, so that words and lines cross
+//! chunk and node boundaries everywhere, their output equals GNU grep's,
+//! wc's and ripgrep's on the same bytes in local files.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn quarry(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_quarry"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("QUARRY_CLUSTER")
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run quarry")
+}
+
+/// Runs a local tool in `dir`; `None` (and why, on stderr) if it is missing.
+fn tool(dir: &Path, program: &str, args: &[&str]) -> Option<Output> {
+    match Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .env("LC_ALL", "C")
+        .output()
+    {
+        Ok(out) => Some(out),
+        Err(e) => {
+            eprintln!("skipping the comparison with {program}: {e}");
+            None
+        }
+    }
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+struct Down<'a>(&'a Path);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = quarry(self.0, &["down"]);
+    }
+}
+
+/// Random text: words from a small vocabulary (the searched ones among
+/// them), runs of spaces and tabs, empty lines, lines longer than a chunk,
+/// sometimes no final newline.
+fn random_text(len: usize, seed: u64) -> Vec<u8> {
+    const WORDS: [&str; 12] = [
+        "would",
+        "could",
+        "flash",
+        "storage",
+        "Would",
+        "wouldn't",
+        "a",
+        "node",
+        "kernel",
+        "x",
+        "near-data",
+        "WOULD",
+    ];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut out = Vec::with_capacity(len + 64);
+    while out.len() < len {
+        let r = next();
+        match r % 20 {
+            0 => out.push(b'\n'),
+            1 => out.extend_from_slice(b"\n\n"),
+            2 => out.extend_from_slice(b" \t "),
+            3 => {
+                // A long line with no newline for several kilobytes.
+                for _ in 0..(r >> 8) % 900 {
+                    out.extend_from_slice(WORDS[(next() % 12) as usize].as_bytes());
+                    out.push(b' ');
+                }
+            }
+            _ => {
+                out.extend_from_slice(WORDS[(r >> 8) as usize % 12].as_bytes());
+                out.push(if r % 7 == 0 { b'\n' } else { b' ' });
+            }
+        }
+    }
+    out.truncate(len);
+    if seed.is_multiple_of(2) {
+        out.push(b'\n');
+    }
+    out
+}
+
+#[test]
+fn grep_and_wc_near_the_data_print_what_gnu_grep_and_wc_print() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let up = quarry(d, &["up", "--nodes", "4", "--device", "mem", "--detach"]);
+    let _down = Down(d);
+    assert!(up.status.success(), "{}", text(&up));
+    for (bucket, chunking) in [("txt", "fixed:4K"), ("cdc", "fastcdc:1K,2K,8K")] {
+        let mb = quarry(d, &["mb", bucket, "--chunking", chunking]);
+        assert!(mb.status.success(), "{}", text(&mb));
+        std::fs::create_dir_all(d.join(bucket)).unwrap();
+    }
+    let names = ["a.txt", "b.txt", "c.txt", "d.txt"];
+    for (i, (name, len)) in names.iter().zip([150_000, 61_000, 9_999, 1]).enumerate() {
+        let data = random_text(len, i as u64 + 1);
+        for bucket in ["txt", "cdc"] {
+            let path = format!("{bucket}/{name}");
+            std::fs::write(d.join(&path), &data).unwrap();
+            let put = quarry(d, &["put", &path, &path]);
+            assert!(put.status.success(), "{}", text(&put));
+        }
+    }
+    for bucket in ["txt", "cdc"] {
+        let files: Vec<String> = names.iter().map(|n| format!("{bucket}/{n}")).collect();
+        let files: Vec<&str> = files.iter().map(String::as_str).collect();
+        let prefix = format!("{bucket}/*");
+        for flags in [
+            vec!["-c", "would"],
+            vec!["-n", "would"],
+            vec!["-b", "-i", "would"],
+            vec!["-c", "-E", "wo(u|r)ld[a-z']* +(flash|node)"],
+            vec!["-n", "^x"],
+            vec!["-c", "^$"],
+            vec!["-n", "-F", "near-data"],
+            vec!["-c", "kernel\\( x\\)\\{2\\}"],
+        ] {
+            // Every file named, and the same through a prefix.
+            let mut args: Vec<&str> = vec!["grep"];
+            args.extend(&flags);
+            let mut gnu_args: Vec<&str> = flags.clone();
+            gnu_args.extend(&files);
+            let Some(gnu) = tool(d, "grep", &gnu_args) else {
+                return;
+            };
+            let mut ours_args = args.clone();
+            ours_args.push(&prefix);
+            let ours = quarry(d, &ours_args);
+            assert_eq!(
+                String::from_utf8_lossy(&ours.stdout),
+                String::from_utf8_lossy(&gnu.stdout),
+                "quarry {ours_args:?} vs grep {gnu_args:?}: {}",
+                String::from_utf8_lossy(&ours.stderr)
+            );
+            assert_eq!(ours.status.code(), gnu.status.code(), "{ours_args:?}");
+            // One file: no names.
+            let mut one = args.clone();
+            one.push(files[0]);
+            let ours = quarry(d, &one);
+            let mut gnu_one = flags.clone();
+            gnu_one.push(files[0]);
+            let gnu = tool(d, "grep", &gnu_one).unwrap();
+            assert_eq!(ours.stdout, gnu.stdout, "{one:?}");
+        }
+        // ripgrep agrees on counts of literal patterns.
+        if let Some(rg) = tool(d, "rg", &["-c", "-F", "would", files[0]]) {
+            let ours = quarry(d, &["grep", "-c", "-F", "would", files[0]]);
+            assert_eq!(ours.stdout, rg.stdout);
+        }
+        for flags in [vec![], vec!["-l"], vec!["-w"], vec!["-c"], vec!["-l", "-c"]] {
+            let mut ours_args = vec!["wc"];
+            ours_args.extend(&flags);
+            ours_args.extend(&files);
+            let mut gnu_args = flags.clone();
+            gnu_args.extend(&files);
+            let Some(gnu) = tool(d, "wc", &gnu_args) else {
+                return;
+            };
+            let ours = quarry(d, &ours_args);
+            assert_eq!(
+                String::from_utf8_lossy(&ours.stdout),
+                String::from_utf8_lossy(&gnu.stdout),
+                "quarry {ours_args:?}: {}",
+                String::from_utf8_lossy(&ours.stderr)
+            );
+            // And one file.
+            let mut ours_one = vec!["wc"];
+            ours_one.extend(&flags);
+            ours_one.push(files[1]);
+            let mut gnu_one = flags.clone();
+            gnu_one.push(files[1]);
+            assert_eq!(
+                quarry(d, &ours_one).stdout,
+                tool(d, "wc", &gnu_one).unwrap().stdout,
+                "{ours_one:?}"
+            );
+        }
+        // One word, as BlueDBM's accelerator counts it: the whitespace
+        // separated words equal to it.
+        let ours = quarry(d, &["wc", "--word", "would", files[0]]);
+        let local = std::fs::read(d.join(files[0])).unwrap();
+        let want = local
+            .split(|b| b" \t\n\r\x0b\x0c".contains(b))
+            .filter(|w| *w == b"would")
+            .count();
+        assert_eq!(
+            String::from_utf8_lossy(&ours.stdout),
+            format!("{want} would {}\n", files[0])
+        );
+        // A histogram's top entries agree with counting locally.
+        let top = quarry(d, &["wc", "--top", "3", "--json", files[0]]);
+        let v: serde_json::Value = serde_json::from_slice(&top.stdout).expect("wc json");
+        let mut counts = std::collections::BTreeMap::<&[u8], u64>::new();
+        for w in local
+            .split(|b| b" \t\n\r\x0b\x0c".contains(b))
+            .filter(|w| !w.is_empty())
+        {
+            *counts.entry(w).or_default() += 1;
+        }
+        let mut ranked: Vec<(&[u8], u64)> = counts.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let got = &v["results"][0]["output"]["top"];
+        for (i, (word, n)) in ranked.iter().take(3).enumerate() {
+            assert_eq!(got[i][0], String::from_utf8_lossy(word).as_ref());
+            assert_eq!(got[i][1], *n);
+        }
+        // Bytes scanned and sent.
+        assert_eq!(v["bytes_scanned"], 150_000);
+        assert!(v["bytes_sent_to_client"].as_u64().unwrap() > 0);
+    }
+
+    // Nothing matched: grep's exit status 1, no output.
+    let none = quarry(d, &["grep", "zebra", "txt/a.txt"]);
+    assert_eq!(none.status.code(), Some(1), "{}", text(&none));
+    assert!(none.stdout.is_empty());
+    // A bad pattern or a missing object: a clear error.
+    let bad = quarry(d, &["grep", "-E", "(unclosed", "txt/a.txt"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad).contains("bad kernel arguments"),
+        "{}",
+        text(&bad)
+    );
+    let missing = quarry(d, &["wc", "txt/nope.txt"]);
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing).contains("txt/nope.txt"),
+        "{}",
+        text(&missing)
+    );
+
+    // Checksums equal sha256sum's.
+    let sum = quarry(d, &["run", "checksum", "txt/a.txt"]);
+    let v: serde_json::Value = serde_json::from_slice(&sum.stdout).expect("checksum json");
+    if let Some(gnu) = tool(d, "sha256sum", &["txt/a.txt"]) {
+        let hex = String::from_utf8_lossy(&gnu.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string();
+        assert_eq!(v["results"][0]["output"]["sha256"], hex);
+    }
+
+    // Detached commands show in jobs; cancelling a finished one leaves it
+    // done.
+    let detached = quarry(d, &["run", "--detach", "wordcount", "would", "txt/*"]);
+    assert!(detached.status.success(), "{}", text(&detached));
+    let id = String::from_utf8_lossy(&detached.stdout).trim().to_string();
+    let mut listed = String::new();
+    for _ in 0..100 {
+        let jobs = quarry(d, &["jobs", "--json"]);
+        listed = String::from_utf8_lossy(&jobs.stdout).to_string();
+        if listed.contains(&format!("\"id\":{id},")) && listed.contains("done") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let jobs: serde_json::Value = serde_json::from_str(&listed).expect("jobs json");
+    let job = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"].as_u64().map(|n| n.to_string()) == Some(id.clone()))
+        .expect("the detached command is listed");
+    assert_eq!(job["kernel"], "wc");
+    assert_eq!(job["state"], "done");
+    let cancel = quarry(d, &["cancel", &id]);
+    assert_eq!(
+        String::from_utf8_lossy(&cancel.stdout).trim(),
+        format!("{id} done")
+    );
+}

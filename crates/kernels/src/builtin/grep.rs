@@ -1,0 +1,639 @@
+//! `grep`, `grep -E`, `grep -F` (with `-i`, `-c`, `-n`, `-b`) as GNU grep 3.8
+//! selects lines in the C locale.
+//!
+//! POSIX patterns are translated to the syntax of Rust's regex crate (see
+//! [`translate`]) and run by ripgrep's own matcher and searcher, over bytes
+//! (no Unicode: the C locale matches byte by byte).
+
+use grep_matcher::Matcher;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
+use serde::{Deserialize, Serialize};
+
+use crate::error::KernelError;
+use crate::output::{GrepOutput, MatchLine, Output};
+use crate::scan::{Part, ScanKernel};
+use crate::spec::{GrepSpec, GrepSyntax};
+
+/// The part of a range of a target.
+///
+/// A range is cut into its *head* (the bytes before its first newline, which
+/// may continue a line begun in the previous range), the complete lines
+/// after that, and its *tail* (the bytes after its last newline, which a
+/// later range may continue). Head and tail are matched only once the whole
+/// line is known: when parts are joined, or at [`ScanKernel::finish`], where
+/// the target's head starts its first line and its tail is its last,
+/// unterminated line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepPart {
+    start: u64,
+    end: u64,
+    /// Newlines in the range.
+    newlines: u64,
+    /// The bytes before the first newline; all of them if there is none.
+    head: Vec<u8>,
+    /// Matching lines that begin after the first newline and end with a
+    /// newline inside the range.
+    count: u64,
+    /// Those lines when the spec asks for them, `line_number` counted from
+    /// the range's head line (0) and `byte_offset` from the target's start.
+    lines: Vec<MatchLine>,
+    /// The bytes after the last newline (empty when there is none).
+    tail: Vec<u8>,
+}
+
+impl GrepPart {
+    pub(crate) fn size_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.head.capacity()
+            + self.tail.capacity()
+            + self
+                .lines
+                .iter()
+                .map(|l| std::mem::size_of::<MatchLine>() + l.text.capacity())
+                .sum::<usize>()
+    }
+}
+
+/// The compiled kernel.
+pub(crate) struct Grep {
+    matcher: RegexMatcher,
+    want_lines: bool,
+}
+
+impl Grep {
+    pub(crate) fn new(spec: &GrepSpec) -> Result<Grep, KernelError> {
+        if spec.pattern.contains('\n') {
+            return Err(KernelError::BadArguments(
+                "a grep pattern must be one line: it contains a newline".into(),
+            ));
+        }
+        let mut builder = RegexMatcherBuilder::new();
+        builder
+            // The C locale: bytes, ASCII classes and ASCII case folding.
+            .unicode(false)
+            .multi_line(true)
+            .line_terminator(Some(b'\n'))
+            .case_insensitive(spec.ignore_case);
+        let pattern = match spec.syntax {
+            GrepSyntax::Fixed => {
+                builder.fixed_strings(true);
+                spec.pattern.clone()
+            }
+            GrepSyntax::Basic => translate(spec.pattern.as_bytes(), false)?,
+            GrepSyntax::Extended => translate(spec.pattern.as_bytes(), true)?,
+        };
+        let matcher = builder.build(&pattern).map_err(|e| {
+            KernelError::BadArguments(format!("grep pattern {:?}: {e}", spec.pattern))
+        })?;
+        Ok(Grep {
+            matcher,
+            want_lines: spec.lines,
+        })
+    }
+
+    /// Finds the matching lines of `slice`, whose first line is line `rel`
+    /// of its range and starts at `offset` in the target.
+    fn search(
+        &self,
+        slice: &[u8],
+        rel: u64,
+        offset: u64,
+        count: &mut u64,
+        lines: &mut Vec<MatchLine>,
+    ) {
+        // A Searcher holds scratch buffers behind a RefCell, so it is not
+        // Sync: one per call, which is cheap next to a block's search.
+        let mut searcher: Searcher = SearcherBuilder::new()
+            .line_terminator(grep_matcher::LineTerminator::byte(b'\n'))
+            .binary_detection(BinaryDetection::none())
+            .line_number(self.want_lines)
+            .build();
+        let mut sink = Collect {
+            want_lines: self.want_lines,
+            rel,
+            offset,
+            count,
+            lines,
+        };
+        // The sink never fails and a slice needs no I/O, so the search
+        // cannot fail.
+        let _ = searcher.search_slice(&self.matcher, slice, &mut sink);
+    }
+
+    /// Tests one whole line (without its newline), line `rel` of its range
+    /// starting at `offset` in the target. The searcher would see no line
+    /// at all in an empty slice, so a lone line goes to the matcher.
+    fn line(
+        &self,
+        line: &[u8],
+        rel: u64,
+        offset: u64,
+        count: &mut u64,
+        lines: &mut Vec<MatchLine>,
+    ) {
+        if !self.matcher.is_match(line).unwrap_or(false) {
+            return;
+        }
+        *count += 1;
+        if self.want_lines {
+            lines.push(MatchLine {
+                line_number: rel,
+                byte_offset: offset,
+                text: line.to_vec(),
+            });
+        }
+    }
+
+    fn join(&self, mut left: GrepPart, right: GrepPart) -> Result<GrepPart, KernelError> {
+        if left.end != right.start {
+            return Err(KernelError::Disjoint {
+                left_end: left.end,
+                right_start: right.start,
+            });
+        }
+        if right.newlines == 0 {
+            if left.newlines == 0 {
+                left.head.extend_from_slice(&right.head);
+            } else {
+                left.tail.extend_from_slice(&right.head);
+            }
+            left.end = right.end;
+            return Ok(left);
+        }
+        if left.newlines == 0 {
+            left.head.extend_from_slice(&right.head);
+        } else {
+            // The left's tail and the right's head are one complete line.
+            let mut line = std::mem::take(&mut left.tail);
+            let offset = left.end - line.len() as u64;
+            line.extend_from_slice(&right.head);
+            self.line(
+                &line,
+                left.newlines,
+                offset,
+                &mut left.count,
+                &mut left.lines,
+            );
+        }
+        let shift = left.newlines;
+        left.lines.extend(right.lines.into_iter().map(|mut l| {
+            l.line_number += shift;
+            l
+        }));
+        left.count += right.count;
+        left.newlines += right.newlines;
+        left.tail = right.tail;
+        left.end = right.end;
+        Ok(left)
+    }
+}
+
+struct Collect<'a> {
+    want_lines: bool,
+    rel: u64,
+    offset: u64,
+    count: &'a mut u64,
+    lines: &'a mut Vec<MatchLine>,
+}
+
+impl Sink for Collect<'_> {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+        *self.count += 1;
+        if self.want_lines {
+            let text = m.bytes();
+            let text = text.strip_suffix(b"\n").unwrap_or(text);
+            self.lines.push(MatchLine {
+                line_number: self.rel + m.line_number().unwrap_or(1) - 1,
+                byte_offset: self.offset + m.absolute_byte_offset(),
+                text: text.to_vec(),
+            });
+        }
+        Ok(true)
+    }
+}
+
+fn part(p: Part) -> Result<GrepPart, KernelError> {
+    match p {
+        Part::Grep(p) => Ok(p),
+        other => Err(KernelError::WrongPart {
+            expected: "grep",
+            got: other.kernel_name(),
+        }),
+    }
+}
+
+impl ScanKernel for Grep {
+    fn empty(&self, offset: u64) -> Part {
+        Part::Grep(GrepPart {
+            start: offset,
+            end: offset,
+            newlines: 0,
+            head: Vec::new(),
+            count: 0,
+            lines: Vec::new(),
+            tail: Vec::new(),
+        })
+    }
+
+    fn fold(&self, state: Part, bytes: &[u8]) -> Result<Part, KernelError> {
+        let mut p = part(state)?;
+        let Some(first) = memchr::memchr(b'\n', bytes) else {
+            if p.newlines == 0 {
+                p.head.extend_from_slice(bytes);
+            } else {
+                p.tail.extend_from_slice(bytes);
+            }
+            p.end += bytes.len() as u64;
+            return Ok(Part::Grep(p));
+        };
+        if p.newlines == 0 {
+            p.head.extend_from_slice(&bytes[..first]);
+        } else {
+            let mut line = std::mem::take(&mut p.tail);
+            let offset = p.end - line.len() as u64;
+            line.extend_from_slice(&bytes[..first]);
+            let rel = p.newlines;
+            self.line(&line, rel, offset, &mut p.count, &mut p.lines);
+        }
+        let last = memchr::memrchr(b'\n', bytes).unwrap_or(first);
+        if last > first {
+            // The block's complete lines are searched in place.
+            let (rel, offset) = (p.newlines + 1, p.end + first as u64 + 1);
+            self.search(
+                &bytes[first + 1..=last],
+                rel,
+                offset,
+                &mut p.count,
+                &mut p.lines,
+            );
+        }
+        p.newlines += memchr::memchr_iter(b'\n', bytes).count() as u64;
+        p.tail = bytes[last + 1..].to_vec();
+        p.end += bytes.len() as u64;
+        Ok(Part::Grep(p))
+    }
+
+    fn parallel(&self) -> bool {
+        true
+    }
+
+    fn combine(&self, left: Part, right: Part) -> Result<Part, KernelError> {
+        Ok(Part::Grep(self.join(part(left)?, part(right)?)?))
+    }
+
+    fn finish(&self, whole: Part) -> Result<Output, KernelError> {
+        let whole = part(whole)?;
+        let mut count = 0;
+        let mut lines = Vec::new();
+        // The target's head is its first line, whole; an empty target has
+        // no line at all.
+        if whole.newlines > 0 || !whole.head.is_empty() {
+            self.line(&whole.head, 0, whole.start, &mut count, &mut lines);
+        }
+        count += whole.count;
+        lines.extend(whole.lines);
+        // A final line without a newline is a line too.
+        if !whole.tail.is_empty() {
+            let offset = whole.end - whole.tail.len() as u64;
+            self.line(&whole.tail, whole.newlines, offset, &mut count, &mut lines);
+        }
+        for l in &mut lines {
+            l.line_number += 1;
+            l.byte_offset -= whole.start;
+        }
+        Ok(Output::Grep(GrepOutput {
+            matching_lines: count,
+            lines,
+        }))
+    }
+}
+
+/// Translates a POSIX regular expression, basic (`grep`) or extended
+/// (`grep -E`), as GNU grep reads it, into the regex crate's syntax.
+///
+/// Every literal byte is written as an escape, so no character the regex
+/// crate would read specially (`&&` or `[` in a class, `\` in a bracket
+/// expression, a non-ASCII byte) keeps a meaning POSIX does not give it.
+pub(crate) fn translate(pattern: &[u8], extended: bool) -> Result<String, KernelError> {
+    let bad = |why: &str| {
+        KernelError::BadArguments(format!(
+            "grep pattern {:?}: {why}",
+            String::from_utf8_lossy(pattern)
+        ))
+    };
+    let mut out = String::new();
+    // Where the last atom (what a repetition applies to) begins in `out`;
+    // None at the start of an expression, where GNU reads a repetition
+    // operator as a literal (BRE) or as repeating nothing (ERE).
+    let mut atom: Option<usize> = None;
+    let mut after_repeat = false;
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < pattern.len() {
+        let c = pattern[i];
+        i += 1;
+        // What the byte means: an operator or an atom.
+        enum Tok {
+            Atom(String),
+            Repeat(String),
+            Open,
+            Close,
+            Alt,
+            Anchor(&'static str),
+        }
+        let tok = match (c, extended) {
+            (b'\\', _) => {
+                let Some(&e) = pattern.get(i) else {
+                    return Err(bad("trailing backslash"));
+                };
+                i += 1;
+                match (e, extended) {
+                    (b'1'..=b'9', _) => {
+                        return Err(bad("back-references (\\1 to \\9) are not supported"))
+                    }
+                    (b'(', false) => Tok::Open,
+                    (b')', false) => Tok::Close,
+                    (b'|', false) => Tok::Alt,
+                    (b'+' | b'?', false) if atom.is_some() => Tok::Repeat((e as char).to_string()),
+                    (b'{', false) if atom.is_some() => {
+                        let (rep, next) = interval(pattern, i, b"\\}")
+                            .ok_or_else(|| bad("unmatched or invalid \\{...\\}"))?;
+                        i = next;
+                        Tok::Repeat(rep)
+                    }
+                    (b'w', _) => Tok::Atom("[_[:alnum:]]".into()),
+                    (b'W', _) => Tok::Atom("[^_[:alnum:]]".into()),
+                    (b's', _) => Tok::Atom("[[:space:]]".into()),
+                    (b'S', _) => Tok::Atom("[^[:space:]]".into()),
+                    (b'b', _) => Tok::Anchor(r"\b"),
+                    (b'B', _) => Tok::Anchor(r"\B"),
+                    (b'<', _) => Tok::Anchor(r"\b{start}"),
+                    (b'>', _) => Tok::Anchor(r"\b{end}"),
+                    (b'`', _) => Tok::Anchor("^"),
+                    (b'\'', _) => Tok::Anchor("$"),
+                    // GNU warns about a stray `\` and matches the byte.
+                    _ => Tok::Atom(literal(e)),
+                }
+            }
+            (b'[', _) => {
+                let (class, next) = bracket(pattern, i).map_err(|why| bad(&why))?;
+                i = next;
+                Tok::Atom(class)
+            }
+            (b'.', _) => Tok::Atom(".".into()),
+            (b'*', _) if atom.is_some() => Tok::Repeat("*".into()),
+            (b'*', true) => continue,
+            (b'+' | b'?', true) if atom.is_some() => Tok::Repeat((c as char).to_string()),
+            (b'+' | b'?', true) => continue,
+            (b'{', true) => match interval(pattern, i, b"}") {
+                Some((rep, next)) => {
+                    i = next;
+                    if atom.is_none() {
+                        continue;
+                    }
+                    Tok::Repeat(rep)
+                }
+                // GNU reads a `{` that starts no valid interval as a literal.
+                None => Tok::Atom(literal(b'{')),
+            },
+            (b'(', true) => Tok::Open,
+            (b')', true) if depth > 0 => Tok::Close,
+            (b'|', true) => Tok::Alt,
+            (b'^', true) => Tok::Anchor("^"),
+            (b'$', true) => Tok::Anchor("$"),
+            // In a BRE, `^` anchors only where an expression starts and `$`
+            // only where one ends.
+            (b'^', false) if atom.is_none() && starts_expression(&out) => Tok::Anchor("^"),
+            (b'$', false)
+                if i == pattern.len()
+                    || pattern[i..].starts_with(b"\\)")
+                    || pattern[i..].starts_with(b"\\|") =>
+            {
+                Tok::Anchor("$")
+            }
+            _ => Tok::Atom(literal(c)),
+        };
+        match tok {
+            Tok::Atom(s) => {
+                atom = Some(out.len());
+                after_repeat = false;
+                out.push_str(&s);
+            }
+            Tok::Repeat(op) => {
+                let Some(at) = atom else {
+                    return Err(bad("repetition without an operand"));
+                };
+                if after_repeat {
+                    // `a**` is `(a*)*`: the regex crate wants the group.
+                    out.insert_str(at, "(?:");
+                    out.push(')');
+                }
+                out.push_str(&op);
+                after_repeat = true;
+            }
+            Tok::Open => {
+                depth += 1;
+                out.push_str("(?:");
+                atom = None;
+                after_repeat = false;
+            }
+            Tok::Close => {
+                if depth == 0 {
+                    return Err(bad("unmatched \\)"));
+                }
+                depth -= 1;
+                // The group is the atom: find where it opened.
+                let open = group_start(&out);
+                out.push(')');
+                atom = Some(open);
+                after_repeat = false;
+            }
+            Tok::Alt => {
+                out.push('|');
+                atom = None;
+                after_repeat = false;
+            }
+            Tok::Anchor(a) => {
+                out.push_str(a);
+                atom = None;
+                after_repeat = false;
+            }
+        }
+    }
+    if depth > 0 {
+        return Err(bad(if extended {
+            "unmatched ("
+        } else {
+            "unmatched \\("
+        }));
+    }
+    Ok(out)
+}
+
+/// Whether `out` ends where a BRE expression starts (the pattern's start,
+/// after a group's opening or an alternation).
+fn starts_expression(out: &str) -> bool {
+    out.is_empty() || out.ends_with("(?:") || out.ends_with('|')
+}
+
+/// Where the group that `out` ends inside begins: the `(?:` whose `)` is
+/// about to be written. Escapes are `\xNN` and classes are bracketed, so
+/// parentheses in `out` are only groups' (and `(?:` is never escaped).
+fn group_start(out: &str) -> usize {
+    let bytes = out.as_bytes();
+    let mut in_class = 0usize;
+    let mut opens = Vec::new();
+    let mut j = 0;
+    while j < bytes.len() {
+        match bytes[j] {
+            b'\\' => j += 1,
+            b'[' => in_class += 1,
+            b']' if in_class > 0 => in_class -= 1,
+            b'(' if in_class == 0 => {
+                opens.push(j);
+            }
+            b')' if in_class == 0 => {
+                opens.pop();
+            }
+            _ => {}
+        }
+        j += 1;
+    }
+    opens.last().copied().unwrap_or(0)
+}
+
+/// A literal byte in the regex crate's syntax.
+fn literal(b: u8) -> String {
+    if b.is_ascii_alphanumeric() {
+        (b as char).to_string()
+    } else {
+        format!("\\x{b:02X}")
+    }
+}
+
+/// Reads an interval `m}`, `m,}`, `,n}` or `m,n}` (after its opening brace,
+/// `close` its closing) at `i`; None if it is not one.
+fn interval(pattern: &[u8], i: usize, close: &[u8]) -> Option<(String, usize)> {
+    let rest = &pattern[i..];
+    let end = rest.windows(close.len()).position(|w| w == close)?;
+    let body = std::str::from_utf8(&rest[..end]).ok()?;
+    let (min, max) = match body.split_once(',') {
+        None => (body, Some(body)),
+        Some((a, b)) => (a, if b.is_empty() { None } else { Some(b) }),
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !(min.is_empty() || digits(min)) || !max.is_none_or(digits) {
+        return None;
+    }
+    let min: u32 = if min.is_empty() { 0 } else { min.parse().ok()? };
+    let rep = match max {
+        None => format!("{{{min},}}"),
+        Some(m) => {
+            let max: u32 = m.parse().ok()?;
+            if max < min {
+                return None;
+            }
+            format!("{{{min},{max}}}")
+        }
+    };
+    Some((rep, i + end + close.len()))
+}
+
+/// Reads a POSIX bracket expression whose `[` is just before `i`; returns
+/// the class in the regex crate's syntax and where the pattern goes on.
+fn bracket(pattern: &[u8], mut i: usize) -> Result<(String, usize), String> {
+    const CLASSES: [&str; 12] = [
+        "alpha", "digit", "alnum", "upper", "lower", "space", "blank", "punct", "print", "graph",
+        "cntrl", "xdigit",
+    ];
+    let mut out = String::from("[");
+    if pattern.get(i) == Some(&b'^') {
+        out.push('^');
+        i += 1;
+    }
+    let mut first = true;
+    loop {
+        let Some(&c) = pattern.get(i) else {
+            return Err("unmatched [".into());
+        };
+        if c == b']' && !first {
+            out.push(']');
+            return Ok((out, i + 1));
+        }
+        first = false;
+        // `[:class:]`, `[=c=]`, `[.c.]`.
+        if c == b'[' && matches!(pattern.get(i + 1), Some(b':' | b'=' | b'.')) {
+            let kind = pattern[i + 1];
+            let body_start = i + 2;
+            let close = [kind, b']'];
+            let Some(len) = pattern[body_start..].windows(2).position(|w| w == close) else {
+                return Err("unmatched [".into());
+            };
+            let body = &pattern[body_start..body_start + len];
+            i = body_start + len + 2;
+            if kind == b':' {
+                let name = String::from_utf8_lossy(body);
+                if !CLASSES.contains(&name.as_ref()) {
+                    return Err(format!("invalid character class [:{name}:]"));
+                }
+                out.push_str(&format!("[:{name}:]"));
+            } else if body.len() == 1 {
+                out.push_str(&literal(body[0]));
+            } else {
+                return Err("multi-character collating elements are not supported".into());
+            }
+            continue;
+        }
+        i += 1;
+        if pattern.get(i) == Some(&b'-') && pattern.get(i + 1).is_some_and(|&d| d != b']') {
+            let d = pattern[i + 1];
+            if d < c {
+                return Err("invalid range end".into());
+            }
+            out.push_str(&format!("{}-{}", literal(c), literal(d)));
+            i += 2;
+        } else {
+            out.push_str(&literal(c));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn translates_posix_syntax() {
+        let t = |p: &str, e| translate(p.as_bytes(), e).unwrap();
+        assert_eq!(t(r"a\(b\)*", false), r"a(?:b)*");
+        assert_eq!(t("a(b)+", false), r"a\x28b\x29\x2B");
+        assert_eq!(t("*a", false), r"\x2Aa");
+        assert_eq!(t("*a", true), "a");
+        assert_eq!(t(r"a\{2,3\}", false), "a{2,3}");
+        assert_eq!(t("a{,3}", true), "a{0,3}");
+        assert_eq!(t("a{x", true), r"a\x7Bx");
+        assert_eq!(t(r"[]a\]", true), r"[\x5Da\x5C]");
+        assert_eq!(t("a**", true), "(?:a*)*");
+        assert_eq!(t("x^y$z$", false), r"x\x5Ey\x24z$");
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_do() {
+        for (p, e) in [
+            (r"\(a\)\1", false),
+            ("a\\", true),
+            ("[a", true),
+            (r"\(a", false),
+            ("(a", true),
+            ("[[:nope:]]", true),
+            ("[z-a]", true),
+            (r"a\{1", false),
+        ] {
+            let err = translate(p.as_bytes(), e).unwrap_err();
+            assert!(matches!(err, KernelError::BadArguments(_)), "{p}: {err}");
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! The grep kernel: split invariance, and the same lines as GNU grep 3.8
+//! (and the same counts as ripgrep) in the C locale.
+
+mod common;
+
+use std::io::Write;
+
+use common::{random_block, random_cuts, random_text, run_split, run_whole, tool};
+use quarry_kernels::{compile, GrepOutput, GrepSpec, GrepSyntax, KernelError, KernelSpec, Output};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn spec(pattern: &str, syntax: GrepSyntax, ignore_case: bool) -> KernelSpec {
+    KernelSpec::Grep(GrepSpec {
+        pattern: pattern.into(),
+        syntax,
+        ignore_case,
+        lines: true,
+    })
+}
+
+fn grep_out(o: Output) -> GrepOutput {
+    match o {
+        Output::Grep(g) => g,
+        other => panic!("not a grep output: {other:?}"),
+    }
+}
+
+/// The kernel's lines as `grep -n -b` prints them.
+fn as_grep_nb(g: &GrepOutput) -> Vec<u8> {
+    let mut out = Vec::new();
+    for l in &g.lines {
+        write!(out, "{}:{}:", l.line_number, l.byte_offset).unwrap();
+        out.extend_from_slice(&l.text);
+        out.push(b'\n');
+    }
+    out
+}
+
+const VOCAB: &[&[u8]] = &[
+    b"foo",
+    b"bar",
+    b"Foo",
+    b"BAR",
+    b"needle",
+    b"NeEdle",
+    b"ne",
+    b"edle",
+    b"a",
+    b"ab",
+    b"aab",
+    b"abab",
+    b"x.y",
+    b"xzy",
+    b"a+b",
+    b"(a)",
+    b"{1}",
+    b"[x]",
+    b"\\",
+    b"*",
+    b"|",
+    b"^",
+    b"$",
+    b"42",
+    b"7",
+    b"_id",
+    b"\xe9t\xe9",
+    b"\x80\xff",
+    b"\x0b",
+    b"\x0c",
+    b"\x7f",
+    b"-",
+];
+
+const PATTERNS: &[(GrepSyntax, &str)] = &[
+    (GrepSyntax::Fixed, "needle"),
+    (GrepSyntax::Fixed, "a+b"),
+    (GrepSyntax::Fixed, "x.y"),
+    (GrepSyntax::Fixed, "[x]"),
+    (GrepSyntax::Fixed, "\\"),
+    (GrepSyntax::Fixed, "foo bar"),
+    (GrepSyntax::Fixed, "e"),
+    (GrepSyntax::Fixed, ""),
+    (GrepSyntax::Basic, "ne*dle"),
+    (GrepSyntax::Basic, "^foo"),
+    (GrepSyntax::Basic, "bar$"),
+    (GrepSyntax::Basic, "a\\+b"),
+    (GrepSyntax::Basic, "a+b"),
+    (GrepSyntax::Basic, "\\(ab\\)\\{2\\}"),
+    (GrepSyntax::Basic, "^$"),
+    (GrepSyntax::Basic, "x.y"),
+    (GrepSyntax::Basic, "[[:upper:]]"),
+    (GrepSyntax::Basic, "[^a-z ]"),
+    (GrepSyntax::Basic, "foo\\|bar"),
+    (GrepSyntax::Basic, "\\<ne"),
+    (GrepSyntax::Basic, "edle\\>"),
+    (GrepSyntax::Basic, "*"),
+    (GrepSyntax::Basic, "\\bab\\b"),
+    (GrepSyntax::Basic, "{1}"),
+    (GrepSyntax::Basic, "[]x]"),
+    (GrepSyntax::Basic, "x$y\\|^^"),
+    (GrepSyntax::Basic, "\\w\\W\\w"),
+    (GrepSyntax::Extended, "ne+dle"),
+    (GrepSyntax::Extended, "(foo|bar)+ "),
+    (GrepSyntax::Extended, "a{2}"),
+    (GrepSyntax::Extended, "^(a|b)"),
+    (GrepSyntax::Extended, "x\\.y"),
+    (GrepSyntax::Extended, "[[:digit:]]"),
+    (GrepSyntax::Extended, "^.{30,}$"),
+    (GrepSyntax::Extended, "\\w+\\s\\w"),
+    (GrepSyntax::Extended, "\\(a\\)"),
+    (GrepSyntax::Extended, "a{1"),
+    (GrepSyntax::Extended, "^$"),
+    (GrepSyntax::Extended, ""),
+    (GrepSyntax::Extended, "[\\x]"),
+    (GrepSyntax::Extended, "\t|\r$"),
+    (GrepSyntax::Extended, "[^[:print:]]"),
+    (GrepSyntax::Extended, "(ab)*ab$"),
+    (GrepSyntax::Basic, "\\(^a\\|b$\\)"),
+    (GrepSyntax::Extended, "a|*b"),
+    (GrepSyntax::Basic, "a\\{,2\\}b"),
+    (GrepSyntax::Extended, "[[:alpha:]-]+$"),
+    (GrepSyntax::Basic, "\\.\\*"),
+    (GrepSyntax::Fixed, "\\x"),
+    (GrepSyntax::Extended, "\\<(the|a)\\>"),
+    (GrepSyntax::Basic, "[.][*]\\|[[:cntrl:]]"),
+];
+
+#[test]
+fn every_split_of_a_small_target_gives_the_whole_answer() {
+    let text = b"foo needle\n\nne\nedle needle\nneedleneedle\nbar\nnee";
+    let mut rng = StdRng::seed_from_u64(1);
+    for (syntax, pattern, ic) in [
+        (GrepSyntax::Fixed, "needle", false),
+        (GrepSyntax::Basic, "^$", false),
+        (GrepSyntax::Extended, "e+$", true),
+        (GrepSyntax::Basic, "", false),
+    ] {
+        let k = compile(&spec(pattern, syntax, ic)).unwrap();
+        let want = run_whole(&*k, text);
+        for a in 0..=text.len() {
+            for b in a..=text.len() {
+                for block in [1, 2, usize::MAX] {
+                    assert_eq!(
+                        run_split(&*k, text, &[a, b], block, &mut rng),
+                        want,
+                        "{pattern:?} split {a} {b}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn counts_and_lines_match_the_real_tools() {
+    let mut rng = StdRng::seed_from_u64(0x67726570);
+    let have_rg = std::path::Path::new("/usr/bin/rg").exists() || which("rg");
+    if !have_rg {
+        eprintln!("ripgrep is not installed: skipping the comparison of counts with rg");
+    }
+    for round in 0..6 {
+        let n = rng.gen_range(0..300);
+        let text = random_text(&mut rng, VOCAB, n);
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&text).unwrap();
+        file.flush().unwrap();
+        for &(syntax, pattern) in PATTERNS {
+            let ic = rng.gen_bool(0.3);
+            let k = compile(&spec(pattern, syntax, ic)).unwrap();
+            let whole = grep_out(run_whole(&*k, &text));
+            for _ in 0..4 {
+                let cuts = random_cuts(&mut rng, text.len());
+                let block = random_block(&mut rng);
+                let got = grep_out(run_split(&*k, &text, &cuts, block, &mut rng));
+                assert_eq!(got, whole, "{pattern:?} cuts {cuts:?} block {block}");
+            }
+            let flag = match syntax {
+                GrepSyntax::Fixed => "-F",
+                GrepSyntax::Basic => "-G",
+                GrepSyntax::Extended => "-E",
+            };
+            let mut args = vec![flag, "-a"];
+            if ic {
+                args.push("-i");
+            }
+            let Some(gnu) = tool(
+                "grep",
+                &[&args[..], &["-n", "-b", "-e", pattern]].concat(),
+                file.path(),
+            ) else {
+                continue;
+            };
+            assert_eq!(
+                String::from_utf8_lossy(&as_grep_nb(&whole)),
+                String::from_utf8_lossy(&gnu),
+                "round {round}: grep {args:?} -n -b -e {pattern:?}"
+            );
+            let count = tool(
+                "grep",
+                &[&args[..], &["-c", "-e", pattern]].concat(),
+                file.path(),
+            )
+            .unwrap();
+            assert_eq!(
+                format!("{}\n", whole.matching_lines).into_bytes(),
+                count,
+                "grep -c {pattern:?}"
+            );
+            // ripgrep reads its own regex syntax: compare the fixed strings.
+            if have_rg && syntax == GrepSyntax::Fixed {
+                let mut rg_args = vec!["--no-config", "-a", "-c", "-F"];
+                if ic {
+                    rg_args.push("-i");
+                }
+                rg_args.extend(["-e", pattern]);
+                if let Some(rg) = tool("rg", &rg_args, file.path()) {
+                    let rg: u64 = String::from_utf8_lossy(&rg).trim().parse().unwrap_or(0);
+                    assert_eq!(whole.matching_lines, rg, "rg -c -F {pattern:?}");
+                }
+            }
+        }
+    }
+}
+
+fn which(name: &str) -> bool {
+    std::process::Command::new(name)
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+#[test]
+fn only_counts_unless_lines_are_asked_for() {
+    let k = compile(&KernelSpec::Grep(GrepSpec {
+        pattern: "b".into(),
+        syntax: GrepSyntax::Fixed,
+        ignore_case: false,
+        lines: false,
+    }))
+    .unwrap();
+    let out = grep_out(run_whole(&*k, b"ab\ncd\nb"));
+    assert_eq!(
+        out,
+        GrepOutput {
+            matching_lines: 2,
+            lines: vec![]
+        }
+    );
+}
+
+#[test]
+fn bad_patterns_are_refused_with_a_reason() {
+    for (syntax, pattern, why) in [
+        (GrepSyntax::Basic, "\\(a\\)\\1", "back-reference"),
+        (GrepSyntax::Extended, "(a)\\1", "back-reference"),
+        (GrepSyntax::Fixed, "a\nb", "newline"),
+        (GrepSyntax::Extended, "a\nb", "newline"),
+        (GrepSyntax::Extended, "(a", "unmatched"),
+        (GrepSyntax::Basic, "[a", "unmatched"),
+        (GrepSyntax::Basic, "a\\{1", "\\{"),
+        (GrepSyntax::Extended, "a\\", "backslash"),
+    ] {
+        match compile(&spec(pattern, syntax, false)) {
+            Err(KernelError::BadArguments(msg)) => assert!(msg.contains(why), "{pattern:?}: {msg}"),
+            Err(e) => panic!("{pattern:?}: wrong error {e}"),
+            Ok(_) => panic!("{pattern:?} was accepted"),
+        }
+    }
+}
+
+/// Throughput next to ripgrep's, single-threaded, for a person to read (no
+/// assertion on time): `cargo test --release -p quarry-kernels --test grep
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn throughput_next_to_ripgrep() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut text = Vec::new();
+    while text.len() < 256 << 20 {
+        text.extend(random_text(&mut rng, VOCAB, 1000));
+        text.push(b'\n');
+    }
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(&text).unwrap();
+    file.flush().unwrap();
+    for (syntax, pattern) in [
+        (GrepSyntax::Fixed, "needle"),
+        (GrepSyntax::Extended, "ne+dle [0-9]"),
+    ] {
+        let k = compile(&KernelSpec::Grep(GrepSpec {
+            pattern: pattern.into(),
+            syntax,
+            ignore_case: false,
+            lines: false,
+        }))
+        .unwrap();
+        let t = std::time::Instant::now();
+        let mut p = k.empty(0);
+        for block in text.chunks(1 << 20) {
+            p = k.fold(p, block).unwrap();
+        }
+        let out = grep_out(k.finish(p).unwrap());
+        let ours = t.elapsed();
+        let t = std::time::Instant::now();
+        let rg = tool(
+            "rg",
+            &["--no-config", "-j1", "-a", "-c", "--no-mmap", "-e", pattern],
+            file.path(),
+        );
+        let theirs = t.elapsed();
+        let mb = text.len() as f64 / 1e6;
+        println!(
+            "{pattern:?}: kernel {} lines {:.0} MB/s; rg {:?} {:.0} MB/s (rg includes reading the file and starting)",
+            out.matching_lines,
+            mb / ours.as_secs_f64(),
+            rg.map(|o| String::from_utf8_lossy(&o).trim().to_string()),
+            mb / theirs.as_secs_f64()
+        );
+    }
+}
