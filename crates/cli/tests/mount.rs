@@ -417,23 +417,23 @@ fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
     assert!(q.join("fgrep8/input").exists());
 
     // BlueDBM's word count, exactly as its paper writes it.
-    // NEEDS the grep/wc kernels (branch builtin-kernels): fails with EIO
-    // ("not yet") until they are merged.
     let expected_would = all
         .split(|b| b.is_ascii_whitespace())
         .filter(|w| *w == b"would")
         .count();
     let wq = quoted(&q.join("wordcount"));
+    let why = |k: &str| std::fs::read_to_string(q.join(k).join("error")).unwrap_or_default();
     assert_eq!(
-        sh(&format!("echo would > {wq}/input; cat {wq}/output")).unwrap(),
+        sh(&format!("echo would > {wq}/input; cat {wq}/output"))
+            .unwrap_or_else(|e| panic!("{e}: {}", why("wordcount"))),
         format!("{expected_would}\n")
     );
 
     // grep against GNU grep -r over the local copy (the order of files is
     // readdir's in both, so lines are compared sorted).
-    // NEEDS the grep kernel, as above.
     sh(&format!("echo 'would like' > {}", quoted(&q.join("grep/input")))).unwrap();
-    let ours = std::fs::read_to_string(q.join("grep/output")).unwrap();
+    let ours = std::fs::read_to_string(q.join("grep/output"))
+        .unwrap_or_else(|e| panic!("{e}: {}", why("grep")));
     let gnu = Command::new("grep")
         .args(["-r", "would like", "docs", "misc"])
         .current_dir(&local)
