@@ -377,7 +377,10 @@ mod tests {
                 words: 2,
                 bytes: 10,
                 word_count,
-                top: top.into_iter().map(|(w, n)| (w.as_bytes().to_vec(), n)).collect(),
+                top: top
+                    .into_iter()
+                    .map(|(w, n)| (w.as_bytes().to_vec(), n))
+                    .collect(),
             })
         };
         let outs = [

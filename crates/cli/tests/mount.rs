@@ -271,8 +271,18 @@ fn quoted(s: &Path) -> String {
 /// "would" and are not), lines of 1 to 12 words.
 fn text(seed: u64, words: usize) -> String {
     const VOCAB: [&str; 12] = [
-        "would", "wouldn't", "Would", "should", "could", "like", "needle42", "xneedle42",
-        "the", "data", "near", "flash",
+        "would",
+        "wouldn't",
+        "Would",
+        "should",
+        "could",
+        "like",
+        "needle42",
+        "xneedle42",
+        "the",
+        "data",
+        "near",
+        "flash",
     ];
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut out = String::new();
@@ -283,7 +293,7 @@ fn text(seed: u64, words: usize) -> String {
         x ^= x << 17;
         out.push_str(VOCAB[(x % VOCAB.len() as u64) as usize]);
         in_line += 1;
-        if in_line >= 1 + (x >> 20) % 12 {
+        if in_line > (x >> 20) % 12 {
             out.push('\n');
             in_line = 0;
         } else {
@@ -296,7 +306,9 @@ fn text(seed: u64, words: usize) -> String {
 
 /// Overlapping occurrences of `pattern` in `data` (fgrep-8's count).
 fn occurrences(data: &[u8], pattern: &[u8]) -> u64 {
-    data.windows(pattern.len()).filter(|w| *w == pattern).count() as u64
+    data.windows(pattern.len())
+        .filter(|w| *w == pattern)
+        .count() as u64
 }
 
 #[test]
@@ -355,7 +367,15 @@ fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
     assert_eq!(
         kernels,
         [
-            ".", "..", "checksum", "egrep", "fgrep", "fgrep8", "grep", "histogram", "wc",
+            ".",
+            "..",
+            "checksum",
+            "egrep",
+            "fgrep",
+            "fgrep8",
+            "grep",
+            "histogram",
+            "wc",
             "wordcount"
         ]
     );
@@ -368,7 +388,11 @@ fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
 
     // fgrep8 over everything (no targets), then over one directory.
     let fgrep8 = q.join("fgrep8");
-    sh(&format!("echo needle42 > {}", quoted(&fgrep8.join("input")))).unwrap();
+    sh(&format!(
+        "echo needle42 > {}",
+        quoted(&fgrep8.join("input"))
+    ))
+    .unwrap();
     assert_eq!(
         std::fs::read_to_string(fgrep8.join("input")).unwrap(),
         "needle42\n"
@@ -396,7 +420,11 @@ fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
         std::fs::read(m.dir.join("misc/c.txt")).unwrap(),
         std::fs::read(local.join("misc/c.txt")).unwrap()
     );
-    sh(&format!("echo needle42 > {}", quoted(&fgrep8.join("input")))).unwrap();
+    sh(&format!(
+        "echo needle42 > {}",
+        quoted(&fgrep8.join("input"))
+    ))
+    .unwrap();
     assert_eq!(
         std::fs::read_to_string(fgrep8.join("output")).unwrap(),
         format!("{expected}\n")
@@ -431,7 +459,11 @@ fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
 
     // grep against GNU grep -r over the local copy (the order of files is
     // readdir's in both, so lines are compared sorted).
-    sh(&format!("echo 'would like' > {}", quoted(&q.join("grep/input")))).unwrap();
+    sh(&format!(
+        "echo 'would like' > {}",
+        quoted(&q.join("grep/input"))
+    ))
+    .unwrap();
     let ours = std::fs::read_to_string(q.join("grep/output"))
         .unwrap_or_else(|e| panic!("{e}: {}", why("grep")));
     let gnu = Command::new("grep")
@@ -448,7 +480,17 @@ fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
     assert!(!gnu.is_empty());
     assert_eq!(sorted(&ours), gnu);
 
+    // checksum of one bucket against sha256sum of the local copy.
+    std::fs::write(q.join("checksum/input"), "\nmisc\n").unwrap();
+    let ours = std::fs::read_to_string(q.join("checksum/output"))
+        .unwrap_or_else(|e| panic!("{e}: {}", why("checksum")));
+    let gnu = Command::new("sha256sum")
+        .arg("misc/c.txt")
+        .current_dir(&local)
+        .output()
+        .unwrap();
+    assert_eq!(ours, String::from_utf8_lossy(&gnu.stdout));
+
     m.stop();
     cluster.stop().unwrap();
 }
-

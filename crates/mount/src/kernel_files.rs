@@ -200,14 +200,13 @@ impl KernelFiles {
                     out.push((Self::ino(VNode::Dir(k)), Kind::Dir, name.clone()));
                 }
             }
-            VNode::Dir(k) => {
+            VNode::Dir(_) => {
                 out.push((this, Kind::Dir, ".".to_string()));
                 out.push((VIRT_ROOT, Kind::Dir, "..".to_string()));
                 for name in FILES {
                     let node = self.lookup(dir, name)?;
                     out.push((Self::ino(node), Kind::File, name.to_string()));
                 }
-                let _ = k;
             }
             _ => return Err(Errno::ENOTDIR),
         }
@@ -419,7 +418,9 @@ impl KernelFiles {
             return Err(Errno::EFBIG);
         }
         let mut s = lock(&self.states[k]);
-        s.input.get_or_insert_with(Vec::new).resize(size as usize, 0);
+        s.input
+            .get_or_insert_with(Vec::new)
+            .resize(size as usize, 0);
         s.input_mtime = Some(SystemTime::now());
         Ok(())
     }
@@ -427,7 +428,9 @@ impl KernelFiles {
 
 /// `data[offset .. offset + size]`, cut at its end.
 fn slice(data: &[u8], offset: u64, size: u32) -> Vec<u8> {
-    let start = usize::try_from(offset).unwrap_or(usize::MAX).min(data.len());
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(data.len());
     let end = start.saturating_add(size as usize).min(data.len());
     data[start..end].to_vec()
 }
