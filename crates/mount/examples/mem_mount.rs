@@ -22,6 +22,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("usage: mem_mount MOUNT_DIR")?;
     let rt = tokio::runtime::Runtime::new()?;
     let store = Arc::new(rt.block_on(MemObjectStore::in_memory([1, 2, 3, 4]))?);
-    run_until_signal(store, dir, MountOptions::default())?;
+    run_until_signal(store, None, dir, MountOptions::default())?;
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::backend::{ObjectBackend, ObjectMeta};
 use crate::error::{store_errno, FsResult};
 use crate::fs::{lock, utf8, DirEntry, Found, Mount, DIR_MARKER, LIST_PAGE};
 use crate::inode::{checked_key, Ino, Kind, Location};
+use crate::kernel_files::VNode;
 
 /// One object a rename moved: bucket and key it now has, and the version
 /// it had and has.
@@ -22,6 +23,12 @@ impl<B: ObjectBackend> Mount<B> {
     // ---- listing -----------------------------------------------------------
 
     pub(crate) fn do_opendir(&self, ino: Ino) -> FsResult<u64> {
+        if let Some((_, node)) = self.vnode(ino) {
+            return match node {
+                VNode::Root | VNode::Dir(_) => self.add_dir_handle(),
+                _ => Err(Errno::ENOTDIR),
+            };
+        }
         match lock(&self.inodes).kind(ino) {
             None => return Err(Errno::ENOENT),
             Some(Kind::File) => return Err(Errno::ENOTDIR),
@@ -68,6 +75,16 @@ impl<B: ObjectBackend> Mount<B> {
 
     /// `.`, `..` and the children of a directory, by name.
     fn list_dir(&self, ino: Ino) -> FsResult<Vec<DirEntry>> {
+        if let Some((files, node)) = self.vnode(ino) {
+            return Ok(files
+                .list(node)?
+                .into_iter()
+                .map(|(ino, kind, name)| DirEntry { ino, kind, name })
+                .collect());
+        }
+        // The root does not list `.quarry`: it is no bucket, and `find`,
+        // `grep -r` or `du` over the mount must not run every kernel by
+        // reading its `output` files. It is there to those who name it.
         let loc = self.location(ino)?;
         let mut names: BTreeMap<String, Kind> = BTreeMap::new();
         match (&loc, loc.dir_prefix()) {

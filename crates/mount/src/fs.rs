@@ -19,7 +19,8 @@ use quarry_store::{BucketName, StoreError};
 use crate::backend::{ObjectBackend, ObjectMeta};
 use crate::error::{store_errno, FsResult, MountError, Result};
 use crate::files::{OpenFile, OpenHandle};
-use crate::inode::{Ino, InodeTable, Kind, Location};
+use crate::inode::{Ino, InodeTable, Kind, Location, ROOT};
+use crate::kernel_files::{KernelFiles, KernelRunner, VNode, QUARRY_DIR};
 use crate::options::MountOptions;
 
 /// The name of the empty object that keeps a directory made by `mkdir`
@@ -92,6 +93,8 @@ pub struct Mount<B: ObjectBackend> {
     /// Set once the session exists: lets `open` drop the kernel's cached
     /// attributes of a file another mount replaced.
     pub(crate) notifier: Arc<OnceLock<Notifier>>,
+    /// The `.quarry` tree, when the mount was given a kernel runner.
+    pub(crate) kernels: Option<KernelFiles>,
 }
 
 impl<B: ObjectBackend> Mount<B> {
@@ -129,8 +132,43 @@ impl<B: ObjectBackend> Mount<B> {
             }),
             buckets_cache: Mutex::new(None),
             notifier: Arc::new(OnceLock::new()),
+            kernels: None,
             options,
         })
+    }
+
+    /// Adds the `.quarry` directory of kernel files, run by `runner`
+    /// (`None`: no `.quarry`).
+    pub fn with_kernels(mut self, runner: Option<Arc<dyn KernelRunner>>) -> Self {
+        self.kernels = runner.map(KernelFiles::new);
+        self
+    }
+
+    /// The virtual `.quarry` node `ino` is, if it is one.
+    pub(crate) fn vnode(&self, ino: Ino) -> Option<(&KernelFiles, VNode)> {
+        let files = self.kernels.as_ref()?;
+        files.node(ino).map(|n| (files, n))
+    }
+
+    /// Whether `name` in `parent` is `.quarry` or lies in it: such names
+    /// cannot be made, removed or renamed.
+    pub(crate) fn is_virtual_name(&self, parent: Ino, name: &OsStr) -> bool {
+        self.kernels.is_some()
+            && (self.vnode(parent).is_some() || (parent == ROOT && name == QUARRY_DIR))
+    }
+
+    fn vattr(&self, files: &KernelFiles, node: VNode) -> FileAttr {
+        files.attr(node, self.uid, self.gid, self.started)
+    }
+
+    /// The attribute TTL of `ino`: none for the virtual files, whose sizes
+    /// change without the kernel seeing a write.
+    fn ttl_of(&self, ino: Ino) -> Duration {
+        if self.vnode(ino).is_some() {
+            Duration::ZERO
+        } else {
+            self.ttl()
+        }
     }
 
     /// Runs a backend future to completion from a FUSE thread (never an
@@ -290,6 +328,15 @@ impl<B: ObjectBackend> Mount<B> {
 
     fn do_lookup(&self, parent: Ino, name: &OsStr) -> FsResult<FileAttr> {
         let name = name.to_str().ok_or(Errno::ENOENT)?;
+        if let Some(files) = &self.kernels {
+            if parent == ROOT && name == QUARRY_DIR {
+                return Ok(self.vattr(files, VNode::Root));
+            }
+            if let Some(dir) = files.node(parent) {
+                let node = files.lookup(dir, name)?;
+                return Ok(self.vattr(files, node));
+            }
+        }
         if name == DIR_MARKER {
             return Err(Errno::ENOENT);
         }
@@ -327,6 +374,9 @@ impl<B: ObjectBackend> Mount<B> {
     }
 
     fn do_getattr(&self, ino: Ino, fh: Option<FileHandle>) -> FsResult<FileAttr> {
+        if let Some((files, node)) = self.vnode(ino) {
+            return Ok(self.vattr(files, node));
+        }
         if let Some(attr) = self.spool_attr(ino) {
             return Ok(attr);
         }
@@ -351,6 +401,16 @@ impl<B: ObjectBackend> Mount<B> {
             .map_err(|e| store_errno("head", &loc, &e))?;
         lock(&self.inodes).swap_seen_version(ino, meta.version);
         Ok(self.meta_attr(ino, &meta))
+    }
+}
+
+/// Making a name in `.quarry`: it is full (`EACCES`); making `.quarry`
+/// itself: it is there (`EEXIST`).
+fn virtual_create_errno(parent: Ino) -> Errno {
+    if parent == ROOT {
+        Errno::EEXIST
+    } else {
+        Errno::EACCES
     }
 }
 
@@ -383,7 +443,7 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.do_lookup(parent.0, name) {
-            Ok(attr) => reply.entry(&self.ttl(), &attr, Generation(0)),
+            Ok(attr) => reply.entry(&self.ttl_of(attr.ino.0), &attr, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -394,7 +454,7 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.do_getattr(ino.0, fh) {
-            Ok(attr) => reply.attr(&self.ttl(), &attr),
+            Ok(attr) => reply.attr(&self.ttl_of(ino.0), &attr),
             Err(e) => reply.error(e),
         }
     }
@@ -417,6 +477,15 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if let Some((files, node)) = self.vnode(ino.0) {
+            // As for objects, only the size means anything (and only
+            // `input` has one to change).
+            match size.map_or(Ok(()), |size| files.set_size(node, size)) {
+                Ok(()) => reply.attr(&Duration::ZERO, &self.vattr(files, node)),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         // Modes, owners and times are not stored (objects have none);
         // they are accepted so that `cp -p`, `touch` and SQLite's fchmod
         // succeed. Only the size changes anything.
@@ -446,6 +515,10 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
+        if self.is_virtual_name(parent.0, name) {
+            reply.error(virtual_create_errno(parent.0));
+            return;
+        }
         // Only regular files: an object has no other type to be.
         if mode & libc::S_IFMT != libc::S_IFREG {
             reply.error(Errno::EPERM);
@@ -466,6 +539,10 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        if self.is_virtual_name(parent.0, name) {
+            reply.error(virtual_create_errno(parent.0));
+            return;
+        }
         match self.do_mkdir(parent.0, name) {
             Ok(attr) => reply.entry(&self.ttl(), &attr, Generation(0)),
             Err(e) => reply.error(e),
@@ -473,6 +550,10 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.is_virtual_name(parent.0, name) {
+            reply.error(Errno::EPERM);
+            return;
+        }
         match self.do_unlink(parent.0, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -480,6 +561,10 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self.is_virtual_name(parent.0, name) {
+            reply.error(Errno::EPERM);
+            return;
+        }
         match self.do_rmdir(parent.0, name) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -496,6 +581,10 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if self.is_virtual_name(parent.0, name) || self.is_virtual_name(newparent.0, newname) {
+            reply.error(Errno::EPERM);
+            return;
+        }
         match self.do_rename(parent.0, name, newparent.0, newname, flags) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -503,6 +592,15 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if let Some((files, node)) = self.vnode(ino.0) {
+            // Direct I/O: every read reaches `read` here, although the
+            // size the kernel was told (0 for `output`) says nothing.
+            match files.open(node, flags) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         match self.do_open(ino.0, flags) {
             // No KEEP_CACHE: the kernel drops its cached pages at every
             // open, so a reader sees the version `open` just checked.
@@ -522,6 +620,13 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some((files, node)) = self.vnode(ino.0) {
+            match files.read(node, fh.0, offset, size, |f| self.run(f)) {
+                Ok(data) => reply.data(&data),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         match self.do_read(ino.0, fh, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
@@ -540,6 +645,13 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if let Some((files, node)) = self.vnode(ino.0) {
+            match files.write(node, offset, data) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(e),
+            }
+            return;
+        }
         match self.do_write(ino.0, fh, offset, data) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
@@ -572,6 +684,11 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some((files, node)) = self.vnode(ino.0) {
+            files.release(node, fh.0);
+            reply.ok();
+            return;
+        }
         self.do_release(ino.0, fh);
         reply.ok();
     }
@@ -737,6 +854,12 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if self.is_virtual_name(parent.0, name) {
+            // `echo x > .quarry/K/input` opens an existing file, so this
+            // is only ever a new name.
+            reply.error(virtual_create_errno(parent.0));
+            return;
+        }
         match self.do_create(parent.0, name, flags) {
             Ok((attr, fh)) => reply.created(
                 &self.ttl(),

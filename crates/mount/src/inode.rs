@@ -13,6 +13,7 @@ use fuser::Errno;
 use quarry_store::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN};
 
 use crate::error::FsResult;
+use crate::kernel_files::FIRST_HASHED_INO;
 
 /// An inode number.
 pub(crate) type Ino = u64;
@@ -148,7 +149,8 @@ fn fmix64(mut h: u64) -> u64 {
 }
 
 /// The inode number (parent, name) hashes to: FNV-1a over the name, seeded
-/// with the parent, finalised; never 0 or the root's.
+/// with the parent, finalised; never 0, the root's or one of the numbers
+/// kept for `.quarry`.
 pub(crate) fn hashed_ino(parent: Ino, name: &str) -> Ino {
     let mut h = 0xcbf2_9ce4_8422_2325 ^ parent.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     for b in name.bytes() {
@@ -156,8 +158,8 @@ pub(crate) fn hashed_ino(parent: Ino, name: &str) -> Ino {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     let h = fmix64(h);
-    if h <= ROOT {
-        h + 2
+    if h < FIRST_HASHED_INO {
+        h + FIRST_HASHED_INO
     } else {
         h
     }
@@ -284,7 +286,7 @@ impl InodeTable {
         let start = hashed_ino(parent, name);
         let ino = (0..MAX_PROBES)
             .map(|i| start.wrapping_add(i))
-            .find(|i| *i > ROOT && !self.nodes.contains_key(i))
+            .find(|i| *i >= FIRST_HASHED_INO && !self.nodes.contains_key(i))
             .ok_or_else(|| {
                 tracing::error!(start, "no free inode number near the hash");
                 Errno::EIO

@@ -10,7 +10,10 @@
 //! [`DIR_MARKER`] object when made empty by `mkdir`), renames (copy, then
 //! delete), and the errno each store error becomes. It does not own the
 //! store: it talks to it through [`ObjectBackend`], implemented here for
-//! `quarry_store::ObjectStore`. `docs/mount.md` has the semantics and limits.
+//! `quarry_store::ObjectStore`. Given a [`KernelRunner`], it also shows
+//! BlueDBM's virtual files: `.quarry/KERNEL/input` takes a kernel's
+//! arguments and reading `.quarry/KERNEL/output` runs it near the data.
+//! `docs/mount.md` has the semantics and limits.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -19,7 +22,7 @@
 //!
 //! let rt = tokio::runtime::Runtime::new()?;
 //! let store = Arc::new(rt.block_on(MemObjectStore::in_memory([1, 2, 3, 4]))?);
-//! let handle = mount(store, "/mnt/quarry", MountOptions::default())?;
+//! let handle = mount(store, None, "/mnt/quarry", MountOptions::default())?;
 //!
 //! std::fs::create_dir("/mnt/quarry/photos")?; // a new bucket
 //! std::fs::create_dir_all("/mnt/quarry/photos/2024")?; // kept by a marker object
@@ -37,11 +40,15 @@ mod error;
 mod files;
 mod fs;
 mod inode;
+mod kernel_files;
 mod options;
 mod session;
 
 pub use backend::{ObjectBackend, ObjectMeta};
 pub use error::{MountError, Result};
 pub use fs::{Mount, DIR_MARKER};
+pub use kernel_files::{
+    KernelFuture, KernelRunner, MAX_INPUT_BYTES, MAX_KERNELS, MAX_OUTPUT_BYTES, QUARRY_DIR,
+};
 pub use options::{ConflictPolicy, MountOptions};
 pub use session::{mount, run_until_signal, MountHandle};

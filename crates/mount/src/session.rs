@@ -13,6 +13,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::backend::ObjectBackend;
 use crate::error::{MountError, Result};
 use crate::fs::Mount;
+use crate::kernel_files::KernelRunner;
 use crate::options::MountOptions;
 
 /// A mounted file system. Dropping it unmounts (as [`MountHandle::unmount`]
@@ -25,12 +26,14 @@ pub struct MountHandle {
 
 /// Mounts `backend` at `dir` and serves it from background threads until
 /// the returned handle is dropped or [`MountHandle::unmount`] is called.
+/// With a `kernels` runner, `dir/.quarry` holds its kernel files.
 ///
 /// Needs `/dev/fuse` (and, for a user other than root, `fusermount3`).
 /// Call it from a plain thread, not from inside an async task: it waits
 /// for the kernel's handshake.
 pub fn mount<B: ObjectBackend>(
     backend: Arc<B>,
+    kernels: Option<Arc<dyn KernelRunner>>,
     dir: impl AsRef<Path>,
     options: MountOptions,
 ) -> Result<MountHandle> {
@@ -54,7 +57,7 @@ pub fn mount<B: ObjectBackend>(
         MountOption::NoAtime,
     ];
     config.n_threads = Some(options.fuse_threads);
-    let fs = Mount::new(backend, options)?;
+    let fs = Mount::new(backend, options)?.with_kernels(kernels);
     let notifier = Arc::clone(&fs.notifier);
     let session =
         fuser::Session::new(fs, &mountpoint, &config).map_err(|source| MountError::Mount {
@@ -158,10 +161,11 @@ impl Drop for MountHandle {
 /// For command-line tools.
 pub fn run_until_signal<B: ObjectBackend>(
     backend: Arc<B>,
+    kernels: Option<Arc<dyn KernelRunner>>,
     dir: impl AsRef<Path>,
     options: MountOptions,
 ) -> Result<()> {
-    let handle = mount(backend, dir, options)?;
+    let handle = mount(backend, kernels, dir, options)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -118,7 +118,7 @@ fn read_ahead_fetches_large_windows_for_sequential_reads_and_small_ones_for_rand
         read_ahead_bytes: 1 << 20,
         ..options(&d.spool)
     };
-    let _m = quarry_mount::mount(Arc::clone(&backend), &d.mnt, opts).unwrap();
+    let _m = quarry_mount::mount(Arc::clone(&backend), None, &d.mnt, opts).unwrap();
     fs::create_dir(d.mnt.join("r")).unwrap();
     let size = 8 << 20;
     let data = noise(40, size);
@@ -169,7 +169,7 @@ fn fsync_uploads_the_spool_without_reading_the_object_back() {
     init_logs();
     let (_rt, backend) = counting();
     let d = dirs(&["mnt"]);
-    let _m = quarry_mount::mount(Arc::clone(&backend), &d.mnt, options(&d.spool)).unwrap();
+    let _m = quarry_mount::mount(Arc::clone(&backend), None, &d.mnt, options(&d.spool)).unwrap();
     fs::create_dir(d.mnt.join("s")).unwrap();
     let f = OpenOptions::new()
         .read(true)

@@ -639,7 +639,7 @@ fn run_until_signal_returns_when_unmounted_from_outside() {
     let (mnt, opts) = (d.mnt.clone(), options(&d.spool));
     let runner = {
         let store = std::sync::Arc::clone(&store);
-        std::thread::spawn(move || quarry_mount::run_until_signal(store, mnt, opts))
+        std::thread::spawn(move || quarry_mount::run_until_signal(store, None, mnt, opts))
     };
     let canonical = d.mnt.canonicalize().unwrap();
     let mounted = || {

@@ -58,7 +58,7 @@ fn files_written_through_the_mount_survive_a_reopen_of_the_volume() {
     let big = noise(30, 600_000);
 
     let (volume, store) = rt.block_on(open_store(&device_dir));
-    let m = quarry_mount::mount(Arc::clone(&store), &d.mnt, options(&d.spool)).unwrap();
+    let m = quarry_mount::mount(Arc::clone(&store), None, &d.mnt, options(&d.spool)).unwrap();
     fs::create_dir(d.mnt.join("vol")).unwrap();
     fs::create_dir_all(d.mnt.join("vol/a/b")).unwrap();
     fs::write(d.mnt.join("vol/a/b/big"), &big).unwrap();
@@ -71,7 +71,7 @@ fn files_written_through_the_mount_survive_a_reopen_of_the_volume() {
     drop(volume);
 
     let (volume, store) = rt.block_on(open_store(&device_dir));
-    let m = quarry_mount::mount(Arc::clone(&store), &d.mnt, options(&d.spool)).unwrap();
+    let m = quarry_mount::mount(Arc::clone(&store), None, &d.mnt, options(&d.spool)).unwrap();
     assert!(fs::read(d.mnt.join("vol/a/b/big")).unwrap() == big);
     assert_eq!(fs::read(d.mnt.join("vol/small")).unwrap(), b"small");
     let mut names: Vec<String> = fs::read_dir(d.mnt.join("vol/a"))

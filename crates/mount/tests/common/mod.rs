@@ -76,7 +76,7 @@ pub fn dirs(mount_points: &[&str]) -> Dirs {
 }
 
 pub fn mount_with(store: &Arc<MemObjectStore>, dir: &Path, options: MountOptions) -> MountHandle {
-    mount(Arc::clone(store), dir, options).expect("mount")
+    mount(Arc::clone(store), None, dir, options).expect("mount")
 }
 
 /// Runs a shell command, panicking with its output if it fails.
