@@ -707,7 +707,11 @@ fn report(args: &BenchComputeArgs, title: &str, rows: &[Row], links: &[Link]) ->
                 format!("{:.2}x", r.speedup),
                 human_bytes(r.bytes_scanned),
                 human_bytes(r.bytes_to_client),
-                format!("{:.0}", r.scanned_per_sent),
+                if r.scanned_per_sent >= 10.0 {
+                    format!("{:.0}", r.scanned_per_sent)
+                } else {
+                    format!("{:.4}", r.scanned_per_sent)
+                },
             ]);
         }
         println!("{title}:\n{table}");
