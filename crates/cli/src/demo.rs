@@ -186,8 +186,62 @@ async fn run_objects(client: &Client, objects: &quarry_client::Objects) -> Resul
         human_bytes(after.stored_bytes),
         after.dedup_ratio()
     );
+    near_data_query(client, &text, key.as_str()).await?;
     println!(
-        "next: `quarry ls demo`, `quarry get demo/{key} day1.txt`, `quarry df`, `quarry status`"
+        "next: `quarry grep -c fabric 'demo/logs/*'`, `quarry wc demo/{key}`, `quarry ls demo`, \
+         `quarry get demo/{key} day1.txt`, `quarry df`, `quarry status`"
+    );
+    Ok(())
+}
+
+/// Counts one word near the data (BlueDBM's word-count kernel runs on each
+/// node over the chunks it holds; the entry node merges) and checks the
+/// answer against counting the same bytes here.
+async fn near_data_query(client: &Client, text: &[u8], key: &str) -> Result<()> {
+    use quarry_client::{Job, KernelSpec, Limits, Outcome, Output, Target, WcSpec};
+    let word = "fabric";
+    let started = Instant::now();
+    let (result, sent) = client
+        .compute()
+        .run(
+            Job::Scan(KernelSpec::Wc(WcSpec {
+                words: true,
+                word: Some(word.as_bytes().to_vec()),
+                top: None,
+            })),
+            vec![Target::Object {
+                bucket: "demo".into(),
+                key: key.to_string(),
+            }],
+            Limits::default(),
+        )
+        .await?;
+    let took = started.elapsed();
+    let Outcome::Scan(targets) = &result.outcome else {
+        bail!("the word count answered {:?}", result.outcome);
+    };
+    let Some(Output::Wc(wc)) = targets.first().map(|t| &t.output) else {
+        bail!("the word count answered {targets:?}");
+    };
+    let here = text
+        .split(|b| b" \t\n\r\x0b\x0c".contains(b))
+        .filter(|w| *w == word.as_bytes())
+        .count() as u64;
+    if wc.word_count != Some(here) {
+        bail!(
+            "near the data {:?} counted {:?}, this process {here}",
+            word,
+            wc.word_count
+        );
+    }
+    println!(
+        "query near the data: {here} x {word:?} among {} words in demo/{key}, {:.1} ms; \
+         the nodes scanned {}, {} came back to this client ({:.0}x less)",
+        wc.words,
+        ms(took),
+        human_bytes(result.bytes_scanned),
+        human_bytes(sent),
+        result.bytes_scanned as f64 / sent.max(1) as f64
     );
     Ok(())
 }
