@@ -505,3 +505,66 @@ async fn every_kernel_over_a_volume_range_cut_mid_page_equals_one_local_pass() {
         n.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_fails_the_command_with_its_name_and_the_others_still_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .unwrap()
+        .with_members([0, 1, 2, 3]);
+    let objects = client.objects().await.unwrap();
+    let bucket = BucketName::new("b").unwrap();
+    objects
+        .create_bucket(&bucket, Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    let data = text(200_000, 3);
+    objects
+        .put_bytes(
+            &bucket,
+            &ObjectKey::new("k").unwrap(),
+            &data,
+            Condition::Always,
+        )
+        .await
+        .unwrap();
+    // A small object whose chunk and manifest avoid node 3.
+    let mut small = None;
+    for i in 0..64 {
+        let key = ObjectKey::new(&format!("s{i}")).unwrap();
+        let bytes = text(1000, 100 + i);
+        let placement = objects.placement();
+        let fp = quarry_store::Fingerprint::of(&bytes);
+        if placement.chunk_node(&fp) != 3 && placement.manifest_node(&bucket, &key) != 3 {
+            objects
+                .put_bytes(&bucket, &key, &bytes, Condition::Always)
+                .await
+                .unwrap();
+            small = Some((key, bytes));
+            break;
+        }
+    }
+    let (small_key, small_bytes) = small.expect("some key avoids node 3");
+    let dead = nodes.pop().unwrap();
+    dead.shutdown().await.unwrap();
+    let compute = client.compute();
+    let err = compute
+        .run(fgrep8(), vec![object("b", "k")], Limits::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("node 3"), "{err}");
+    let (r, _) = compute
+        .run(
+            fgrep8(),
+            vec![object("b", small_key.as_str())],
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(counts(&r.outcome)[0].1, count(&small_bytes));
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
