@@ -41,6 +41,13 @@ pub const MAX_UNFINISHED_COMMANDS: usize = 1024;
 /// Finished commands a node keeps for their status and result; the oldest
 /// are dropped first.
 pub const MAX_FINISHED_COMMANDS: usize = 1024;
+/// Bytes of results a node keeps for finished commands; past it, the
+/// oldest finished commands are dropped (a client reads its result soon
+/// after the command is done).
+pub const MAX_KEPT_RESULT_BYTES: u64 = 1 << 30;
+/// Segments (chunks, volume pages, linear pages) one command's targets may
+/// resolve into: bounds the entry node's memory for the plan.
+pub const MAX_SEGMENTS_PER_COMMAND: usize = 4 << 20;
 /// Bytes one local run covers: small enough that progress moves and a
 /// cancelled command stops soon, large enough that a run's fixed costs
 /// (a round trip, a thread) are noise.
@@ -223,6 +230,31 @@ impl<P: Peers> Engine<P> {
         }
     }
 
+    /// Drops the oldest finished commands while their results exceed
+    /// [`MAX_KEPT_RESULT_BYTES`].
+    fn drop_old_results(&self) {
+        let mut table = self.table();
+        let mut kept: u64 = table
+            .commands
+            .values()
+            .filter_map(|c| c.result.get().map(|r| r.len() as u64))
+            .sum();
+        let finished: Vec<CommandId> = table
+            .commands
+            .values()
+            .filter(|c| c.state.borrow().is_final())
+            .map(|c| c.id)
+            .collect();
+        for id in finished {
+            if kept <= MAX_KEPT_RESULT_BYTES {
+                break;
+            }
+            if let Some(c) = table.commands.remove(&id) {
+                kept -= c.result.get().map_or(0, |r| r.len() as u64);
+            }
+        }
+    }
+
     /// Starts a command; returns its number at once.
     pub fn submit(
         self: &Arc<Self>,
@@ -327,6 +359,7 @@ impl<P: Peers> Engine<P> {
                 }),
             }
             tracing::debug!(id, state = ?command.state.borrow().clone(), "command finished");
+            engine.drop_old_results();
         });
         Ok(id)
     }
@@ -548,6 +581,13 @@ impl<P: Peers> Engine<P> {
             }
             if out.len() > MAX_RESOLVED_TARGETS {
                 return Err(too_many_targets());
+            }
+            let segments: usize = out.iter().map(|r| r.segments.len()).sum();
+            if segments > MAX_SEGMENTS_PER_COMMAND {
+                return Err(ComputeError::BadRequest(format!(
+                    "the targets span {segments} chunks or pages, more than the \
+                     {MAX_SEGMENTS_PER_COMMAND} one command may; split the command"
+                )));
             }
         }
         Ok(out)

@@ -36,8 +36,8 @@ mod wire;
 
 pub use builtin::{ChecksumPart, Fgrep8Part, GrepPart, WcPart};
 pub use engine::{
-    Engine, MAX_FINISHED_COMMANDS, MAX_RUNNING_COMMANDS, MAX_UNFINISHED_COMMANDS, RUNS_IN_FLIGHT,
-    RUN_BYTES,
+    Engine, MAX_FINISHED_COMMANDS, MAX_KEPT_RESULT_BYTES, MAX_RUNNING_COMMANDS,
+    MAX_SEGMENTS_PER_COMMAND, MAX_UNFINISHED_COMMANDS, RUNS_IN_FLIGHT, RUN_BYTES,
 };
 pub use engine_error::ComputeError;
 pub use error::KernelError;
