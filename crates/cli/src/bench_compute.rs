@@ -402,6 +402,16 @@ fn on_link<T: Send>(net: Option<&ClientNet>, f: impl FnOnce() -> Result<T> + Sen
     }
 }
 
+/// The client's namespace, when any link is limited.
+fn client_net(links: &[Link]) -> Result<Option<ClientNet>> {
+    if links.iter().all(|l| l.rate.is_none()) {
+        return Ok(None);
+    }
+    ClientNet::create()
+        .context("the limited links need a network namespace (root, iproute2, tc)")
+        .map(Some)
+}
+
 /// The client's view of the cluster on one link.
 struct Way {
     entry: SocketAddr,
@@ -447,14 +457,7 @@ pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
             links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
         );
     }
-    let mut net = if links.iter().any(|l| l.rate.is_some()) {
-        Some(
-            ClientNet::create()
-                .context("the limited links need a network namespace (root, iproute2, tc)")?,
-        )
-    } else {
-        None
-    };
+    let mut net = client_net(&links)?;
     let mut rows = Vec::new();
     for link in &links {
         let way = ways(&setup, &mut net, link)?;
@@ -533,14 +536,7 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
             links.iter().map(|l| l.name.as_str()).collect::<Vec<_>>().join(", ")
         );
     }
-    let mut net = if links.iter().any(|l| l.rate.is_some()) {
-        Some(
-            ClientNet::create()
-                .context("the limited links need a network namespace (root, iproute2, tc)")?,
-        )
-    } else {
-        None
-    };
+    let mut net = client_net(&links)?;
     let fgrep = KernelSpec::Fgrep8 { pattern: PATTERN };
     let batch_ops: usize = if args.quick { 20_000 } else { 200_000 };
     let trip_ops: usize = if args.quick { 300 } else { 2_000 };

@@ -203,6 +203,10 @@ pub fn parse_target(text: &str) -> Result<Target> {
     })
 }
 
+fn parse_targets(texts: &[String]) -> Result<Vec<Target>> {
+    texts.iter().map(|t| parse_target(t)).collect()
+}
+
 fn limits(options: &CommandOptions) -> Result<Limits> {
     Ok(Limits {
         time_ms: options.time_limit_ms,
@@ -291,11 +295,7 @@ fn scan_outputs(result: &CommandResult) -> Result<&[TargetOutput]> {
 /// `quarry grep`.
 pub fn grep(args: &GrepArgs) -> Result<()> {
     runtime()?.block_on(async {
-        let targets = args
-            .targets
-            .iter()
-            .map(|t| parse_target(t))
-            .collect::<Result<Vec<_>>>()?;
+        let targets = parse_targets(&args.targets)?;
         let many = targets.len() > 1 || targets.iter().any(|t| matches!(t, Target::Prefix { .. }));
         let spec = GrepSpec {
             pattern: args.pattern.clone(),
@@ -383,11 +383,7 @@ pub fn format_grep(
 /// `quarry wc`.
 pub fn wc(args: &WcArgs) -> Result<()> {
     runtime()?.block_on(async {
-        let targets = args
-            .targets
-            .iter()
-            .map(|t| parse_target(t))
-            .collect::<Result<Vec<_>>>()?;
+        let targets = parse_targets(&args.targets)?;
         let any_flag = args.lines || args.words || args.bytes;
         let show = if any_flag {
             (args.lines, args.words, args.bytes)
@@ -483,10 +479,7 @@ fn total_size_digits(outputs: &[TargetOutput]) -> usize {
 pub fn run(args: &RunArgs) -> Result<()> {
     runtime()?.block_on(async {
         let (job, rest) = parse_job(&args.kernel, &args.args)?;
-        let targets = rest
-            .iter()
-            .map(|t| parse_target(t))
-            .collect::<Result<Vec<_>>>()?;
+        let targets = parse_targets(&rest)?;
         let compute = compute(&args.options.cluster).await?;
         if args.detach {
             let id = compute.submit(job, targets, limits(&args.options)?).await?;

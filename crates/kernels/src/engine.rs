@@ -110,6 +110,17 @@ struct Table {
     commands: BTreeMap<CommandId, Arc<Command>>,
 }
 
+impl Table {
+    /// The finished commands, oldest first.
+    fn finished(&self) -> Vec<CommandId> {
+        self.commands
+            .values()
+            .filter(|c| c.state.borrow().is_final())
+            .map(|c| c.id)
+            .collect()
+    }
+}
+
 /// A node's command engine.
 pub struct Engine<P> {
     local: Arc<LocalData>,
@@ -239,13 +250,7 @@ impl<P: Peers> Engine<P> {
             .values()
             .filter_map(|c| c.result.get().map(|r| r.len() as u64))
             .sum();
-        let finished: Vec<CommandId> = table
-            .commands
-            .values()
-            .filter(|c| c.state.borrow().is_final())
-            .map(|c| c.id)
-            .collect();
-        for id in finished {
+        for id in table.finished() {
             if kept <= MAX_KEPT_RESULT_BYTES {
                 break;
             }
@@ -277,12 +282,7 @@ impl<P: Peers> Engine<P> {
                     commands: MAX_UNFINISHED_COMMANDS,
                 });
             }
-            let finished: Vec<CommandId> = table
-                .commands
-                .values()
-                .filter(|c| c.state.borrow().is_final())
-                .map(|c| c.id)
-                .collect();
+            let finished = table.finished();
             for id in finished
                 .iter()
                 .take(finished.len().saturating_sub(MAX_FINISHED_COMMANDS - 1))
