@@ -17,6 +17,8 @@ mod bench;
 mod bench_device;
 mod bench_fabric;
 mod bench_objects;
+mod bench_scan;
+mod bench_stream;
 mod bench_volume;
 mod commands;
 mod compute_cmd;
@@ -81,6 +83,8 @@ pub fn run(cli: Cli) -> Result<()> {
             BenchCommand::Fabric(args) => bench_fabric::fabric(&args),
             BenchCommand::Volume(args) => bench_volume::volume(&args),
             BenchCommand::Objects(args) => bench_objects::objects(&args),
+            BenchCommand::Scan(args) => bench_scan::scan(&args),
+            BenchCommand::Stream(args) => bench_stream::stream(&args),
         },
     }
 }
