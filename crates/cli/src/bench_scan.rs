@@ -144,14 +144,14 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
                         bail!("rg counted {n1} with mmap, {n2} without");
                     }
                     if mmap <= no_mmap {
-                        (mmap - rg_startup, n1, "rg -j1 -c --mmap")
+                        ((mmap - rg_startup).max(1e-6), n1, "rg -j1 -c --mmap")
                     } else {
-                        (no_mmap - rg_startup, n2, "rg -j1 -c --no-mmap")
+                        ((no_mmap - rg_startup).max(1e-6), n2, "rg -j1 -c --no-mmap")
                     }
                 }
                 PeerKind::WcLines => {
                     let (secs, n) = wc_time(&file)?;
-                    (secs - wc_startup, n, "wc -l (GNU)")
+                    ((secs - wc_startup).max(1e-6), n, "wc -l (GNU)")
                 }
             };
             if count != matching[i] {
