@@ -88,7 +88,7 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
     std::fs::write(&file, &text).with_context(|| format!("cannot write {}", file.display()))?;
     std::fs::write(&empty, b"")?;
     let frequent = frequent_word(&text);
-    let cases = vec![
+    let cases = [
         Case {
             what: "grep -F, rare literal",
             kernel: grep(RARE, GrepSyntax::Fixed),
