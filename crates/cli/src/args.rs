@@ -305,6 +305,15 @@ pub enum BenchCommand {
     /// Minerva: fgrep-8 near the data vs the client's threaded range scans,
     /// and batched read-modify-write vs round trips.
     Minerva(BenchComputeArgs),
+    /// Near-data compute, the kernel alone: the grep kernel (literal and
+    /// regex) and wc -l folded over text in memory, one core, vs ripgrep
+    /// and GNU wc on the same file hot in the page cache.
+    Scan(BenchScanArgs),
+    /// Near-data compute off the disk: fgrep8 streamed over one object on
+    /// a 1-node managed cluster (file backend, O_DIRECT) vs fio sequential
+    /// reads of the node's device file; and pinned read settings vs the
+    /// adaptive tuner.
+    Stream(BenchStreamArgs),
 }
 
 /// Arguments of `quarry bench wordcount` and `quarry bench minerva`.
@@ -329,6 +338,59 @@ pub struct BenchComputeArgs {
     /// Write an SVG plot of the rates per link here.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+}
+
+/// Arguments of `quarry bench scan`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchScanArgs {
+    /// Bytes of generated text (K, M, G suffixes).
+    #[arg(long, default_value = "256M")]
+    pub size: String,
+    /// Rounds (each: every row, kernel and peer alternating); medians are
+    /// reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
+    /// Where to write the text file (default: a temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// A tiny run (16 MiB of text, one round): checks the benchmark works.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// Arguments of `quarry bench stream`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchStreamArgs {
+    /// Object size (K, M, G suffixes).
+    #[arg(long, default_value = "1G")]
+    pub size: String,
+    /// Fixed chunk size of the object (K, M suffixes).
+    #[arg(long, default_value = "1M")]
+    pub chunk: String,
+    /// Rounds (each: fio read, then the scan); medians are reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
+    /// Pinned read settings to sweep, as DEPTHxBLOCK (e.g. 32x1M), comma
+    /// separated; "none" skips the sweep.
+    #[arg(
+        long,
+        default_value = "2x256K,2x1M,2x4M,8x256K,8x1M,8x4M,32x256K,32x1M,32x4M,128x256K,128x1M,128x4M"
+    )]
+    pub sweep: String,
+    /// Where to keep the cluster (default: a temporary directory on the
+    /// same disk as $TMPDIR).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// A tiny run (a 64 MiB object, one round, a 2-setting sweep): checks
+    /// the benchmark works.
+    #[arg(long)]
+    pub quick: bool,
 }
 
 /// Arguments of `quarry bench objects`.

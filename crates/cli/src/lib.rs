@@ -18,6 +18,8 @@ mod bench_compute;
 mod bench_device;
 mod bench_fabric;
 mod bench_objects;
+mod bench_scan;
+mod bench_stream;
 mod bench_volume;
 mod commands;
 mod compute_cmd;
@@ -85,6 +87,8 @@ pub fn run(cli: Cli) -> Result<()> {
             BenchCommand::Objects(args) => bench_objects::objects(&args),
             BenchCommand::Wordcount(args) => bench_compute::wordcount(&args),
             BenchCommand::Minerva(args) => bench_compute::minerva(&args),
+            BenchCommand::Scan(args) => bench_scan::scan(&args),
+            BenchCommand::Stream(args) => bench_stream::stream(&args),
         },
     }
 }

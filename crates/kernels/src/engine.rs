@@ -141,10 +141,16 @@ impl<P: Peers> Engine<P> {
     /// An engine over this node's data, reaching other nodes through
     /// `peers`.
     pub fn new(local: LocalData, peers: Arc<P>) -> Arc<Engine<P>> {
+        Engine::with_tuner(local, peers, ReadTuner::new())
+    }
+
+    /// An engine whose local runs read with `tuner` (adaptive, or pinned to
+    /// one setting by the node's `[compute]` configuration).
+    pub fn with_tuner(local: LocalData, peers: Arc<P>, tuner: ReadTuner) -> Arc<Engine<P>> {
         Arc::new(Engine {
             local: Arc::new(local),
             peers,
-            tuner: Arc::new(ReadTuner::new()),
+            tuner: Arc::new(tuner),
             table: Mutex::new(Table {
                 next_id: 1,
                 ..Table::default()

@@ -259,7 +259,9 @@ pub(crate) async fn run_local(
     if run.carry.is_some() {
         check_one_range(&run.segments)?;
     }
+    let started = Instant::now();
     let (items, _total) = data.plan(&run.segments).await?;
+    let plan_ms = started.elapsed().as_secs_f64() * 1e3;
     let (tx, rx) = mpsc::channel::<Message>(2);
     let segments = run.segments.clone();
     let memory_bytes = run.memory_bytes;
@@ -267,7 +269,17 @@ pub(crate) async fn run_local(
     let compute = tokio::task::spawn_blocking(move || {
         fold_blocks(kernel.as_ref(), &segments, carry, memory_bytes, rx)
     });
-    let read = stream_pages(data, tuner, &items, run.segments.len(), deadline, tx).await;
+    let mut waits = Waits::default();
+    let read = stream_pages(
+        data,
+        tuner,
+        &items,
+        run.segments.len(),
+        deadline,
+        tx,
+        &mut waits,
+    )
+    .await;
     let folded = compute.await.map_err(|e| ComputeError::Storage {
         node: data.node,
         message: format!("the kernel thread failed: {e}"),
@@ -281,10 +293,27 @@ pub(crate) async fn run_local(
         }
         (Err(e), _) | (Ok(_), Err(e)) => return Err(e),
     };
+    tracing::debug!(
+        bytes = bytes_scanned,
+        pages = items.len(),
+        plan_ms = format!("{plan_ms:.1}"),
+        io_wait_ms = format!("{:.1}", waits.io.as_secs_f64() * 1e3),
+        kernel_wait_ms = format!("{:.1}", waits.kernel.as_secs_f64() * 1e3),
+        total_ms = format!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
+        "local run"
+    );
     Ok(LocalAnswer {
         parts,
         bytes_scanned,
     })
+}
+
+/// Where a local run's reader waited: for page reads, and for the kernel
+/// to take a block.
+#[derive(Default)]
+struct Waits {
+    io: Duration,
+    kernel: Duration,
 }
 
 fn check_one_range(segments: &[Segment]) -> Result<(), ComputeError> {
@@ -307,6 +336,7 @@ async fn stream_pages(
     segments: usize,
     deadline: Instant,
     tx: mpsc::Sender<Message>,
+    waits: &mut Waits,
 ) -> Result<u64, ComputeError> {
     let mut setting = tuner.current();
     let mut in_flight = FuturesOrdered::new();
@@ -332,7 +362,10 @@ async fn stream_pages(
             in_flight.push_back(async move { (item, data.read(item).await) });
             next += 1;
         }
-        let Some((item, page)) = in_flight.next().await else {
+        let waited = Instant::now();
+        let next_page = in_flight.next().await;
+        waits.io += waited.elapsed();
+        let Some((item, page)) = next_page else {
             break;
         };
         if Instant::now() > deadline {
@@ -375,11 +408,13 @@ async fn stream_pages(
         window_bytes += bytes.len() as u64;
         if block.len() >= setting.block_bytes {
             let bytes = block.split().freeze();
+            let waited = Instant::now();
             send(Message::Block {
                 segment: block_segment,
                 bytes,
             })
             .await?;
+            waits.kernel += waited.elapsed();
         }
         if window_bytes >= WINDOW_BYTES {
             let secs = window_start.elapsed().as_secs_f64();

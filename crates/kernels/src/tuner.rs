@@ -131,6 +131,17 @@ impl ReadTuner {
         // Move to the best measured among the current setting and its
         // neighbours; an unmeasured neighbour is tried first.
         let best = best_known(&st.rates, st.at);
+        if best != st.at {
+            let rate = st.rates.get(&best).copied().unwrap_or(0.0);
+            tracing::info!(
+                depth = DEPTHS[best.0],
+                block_bytes = BLOCKS[best.1],
+                mib_per_s = format!("{:.0}", rate / f64::from(1 << 20)),
+                from_depth = DEPTHS[st.at.0],
+                from_block_bytes = BLOCKS[st.at.1],
+                "read tuner moved"
+            );
+        }
         st.at = best;
         st.probe = None;
         let neighbours = neighbours(st.at);

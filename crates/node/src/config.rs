@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use quarry_device::DeviceConfig;
 use quarry_fabric::FabricConfig;
+use quarry_kernels::{ReadSetting, ReadTuner};
 use quarry_proto::{NodeId, SessionLimits};
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +45,79 @@ pub struct NodeConfig {
     /// Raw pages or managed storage (the `[storage]` table).
     #[serde(default)]
     pub storage: StorageConfig,
+    /// How the node reads its data into kernels (the `[compute]` table).
+    #[serde(default)]
+    pub compute: ComputeConfig,
+}
+
+/// The `[compute]` table: how local runs read pages into kernels.
+///
+/// ```toml
+/// [compute]
+/// read_depth = 32             # pages in flight
+/// read_block_bytes = 1048576  # bytes handed to the kernel at once
+/// ```
+///
+/// Both or neither: with both, the node's read tuner is pinned to that
+/// setting (benchmarks sweep settings this way); with neither (the
+/// default), it picks them by measuring. Values must be on the tuner's grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ComputeConfig {
+    /// Page reads in flight per local run.
+    pub read_depth: Option<usize>,
+    /// Bytes per block handed to the kernel.
+    pub read_block_bytes: Option<usize>,
+}
+
+impl ComputeConfig {
+    /// The pinned read setting, if any; an error says what is wrong.
+    pub fn read_setting(&self) -> Result<Option<ReadSetting>, String> {
+        let grid = ReadTuner::grid();
+        let allowed = |values: Vec<usize>| {
+            let mut values = values;
+            values.sort_unstable();
+            values.dedup();
+            values
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (depth, block_bytes) = match (self.read_depth, self.read_block_bytes) {
+            (None, None) => return Ok(None),
+            (Some(d), Some(b)) => (d, b),
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(
+                    "compute.read_depth and compute.read_block_bytes go together: set both \
+                     (to pin the read setting) or neither (the node tunes it)"
+                        .into(),
+                )
+            }
+        };
+        if !grid.iter().any(|s| s.depth == depth) {
+            return Err(format!(
+                "compute.read_depth = {depth} is not one of the tuner's depths: {}",
+                allowed(grid.iter().map(|s| s.depth).collect())
+            ));
+        }
+        if !grid.iter().any(|s| s.block_bytes == block_bytes) {
+            return Err(format!(
+                "compute.read_block_bytes = {block_bytes} is not one of the tuner's block sizes: {}",
+                allowed(grid.iter().map(|s| s.block_bytes).collect())
+            ));
+        }
+        Ok(Some(ReadSetting { depth, block_bytes }))
+    }
+
+    /// The node's read tuner: pinned, or adaptive by default.
+    pub fn tuner(&self) -> Result<ReadTuner, String> {
+        match self.read_setting()? {
+            None => Ok(ReadTuner::new()),
+            Some(s) => ReadTuner::pinned(s)
+                .ok_or_else(|| format!("read setting {s:?} is not on the tuner's grid")),
+        }
+    }
 }
 
 /// Whether the node serves its device's pages as they are, or runs the
@@ -242,6 +316,7 @@ impl NodeConfig {
             .volume
             .validate()
             .map_err(|e| format!("storage.volume: {e}"))?;
+        self.compute.read_setting()?;
         let limits = &self.limits;
         if limits.max_connections == 0 {
             return Err("limits.max_connections must be above zero".into());

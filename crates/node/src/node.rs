@@ -315,7 +315,19 @@ impl Node {
             id: config.id,
             ..NodePeers::default()
         });
-        let engine = Engine::new(
+        let tuner = config.compute.tuner().map_err(|reason| NodeError::Config {
+            path: "<config>".into(),
+            reason,
+        })?;
+        if let Some(s) = config.compute.read_setting().ok().flatten() {
+            tracing::info!(
+                id = config.id,
+                depth = s.depth,
+                block_bytes = s.block_bytes,
+                "read tuner pinned by [compute]"
+            );
+        }
+        let engine = Engine::with_tuner(
             LocalData {
                 node: config.id,
                 device: device.clone(),
@@ -326,6 +338,7 @@ impl Node {
                 }),
             },
             peers.clone(),
+            tuner,
         );
         let local = Arc::new(LocalService {
             id: config.id,

@@ -53,6 +53,7 @@ async fn cluster_of(kind: TopologyKind, n: u16, dir: &Path) -> Vec<NodeHandle> {
                 ..NodeLimits::default()
             },
             storage: Default::default(),
+            compute: Default::default(),
         };
         nodes.push(Node::start_with_listener(config, listener).await.unwrap());
     }

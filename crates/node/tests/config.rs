@@ -88,3 +88,56 @@ fn bad_peers_and_addresses_are_refused() {
     let err = load_text(&format!("{base}[limits]\nmax_in_flight = 0\n")).unwrap_err();
     assert!(err.contains("max_in_flight"), "{err}");
 }
+
+const BASE: &str = "id = 1\nlisten = \"127.0.0.1:7401\"\ndata_dir = \"n1\"\n";
+
+#[test]
+fn compute_section_pins_the_read_setting() {
+    let config = load_text(&format!(
+        "{BASE}[compute]\nread_depth = 8\nread_block_bytes = 4194304\n"
+    ))
+    .unwrap();
+    let setting = config.compute.read_setting().unwrap().unwrap();
+    assert_eq!((setting.depth, setting.block_bytes), (8, 4 << 20));
+    let tuner = config.compute.tuner().unwrap();
+    assert_eq!(tuner.current(), setting);
+    // Pinned: observing never moves it.
+    let next = tuner.observe(setting, 1, 1e-9);
+    assert_eq!(next, setting);
+}
+
+#[test]
+fn no_compute_section_means_adaptive() {
+    let config = load_text(BASE).unwrap();
+    assert_eq!(config.compute.read_setting().unwrap(), None);
+    assert_eq!(
+        config.compute.tuner().unwrap().current(),
+        quarry_kernels::ReadTuner::new().current()
+    );
+}
+
+#[test]
+fn compute_values_off_the_grid_are_refused_naming_the_allowed_ones() {
+    let err = load_text(&format!(
+        "{BASE}[compute]\nread_depth = 3\nread_block_bytes = 1048576\n"
+    ))
+    .unwrap_err();
+    assert!(err.contains("compute.read_depth = 3"), "{err}");
+    assert!(err.contains("2, 4, 8, 16, 32, 64, 128, 256"), "{err}");
+    let err = load_text(&format!(
+        "{BASE}[compute]\nread_depth = 32\nread_block_bytes = 65536\n"
+    ))
+    .unwrap_err();
+    assert!(err.contains("compute.read_block_bytes = 65536"), "{err}");
+    assert!(err.contains("262144, 1048576, 4194304, 8388608"), "{err}");
+}
+
+#[test]
+fn compute_needs_both_values_or_neither() {
+    let err = load_text(&format!("{BASE}[compute]\nread_depth = 32\n")).unwrap_err();
+    assert!(err.contains("go together"), "{err}");
+    let err = load_text(&format!("{BASE}[compute]\nread_block_bytes = 1048576\n")).unwrap_err();
+    assert!(err.contains("go together"), "{err}");
+    let err = load_text(&format!("{BASE}[compute]\nread_dept = 32\n")).unwrap_err();
+    assert!(err.contains("read_dept"), "{err}");
+}

@@ -84,6 +84,7 @@ pub async fn cluster_on(
                 mode,
                 ..StorageConfig::default()
             },
+            compute: Default::default(),
         };
         nodes.push(
             Node::start_with_listener(config, listener)

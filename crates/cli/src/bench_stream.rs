@@ -1,0 +1,479 @@
+//! `quarry bench stream`: near-data compute off the disk. One managed node
+//! (file backend, O_DIRECT, CRC-only ECC, 64 KiB pages) holds one object
+//! put with large fixed chunks; rounds alternate fio's sequential O_DIRECT
+//! read (1 MiB blocks, 32 in flight) of a file of the same size in the
+//! node's data directory with an fgrep8 scan (the cheapest kernel: memchr)
+//! of the object through the client. Then the node is restarted pinned to
+//! each of a few read settings (`[compute]` in its configuration) and the
+//! scan measured again, next to the adaptive tuner's figure and choice.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use quarry_client::{
+    BucketName, Chunking, Client, Condition, Job, KernelSpec, Limits, ObjectKey, Outcome, Output,
+    Target,
+};
+use quarry_device::{BackendKind, Geometry};
+use serde::Serialize;
+
+use crate::args::BenchStreamArgs;
+use crate::bench::TempDir;
+use crate::commands::{human_bytes, quarry_exe};
+use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
+use crate::objects_cmd::parse_size;
+
+const PAGE_BYTES: u32 = 64 << 10;
+const BUCKET: &str = "bench";
+const KEY: &str = "stream";
+
+#[derive(Debug, Serialize)]
+struct SweepRow {
+    depth: usize,
+    block_bytes: usize,
+    mib_per_s: f64,
+    ratio_to_fio: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    object_bytes: u64,
+    chunk_bytes: u32,
+    rounds: u32,
+    fio_engine: String,
+    fio_mib_per_s: f64,
+    scan_mib_per_s: f64,
+    ratio: f64,
+    /// The adaptive tuner's last move, from the node's log.
+    adaptive_choice: Option<String>,
+    sweep: Vec<SweepRow>,
+}
+
+/// Parses `DEPTHxBLOCK,...` (or `none`).
+pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
+    if text.trim() == "none" || text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    text.split(',')
+        .map(|item| {
+            let (d, b) = item
+                .trim()
+                .split_once('x')
+                .with_context(|| format!("--sweep item {item:?} is not DEPTHxBLOCK (e.g. 32x1M)"))?;
+            let depth: usize = d
+                .parse()
+                .with_context(|| format!("--sweep item {item:?}: depth {d:?}"))?;
+            let block = usize::try_from(parse_size(b)?)?;
+            if quarry_kernels::ReadTuner::pinned(quarry_kernels::ReadSetting {
+                depth,
+                block_bytes: block,
+            })
+            .is_none()
+            {
+                bail!(
+                    "--sweep item {item:?} is not on the read tuner's grid (depths 2..256 in powers of two; blocks 256K, 1M, 4M, 8M)"
+                );
+            }
+            Ok((depth, block))
+        })
+        .collect()
+}
+
+/// Runs the benchmark and prints its table (or JSON).
+pub fn stream(args: &BenchStreamArgs) -> Result<()> {
+    let (size_bytes, rounds, sweep) = if args.quick {
+        (64 << 20, 1, parse_sweep("2x256K,32x1M")?)
+    } else {
+        (
+            parse_size(&args.size)?,
+            args.rounds,
+            parse_sweep(&args.sweep)?,
+        )
+    };
+    if size_bytes == 0 {
+        bail!("--size must be above zero");
+    }
+    let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
+    let scratch = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            None
+        }
+        None => Some(TempDir::new("quarry-bench-stream")?),
+    };
+    let dir: PathBuf = args
+        .dir
+        .clone()
+        .or_else(|| scratch.as_ref().map(|t| t.path.clone()))
+        .context("no directory for the benchmark")?;
+    // Room for the object twice over, as bench objects sizes its nodes.
+    let capacity = size_bytes * 2 + (64 << 20);
+    let block_bytes = 64 * u64::from(PAGE_BYTES);
+    let blocks_per_chip = capacity.div_ceil(16 * block_bytes).max(16);
+    let geometry = Geometry {
+        buses: 4,
+        chips_per_bus: 4,
+        blocks_per_chip: u32::try_from(blocks_per_chip).context("--size too large")?,
+        pages_per_block: 64,
+        page_size_bytes: PAGE_BYTES,
+        oob_size_bytes: 64,
+    };
+    geometry.validate()?;
+    let spec = LocalClusterSpec {
+        nodes: 1,
+        dir: dir.join("cluster"),
+        backend: BackendKind::File,
+        preset: None,
+        geometry: Some(geometry),
+        direct_io: true,
+        topology: Topology::default(),
+        stop_with_this_process: true,
+        managed: true,
+        ecc: quarry_device::EccMode::Crc,
+    };
+    let exe = quarry_exe()?;
+    let fio_engine = fio_engine();
+    if !args.json {
+        eprintln!(
+            "bench stream: {} object, {} fixed chunks, 1 managed node (file backend, O_DIRECT, CRC-only ECC, 64 KiB pages) \
+             vs fio (--rw=read --direct=1 --bs=1M --iodepth=32 --ioengine={fio_engine}) in {}",
+            human_bytes(size_bytes),
+            human_bytes(u64::from(chunk_bytes)),
+            dir.display()
+        );
+    }
+    let mut cluster = LocalCluster::start(&spec, &exe)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let node_dir = cluster
+        .cluster
+        .nodes
+        .first()
+        .and_then(|n| n.config.as_ref())
+        .and_then(|c| c.parent())
+        .context("the node has no directory")?
+        .to_path_buf();
+    let fio_file = node_dir.join("fio.dat");
+    let mut fio = Vec::new();
+    let mut scans = Vec::new();
+    let mut sweep_rows = Vec::new();
+    let mut adaptive_choice = None;
+    let result = (|| -> Result<()> {
+        put_object(&runtime, &cluster, size_bytes, chunk_bytes)?;
+        write_fio_file(&fio_file, size_bytes, &fio_engine)?;
+        // One scan first: connections, and the tuner's first windows.
+        scan_once(&runtime, &cluster, size_bytes)?;
+        for _ in 0..rounds {
+            fio.push(run_fio_read(&fio_file, size_bytes, &fio_engine)?);
+            scans.push(scan_once(&runtime, &cluster, size_bytes)?);
+        }
+        adaptive_choice = last_tuner_move(&node_dir.join("node.log"));
+        let fio_median = median(&mut fio.clone());
+        let config_path = node_dir.join("node.toml");
+        let adaptive_config = std::fs::read_to_string(&config_path)?;
+        for &(depth, block) in &sweep {
+            cluster.stop_node(0)?;
+            std::fs::write(
+                &config_path,
+                format!(
+                    "{adaptive_config}\n[compute]\nread_depth = {depth}\nread_block_bytes = {block}\n"
+                ),
+            )?;
+            cluster.restart_node(0, &exe)?;
+            let mut v = Vec::new();
+            for _ in 0..rounds {
+                v.push(scan_once(&runtime, &cluster, size_bytes)?);
+            }
+            let m = median(&mut v);
+            if !args.json {
+                eprintln!(
+                    "  pinned depth {depth} x {}: {m:.0} MiB/s",
+                    human_bytes(block as u64)
+                );
+            }
+            sweep_rows.push(SweepRow {
+                depth,
+                block_bytes: block,
+                mib_per_s: m,
+                ratio_to_fio: m / fio_median,
+            });
+        }
+        if !sweep.is_empty() {
+            cluster.stop_node(0)?;
+            std::fs::write(&config_path, adaptive_config)?;
+            cluster.restart_node(0, &exe)?;
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&fio_file);
+    cluster.stop()?;
+    result?;
+    let (f, s) = (median(&mut fio), median(&mut scans));
+    let report = Report {
+        object_bytes: size_bytes,
+        chunk_bytes,
+        rounds,
+        fio_engine,
+        fio_mib_per_s: f,
+        scan_mib_per_s: s,
+        ratio: s / f,
+        adaptive_choice,
+        sweep: sweep_rows,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_header(vec!["sequential read", "MiB/s", "/ fio"]);
+    table.add_row(vec![
+        format!(
+            "fio --rw=read --direct=1 --bs=1M --iodepth=32 --ioengine={}",
+            report.fio_engine
+        ),
+        format!("{f:.0}"),
+        "1.00".into(),
+    ]);
+    table.add_row(vec![
+        "quarry fgrep8 over the object (adaptive tuner)".to_string(),
+        format!("{s:.0}"),
+        format!("{:.2}", report.ratio),
+    ]);
+    for r in &report.sweep {
+        table.add_row(vec![
+            format!(
+                "  pinned: depth {} x block {}",
+                r.depth,
+                human_bytes(r.block_bytes as u64)
+            ),
+            format!("{:.0}", r.mib_per_s),
+            format!("{:.2}", r.ratio_to_fio),
+        ]);
+    }
+    println!("{table}");
+    println!(
+        "(medians of {rounds} round(s); scan = bytes_scanned / wall time of the command through the client)"
+    );
+    if let Some(choice) = &report.adaptive_choice {
+        println!("adaptive tuner's last move: {choice}");
+    } else {
+        println!("adaptive tuner: stayed at its start (depth 32, 1 MiB blocks)");
+    }
+    Ok(())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn mib_per_s(bytes: u64, seconds: f64) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9)
+}
+
+async fn client(cluster: &LocalCluster) -> Result<Client> {
+    let entry = &cluster.cluster.nodes[0].addr;
+    Ok(Client::connect(entry)
+        .await?
+        .with_members(cluster.cluster.nodes.iter().map(|n| n.id)))
+}
+
+fn put_object(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &LocalCluster,
+    size_bytes: u64,
+    chunk_bytes: u32,
+) -> Result<()> {
+    runtime.block_on(async {
+        let objects = client(cluster).await?.objects().await?;
+        let bucket = BucketName::new(BUCKET)?;
+        objects
+            .create_bucket(&bucket, Chunking::fixed(chunk_bytes)?)
+            .await?;
+        let (mut w, r) = tokio::io::duplex(1 << 20);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            let mut block = vec![0u8; 1 << 20];
+            let mut left = size_bytes;
+            while left > 0 {
+                for word in block.chunks_exact_mut(8) {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    word.copy_from_slice(&x.to_le_bytes());
+                }
+                let n = left.min(block.len() as u64) as usize;
+                w.write_all(&block[..n]).await?;
+                left -= n as u64;
+            }
+            w.shutdown().await?;
+            std::io::Result::Ok(())
+        });
+        objects
+            .put(&bucket, &ObjectKey::new(KEY)?, r, Condition::Always)
+            .await?;
+        writer.await??;
+        anyhow::Ok(())
+    })
+}
+
+/// One fgrep8 over the object; returns MiB/s of bytes scanned. Retries a
+/// few times while a restarted node opens its store.
+fn scan_once(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, size: u64) -> Result<f64> {
+    let mut attempt = 0;
+    loop {
+        let r = runtime.block_on(async {
+            let compute = client(cluster).await?.compute();
+            let started = Instant::now();
+            let (result, _) = compute
+                .run(
+                    Job::Scan(KernelSpec::Fgrep8 {
+                        pattern: *b"Quarry8!",
+                    }),
+                    vec![Target::Object {
+                        bucket: BUCKET.into(),
+                        key: KEY.into(),
+                    }],
+                    Limits::default(),
+                )
+                .await?;
+            let secs = started.elapsed().as_secs_f64();
+            anyhow::Ok((result, secs))
+        });
+        match r {
+            Ok((result, secs)) => {
+                if result.bytes_scanned != size {
+                    bail!("the scan read {} bytes of {size}", result.bytes_scanned);
+                }
+                match &result.outcome {
+                    Outcome::Scan(t)
+                        if matches!(t.first().map(|t| &t.output), Some(Output::Count(_))) => {}
+                    other => bail!("unexpected scan outcome {other:?}"),
+                }
+                return Ok(mib_per_s(result.bytes_scanned, secs));
+            }
+            Err(e) if attempt < 20 => {
+                attempt += 1;
+                tracing::debug!("scan failed ({e:#}); retrying");
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// io_uring when fio has it and the kernel allows it, else libaio.
+fn fio_engine() -> String {
+    let ok = Command::new("fio")
+        .args([
+            "--name=probe",
+            "--ioengine=io_uring",
+            "--rw=read",
+            "--size=64k",
+            "--bs=4k",
+            "--filename=/dev/zero",
+            "--output-format=json",
+        ])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if ok { "io_uring" } else { "libaio" }.to_string()
+}
+
+fn fio_json(args: &[String]) -> Result<serde_json::Value> {
+    let output = Command::new("fio")
+        .args(args)
+        .arg("--output-format=json")
+        .output()
+        .context("cannot run fio (install it: apt-get install fio)")?;
+    if !output.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    serde_json::from_slice(&output.stdout).context("fio printed no JSON")
+}
+
+/// Writes the file fio reads, in full (no holes), on the node's disk.
+fn write_fio_file(file: &Path, size_bytes: u64, engine: &str) -> Result<()> {
+    fio_json(&[
+        "--name=quarry-stream-fill".into(),
+        "--rw=write".into(),
+        "--bs=1M".into(),
+        "--direct=1".into(),
+        "--iodepth=32".into(),
+        format!("--ioengine={engine}"),
+        "--end_fsync=1".into(),
+        format!("--size={size_bytes}"),
+        format!("--filename={}", file.display()),
+    ])?;
+    Ok(())
+}
+
+/// fio's sequential O_DIRECT read of `file`; returns MiB/s.
+fn run_fio_read(file: &Path, size_bytes: u64, engine: &str) -> Result<f64> {
+    let json = fio_json(&[
+        "--name=quarry-stream-peer".into(),
+        "--rw=read".into(),
+        "--bs=1M".into(),
+        "--direct=1".into(),
+        "--iodepth=32".into(),
+        format!("--ioengine={engine}"),
+        format!("--size={size_bytes}"),
+        format!("--filename={}", file.display()),
+    ])?;
+    let bw_kib = json["jobs"][0]["read"]["bw"]
+        .as_f64()
+        .context("fio JSON has no read.bw")?;
+    Ok(bw_kib / 1024.0)
+}
+
+/// The last "read tuner moved" line of the node's log, shortened to its
+/// fields.
+fn last_tuner_move(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("read tuner moved"))?;
+    // Strip ANSI colour codes, keep what follows the message.
+    let mut plain = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let at = plain.find("read tuner moved")?;
+    Some(plain[at..].trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_sweep;
+
+    #[test]
+    fn sweep_parses_settings_on_the_grid_and_refuses_others() {
+        assert_eq!(
+            parse_sweep("2x256K, 32x1M,128x4M").unwrap(),
+            vec![(2, 256 << 10), (32, 1 << 20), (128, 4 << 20)]
+        );
+        assert!(parse_sweep("none").unwrap().is_empty());
+        let err = parse_sweep("3x1M").unwrap_err().to_string();
+        assert!(err.contains("not on the read tuner's grid"), "{err}");
+        let err = parse_sweep("32-1M").unwrap_err().to_string();
+        assert!(err.contains("DEPTHxBLOCK"), "{err}");
+    }
+}
