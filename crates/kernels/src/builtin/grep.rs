@@ -270,7 +270,14 @@ impl ScanKernel for Grep {
                 &mut p.lines,
             );
         }
-        p.newlines += memchr::memchr_iter(b'\n', bytes).count() as u64;
+        // Line numbers need every newline counted; a count of matching
+        // lines needs only to know that the range holds one (that pass
+        // would cost as much as the search itself).
+        p.newlines += if self.want_lines {
+            memchr::memchr_iter(b'\n', bytes).count() as u64
+        } else {
+            1
+        };
         p.tail = bytes[last + 1..].to_vec();
         p.end += bytes.len() as u64;
         Ok(Part::Grep(p))
