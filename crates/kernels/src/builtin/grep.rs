@@ -58,6 +58,9 @@ impl GrepPart {
 /// The compiled kernel.
 pub(crate) struct Grep {
     matcher: RegexMatcher,
+    /// A case-sensitive literal is found by memmem directly: the regex
+    /// engine's search for the same literal runs at half its speed here.
+    literal: Option<memchr::memmem::Finder<'static>>,
     want_lines: bool,
 }
 
@@ -86,8 +89,12 @@ impl Grep {
         let matcher = builder.build(&pattern).map_err(|e| {
             KernelError::BadArguments(format!("grep pattern {:?}: {e}", spec.pattern))
         })?;
+        let literal =
+            (spec.syntax == GrepSyntax::Fixed && !spec.ignore_case && !spec.pattern.is_empty())
+                .then(|| memchr::memmem::Finder::new(spec.pattern.as_bytes()).into_owned());
         Ok(Grep {
             matcher,
+            literal,
             want_lines: spec.lines,
         })
     }
@@ -102,6 +109,10 @@ impl Grep {
         count: &mut u64,
         lines: &mut Vec<MatchLine>,
     ) {
+        if !self.want_lines {
+            *count += self.count_matching_lines(slice);
+            return;
+        }
         // A Searcher holds scratch buffers behind a RefCell, so it is not
         // Sync: one per call, which is cheap next to a block's search.
         let mut searcher: Searcher = SearcherBuilder::new()
@@ -119,6 +130,37 @@ impl Grep {
         // The sink never fails and a slice needs no I/O, so the search
         // cannot fail.
         let _ = searcher.search_slice(&self.matcher, slice, &mut sink);
+    }
+
+    /// Matching lines of `slice` (complete lines, each ending in a
+    /// newline), counted by searching the whole slice at once and skipping
+    /// to the next line after each match: one pass of the matcher's
+    /// prefilter over the bytes, as ripgrep's count does, with no per-line
+    /// work for lines that do not match. A match never holds a newline
+    /// (the matcher is built with the newline as line terminator), so the
+    /// line of a match is the one holding its start.
+    fn count_matching_lines(&self, slice: &[u8]) -> u64 {
+        let mut count = 0u64;
+        let mut at = 0usize;
+        while at < slice.len() {
+            let start = match &self.literal {
+                Some(finder) => match finder.find(&slice[at..]) {
+                    Some(i) => at + i,
+                    None => break,
+                },
+                None => match self.matcher.find_at(slice, at) {
+                    Ok(Some(m)) => m.start(),
+                    _ => break,
+                },
+            };
+            // An empty match after the last newline is on no line.
+            if start >= slice.len() {
+                break;
+            }
+            count += 1;
+            at = memchr::memchr(b'\n', &slice[start..]).map_or(slice.len(), |i| start + i + 1);
+        }
+        count
     }
 
     /// Tests one whole line (without its newline), line `rel` of its range
