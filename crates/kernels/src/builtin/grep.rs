@@ -5,7 +5,7 @@
 //! [`translate`]) and run by ripgrep's own matcher and searcher, over bytes
 //! (no Unicode: the C locale matches byte by byte).
 
-use grep_matcher::Matcher;
+use grep_matcher::{LineMatchKind, Matcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use serde::{Deserialize, Serialize};
@@ -143,22 +143,32 @@ impl Grep {
         let mut count = 0u64;
         let mut at = 0usize;
         while at < slice.len() {
-            let start = match &self.literal {
+            // A byte of a matching line, and whether the line is known to
+            // match or only a candidate (found by the pattern's inner
+            // literals, ripgrep's fast path) to be checked whole.
+            let (pos, confirmed) = match &self.literal {
                 Some(finder) => match finder.find(&slice[at..]) {
-                    Some(i) => at + i,
+                    Some(i) => (at + i, true),
                     None => break,
                 },
-                None => match self.matcher.find_at(slice, at) {
-                    Ok(Some(m)) => m.start(),
+                None => match self.matcher.find_candidate_line(&slice[at..]) {
+                    Ok(Some(LineMatchKind::Confirmed(i))) => (at + i, true),
+                    Ok(Some(LineMatchKind::Candidate(i))) => (at + i, false),
                     _ => break,
                 },
             };
-            // An empty match after the last newline is on no line.
-            if start >= slice.len() {
+            // A match after the last newline is on no line.
+            if pos >= slice.len() {
                 break;
             }
-            count += 1;
-            at = memchr::memchr(b'\n', &slice[start..]).map_or(slice.len(), |i| start + i + 1);
+            // `at` starts a line, so the line holding `pos` starts at or
+            // after it.
+            let start = memchr::memrchr(b'\n', &slice[at..pos]).map_or(at, |i| at + i + 1);
+            let end = memchr::memchr(b'\n', &slice[pos..]).map_or(slice.len(), |i| pos + i);
+            if confirmed || self.matcher.is_match(&slice[start..end]).unwrap_or(false) {
+                count += 1;
+            }
+            at = end + 1;
         }
         count
     }
