@@ -45,8 +45,12 @@ struct Report {
     rounds: u32,
     fio_engine: String,
     fio_mib_per_s: f64,
+    /// fio reading in requests of one device page (what each of the node's
+    /// page reads is).
+    fio_page_mib_per_s: f64,
     scan_mib_per_s: f64,
     ratio: f64,
+    ratio_to_page_reads: f64,
     /// The adaptive tuner's last move, from the node's log.
     adaptive_choice: Option<String>,
     sweep: Vec<SweepRow>,
@@ -160,6 +164,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         .to_path_buf();
     let fio_file = node_dir.join("fio.dat");
     let mut fio = Vec::new();
+    let mut fio_page = Vec::new();
     let mut scans = Vec::new();
     let mut sweep_rows = Vec::new();
     let mut adaptive_choice = None;
@@ -169,7 +174,13 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         // One scan first: connections, and the tuner's first windows.
         scan_once(&runtime, &cluster, size_bytes)?;
         for _ in 0..rounds {
-            fio.push(run_fio_read(&fio_file, size_bytes, &fio_engine)?);
+            fio.push(run_fio_read(&fio_file, size_bytes, &fio_engine, 1 << 20)?);
+            fio_page.push(run_fio_read(
+                &fio_file,
+                size_bytes,
+                &fio_engine,
+                PAGE_BYTES as usize,
+            )?);
             scans.push(scan_once(&runtime, &cluster, size_bytes)?);
         }
         adaptive_choice = last_tuner_move(&node_dir.join("node.log"));
@@ -214,14 +225,17 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     cluster.stop()?;
     result?;
     let (f, s) = (median(&mut fio), median(&mut scans));
+    let fp = median(&mut fio_page);
     let report = Report {
         object_bytes: size_bytes,
         chunk_bytes,
         rounds,
         fio_engine,
         fio_mib_per_s: f,
+        fio_page_mib_per_s: fp,
         scan_mib_per_s: s,
         ratio: s / f,
+        ratio_to_page_reads: s / fp,
         adaptive_choice,
         sweep: sweep_rows,
     };
@@ -242,9 +256,20 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         "1.00".into(),
     ]);
     table.add_row(vec![
+        format!(
+            "fio, the same in {} requests (one device page)",
+            human_bytes(u64::from(PAGE_BYTES))
+        ),
+        format!("{fp:.0}"),
+        format!("{:.2}", fp / f),
+    ]);
+    table.add_row(vec![
         "quarry fgrep8 over the object (adaptive tuner)".to_string(),
         format!("{s:.0}"),
-        format!("{:.2}", report.ratio),
+        format!(
+            "{:.2} ({:.2} of page-sized reads)",
+            report.ratio, report.ratio_to_page_reads
+        ),
     ]);
     for r in &report.sweep {
         table.add_row(vec![
@@ -417,11 +442,11 @@ fn write_fio_file(file: &Path, size_bytes: u64, engine: &str) -> Result<()> {
 }
 
 /// fio's sequential O_DIRECT read of `file`; returns MiB/s.
-fn run_fio_read(file: &Path, size_bytes: u64, engine: &str) -> Result<f64> {
+fn run_fio_read(file: &Path, size_bytes: u64, engine: &str, block_bytes: usize) -> Result<f64> {
     let json = fio_json(&[
         "--name=quarry-stream-peer".into(),
         "--rw=read".into(),
-        "--bs=1M".into(),
+        format!("--bs={block_bytes}"),
         "--direct=1".into(),
         "--iodepth=32".into(),
         format!("--ioengine={engine}"),
