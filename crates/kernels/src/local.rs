@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 
 use crate::engine_error::ComputeError;
 use crate::scan::{compile, Part, ScanKernel};
-use crate::tuner::{ReadSetting, ReadTuner, WINDOW_BYTES};
+use crate::tuner::ReadTuner;
 use crate::wire::{LocalAnswer, LocalRun, Segment, Source, MAX_SEGMENTS_PER_RUN};
 
 /// Most bytes one local run reads: the entry node cuts larger scans into
@@ -345,8 +345,6 @@ async fn stream_pages(
     let mut block_segment = 0usize;
     let mut ended = 0usize;
     let mut bytes_read = 0u64;
-    let mut window_bytes = 0u64;
-    let mut window_start = Instant::now();
     let send = |msg: Message| {
         let tx = tx.clone();
         async move {
@@ -405,7 +403,11 @@ async fn stream_pages(
         }
         block.extend_from_slice(bytes);
         bytes_read += bytes.len() as u64;
-        window_bytes += bytes.len() as u64;
+        let new = tuner.record(bytes.len() as u64);
+        if new != setting {
+            block.reserve(new.block_bytes.saturating_sub(block.capacity()));
+            setting = new;
+        }
         if block.len() >= setting.block_bytes {
             let bytes = block.split().freeze();
             let waited = Instant::now();
@@ -415,16 +417,6 @@ async fn stream_pages(
             })
             .await?;
             waits.kernel += waited.elapsed();
-        }
-        if window_bytes >= WINDOW_BYTES {
-            let secs = window_start.elapsed().as_secs_f64();
-            let new: ReadSetting = tuner.observe(setting, window_bytes, secs);
-            if new.block_bytes != setting.block_bytes {
-                block.reserve(new.block_bytes.saturating_sub(block.capacity()));
-            }
-            setting = new;
-            window_bytes = 0;
-            window_start = Instant::now();
         }
     }
     if !block.is_empty() {

@@ -5,8 +5,9 @@
 //!
 //! The streaming paper (Chamberlain et al.) found throughput very sensitive
 //! to read-ahead and block size, with the best settings differing between
-//! machines. So each run measures the rate it gets over windows of
-//! [`WINDOW_BYTES`], and the tuner climbs a small grid of (depth, block)
+//! machines. So the node measures the rate all its runs together get over
+//! windows of [`WINDOW_BYTES`] (runs share the disk: one run's share says
+//! little), and the tuner climbs a small grid of (depth, block)
 //! settings: it keeps, per setting, the last rate seen, moves to a
 //! neighbouring setting that has not been measured or that measured better,
 //! and re-measures the neighbours every few windows because the disk's speed
@@ -51,7 +52,16 @@ struct TunerState {
     pinned: bool,
     /// Setting to try next before returning to the best, if any.
     probe: Option<(usize, usize)>,
+    /// The node-wide window being measured: bytes every run has read since
+    /// `window_start`, and when bytes last came.
+    window_bytes: u64,
+    window_start: Option<std::time::Instant>,
+    last_record: Option<std::time::Instant>,
 }
+
+/// A pause in reading longer than this ends a window unmeasured: idle time
+/// is not the disk's.
+const IDLE_GAP: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl Default for ReadTuner {
     fn default() -> ReadTuner {
@@ -69,6 +79,9 @@ impl ReadTuner {
                 windows: 0,
                 pinned: false,
                 probe: None,
+                window_bytes: 0,
+                window_start: None,
+                last_record: None,
             }),
         }
     }
@@ -112,6 +125,39 @@ impl ReadTuner {
             depth: DEPTHS[d],
             block_bytes: BLOCKS[b],
         }
+    }
+
+    /// Counts `bytes` just read by any run on the node; every
+    /// [`WINDOW_BYTES`] of the node's reads, the window's rate is observed
+    /// for the setting in use. Runs share the disk, so the rate that
+    /// matters is the node's, not one run's share of it. Returns the setting
+    /// to use now.
+    pub fn record(&self, bytes: u64) -> ReadSetting {
+        let now = std::time::Instant::now();
+        let (setting, window) = {
+            let mut st = self.lock();
+            let idle = st
+                .last_record
+                .is_none_or(|t| now.duration_since(t) > IDLE_GAP);
+            st.last_record = Some(now);
+            if idle || st.window_start.is_none() {
+                st.window_start = Some(now);
+                st.window_bytes = 0;
+            }
+            st.window_bytes += bytes;
+            let setting = self.current_locked(&st);
+            if st.window_bytes < WINDOW_BYTES {
+                return setting;
+            }
+            let secs = st
+                .window_start
+                .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+            let window = (st.window_bytes, secs);
+            st.window_start = Some(now);
+            st.window_bytes = 0;
+            (setting, window)
+        };
+        self.observe(setting, window.0, window.1)
     }
 
     /// Reports a window read at `setting`: `bytes` in `secs`. Returns the
@@ -225,6 +271,20 @@ mod tests {
         let d = (s.depth as f64).log2();
         let b = (s.block_bytes as f64).log2();
         1000.0 - (d - 4.0).powi(2) * 50.0 - (b - 22.0).powi(2) * 30.0
+    }
+
+    #[test]
+    fn reads_of_every_run_fill_one_window() {
+        let tuner = ReadTuner::new();
+        let start = tuner.current();
+        assert_eq!(tuner.best().1, None);
+        // Two runs each read half a window: one measurement.
+        tuner.record(WINDOW_BYTES / 2);
+        assert_eq!(tuner.best().1, None);
+        tuner.record(WINDOW_BYTES / 2);
+        let (best, rate) = tuner.best();
+        assert_eq!(best, start);
+        assert!(rate.is_some_and(|r| r > 0.0));
     }
 
     #[test]
