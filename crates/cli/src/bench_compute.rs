@@ -601,26 +601,34 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
         }
         let batch_rate = batch_ops as f64 / batch_s;
         let trip_rate = trip_ops as f64 / trip_s;
-        for (mode, rate, ops) in [
+        // What crosses the client's link per operation: in a batch, the op
+        // (offset and delta) and its new value; in a round trip, the
+        // counter read and its whole page written back (a volume is written
+        // in pages, so the client's write of 8 bytes reads and writes one).
+        let page = 64 * 1024u64;
+        let rmw_rows = [
             (
                 "read-modify-write, one batched command",
                 batch_rate,
                 batch_ops,
+                24,
             ),
             (
                 "read-modify-write, client round trips (read + write)",
                 trip_rate,
                 trip_ops,
+                8 + 2 * page,
             ),
-        ] {
+        ];
+        for (mode, rate, ops, link_bytes) in rmw_rows {
             rows.push(Row {
                 link: link.name.clone(),
                 mode,
                 rate,
                 unit: "ops/s",
                 bytes_scanned: ops as u64 * 8,
-                bytes_to_client: ops as u64 * 8,
-                scanned_per_sent: 1.0,
+                bytes_to_client: ops as u64 * link_bytes,
+                scanned_per_sent: 8.0 / link_bytes as f64,
                 speedup: rate / trip_rate,
                 answer: ops as u64,
             });
