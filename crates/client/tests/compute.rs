@@ -568,3 +568,69 @@ async fn a_dead_node_fails_the_command_with_its_name_and_the_others_still_answer
         n.shutdown().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matching_lines_larger_than_a_message_come_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .unwrap();
+    let objects = client.objects().await.unwrap();
+    let bucket = BucketName::new("b").unwrap();
+    objects
+        .create_bucket(&bucket, Chunking::fixed(64 * 1024).unwrap())
+        .await
+        .unwrap();
+    // 20 MiB of lines that all match: each node's parts (about 5 MiB of
+    // lines) are larger than one protocol message.
+    let mut data = Vec::new();
+    let mut n = 0u64;
+    while data.len() < 20 << 20 {
+        data.extend_from_slice(format!("line {n} holds a flash of text\n").as_bytes());
+        n += 1;
+    }
+    objects
+        .put_bytes(
+            &bucket,
+            &ObjectKey::new("all").unwrap(),
+            &data,
+            Condition::Always,
+        )
+        .await
+        .unwrap();
+    let (result, sent) = client
+        .compute()
+        .run(
+            Job::Scan(KernelSpec::Grep(quarry_client::GrepSpec {
+                pattern: "flash".into(),
+                syntax: quarry_client::GrepSyntax::Fixed,
+                ignore_case: false,
+                lines: true,
+            })),
+            vec![object("b", "all")],
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    let Outcome::Scan(targets) = result.outcome else {
+        panic!("not a scan")
+    };
+    let Output::Grep(g) = &targets[0].output else {
+        panic!("not grep")
+    };
+    assert_eq!(g.matching_lines, n);
+    assert_eq!(g.lines.len() as u64, n);
+    let mut offset = 0u64;
+    for (i, line) in g.lines.iter().enumerate() {
+        let want = format!("line {i} holds a flash of text");
+        assert_eq!(line.line_number, i as u64 + 1);
+        assert_eq!(line.byte_offset, offset);
+        assert_eq!(line.text, want.as_bytes());
+        offset += want.len() as u64 + 1;
+    }
+    assert!(sent > 20 << 20, "the lines came back: {sent}");
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}

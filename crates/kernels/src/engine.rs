@@ -28,9 +28,9 @@ use crate::scan::{compile, Part, ScanKernel};
 use crate::spec::KernelSpec;
 use crate::tuner::ReadTuner;
 use crate::wire::{
-    decode, encode, ComputeAnswer, ComputeCall, LocalAnswer, LocalRun, Segment, Source,
-    MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN,
-    MAX_TARGETS,
+    decode, encode, ComputeAnswer, ComputeCall, FailureKind, LocalAnswer, LocalRun, Segment,
+    Source, MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS,
+    MAX_SEGMENTS_PER_RUN, MAX_TARGETS,
 };
 
 /// Commands a node runs at once; more wait, queued.
@@ -188,7 +188,25 @@ impl<P: Peers> Engine<P> {
             Ok(a) => a,
             Err(e) => ComputeAnswer::Failed(e.to_failure()),
         };
-        Bytes::from(encode(&answer))
+        let encoded = encode(&answer);
+        // An answer must fit one protocol frame (with room for the reply's
+        // head): a local run whose parts do not is refused by name rather
+        // than failing in the frame encoder with a generic error.
+        let limit = quarry_proto::MAX_BODY_BYTES as usize - 1024;
+        if encoded.len() > limit {
+            let e = ComputeError::TooLarge {
+                node: self.local.node,
+                message: format!(
+                    "node {}'s answer takes {} bytes, more than one message carries ({limit}); \
+                     a local run's partial results (matching lines, a histogram) are too large: \
+                     ask for counts, or name fewer or smaller targets",
+                    self.local.node,
+                    encoded.len()
+                ),
+            };
+            return Bytes::from(encode(&ComputeAnswer::Failed(e.to_failure())));
+        }
+        Bytes::from(encoded)
     }
 
     async fn serve(self: &Arc<Self>, body: Bytes) -> Result<ComputeAnswer, ComputeError> {
@@ -639,26 +657,48 @@ impl<P: Peers> Engine<P> {
                     let scanned = &scanned;
                     let from_nodes = &from_nodes;
                     async move {
-                        let starts = part_starts(&segments);
-                        let (answer, wire) = self
-                            .run_on(node, spec, segments, None, limits, deadline)
-                            .await?;
-                        if answer.parts.len() != starts.len() {
-                            return Err(ComputeError::Remote {
-                                node,
-                                message: format!(
-                                    "answered {} parts for {} ranges",
-                                    answer.parts.len(),
-                                    starts.len()
-                                ),
-                            });
+                        // A run whose parts do not fit one message is cut
+                        // in two and each half run again (runs change
+                        // nothing, so running again is safe), down to one
+                        // segment.
+                        let mut pending = vec![segments];
+                        let mut starts = Vec::new();
+                        let mut parts = Vec::new();
+                        while let Some(segments) = pending.pop() {
+                            let expected = part_starts(&segments);
+                            let answer = self
+                                .run_on(node, spec, segments.clone(), None, limits, deadline)
+                                .await;
+                            let (answer, wire) = match answer {
+                                Err(ComputeError::TooLarge { .. }) if segments.len() > 1 => {
+                                    let half = segments.len() / 2;
+                                    let (a, b) = segments.split_at(half);
+                                    // Popped last first: keep target order.
+                                    pending.push(b.to_vec());
+                                    pending.push(a.to_vec());
+                                    continue;
+                                }
+                                other => other?,
+                            };
+                            if answer.parts.len() != expected.len() {
+                                return Err(ComputeError::Remote {
+                                    node,
+                                    message: format!(
+                                        "answered {} parts for {} ranges",
+                                        answer.parts.len(),
+                                        expected.len()
+                                    ),
+                                });
+                            }
+                            scanned.fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+                            from_nodes.fetch_add(wire, Ordering::Relaxed);
+                            command
+                                .bytes_done
+                                .fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+                            starts.extend(expected);
+                            parts.extend(answer.parts);
                         }
-                        scanned.fetch_add(answer.bytes_scanned, Ordering::Relaxed);
-                        from_nodes.fetch_add(wire, Ordering::Relaxed);
-                        command
-                            .bytes_done
-                            .fetch_add(answer.bytes_scanned, Ordering::Relaxed);
-                        Ok::<_, ComputeError>((starts, answer.parts))
+                        Ok::<_, ComputeError>((starts, parts))
                     }
                 })
                 .collect();
@@ -768,6 +808,12 @@ impl<P: Peers> Engine<P> {
             .map_err(|message| ComputeError::Remote { node, message })?;
         match decode::<ComputeAnswer>("local run answer", &answer)? {
             ComputeAnswer::Local(local) => Ok((local, answer.len() as u64)),
+            ComputeAnswer::Failed(f) if f.kind == FailureKind::TooLarge => {
+                Err(ComputeError::TooLarge {
+                    node,
+                    message: f.message,
+                })
+            }
             ComputeAnswer::Failed(f) => Err(ComputeError::Remote {
                 node,
                 message: f.message,

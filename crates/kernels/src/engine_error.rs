@@ -52,6 +52,15 @@ pub enum ComputeError {
         /// By how much, where.
         detail: String,
     },
+    /// A node's answer does not fit one protocol message (the entry node
+    /// then runs the segments in smaller runs).
+    #[error("node {node}: {message}")]
+    TooLarge {
+        /// The node.
+        node: NodeId,
+        /// Why.
+        message: String,
+    },
     /// A target does not exist or cannot be read.
     #[error("{0}")]
     Target(String),
@@ -83,6 +92,7 @@ impl ComputeError {
             ComputeError::NoSuchCommand { .. } => FailureKind::NoSuchCommand,
             ComputeError::NotDone { .. } => FailureKind::NotDone,
             ComputeError::Busy { .. } => FailureKind::Busy,
+            ComputeError::TooLarge { .. } => FailureKind::TooLarge,
             _ => FailureKind::Internal,
         };
         Failure {

@@ -212,6 +212,8 @@ pub enum FailureKind {
     NotDone,
     /// The node holds too many commands.
     Busy,
+    /// The answer would not fit one message.
+    TooLarge,
     /// Anything else (a storage error, an unreachable node).
     Internal,
 }
