@@ -55,6 +55,25 @@ fn count(hay: &[u8]) -> u64 {
     hay.windows(8).filter(|w| *w == PATTERN).count() as u64
 }
 
+/// Four managed nodes and a client entering at `entry`.
+async fn cluster(dir: &std::path::Path, entry: usize) -> (Vec<quarry_node::NodeHandle>, Client) {
+    let nodes = cluster_with(dir, &[geometry(); 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[entry].local_addr().to_string())
+        .await
+        .unwrap();
+    (nodes, client)
+}
+
+/// A bucket of `chunk_bytes` fixed chunks.
+async fn bucket(objects: &quarry_client::Objects, name: &str, chunk_bytes: u32) -> BucketName {
+    let bucket = BucketName::new(name).unwrap();
+    objects
+        .create_bucket(&bucket, Chunking::fixed(chunk_bytes).unwrap())
+        .await
+        .unwrap();
+    bucket
+}
+
 fn fgrep8() -> Job {
     Job::Scan(KernelSpec::Fgrep8 { pattern: PATTERN })
 }
@@ -82,10 +101,7 @@ fn counts(outcome: &Outcome) -> Vec<(String, u64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fgrep8_over_objects_volumes_and_linear_ranges_equals_a_scan_of_the_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
-    let client = Client::connect(&nodes[0].local_addr().to_string())
-        .await
-        .unwrap();
+    let (nodes, client) = cluster(dir.path(), 0).await;
     let objects = client.objects().await.unwrap();
     let fixed = BucketName::new("fixed").unwrap();
     let cdc = BucketName::new("cdc").unwrap();
@@ -219,16 +235,9 @@ async fn fgrep8_over_objects_volumes_and_linear_ranges_equals_a_scan_of_the_byte
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_have_status_limits_cancel_and_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
-    let client = Client::connect(&nodes[1].local_addr().to_string())
-        .await
-        .unwrap();
+    let (nodes, client) = cluster(dir.path(), 1).await;
     let objects = client.objects().await.unwrap();
-    let bucket = BucketName::new("b").unwrap();
-    objects
-        .create_bucket(&bucket, Chunking::fixed(16384).unwrap())
-        .await
-        .unwrap();
+    let bucket = bucket(&objects, "b", 16384).await;
     let data = text(4 << 20, 5);
     objects
         .put_bytes(
@@ -369,10 +378,7 @@ async fn commands_have_status_limits_cancel_and_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_read_modify_writes_is_one_command_and_exact() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
-    let client = Client::connect(&nodes[3].local_addr().to_string())
-        .await
-        .unwrap();
+    let (nodes, client) = cluster(dir.path(), 3).await;
     let volumes = client.volumes().await.unwrap();
     volumes.create("counters", 256 * 1024, None).await.unwrap();
     let volume = volumes.open("counters").await.unwrap();
@@ -455,10 +461,7 @@ fn local_answer(spec: &KernelSpec, bytes: &[u8]) -> Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_kernel_over_a_volume_range_cut_mid_page_equals_one_local_pass() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
-    let client = Client::connect(&nodes[0].local_addr().to_string())
-        .await
-        .unwrap();
+    let (nodes, client) = cluster(dir.path(), 0).await;
     let volumes = client.volumes().await.unwrap();
     volumes.create("text", 1 << 20, None).await.unwrap();
     let volume = volumes.open("text").await.unwrap();
@@ -515,11 +518,7 @@ async fn a_dead_node_fails_the_command_with_its_name_and_the_others_still_answer
         .unwrap()
         .with_members([0, 1, 2, 3]);
     let objects = client.objects().await.unwrap();
-    let bucket = BucketName::new("b").unwrap();
-    objects
-        .create_bucket(&bucket, Chunking::fixed(4096).unwrap())
-        .await
-        .unwrap();
+    let bucket = bucket(&objects, "b", 4096).await;
     let data = text(200_000, 3);
     objects
         .put_bytes(
@@ -572,16 +571,9 @@ async fn a_dead_node_fails_the_command_with_its_name_and_the_others_still_answer
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn matching_lines_larger_than_a_message_come_back_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
-    let client = Client::connect(&nodes[0].local_addr().to_string())
-        .await
-        .unwrap();
+    let (nodes, client) = cluster(dir.path(), 0).await;
     let objects = client.objects().await.unwrap();
-    let bucket = BucketName::new("b").unwrap();
-    objects
-        .create_bucket(&bucket, Chunking::fixed(64 * 1024).unwrap())
-        .await
-        .unwrap();
+    let bucket = bucket(&objects, "b", 64 * 1024).await;
     // 20 MiB of lines that all match: each node's parts (about 5 MiB of
     // lines) are larger than one protocol message.
     let mut data = Vec::new();
