@@ -461,13 +461,8 @@ pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
     let mut rows = Vec::new();
     for link in &links {
         let way = ways(&setup, &mut net, link)?;
-        let ns = if link.rate.is_some() {
-            net.as_ref()
-        } else {
-            None
-        };
         let members = setup.members.clone();
-        let measured = on_link(ns, || {
+        let measured = on_link(link, net.as_ref(), || {
             let (rt, client) = client_runtime_and_client(&way, &members)?;
             let (mut near_s, mut off_s, mut host_s) = (Vec::new(), Vec::new(), Vec::new());
             let mut near_info = (0, 0, 0);
@@ -543,14 +538,9 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
     let mut rows = Vec::new();
     for link in &links {
         let way = ways(&setup, &mut net, link)?;
-        let ns = if link.rate.is_some() {
-            net.as_ref()
-        } else {
-            None
-        };
         let members = setup.members.clone();
         let fgrep = fgrep.clone();
-        let measured = on_link(ns, || {
+        let measured = on_link(link, net.as_ref(), || {
             let (rt, client) = client_runtime_and_client(&way, &members)?;
             let (mut near_s, mut host_s, mut batch_s, mut trip_s) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
