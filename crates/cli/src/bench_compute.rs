@@ -395,10 +395,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Runs `f` with the client on `link`: here for loopback, else in the
 /// namespace with the link limited.
-fn on_link<T: Send>(net: Option<&ClientNet>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    match net {
-        None => f(),
-        Some(net) => net.run_in(f),
+fn on_link<T: Send>(
+    link: &Link,
+    net: Option<&ClientNet>,
+    f: impl FnOnce() -> Result<T> + Send,
+) -> Result<T> {
+    match (&link.rate, net) {
+        (Some(_), Some(net)) => net.run_in(f),
+        _ => f(),
     }
 }
 
