@@ -449,6 +449,9 @@ fn fold_blocks(
     // The part being folded: its target, where it ends, the part.
     let mut current: Option<(u32, u64, Part)> = None;
     let mut started = 0usize;
+    // Bytes folded per segment: each must get exactly its length, or the
+    // parts would describe other ranges than the entry node expects.
+    let mut folded = vec![0u64; segments.len()];
     while let Some(msg) = rx.blocking_recv() {
         let segment = match &msg {
             Message::Block { segment, .. } | Message::End { segment } => *segment,
@@ -471,6 +474,7 @@ fn fold_blocks(
             started += 1;
         }
         if let Message::Block { bytes, .. } = msg {
+            folded[segment] += bytes.len() as u64;
             let Some((target, end, part)) = current.take() else {
                 return Err(ComputeError::BadRequest("no part to fold into".into()));
             };
@@ -496,6 +500,14 @@ fn fold_blocks(
             segments.len() - started,
             segments.len()
         )));
+    }
+    for (i, (seg, got)) in segments.iter().zip(&folded).enumerate() {
+        if *got != seg.source.len_bytes() {
+            return Err(ComputeError::BadRequest(format!(
+                "segment {i} was folded with {got} of its {} bytes",
+                seg.source.len_bytes()
+            )));
+        }
     }
     Ok(parts)
 }
