@@ -3,19 +3,20 @@
 //! the kernel.
 //!
 //! The run is a two-stage pipeline. The reader (async, on the node's
-//! runtime) keeps `depth` page reads in flight and copies the pages'
+//! runtime) keeps `depth` page reads in flight and gathers the pages'
 //! bytes, in order, into blocks of `block_bytes`; the kernel (on a blocking
 //! thread) folds each block. A channel of two blocks sits between them: the
 //! next block fills while the current one is computed on (Minerva's double
 //! buffering). The tuner picks `depth` and `block_bytes` from measured
-//! rates. The copy into blocks stays because pages arrive as separate
-//! buffers and kernels pay a setup cost per call; memcpy runs at over
-//! 10 GiB/s here, a small fraction of a scan's cost.
+//! rates. A block is a list of slices of the pages as they were read, not a
+//! copy: with a fast disk the scan is bound by the node's CPU, and the copy
+//! into contiguous blocks was a sixth of it; kernels fold page-sized slices
+//! at full speed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::{FuturesOrdered, StreamExt};
 use quarry_device::{Device, PageAddr};
 use quarry_proto::NodeId;
@@ -79,8 +80,37 @@ enum PageRef {
 }
 
 enum Message {
-    Block { segment: usize, bytes: Bytes },
-    End { segment: usize },
+    /// The next bytes of a segment: slices of pages, in order.
+    Block {
+        segment: usize,
+        pieces: Vec<Bytes>,
+    },
+    End {
+        segment: usize,
+    },
+}
+
+/// Slices of pages gathered for the kernel.
+#[derive(Default)]
+struct Block {
+    pieces: Vec<Bytes>,
+    bytes: usize,
+}
+
+impl Block {
+    fn push(&mut self, piece: Bytes) {
+        self.bytes += piece.len();
+        self.pieces.push(piece);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn take(&mut self) -> Vec<Bytes> {
+        self.bytes = 0;
+        std::mem::take(&mut self.pieces)
+    }
 }
 
 impl LocalData {
@@ -341,7 +371,7 @@ async fn stream_pages(
     let mut setting = tuner.current();
     let mut in_flight = FuturesOrdered::new();
     let mut next = 0usize;
-    let mut block = BytesMut::with_capacity(setting.block_bytes);
+    let mut block = Block::default();
     let mut block_segment = 0usize;
     let mut ended = 0usize;
     let mut bytes_read = 0u64;
@@ -388,10 +418,9 @@ async fn stream_pages(
         // block holds, end here.
         if item.segment != block_segment {
             if !block.is_empty() {
-                let bytes = block.split().freeze();
                 send(Message::Block {
                     segment: block_segment,
-                    bytes,
+                    pieces: block.take(),
                 })
                 .await?;
             }
@@ -401,29 +430,26 @@ async fn stream_pages(
             }
             block_segment = item.segment;
         }
-        block.extend_from_slice(bytes);
-        bytes_read += bytes.len() as u64;
-        let new = tuner.record(bytes.len() as u64);
-        if new != setting {
-            block.reserve(new.block_bytes.saturating_sub(block.capacity()));
-            setting = new;
+        let len = bytes.len();
+        if len > 0 {
+            block.push(page.slice(item.span.clone()));
         }
-        if block.len() >= setting.block_bytes {
-            let bytes = block.split().freeze();
+        bytes_read += len as u64;
+        setting = tuner.record(len as u64);
+        if block.bytes >= setting.block_bytes {
             let waited = Instant::now();
             send(Message::Block {
                 segment: block_segment,
-                bytes,
+                pieces: block.take(),
             })
             .await?;
             waits.kernel += waited.elapsed();
         }
     }
     if !block.is_empty() {
-        let bytes = block.split().freeze();
         send(Message::Block {
             segment: block_segment,
-            bytes,
+            pieces: block.take(),
         })
         .await?;
     }
@@ -473,12 +499,15 @@ fn fold_blocks(
             }
             started += 1;
         }
-        if let Message::Block { bytes, .. } = msg {
-            folded[segment] += bytes.len() as u64;
-            let Some((target, end, part)) = current.take() else {
+        if let Message::Block { pieces, .. } = msg {
+            let Some((target, mut end, mut part)) = current.take() else {
                 return Err(ComputeError::BadRequest("no part to fold into".into()));
             };
-            let part = kernel.fold(part, &bytes)?;
+            for piece in &pieces {
+                part = kernel.fold(part, piece)?;
+                folded[segment] += piece.len() as u64;
+                end += piece.len() as u64;
+            }
             if (held_bytes + part.size_bytes()) as u64 > memory_bytes {
                 return Err(ComputeError::Limit {
                     what: "memory",
@@ -488,7 +517,7 @@ fn fold_blocks(
                     ),
                 });
             }
-            current = Some((target, end + bytes.len() as u64, part));
+            current = Some((target, end, part));
         }
     }
     if let Some((t, _, p)) = current.take() {
