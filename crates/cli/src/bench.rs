@@ -567,6 +567,24 @@ pub(crate) struct TempDir {
     pub(crate) path: PathBuf,
 }
 
+/// The directory a benchmark works in: `dir` when given (created), else a
+/// temporary one removed when the returned guard drops.
+pub(crate) fn work_dir(
+    dir: Option<&std::path::Path>,
+    prefix: &str,
+) -> Result<(PathBuf, Option<TempDir>)> {
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            Ok((d.to_path_buf(), None))
+        }
+        None => {
+            let t = TempDir::new(prefix)?;
+            Ok((t.path.clone(), Some(t)))
+        }
+    }
+}
+
 impl TempDir {
     /// `$TMPDIR/{prefix}-{pid}`, created.
     pub(crate) fn new(prefix: &str) -> Result<TempDir> {

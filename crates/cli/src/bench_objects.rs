@@ -2,7 +2,7 @@
 //! managed cluster (file backend, O_DIRECT), side by side with fio's
 //! sequential write and read of the same size on the same disk, as ratios.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -14,7 +14,6 @@ use serde::Serialize;
 use tokio::io::AsyncWrite;
 
 use crate::args::BenchObjectsArgs;
-use crate::bench::TempDir;
 use crate::commands::{human_bytes, quarry_exe};
 use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
 use crate::objects_cmd::parse_size;
@@ -57,18 +56,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     if size_bytes == 0 {
         bail!("--size must be above zero");
     }
-    let scratch = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            None
-        }
-        None => Some(TempDir::new("quarry-bench-objects")?),
-    };
-    let dir: PathBuf = args
-        .dir
-        .clone()
-        .or_else(|| scratch.as_ref().map(|t| t.path.clone()))
-        .context("no directory for the benchmark")?;
+    let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-objects")?;
     let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
     let page_size_bytes = u32::try_from(parse_size(&args.page_size)?).context("--page-size")?;
     // Each node holds its share of the object plus room for the space

@@ -6,7 +6,7 @@
 //! less their startup (the same tool on an empty file).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -16,7 +16,6 @@ use quarry_kernels::{compile, GrepSpec, GrepSyntax, KernelSpec, Output, WcSpec};
 use serde::Serialize;
 
 use crate::args::BenchScanArgs;
-use crate::bench::TempDir;
 use crate::commands::human_bytes;
 use crate::objects_cmd::parse_size;
 
@@ -70,18 +69,7 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
     if size_bytes == 0 {
         bail!("--size must be above zero");
     }
-    let scratch = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            None
-        }
-        None => Some(TempDir::new("quarry-bench-scan")?),
-    };
-    let dir: PathBuf = args
-        .dir
-        .clone()
-        .or_else(|| scratch.as_ref().map(|t| t.path.clone()))
-        .context("no directory for the benchmark")?;
+    let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-scan")?;
     let file = dir.join("text.txt");
     let empty = dir.join("empty.txt");
     let text = generate_text(size_bytes);

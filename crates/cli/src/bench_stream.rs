@@ -7,7 +7,7 @@
 //! each of a few read settings (`[compute]` in its configuration) and the
 //! scan measured again, next to the adaptive tuner's figure and choice.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,6 @@ use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchStreamArgs;
-use crate::bench::TempDir;
 use crate::commands::{human_bytes, quarry_exe};
 use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
 use crate::objects_cmd::parse_size;
@@ -101,18 +100,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         bail!("--size must be above zero");
     }
     let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
-    let scratch = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d)?;
-            None
-        }
-        None => Some(TempDir::new("quarry-bench-stream")?),
-    };
-    let dir: PathBuf = args
-        .dir
-        .clone()
-        .or_else(|| scratch.as_ref().map(|t| t.path.clone()))
-        .context("no directory for the benchmark")?;
+    let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-stream")?;
     // Room for the object twice over, as bench objects sizes its nodes.
     let capacity = size_bytes * 2 + (64 << 20);
     let block_bytes = 64 * u64::from(PAGE_BYTES);
