@@ -567,6 +567,37 @@ pub(crate) struct TempDir {
     pub(crate) path: PathBuf,
 }
 
+/// `size_bytes` of seeded pseudo-random bytes, 1 MiB at a time: the data
+/// the storage benchmarks put (the same on every run, and incompressible).
+pub(crate) struct RandomBytes {
+    rng: rand::rngs::StdRng,
+    block: Vec<u8>,
+    left: u64,
+}
+
+impl RandomBytes {
+    pub(crate) fn new(size_bytes: u64) -> RandomBytes {
+        use rand::SeedableRng;
+        RandomBytes {
+            rng: rand::rngs::StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15),
+            block: vec![0u8; 1 << 20],
+            left: size_bytes,
+        }
+    }
+
+    /// The next block, `None` once `size_bytes` have been given.
+    pub(crate) fn next_block(&mut self) -> Option<&[u8]> {
+        use rand::RngCore;
+        if self.left == 0 {
+            return None;
+        }
+        let n = self.left.min(self.block.len() as u64) as usize;
+        self.rng.fill_bytes(&mut self.block[..n]);
+        self.left -= n as u64;
+        Some(&self.block[..n])
+    }
+}
+
 /// The directory a benchmark works in: `dir` when given (created), else a
 /// temporary one removed when the returned guard drops.
 pub(crate) fn work_dir(

@@ -639,13 +639,9 @@ async fn rmw(
     batch_ops: usize,
     trip_ops: usize,
 ) -> Result<(f64, f64)> {
-    let mut x = 0x1234_5678_9abc_def1u64;
-    let mut offset = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % (volume_bytes / 8)) * 8
-    };
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x1234_5678_9abc_def1);
+    let mut offset = move || rng.gen_range(0..volume_bytes / 8) * 8;
     let ops: Vec<RmwOp> = (0..batch_ops)
         .map(|_| RmwOp {
             offset_bytes: offset(),

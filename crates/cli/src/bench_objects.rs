@@ -347,19 +347,9 @@ fn write_source(path: &Path, size_bytes: u64) -> Result<()> {
     let file =
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut block = vec![0u8; 1 << 20];
-    let mut left = size_bytes;
-    while left > 0 {
-        for word in block.chunks_exact_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            word.copy_from_slice(&x.to_le_bytes());
-        }
-        let n = left.min(block.len() as u64) as usize;
-        out.write_all(&block[..n])?;
-        left -= n as u64;
+    let mut source = crate::bench::RandomBytes::new(size_bytes);
+    while let Some(block) = source.next_block() {
+        out.write_all(block)?;
     }
     out.flush()?;
     Ok(())

@@ -313,19 +313,9 @@ fn put_object(
         let (mut w, r) = tokio::io::duplex(1 << 20);
         let writer = tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
-            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-            let mut block = vec![0u8; 1 << 20];
-            let mut left = size_bytes;
-            while left > 0 {
-                for word in block.chunks_exact_mut(8) {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    word.copy_from_slice(&x.to_le_bytes());
-                }
-                let n = left.min(block.len() as u64) as usize;
-                w.write_all(&block[..n]).await?;
-                left -= n as u64;
+            let mut source = crate::bench::RandomBytes::new(size_bytes);
+            while let Some(block) = source.next_block() {
+                w.write_all(block).await?;
             }
             w.shutdown().await?;
             std::io::Result::Ok(())

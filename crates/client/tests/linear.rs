@@ -155,3 +155,67 @@ async fn mismatched_geometry_names_the_node() {
         node.shutdown().await.expect("shutdown");
     }
 }
+
+/// Kernels run on raw nodes too: a linear range written as raw pages is
+/// scanned near the data, records cut at every page and node boundary
+/// counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernels_scan_a_linear_range_on_raw_nodes() {
+    use quarry_client::{Job, KernelSpec, Limits, Outcome, Output, Target, WcSpec};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = cluster(dir.path(), &[small_geometry(); 4]).await;
+    let client = Client::connect(&nodes[2].local_addr().to_string())
+        .await
+        .expect("connect");
+    let space = client.linear_space().await.expect("linear space");
+    let page = space.geometry().page_size_bytes as usize;
+    // Words straddle every page, so every node boundary: "flash" and
+    // "raw" repeat with a period that is no divisor of the page size.
+    let text: Vec<u8> = b"flash raw  pages\n"
+        .iter()
+        .copied()
+        .cycle()
+        .take(page * 40)
+        .collect();
+    let written = client
+        .write_linear(&space, 0, &text, 16)
+        .await
+        .expect("write");
+    assert_eq!(written, 40);
+    let (result, _) = client
+        .compute()
+        .run(
+            Job::Scan(KernelSpec::Wc(WcSpec {
+                words: true,
+                word: Some(b"flash".to_vec()),
+                top: None,
+            })),
+            vec![Target::Linear {
+                first_page: 0,
+                pages: written,
+            }],
+            Limits::default(),
+        )
+        .await
+        .expect("scan");
+    let Outcome::Scan(targets) = result.outcome else {
+        panic!("not a scan")
+    };
+    let Output::Wc(wc) = &targets[0].output else {
+        panic!("not wc")
+    };
+    let words: Vec<&[u8]> = text
+        .split(|b| b" \n".contains(b))
+        .filter(|w| !w.is_empty())
+        .collect();
+    assert_eq!(wc.bytes, text.len() as u64);
+    assert_eq!(wc.lines, text.iter().filter(|&&b| b == b'\n').count() as u64);
+    assert_eq!(wc.words, words.len() as u64);
+    assert_eq!(
+        wc.word_count,
+        Some(words.iter().filter(|w| **w == b"flash").count() as u64)
+    );
+    for n in nodes {
+        n.shutdown().await.expect("shutdown");
+    }
+}

@@ -357,16 +357,6 @@ impl Reactor {
         // SAFETY: `raw` is a fresh fd that nothing else owns.
         let efd = unsafe { OwnedFd::from_raw_fd(raw) };
         ring.submitter().register_eventfd(efd.as_raw_fd())?;
-        // O_DIRECT reads the filesystem cannot start without blocking go to
-        // the ring's worker threads, at most 4 per CPU by default: on a
-        // 2-core machine that caps a node at 8 page reads in flight, far
-        // below the ring's depth. Allow as many workers as the ring has
-        // entries (they sleep in the disk, not on a core). Older kernels
-        // refuse the call; the default then stays.
-        let mut max_workers = [RING_ENTRIES / 2, RING_ENTRIES / 2];
-        if let Err(e) = ring.submitter().register_iowq_max_workers(&mut max_workers) {
-            tracing::debug!("io_uring worker limit unchanged: {e}");
-        }
         let entries = RING_ENTRIES as usize;
         let reactor = Arc::new(Reactor {
             ring: Mutex::new(Ring {

@@ -19,7 +19,7 @@ use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::engine_error::ComputeError;
 use crate::job::{
-    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, Target,
+    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, RmwBatch, Target,
     TargetOutput,
 };
 use crate::local::{run_local, LocalData};
@@ -292,7 +292,8 @@ impl<P: Peers> Engine<P> {
         limits: Limits,
         members: Vec<NodeId>,
     ) -> Result<CommandId, ComputeError> {
-        check_submission(&job, &targets, &limits)?;
+        let kernel_name = job.kernel_name();
+        let prepared = prepare(job, &targets, &limits)?;
         let command = {
             let mut table = self.table();
             let unfinished = table
@@ -317,7 +318,7 @@ impl<P: Peers> Engine<P> {
             table.next_id += 1;
             let command = Arc::new(Command {
                 id,
-                kernel: job.kernel_name(),
+                kernel: kernel_name,
                 submitted: Instant::now(),
                 state: watch::channel(CommandState::Queued).0,
                 bytes_done: AtomicU64::new(0),
@@ -346,7 +347,7 @@ impl<P: Peers> Engine<P> {
                     queued
                 });
                 engine
-                    .execute(&command, job, targets, limits, members)
+                    .execute(&command, prepared, targets, limits, members)
                     .await
             };
             let outcome = tokio::select! {
@@ -391,7 +392,7 @@ impl<P: Peers> Engine<P> {
     async fn execute(
         &self,
         command: &Command,
-        job: Job,
+        job: Prepared,
         targets: Vec<Target>,
         limits: Limits,
         members: Vec<NodeId>,
@@ -405,13 +406,14 @@ impl<P: Peers> Engine<P> {
         members.dedup();
         let deadline = command.submitted + Duration::from_millis(limits.time_ms);
         match job {
-            Job::Scan(spec) => {
+            Prepared::Scan(spec, kernel) => {
                 let resolved = self.resolve(&targets, &members).await?;
                 let total: u64 = resolved.iter().map(|r| r.size_bytes).sum();
                 command.bytes_total.store(total, Ordering::Relaxed);
-                self.scan(command, &spec, resolved, &limits, deadline).await
+                self.scan(command, &spec, kernel, resolved, &limits, deadline)
+                    .await
             }
-            Job::Rmw(batch) => {
+            Prepared::Rmw(batch) => {
                 let volumes = BlockVolumes::new(Arc::new(VolumesVia(self.peers.clone())), members);
                 let volume = volumes
                     .open(&batch.volume)
@@ -641,11 +643,11 @@ impl<P: Peers> Engine<P> {
         &self,
         command: &Command,
         spec: &KernelSpec,
+        kernel: Arc<dyn ScanKernel>,
         targets: Vec<Resolved>,
         limits: &Limits,
         deadline: Instant,
     ) -> Result<CommandResult, ComputeError> {
-        let kernel = compile(spec)?;
         let scanned = AtomicU64::new(0);
         let from_nodes = AtomicU64::new(0);
         let mut parts: Vec<BTreeMap<u64, Part>> = targets.iter().map(|_| BTreeMap::new()).collect();
@@ -848,7 +850,15 @@ fn names(bucket: &str, key: &str) -> Result<(BucketName, ObjectKey), ComputeErro
     Ok((b, k))
 }
 
-fn check_submission(job: &Job, targets: &[Target], limits: &Limits) -> Result<(), ComputeError> {
+/// A checked job, its kernel compiled once (the node compiles it where the
+/// command entered; data nodes compile it for their runs).
+enum Prepared {
+    Scan(KernelSpec, Arc<dyn ScanKernel>),
+    Rmw(RmwBatch),
+}
+
+/// Checks a submission and prepares its job.
+fn prepare(job: Job, targets: &[Target], limits: &Limits) -> Result<Prepared, ComputeError> {
     if targets.len() > MAX_TARGETS {
         return Err(ComputeError::BadRequest(format!(
             "{} targets in one command (at most {MAX_TARGETS})",
@@ -876,12 +886,13 @@ fn check_submission(job: &Job, targets: &[Target], limits: &Limits) -> Result<()
     }
     match job {
         Job::Scan(spec) => {
-            compile(spec)?;
             if targets.is_empty() {
                 return Err(ComputeError::BadRequest(
                     "a scan needs at least one target".into(),
                 ));
             }
+            let kernel = compile(&spec)?;
+            Ok(Prepared::Scan(spec, kernel))
         }
         Job::Rmw(batch) => {
             if batch.ops.len() > MAX_RMW_OPS {
@@ -895,9 +906,9 @@ fn check_submission(job: &Job, targets: &[Target], limits: &Limits) -> Result<()
                     "a read-modify-write batch names its volume, not targets".into(),
                 ));
             }
+            Ok(Prepared::Rmw(batch))
         }
     }
-    Ok(())
 }
 
 /// The segments of an object's bytes: one per chunk, on the chunk's node.

@@ -47,6 +47,21 @@ pub(crate) struct Entry {
     pub gate: tokio::sync::RwLock<bool>,
 }
 
+impl Entry {
+    /// Holds the gate shared for a data call, or says the volume is gone.
+    pub(crate) async fn open_gate(
+        &self,
+    ) -> Result<tokio::sync::RwLockReadGuard<'_, bool>, BlockVolumeError> {
+        let gate = self.gate.read().await;
+        if *gate {
+            return Err(BlockVolumeError::NotFound {
+                name: self.def.name.clone(),
+            });
+        }
+        Ok(gate)
+    }
+}
+
 /// The volumes one node is a member of, persisted in its data directory.
 /// All methods take `&self`; definitions and deletes are serialised.
 pub struct VolumeRegistry {

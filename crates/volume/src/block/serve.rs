@@ -115,10 +115,7 @@ async fn serve(
             r.end()?;
             let entry = open_entry(registry, &name, instance)?;
             check_local_range(registry, &entry, first, count)?;
-            let gate = entry.gate.read().await;
-            if *gate {
-                return Err(BlockVolumeError::NotFound { name });
-            }
+            let _gate = entry.open_gate().await?;
             let end = first.saturating_add(count);
             let pages: Vec<u64> = space
                 .pages_in(entry.def.space())
@@ -243,12 +240,7 @@ async fn read(
     count: u64,
     w: &mut Writer,
 ) -> Result<(), BlockVolumeError> {
-    let gate = entry.gate.read().await;
-    if *gate {
-        return Err(BlockVolumeError::NotFound {
-            name: entry.def.name.clone(),
-        });
-    }
+    let _gate = entry.open_gate().await?;
     let page_size = entry.def.page_size_bytes as usize;
     w.0.reserve(4 + count as usize * (1 + page_size));
     w.u32(count as u32);
@@ -281,12 +273,7 @@ async fn write(
     first: u64,
     data: Bytes,
 ) -> Result<(), BlockVolumeError> {
-    let gate = entry.gate.read().await;
-    if *gate {
-        return Err(BlockVolumeError::NotFound {
-            name: entry.def.name.clone(),
-        });
-    }
+    let gate = entry.open_gate().await?;
     let page_size = entry.def.page_size_bytes as usize;
     let count = (data.len() / page_size) as u64;
     // Every page is tried, so a failure leaves each page whole (old or
@@ -370,12 +357,7 @@ async fn add_u64s(
         }
         by_page.entry(add.page).or_default().push(index);
     }
-    let gate = entry.gate.read().await;
-    if *gate {
-        return Err(BlockVolumeError::NotFound {
-            name: entry.def.name.clone(),
-        });
-    }
+    let gate = entry.open_gate().await?;
     let results: Vec<Result<Vec<(usize, u64)>, BlockVolumeError>> = stream::iter(by_page)
         .map(|(page, indexes)| async move {
             let at = page_of(&entry.def, page);
