@@ -209,7 +209,10 @@ async fn kernels_scan_a_linear_range_on_raw_nodes() {
         .filter(|w| !w.is_empty())
         .collect();
     assert_eq!(wc.bytes, text.len() as u64);
-    assert_eq!(wc.lines, text.iter().filter(|&&b| b == b'\n').count() as u64);
+    assert_eq!(
+        wc.lines,
+        text.iter().filter(|&&b| b == b'\n').count() as u64
+    );
     assert_eq!(wc.words, words.len() as u64);
     assert_eq!(
         wc.word_count,

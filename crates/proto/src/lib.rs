@@ -31,6 +31,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod codec;
 mod error;
 mod frame;
 mod message;
@@ -38,6 +39,7 @@ mod server;
 mod session;
 mod wire;
 
+pub use codec::{ByteReader, ByteWriter, CodecError};
 pub use error::ProtoError;
 pub use frame::{
     Frame, FrameCodec, FrameHeader, HEADER_LEN_BYTES, MAGIC, MAX_ADDR_BYTES, MAX_BODY_BYTES,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 
 use super::def::{VolumeDef, MAX_VOLUMES_PER_NODE};
-use super::wire::{Reader, Writer, MIN_DEF_BYTES};
+use super::wire::{Reader, VolumeFields, Writer, MIN_DEF_BYTES};
 use super::{BlockVolumeError, NodeId};
 use crate::{meta, LogicalPage, SpaceManager, VolumeError};
 
@@ -391,7 +391,7 @@ pub(crate) fn storage_error(node: NodeId, e: VolumeError) -> BlockVolumeError {
 }
 
 fn encode_registry(node: NodeId, defs: &[VolumeDef]) -> Vec<u8> {
-    let mut w = Writer(Vec::new());
+    let mut w = Writer::default();
     w.raw(MAGIC).u32(VERSION).u16(node).u32(defs.len() as u32);
     for d in defs {
         w.def(d);

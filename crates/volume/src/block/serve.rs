@@ -6,8 +6,8 @@ use futures::stream::{self, StreamExt};
 use super::def::{NodeSpace, VolumeDef};
 use super::registry::{storage_error, trim_pages, Entry, VolumeRegistry, TRIM_BATCH_PAGES};
 use super::wire::{
-    encode_error, max_pages_per_call, Op, Reader, Writer, ADD_OP_BYTES, MAX_ADDS_PER_CALL,
-    PAGE_DATA, PAGE_UNWRITTEN,
+    encode_error, max_pages_per_call, Op, Reader, VolumeFields, Writer, ADD_OP_BYTES, ANSWER_OK,
+    MAX_ADDS_PER_CALL, PAGE_DATA, PAGE_UNWRITTEN,
 };
 use super::BlockVolumeError;
 use crate::{LogicalPage, SpaceManager};
@@ -51,7 +51,7 @@ async fn serve(
     let op_byte = r.u8()?;
     let op =
         Op::from_u8(op_byte).ok_or_else(|| r.malformed(format!("unknown volume op {op_byte}")))?;
-    let mut w = Writer::answer();
+    let mut w = Writer::starting(ANSWER_OK);
     match op {
         Op::Define => {
             let def = r.def()?;

@@ -15,8 +15,8 @@ use super::def::{
     MAX_VOLUME_PAGES,
 };
 use super::wire::{
-    max_pages_per_call, Op, Reader, Writer, MAX_ADDS_PER_CALL, MIN_DEF_BYTES, PAGE_DATA,
-    PAGE_UNWRITTEN,
+    max_pages_per_call, Op, Reader, VolumeFields, Writer, MAX_ADDS_PER_CALL, MIN_DEF_BYTES,
+    PAGE_DATA, PAGE_UNWRITTEN,
 };
 use super::{BlockVolumeError, NodeId};
 
@@ -310,7 +310,7 @@ impl<X: VolumeTransport> BlockVolumes<X> {
             members: members.clone(),
             created_unix_ms: now_unix_ms(),
         };
-        let mut w = Writer::call(Op::Define);
+        let mut w = Writer::starting(Op::Define as u8);
         w.def(&def);
         let body = Bytes::from(w.0);
         let results = self
@@ -412,7 +412,7 @@ impl<X: VolumeTransport> BlockVolumes<X> {
         name: &str,
     ) -> Result<(Vec<(NodeId, Result<InfoAnswer>)>, Vec<(NodeId, VolumeDef)>)> {
         validate_name(name)?;
-        let mut w = Writer::call(Op::Info);
+        let mut w = Writer::starting(Op::Info as u8);
         w.name(name);
         let body = Bytes::from(w.0);
         let answers = self
@@ -563,7 +563,7 @@ impl<X: VolumeTransport> BlockVolumes<X> {
     }
 
     async fn delete_on(&self, nodes: &[NodeId], def: &VolumeDef) -> Vec<(NodeId, Result<u64>)> {
-        let mut w = Writer::call(Op::Delete);
+        let mut w = Writer::starting(Op::Delete as u8);
         w.name(&def.name).u64(def.instance);
         let body = Bytes::from(w.0);
         self.each(nodes, |node| {
@@ -582,7 +582,7 @@ impl<X: VolumeTransport> BlockVolumes<X> {
     }
 
     async fn list_all(&self) -> Vec<(NodeId, Result<ListAnswer>)> {
-        let body = Bytes::from(Writer::call(Op::List).0);
+        let body = Bytes::from(Writer::starting(Op::List as u8).0);
         self.each(&self.cluster, |node| {
             let body = body.clone();
             async move {
@@ -771,7 +771,7 @@ impl<X: VolumeTransport> BlockVolume<X> {
 
     async fn read_run(&self, run: Run) -> Result<(NodeId, Bytes)> {
         let node = self.def.members[run.member];
-        let mut w = Writer::call(Op::Read);
+        let mut w = Writer::starting(Op::Read as u8);
         w.name(&self.def.name)
             .u64(self.def.instance)
             .u64(run.first_local)
@@ -814,7 +814,7 @@ impl<X: VolumeTransport> BlockVolume<X> {
         let results: Vec<Result<()>> = stream::iter(plan)
             .map(|run| async move {
                 let node = self.def.members[run.member];
-                let mut w = Writer::call(Op::Write);
+                let mut w = Writer::starting(Op::Write as u8);
                 w.name(&self.def.name)
                     .u64(self.def.instance)
                     .u64(run.first_local)
@@ -829,7 +829,7 @@ impl<X: VolumeTransport> BlockVolume<X> {
                 let answer = self.transport.call(node, false, Bytes::from(w.0)).await?;
                 let mut r = Reader::new("volume answer", &answer);
                 r.answer_status(node)?;
-                r.end()
+                Ok(r.end()?)
             })
             .buffer_unordered(self.max_in_flight)
             .collect()
@@ -848,7 +848,7 @@ impl<X: VolumeTransport> BlockVolume<X> {
         let results: Vec<Result<u64>> = stream::iter(plan)
             .map(|run| async move {
                 let node = self.def.members[run.member];
-                let mut w = Writer::call(Op::Trim);
+                let mut w = Writer::starting(Op::Trim as u8);
                 w.name(&self.def.name)
                     .u64(self.def.instance)
                     .u64(run.first_local)
@@ -962,7 +962,7 @@ impl<X: VolumeTransport> BlockVolume<X> {
                 // One call after another: adds to one counter, all on this
                 // node, apply in the caller's order.
                 for chunk in ops.chunks(MAX_ADDS_PER_CALL) {
-                    let mut w = Writer::call(Op::AddU64);
+                    let mut w = Writer::starting(Op::AddU64 as u8);
                     w.name(&self.def.name)
                         .u64(self.def.instance)
                         .u32(chunk.len() as u32);

@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use super::def::{validate_name, NodeSpace, VolumeDef, MAX_VOLUME_MEMBERS, MAX_VOLUME_NAME_BYTES};
 use super::{BlockVolumeError, NodeId};
+use quarry_proto::{ByteReader, ByteWriter, CodecError};
 
 /// Most page bytes one read or write call carries (its body stays within
 /// the protocol's 4 MiB + 64 KiB).
@@ -90,55 +91,39 @@ pub(crate) const ANSWER_ERROR: u8 = 1;
 pub(crate) const PAGE_UNWRITTEN: u8 = 0;
 pub(crate) const PAGE_DATA: u8 = 1;
 
-/// An encoder of call and answer fields.
-pub(crate) struct Writer(pub Vec<u8>);
+/// The writer of volume calls and answers: the protocol's field codec,
+/// with the volume fields of [`VolumeFields`].
+pub(crate) type Writer = ByteWriter;
 
-impl Writer {
-    pub(crate) fn call(op: Op) -> Self {
-        Writer(vec![op as u8])
-    }
-    pub(crate) fn answer() -> Self {
-        Writer(vec![ANSWER_OK])
-    }
-    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
-        self.0.push(v);
-        self
-    }
-    pub(crate) fn u16(&mut self, v: u16) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub(crate) fn raw(&mut self, v: &[u8]) -> &mut Self {
-        self.0.extend_from_slice(v);
-        self
-    }
+/// The volume's own fields, written on top of the protocol's field codec.
+pub(crate) trait VolumeFields {
     /// A volume name: callers validate names first, so it fits a `u8`
     /// length; a longer one is cut (and then refused by the decoder).
-    pub(crate) fn name(&mut self, name: &str) -> &mut Self {
+    fn name(&mut self, name: &str) -> &mut Self;
+    /// A string of at most 64 KiB; longer messages are cut at a character
+    /// boundary (they are explanations, not data).
+    fn str(&mut self, s: &str) -> &mut Self;
+    /// A volume definition.
+    fn def(&mut self, d: &VolumeDef) -> &mut Self;
+    /// A node's space figures.
+    fn node_space(&mut self, s: &NodeSpace) -> &mut Self;
+}
+
+impl VolumeFields for ByteWriter {
+    fn name(&mut self, name: &str) -> &mut Self {
         let b = &name.as_bytes()[..name.len().min(usize::from(u8::MAX))];
         self.u8(b.len() as u8).raw(b)
     }
-    /// A string of at most 64 KiB; longer messages are cut at a character
-    /// boundary (they are explanations, not data).
-    pub(crate) fn str(&mut self, s: &str) -> &mut Self {
+    fn str(&mut self, s: &str) -> &mut Self {
         let mut end = s.len().min(usize::from(u16::MAX));
         while !s.is_char_boundary(end) {
             end -= 1;
         }
         self.u16(end as u16).raw(&s.as_bytes()[..end])
     }
-    pub(crate) fn def(&mut self, d: &VolumeDef) -> &mut Self {
-        self.u32(d.id)
-            .u64(d.instance)
-            .name(&d.name)
+    fn def(&mut self, d: &VolumeDef) -> &mut Self {
+        self.u32(d.id).u64(d.instance);
+        self.name(&d.name)
             .u64(d.size_pages)
             .u32(d.page_size_bytes)
             .u64(d.created_unix_ms)
@@ -148,7 +133,7 @@ impl Writer {
         }
         self
     }
-    pub(crate) fn node_space(&mut self, s: &NodeSpace) -> &mut Self {
+    fn node_space(&mut self, s: &NodeSpace) -> &mut Self {
         self.u16(s.node)
             .u32(s.page_size_bytes)
             .u64(s.capacity_pages)
@@ -156,67 +141,49 @@ impl Writer {
     }
 }
 
-/// A decoder over a message; every read checks the bytes left.
+impl From<CodecError> for BlockVolumeError {
+    fn from(e: CodecError) -> Self {
+        BlockVolumeError::Malformed {
+            what: e.what.to_string(),
+            reason: e.reason,
+        }
+    }
+}
+
+/// A decoder over a volume message: the protocol's field codec (every read
+/// checks the bytes left), the message for zero-copy slices, and the
+/// volume's own fields.
 pub(crate) struct Reader<'a> {
-    what: &'static str,
+    fields: ByteReader<'a>,
     buf: &'a Bytes,
-    at: usize,
+}
+
+impl<'a> std::ops::Deref for Reader<'a> {
+    type Target = ByteReader<'a>;
+    fn deref(&self) -> &ByteReader<'a> {
+        &self.fields
+    }
+}
+
+impl std::ops::DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.fields
+    }
 }
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(what: &'static str, buf: &'a Bytes) -> Self {
-        Reader { what, buf, at: 0 }
+        Reader {
+            fields: ByteReader::new(what, buf),
+            buf,
+        }
     }
     pub(crate) fn malformed(&self, reason: String) -> BlockVolumeError {
-        BlockVolumeError::Malformed {
-            what: self.what.to_string(),
-            reason,
-        }
-    }
-    pub(crate) fn left(&self) -> usize {
-        self.buf.len() - self.at
-    }
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], BlockVolumeError> {
-        if self.left() < n {
-            return Err(self.malformed(format!(
-                "needs {n} bytes at offset {}, only {} left",
-                self.at,
-                self.left()
-            )));
-        }
-        let s = &self.buf[self.at..self.at + n];
-        self.at += n;
-        Ok(s)
+        self.fields.malformed(reason).into()
     }
     /// `n` bytes as a zero-copy slice of the message.
     pub(crate) fn bytes(&mut self, n: usize) -> Result<Bytes, BlockVolumeError> {
-        let start = self.at;
-        self.take(n)?;
-        Ok(self.buf.slice(start..start + n))
-    }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], BlockVolumeError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-    pub(crate) fn u8(&mut self) -> Result<u8, BlockVolumeError> {
-        Ok(self.take(1)?[0])
-    }
-    pub(crate) fn u16(&mut self) -> Result<u16, BlockVolumeError> {
-        Ok(u16::from_le_bytes(self.array()?))
-    }
-    pub(crate) fn u32(&mut self) -> Result<u32, BlockVolumeError> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-    pub(crate) fn u64(&mut self) -> Result<u64, BlockVolumeError> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-    pub(crate) fn flag(&mut self) -> Result<bool, BlockVolumeError> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            other => Err(self.malformed(format!("flag byte {other}"))),
-        }
+        Ok(self.fields.slice_of(self.buf, n)?)
     }
     /// A volume name, checked against the naming rules.
     pub(crate) fn name(&mut self) -> Result<String, BlockVolumeError> {
@@ -269,24 +236,6 @@ impl<'a> Reader<'a> {
             live_pages: self.u64()?,
         })
     }
-    /// A count of items of at least `per_item_bytes` each: one the bytes
-    /// left cannot hold is refused before anything is allocated for it.
-    pub(crate) fn count(&mut self, per_item_bytes: usize) -> Result<usize, BlockVolumeError> {
-        let n = self.u32()? as usize;
-        if n.saturating_mul(per_item_bytes) > self.left() {
-            return Err(self.malformed(format!(
-                "{n} items cannot fit in the {} bytes left",
-                self.left()
-            )));
-        }
-        Ok(n)
-    }
-    pub(crate) fn end(&self) -> Result<(), BlockVolumeError> {
-        match self.left() {
-            0 => Ok(()),
-            n => Err(self.malformed(format!("{n} bytes trail the message"))),
-        }
-    }
     /// Reads an answer's status byte; an error answer becomes its error.
     pub(crate) fn answer_status(&mut self, node: NodeId) -> Result<(), BlockVolumeError> {
         match self.u8()? {
@@ -321,7 +270,7 @@ mod kind {
 /// Encodes an error answer.
 pub(crate) fn encode_error(e: &BlockVolumeError) -> Bytes {
     use BlockVolumeError as E;
-    let mut w = Writer(vec![ANSWER_ERROR]);
+    let mut w = Writer::starting(ANSWER_ERROR);
     match e {
         E::InvalidName { name, reason } => {
             w.u8(kind::INVALID_NAME).str(name).str(reason);
@@ -547,7 +496,7 @@ mod tests {
             members: vec![2, 0, 1],
             created_unix_ms: 1234,
         };
-        let mut w = Writer(Vec::new());
+        let mut w = Writer::default();
         w.def(&def);
         let bytes = Bytes::from(w.0);
         let mut r = Reader::new("test", &bytes);
@@ -557,7 +506,7 @@ mod tests {
             members: vec![0],
             ..def.clone()
         };
-        let mut w = Writer(Vec::new());
+        let mut w = Writer::default();
         w.def(&smallest);
         assert_eq!(w.0.len(), MIN_DEF_BYTES);
         r.end().unwrap();
@@ -569,7 +518,7 @@ mod tests {
         // A repeated member is refused by the decoder.
         let mut bad = def.clone();
         bad.members = vec![1, 1];
-        let mut w = Writer(Vec::new());
+        let mut w = Writer::default();
         w.def(&bad);
         let bytes = Bytes::from(w.0);
         assert!(Reader::new("test", &bytes)
