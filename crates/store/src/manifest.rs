@@ -5,6 +5,7 @@ use crate::chunking::Chunking;
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::name::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN};
+use quarry_proto::{ByteReader, CodecError};
 
 /// The first bytes of every encoded manifest.
 pub const MANIFEST_MAGIC: [u8; 4] = *b"QMAN";
@@ -288,11 +289,7 @@ impl Manifest {
             what: "manifest",
             reason,
         };
-        let mut r = Reader {
-            what: "manifest",
-            buf: body,
-            at: 5,
-        };
+        let mut r = Reader::after("manifest", body, 5)?;
         let flags = r.u8()?;
         if flags != 0 {
             return Err(bad(format!("unknown flags {flags:#04x}")));
@@ -326,7 +323,7 @@ impl Manifest {
                 "{count} chunks, over the limit {MAX_MANIFEST_CHUNKS}"
             )));
         }
-        let left = body.len() - r.at;
+        let left = r.left();
         if left != count * PER_CHUNK {
             return Err(bad(format!(
                 "{count} chunks need {} bytes, {left} present",
@@ -351,48 +348,60 @@ impl Manifest {
 }
 
 /// Bounds-checked little-endian reads off an encoding (a manifest, a table
-/// record, the volume-backed log and snapshots): running out of bytes is a
-/// [`StoreError::Malformed`] naming `what`, never a panic.
-pub(crate) struct Reader<'a> {
-    pub(crate) what: &'static str,
-    pub(crate) buf: &'a [u8],
-    pub(crate) at: usize,
+/// record, a store call, the volume-backed log and snapshots): the
+/// protocol's field codec, whose errors become [`StoreError::Malformed`]
+/// naming `what`, never a panic. The store's own fields are read by
+/// methods added here and in `remote.rs`.
+pub(crate) struct Reader<'a>(pub(crate) ByteReader<'a>);
+
+impl<'a> std::ops::Deref for Reader<'a> {
+    type Target = ByteReader<'a>;
+    fn deref(&self) -> &ByteReader<'a> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl<'a> Reader<'a> {
     /// Reads `buf` from its start.
     pub(crate) fn new(what: &'static str, buf: &'a [u8]) -> Self {
-        Self { what, buf, at: 0 }
+        Reader(ByteReader::new(what, buf))
     }
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        if self.buf.len() - self.at < n {
-            return Err(StoreError::Malformed {
-                what: self.what,
-                reason: format!(
-                    "needs {n} bytes at offset {}, only {} left",
-                    self.at,
-                    self.buf.len() - self.at
-                ),
-            });
-        }
-        let s = &self.buf[self.at..self.at + n];
-        self.at += n;
-        Ok(s)
+    /// Reads `buf` from byte `skip` (a header already checked).
+    pub(crate) fn after(what: &'static str, buf: &'a [u8], skip: usize) -> Result<Self> {
+        let mut r = Reader::new(what, buf);
+        r.take(skip)?;
+        Ok(r)
+    }
+    /// An error about this encoding.
+    pub(crate) fn malformed(&self, reason: String) -> StoreError {
+        self.0.malformed(reason).into()
     }
     pub(crate) fn u8(&mut self) -> Result<u8> {
-        Ok(self.take(1)?[0])
+        Ok(self.0.u8()?)
     }
     pub(crate) fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2")))
+        Ok(self.0.u16()?)
     }
     pub(crate) fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+        Ok(self.0.u32()?)
     }
     pub(crate) fn u64(&mut self) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+        Ok(self.0.u64()?)
     }
-    pub(crate) fn done(&self) -> bool {
-        self.at == self.buf.len()
+}
+
+impl From<CodecError> for StoreError {
+    fn from(e: CodecError) -> Self {
+        StoreError::Malformed {
+            what: e.what,
+            reason: e.reason,
+        }
     }
 }
 

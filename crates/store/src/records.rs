@@ -32,11 +32,7 @@ fn open<'a>(what: &'static str, bytes: &'a [u8]) -> Result<Reader<'a>> {
             body[0]
         )));
     }
-    Ok(Reader {
-        what,
-        buf: body,
-        at: 1,
-    })
+    Reader::after(what, body, 1)
 }
 
 fn finish(what: &'static str, r: &Reader<'_>) -> Result<()> {
@@ -45,7 +41,7 @@ fn finish(what: &'static str, r: &Reader<'_>) -> Result<()> {
     } else {
         Err(StoreError::Malformed {
             what,
-            reason: format!("{} bytes trail the record", r.buf.len() - r.at),
+            reason: format!("{} bytes trail the record", r.left()),
         })
     }
 }

@@ -26,6 +26,7 @@ use crate::placement::NodeId;
 use crate::records::BucketConfig;
 use crate::table::TableStore;
 use crate::usage::{BucketUsage, Usage};
+use quarry_proto::ByteWriter;
 
 /// Most items one listing call returns (manifests, chunks, buckets); a
 /// caller pages on with the cursor it got.
@@ -414,42 +415,36 @@ impl Op {
     }
 }
 
-/// An encoder of call and answer fields.
-struct Writer(Vec<u8>);
+/// The writer of store calls and answers: the protocol's field codec, with
+/// the store's fields of [`StoreFields`].
+type Writer = ByteWriter;
 
-impl Writer {
-    fn call(op: Op) -> Self {
-        Writer(vec![op as u8])
-    }
-    fn answer() -> Self {
-        Writer(vec![0])
-    }
-    fn u8(&mut self, v: u8) -> &mut Self {
-        self.0.push(v);
-        self
-    }
-    fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn bool(&mut self, v: bool) -> &mut Self {
-        self.u8(u8::from(v))
-    }
+/// The store's own fields, written on top of the protocol's field codec.
+trait StoreFields {
+    fn blob(&mut self, v: &[u8]) -> &mut Self;
+    fn str(&mut self, v: &str) -> &mut Self;
+    fn fingerprint(&mut self, f: &Fingerprint) -> &mut Self;
+    fn bucket(&mut self, b: &BucketName) -> &mut Self;
+    fn key(&mut self, k: &ObjectKey) -> &mut Self;
+    fn condition(&mut self, c: Condition) -> &mut Self;
+    fn opt_u64(&mut self, v: Option<u64>) -> &mut Self;
+    fn manifest(&mut self, m: &Manifest) -> &mut Self;
+    fn bucket_config(&mut self, c: &BucketConfig) -> &mut Self;
+    fn refs(&mut self, refs: &BTreeMap<BucketName, u64>) -> &mut Self;
+    fn release(&mut self, r: &ChunkRelease) -> &mut Self;
+    fn location(&mut self, l: &ChunkLocation) -> &mut Self;
+    fn bucket_usage(&mut self, u: &BucketUsage) -> &mut Self;
+}
+
+impl StoreFields for ByteWriter {
     fn blob(&mut self, v: &[u8]) -> &mut Self {
-        self.u32(v.len() as u32);
-        self.0.extend_from_slice(v);
-        self
+        self.u32(v.len() as u32).raw(v)
     }
     fn str(&mut self, v: &str) -> &mut Self {
         self.blob(v.as_bytes())
     }
     fn fingerprint(&mut self, f: &Fingerprint) -> &mut Self {
-        self.0.extend_from_slice(&f.0);
-        self
+        self.raw(&f.0)
     }
     fn bucket(&mut self, b: &BucketName) -> &mut Self {
         self.str(b.as_str())
@@ -504,46 +499,24 @@ impl Writer {
 impl Reader<'_> {
     fn blob(&mut self) -> Result<&[u8]> {
         let len = self.u32()? as usize;
-        self.take(len)
+        Ok(self.take(len)?)
     }
     /// A length-prefixed field as a zero-copy slice of `source`, the
     /// buffer this reader reads.
     fn bytes(&mut self, source: &Bytes) -> Result<Bytes> {
-        debug_assert_eq!(source.len(), self.buf.len());
         let len = self.u32()? as usize;
-        let start = self.at;
-        self.take(len)?;
-        Ok(source.slice(start..start + len))
-    }
-    fn left(&self) -> usize {
-        self.buf.len() - self.at
+        Ok(self.slice_of(source, len)?)
     }
     fn string(&mut self) -> Result<String> {
-        let what = self.what;
+        let what = self.what();
         let b = self.blob()?;
         String::from_utf8(b.to_vec()).map_err(|e| StoreError::Malformed {
             what,
             reason: format!("a string is not UTF-8: {e}"),
         })
     }
-    fn flag(&mut self) -> Result<bool> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            other => Err(self.malformed(format!("flag byte {other}"))),
-        }
-    }
-    fn malformed(&self, reason: String) -> StoreError {
-        StoreError::Malformed {
-            what: self.what,
-            reason,
-        }
-    }
     fn fingerprint(&mut self) -> Result<Fingerprint> {
-        let b = self.take(32)?;
-        let mut f = [0u8; 32];
-        f.copy_from_slice(b);
-        Ok(Fingerprint(f))
+        Ok(Fingerprint(self.array()?))
     }
     fn bucket(&mut self) -> Result<BucketName> {
         BucketName::from_bytes(self.blob()?)
@@ -585,18 +558,6 @@ impl Reader<'_> {
     fn bucket_config(&mut self) -> Result<BucketConfig> {
         BucketConfig::decode(self.blob()?)
     }
-    fn count(&mut self, per_item_bytes: usize) -> Result<usize> {
-        let n = self.u32()? as usize;
-        // Each item takes at least `per_item_bytes`: a count the bytes left
-        // cannot hold is refused before anything is allocated for it.
-        if n.saturating_mul(per_item_bytes) > self.left() {
-            return Err(self.malformed(format!(
-                "{n} items cannot fit in the {} bytes left",
-                self.left()
-            )));
-        }
-        Ok(n)
-    }
     fn refs(&mut self) -> Result<BTreeMap<BucketName, u64>> {
         let n = self.count(13)?;
         let mut refs = BTreeMap::new();
@@ -627,11 +588,7 @@ impl Reader<'_> {
         })
     }
     fn end(&self) -> Result<()> {
-        if self.done() {
-            Ok(())
-        } else {
-            Err(self.malformed(format!("{} bytes trail the message", self.left())))
-        }
+        Ok(self.0.end()?)
     }
     /// Reads the answer's status byte; an error answer becomes its error.
     fn answer_status(&mut self, node: NodeId) -> Result<()> {
@@ -661,7 +618,7 @@ mod kind {
 }
 
 fn encode_error(e: &StoreError) -> Vec<u8> {
-    let mut w = Writer(vec![1]);
+    let mut w = Writer::starting(1);
     match e {
         StoreError::VersionMismatch {
             bucket,
@@ -782,7 +739,7 @@ async fn serve<T: TableStore, C: ChunkStore>(
     let op_byte = r.u8()?;
     let op =
         Op::from_u8(op_byte).ok_or_else(|| r.malformed(format!("unknown store op {op_byte}")))?;
-    let mut w = Writer::answer();
+    let mut w = Writer::starting(0);
     match op {
         Op::PutChunk => {
             let bucket = r.bucket()?;
@@ -791,7 +748,7 @@ async fn serve<T: TableStore, C: ChunkStore>(
             r.end()?;
             // Across the fabric the bytes are hashed again (NodeStore::put_chunk).
             let put = node.put_chunk(&bucket, fp, data).await?;
-            w.bool(put.stored).u64(put.refcount);
+            w.flag(put.stored).u64(put.refcount);
         }
         Op::ReleaseChunk => {
             let bucket = r.bucket()?;
@@ -942,7 +899,7 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
                 reason: format!("{} bytes, not in 1..={MAX_CHUNK_SIZE}", data.len()),
             });
         }
-        let mut w = Writer::call(Op::PutChunk);
+        let mut w = Writer::starting(Op::PutChunk as u8);
         w.bucket(bucket).fingerprint(&fingerprint).blob(&data);
         self.rpc(false, w, |r, _| {
             Ok(ChunkPut {
@@ -957,12 +914,12 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         bucket: &BucketName,
         fingerprint: Fingerprint,
     ) -> Result<ChunkRelease> {
-        let mut w = Writer::call(Op::ReleaseChunk);
+        let mut w = Writer::starting(Op::ReleaseChunk as u8);
         w.bucket(bucket).fingerprint(&fingerprint);
         self.rpc(false, w, |r, _| r.release()).await
     }
     async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
-        let mut w = Writer::call(Op::ReadChunk);
+        let mut w = Writer::starting(Op::ReadChunk as u8);
         w.fingerprint(&fingerprint);
         let data = self.rpc(true, w, |r, answer| r.bytes(answer)).await?;
         // The node checked the bytes against the fingerprint when it read
@@ -977,12 +934,12 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         Ok(data)
     }
     async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
-        let mut w = Writer::call(Op::GetManifest);
+        let mut w = Writer::starting(Op::GetManifest as u8);
         w.bucket(bucket).key(key);
         self.rpc(true, w, |r, _| r.optional(Reader::manifest)).await
     }
     async fn put_manifest(&self, manifest: Manifest, condition: Condition) -> Result<ManifestPut> {
-        let mut w = Writer::call(Op::PutManifest);
+        let mut w = Writer::starting(Op::PutManifest as u8);
         w.manifest(&manifest).condition(condition);
         self.rpc(false, w, |r, _| {
             Ok(ManifestPut {
@@ -998,7 +955,7 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         key: &ObjectKey,
         condition: Condition,
     ) -> Result<Manifest> {
-        let mut w = Writer::call(Op::DeleteManifest);
+        let mut w = Writer::starting(Op::DeleteManifest as u8);
         w.bucket(bucket).key(key).condition(condition);
         self.rpc(false, w, |r, _| r.manifest()).await
     }
@@ -1009,7 +966,7 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         after: Option<&ObjectKey>,
         limit: usize,
     ) -> Result<Vec<Manifest>> {
-        let mut w = Writer::call(Op::ListManifests);
+        let mut w = Writer::starting(Op::ListManifests as u8);
         w.bucket(bucket).str(prefix);
         match after {
             None => w.u8(0),
@@ -1019,23 +976,23 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         self.rpc(true, w, |r, _| r.manifests()).await
     }
     async fn create_bucket(&self, bucket: &BucketName, config: BucketConfig) -> Result<()> {
-        let mut w = Writer::call(Op::CreateBucket);
+        let mut w = Writer::starting(Op::CreateBucket as u8);
         w.bucket(bucket).bucket_config(&config);
         self.rpc(false, w, |_, _| Ok(())).await
     }
     async fn bucket(&self, bucket: &BucketName) -> Result<Option<BucketConfig>> {
-        let mut w = Writer::call(Op::Bucket);
+        let mut w = Writer::starting(Op::Bucket as u8);
         w.bucket(bucket);
         self.rpc(true, w, |r, _| r.optional(Reader::bucket_config))
             .await
     }
     async fn delete_bucket(&self, bucket: &BucketName) -> Result<()> {
-        let mut w = Writer::call(Op::DeleteBucket);
+        let mut w = Writer::starting(Op::DeleteBucket as u8);
         w.bucket(bucket);
         self.rpc(false, w, |_, _| Ok(())).await
     }
     async fn buckets(&self) -> Result<Vec<(BucketName, BucketConfig)>> {
-        self.rpc(true, Writer::call(Op::Buckets), |r, _| {
+        self.rpc(true, Writer::starting(Op::Buckets as u8), |r, _| {
             let n = r.count(8)?;
             let mut out = Vec::with_capacity(n);
             for _ in 0..n {
@@ -1047,7 +1004,7 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         .await
     }
     async fn usage(&self) -> Result<Usage> {
-        self.rpc(true, Writer::call(Op::Usage), |r, _| {
+        self.rpc(true, Writer::starting(Op::Usage as u8), |r, _| {
             let n = r.count(36)?;
             let mut u = Usage::default();
             for _ in 0..n {
@@ -1067,7 +1024,7 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         cursor: Option<Vec<u8>>,
         limit: usize,
     ) -> Result<(Vec<Manifest>, Option<Vec<u8>>)> {
-        let mut w = Writer::call(Op::ManifestsPage);
+        let mut w = Writer::starting(Op::ManifestsPage as u8);
         match &cursor {
             None => w.u8(0),
             Some(c) => w.u8(1).blob(c),
@@ -1085,7 +1042,7 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         after: Option<Fingerprint>,
         limit: usize,
     ) -> Result<Vec<(Fingerprint, ChunkInfo)>> {
-        let mut w = Writer::call(Op::ChunksPage);
+        let mut w = Writer::starting(Op::ChunksPage as u8);
         match &after {
             None => w.u8(0),
             Some(f) => w.u8(1).fingerprint(f),
@@ -1121,7 +1078,7 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         expected: BTreeMap<BucketName, u64>,
         touched_before_ms: u64,
     ) -> Result<Option<ChunkRelease>> {
-        let mut w = Writer::call(Op::LowerRefs);
+        let mut w = Writer::starting(Op::LowerRefs as u8);
         w.fingerprint(&fingerprint)
             .refs(&expected)
             .u64(touched_before_ms);

@@ -181,7 +181,7 @@ fn encode_batch(batch: &Batch, out: &mut Vec<u8>) {
 /// A table byte off an encoded payload.
 fn read_table(c: &mut Reader<'_>) -> Result<Table> {
     let b = c.u8()?;
-    table_of(b).ok_or_else(|| malformed(c.what, format!("unknown table {b}")))
+    table_of(b).ok_or_else(|| malformed(c.what(), format!("unknown table {b}")))
 }
 
 /// Applies one encoded batch (as written by [`encode_batch`]) to `map`.
@@ -199,7 +199,7 @@ fn apply_encoded(c: &mut Reader<'_>, map: &mut TableMap) -> Result<()> {
                 map.put(table, key.to_vec(), value);
             }
             1 => map.delete(table, key),
-            k => return Err(malformed(c.what, format!("unknown change kind {k}"))),
+            k => return Err(malformed(c.what(), format!("unknown change kind {k}"))),
         }
     }
     Ok(())
