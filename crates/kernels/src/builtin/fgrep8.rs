@@ -75,8 +75,12 @@ impl Fgrep8 {
         }
         // Matches that start in the left's tail and end in the right's head:
         // those in tail+head that neither lies wholly inside.
-        let mut seam = left.tail.clone();
-        seam.extend_from_slice(&right.head);
+        // The bytes around the cut, on the stack: this runs once per page.
+        let mut seam_buf = [0u8; 2 * EDGE_BYTES];
+        let seam_len = left.tail.len() + right.head.len();
+        seam_buf[..left.tail.len()].copy_from_slice(&left.tail);
+        seam_buf[left.tail.len()..seam_len].copy_from_slice(&right.head);
+        let seam = &seam_buf[..seam_len];
         let straddling = (0..seam.len().saturating_sub(7))
             .filter(|&i| i < left.tail.len() && i + 8 > left.tail.len())
             .filter(|&i| seam[i..i + 8] == self.pattern)

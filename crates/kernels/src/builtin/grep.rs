@@ -301,14 +301,16 @@ impl ScanKernel for Grep {
             p.end += bytes.len() as u64;
             return Ok(Part::Grep(p));
         };
+        // The tail's buffer is reused for the next tail: one fold runs per
+        // page, and a fresh allocation each time would be wasted.
+        let mut tail = std::mem::take(&mut p.tail);
         if p.newlines == 0 {
             p.head.extend_from_slice(&bytes[..first]);
         } else {
-            let mut line = std::mem::take(&mut p.tail);
-            let offset = p.end - line.len() as u64;
-            line.extend_from_slice(&bytes[..first]);
+            let offset = p.end - tail.len() as u64;
+            tail.extend_from_slice(&bytes[..first]);
             let rel = p.newlines;
-            self.line(&line, rel, offset, &mut p.count, &mut p.lines);
+            self.line(&tail, rel, offset, &mut p.count, &mut p.lines);
         }
         let last = memchr::memrchr(b'\n', bytes).unwrap_or(first);
         if last > first {
@@ -330,7 +332,9 @@ impl ScanKernel for Grep {
         } else {
             1
         };
-        p.tail = bytes[last + 1..].to_vec();
+        tail.clear();
+        tail.extend_from_slice(&bytes[last + 1..]);
+        p.tail = tail;
         p.end += bytes.len() as u64;
         Ok(Part::Grep(p))
     }
