@@ -43,6 +43,9 @@ pub struct LocalData {
     pub device: Arc<Device>,
     /// Its managed storage.
     pub managed: Option<ManagedData>,
+    /// A page of zeros: what a never-written volume page reads as, made
+    /// once rather than per page.
+    zeros: std::sync::OnceLock<Bytes>,
 }
 
 /// A node's managed storage.
@@ -114,6 +117,17 @@ impl Block {
 }
 
 impl LocalData {
+    /// What node `node` holds: its device and, when it runs managed
+    /// storage, the space manager, object store and volumes on it.
+    pub fn new(node: NodeId, device: Arc<Device>, managed: Option<ManagedData>) -> LocalData {
+        LocalData {
+            node,
+            device,
+            managed,
+            zeros: std::sync::OnceLock::new(),
+        }
+    }
+
     fn managed(&self, what: &str) -> Result<&ManagedData, ComputeError> {
         self.managed.as_ref().ok_or_else(|| ComputeError::Storage {
             node: self.node,
@@ -242,9 +256,10 @@ impl LocalData {
                 let m = self.managed("logical pages")?;
                 match m.space.read(id).await {
                     Ok(Some(page)) => Ok(page),
-                    Ok(None) if matches!(item.page, PageRef::Volume(_)) => {
-                        Ok(Bytes::from(vec![0u8; m.space.page_size()]))
-                    }
+                    Ok(None) if matches!(item.page, PageRef::Volume(_)) => Ok(self
+                        .zeros
+                        .get_or_init(|| Bytes::from(vec![0u8; m.space.page_size()]))
+                        .clone()),
                     Ok(None) => Err(self.storage(format!(
                         "page {id} of a chunk is not written (the chunk was released meanwhile)"
                     ))),

@@ -328,15 +328,15 @@ impl Node {
             );
         }
         let engine = Engine::with_tuner(
-            LocalData {
-                node: config.id,
-                device: device.clone(),
-                managed: managed.as_ref().map(|m| ManagedData {
+            LocalData::new(
+                config.id,
+                device.clone(),
+                managed.as_ref().map(|m| ManagedData {
                     space: m.volume.clone(),
                     store: m.store.clone(),
                     volumes: m.volumes.clone(),
                 }),
-            },
+            ),
             peers.clone(),
             tuner,
         );
