@@ -159,11 +159,6 @@ impl<P: Peers> Engine<P> {
         })
     }
 
-    /// The read tuner (what it has learnt: `quarry bench stream` shows it).
-    pub fn tuner(&self) -> &ReadTuner {
-        &self.tuner
-    }
-
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         // The table holds only Arcs and counters: usable after a panic
         // elsewhere.

@@ -36,11 +36,6 @@ impl<'a> ByteReader<'a> {
         self.what
     }
 
-    /// Bytes read so far.
-    pub fn position(&self) -> usize {
-        self.at
-    }
-
     /// Bytes not read yet.
     pub fn left(&self) -> usize {
         self.buf.len() - self.at
