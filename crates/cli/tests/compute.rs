@@ -268,22 +268,23 @@ fn grep_and_wc_near_the_data_print_what_gnu_grep_and_wc_print() {
     let detached = quarry(d, &["run", "--detach", "wordcount", "would", "txt/*"]);
     assert!(detached.status.success(), "{}", text(&detached));
     let id = String::from_utf8_lossy(&detached.stdout).trim().to_string();
-    let mut listed = String::new();
+    // Wait (at most 10 s) for this command, not any other, to be done.
+    let mut job = serde_json::Value::Null;
     for _ in 0..100 {
         let jobs = quarry(d, &["jobs", "--json"]);
-        listed = String::from_utf8_lossy(&jobs.stdout).to_string();
-        if listed.contains(&format!("\"id\":{id},")) && listed.contains("done") {
+        let listed: serde_json::Value = serde_json::from_slice(&jobs.stdout).expect("jobs json");
+        job = listed
+            .as_array()
+            .expect("a list of commands")
+            .iter()
+            .find(|j| j["id"].as_u64().map(|n| n.to_string()) == Some(id.clone()))
+            .cloned()
+            .expect("the detached command is listed");
+        if job["state"] == "done" {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let jobs: serde_json::Value = serde_json::from_str(&listed).expect("jobs json");
-    let job = jobs
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|j| j["id"].as_u64().map(|n| n.to_string()) == Some(id.clone()))
-        .expect("the detached command is listed");
     assert_eq!(job["kernel"], "wc");
     assert_eq!(job["state"], "done");
     let cancel = quarry(d, &["cancel", &id]);
