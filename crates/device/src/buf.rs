@@ -8,10 +8,13 @@ use std::sync::{Arc, Mutex};
 /// logical-block devices.
 pub(crate) const BUF_ALIGN: usize = 4096;
 
-/// A zero-initialised heap buffer aligned to [`BUF_ALIGN`].
+/// A zero-initialised heap buffer aligned to [`BUF_ALIGN`]. Its length may
+/// be set below its capacity (a multi-page read uses as much of a large
+/// buffer as it needs); the allocation keeps its capacity.
 pub(crate) struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    cap: usize,
 }
 
 // SAFETY: AlignedBuf uniquely owns its allocation (like a Box<[u8]>), so moving
@@ -29,16 +32,30 @@ impl AlignedBuf {
         let Some(ptr) = NonNull::new(raw) else {
             alloc::handle_alloc_error(layout)
         };
-        AlignedBuf { ptr, len }
+        AlignedBuf { ptr, len, cap: len }
     }
 
     pub(crate) fn len(&self) -> usize {
         self.len
     }
 
+    pub(crate) fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Uses the first `len` bytes (at most the capacity) from now on.
+    pub(crate) fn set_len(&mut self, len: usize) {
+        assert!(
+            len > 0 && len <= self.cap,
+            "length {len} outside 1..={}",
+            self.cap
+        );
+        self.len = len;
+    }
+
     pub(crate) fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr points to `len` initialised (zeroed at allocation) bytes
-        // owned by self; the borrow of self keeps them alive and unaliased by
+        // SAFETY: ptr points to `cap >= len` initialised (zeroed at
+        // allocation) bytes owned by self; the borrow of self keeps them alive and unaliased by
         // any &mut.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
@@ -56,7 +73,7 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.len, BUF_ALIGN).expect("valid buffer layout");
+        let layout = Layout::from_size_align(self.cap, BUF_ALIGN).expect("valid buffer layout");
         // SAFETY: ptr was allocated in `new` with exactly this layout and is
         // freed only here, once.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
@@ -90,6 +107,7 @@ impl BufPool {
             .pop()
             .unwrap_or_else(|| AlignedBuf::new(self.buf_len));
         debug_assert_eq!(buf.len(), self.buf_len);
+        debug_assert_eq!(buf.capacity(), self.buf_len);
         PooledBuf {
             buf: Some(buf),
             pool: Arc::clone(self),
@@ -127,7 +145,9 @@ impl AsRef<[u8]> for PooledBuf {
 
 impl Drop for PooledBuf {
     fn drop(&mut self) {
-        if let Some(buf) = self.buf.take() {
+        if let Some(mut buf) = self.buf.take() {
+            // The next borrower gets the whole buffer.
+            buf.set_len(buf.capacity());
             let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
             if free.len() < self.pool.max_free {
                 free.push(buf);
@@ -157,5 +177,25 @@ mod tests {
         assert_eq!(bytes.len(), 9216);
         drop(bytes);
         assert_eq!(pool.free_count(), 2);
+    }
+
+    #[test]
+    fn a_shortened_buffer_returns_to_the_pool_whole() {
+        let pool = BufPool::new(8192, 1);
+        let mut a = pool.take();
+        a.buf_mut().set_len(4096);
+        assert_eq!(a.as_ref().len(), 4096);
+        a.buf_mut().as_mut_slice().fill(9);
+        drop(a);
+        let b = pool.take();
+        assert_eq!(b.as_ref().len(), 8192);
+        assert_eq!(b.buf().capacity(), 8192);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside")]
+    fn a_length_past_the_capacity_is_refused() {
+        let pool = BufPool::new(4096, 1);
+        pool.take().buf_mut().set_len(4097);
     }
 }

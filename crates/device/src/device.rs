@@ -28,6 +28,14 @@ pub const DEFAULT_MAX_INFLIGHT: usize = 4096;
 /// 16 MiB request (2048 pages at once) reuses buffers instead of allocating
 /// and zeroing fresh ones, which cost 3x the submission time per page.
 const POOL_MAX_FREE: usize = DEFAULT_MAX_INFLIGHT;
+/// Most bytes of slots one multi-page read ([`Device::read_pages`]) moves:
+/// large enough that a sequential scan reads as fast as the disk reads in
+/// megabyte requests, small enough that a run's buffer is cheap to keep.
+pub const MAX_READ_RUN_BYTES: usize = 4 << 20;
+/// Multi-page read buffers kept free between reads (at most 64 MiB idle):
+/// enough for a node's streaming reads in flight, so they reuse buffers
+/// rather than map, zero and fault in fresh ones for every read.
+const RUN_POOL_MAX_FREE: usize = 16;
 /// Seed of the nand model when the configuration gives none.
 const DEFAULT_SEED: u64 = 0x005E_ED0F_F1A5;
 
@@ -167,9 +175,18 @@ pub struct Device {
     direct_io: bool,
     skip_read_check: bool,
     pool: Arc<BufPool>,
+    /// Buffers of [`Device::max_read_pages`] slots, for multi-page reads.
+    run_pool: Arc<BufPool>,
     seed: u64,
     read_seq: AtomicU64,
     rng: Mutex<SplitMix>,
+}
+
+/// Pages one multi-page read may cover: as many slots as fit
+/// [`MAX_READ_RUN_BYTES`], at least one, at most a block.
+fn max_read_pages(geometry: &Geometry, slot_size_bytes: usize) -> u32 {
+    let fit = u32::try_from(MAX_READ_RUN_BYTES / slot_size_bytes.max(1)).unwrap_or(u32::MAX);
+    fit.clamp(1, geometry.pages_per_block.max(1))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -426,6 +443,10 @@ impl Device {
             erased_data: Bytes::from(vec![0xFF; layout.page_size]),
             erased_oob: Bytes::from(vec![0xFF; layout.oob_size]),
             pool: BufPool::new(slot, POOL_MAX_FREE),
+            run_pool: BufPool::new(
+                slot * max_read_pages(&geometry, slot) as usize,
+                RUN_POOL_MAX_FREE,
+            ),
             ecc,
             blocks: blocks.into_iter().map(Mutex::new).collect(),
             store,
@@ -736,6 +757,135 @@ impl Device {
             spin_until(end);
         }
         result
+    }
+
+    /// The most pages one [`read_pages`](Self::read_pages) covers.
+    pub fn max_read_pages(&self) -> u32 {
+        max_read_pages(&self.geometry, self.ecc.layout().slot_size)
+    }
+
+    /// Reads `count` consecutive pages of one block, from `first` on: on the
+    /// `file` backend in one request to the disk (a sequential reader then
+    /// moves megabytes per request, as a disk wants, instead of a page at a
+    /// time); elsewhere page by page. Each page is checked and corrected as
+    /// [`read_page`](Self::read_page) does, and answered on its own: one
+    /// uncorrectable page does not fail the others. The outer error is for
+    /// the request as a whole: an address or count out of range (the pages
+    /// must lie in `first`'s block, at most
+    /// [`max_read_pages`](Self::max_read_pages) of them), a full queue, an
+    /// I/O error, a closed device.
+    pub async fn read_pages(
+        &self,
+        first: PageAddr,
+        count: u32,
+    ) -> Result<Vec<Result<PageRead, DeviceError>>, DeviceError> {
+        self.check_open()?;
+        self.geometry.check_page(first)?;
+        let ppb = self.geometry.pages_per_block;
+        let max = self.max_read_pages();
+        let end = first.page.checked_add(count).filter(|&e| e <= ppb);
+        if count > max || end.is_none() {
+            return Err(DeviceError::AddressOutOfRange {
+                addr: format!("{first}+{count}"),
+                field: "page",
+                value: first.page.saturating_add(count).saturating_sub(1),
+                max: ppb - 1,
+                valid: format!(
+                    "at most {max} pages of one block per read, within pages 0..{ppb}"
+                ),
+            });
+        }
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        let pages = || (first.page..first.page + count).map(|p| first.block_addr().page(p));
+        let Store::File { engine, .. } = &self.store else {
+            // No disk request to save: the emulations time and copy per page
+            // (and one chip reads one page at a time).
+            let mut out = Vec::with_capacity(count as usize);
+            for a in pages() {
+                out.push(self.read_page(a).await);
+            }
+            return Ok(out);
+        };
+        let _op = self.begin_op()?;
+        let bi = self.geometry.block_index(first.block_addr()) as usize;
+        let all_programmed = {
+            let mut b = lock(&self.blocks[bi]);
+            let all = !b.erasing
+                && first.page + count <= b.wp
+                && !b
+                    .pending
+                    .iter()
+                    .any(|&p| p >= first.page && p < first.page + count);
+            if all {
+                b.reads += 1;
+            }
+            all
+        };
+        if !all_programmed {
+            // Some page is erased or still being programmed: each page says
+            // which on its own.
+            drop(_op);
+            let mut out = Vec::with_capacity(count as usize);
+            for a in pages() {
+                out.push(self.read_page(a).await);
+            }
+            return Ok(out);
+        }
+        let _read_guard = ReadGuard {
+            dev: self,
+            block: bi,
+        };
+        let layout = self.ecc.layout();
+        let slot = layout.slot_size;
+        let first_index = self.geometry.page_index(first);
+        let mut buf = self.run_pool.take();
+        buf.buf_mut().set_len(slot * count as usize);
+        let fut = engine
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .submit_read(layout.slot_offset(first_index), buf);
+        let (buf, res) = fut.wait().await;
+        let mut buf = buf.ok_or(DeviceError::Closed)?;
+        res.map_err(|e| io_err(format!("reading pages {first}+{count}"), e))?;
+        let (page, oob_at, oob_len) = (layout.page_size, layout.oob_offset, layout.oob_size);
+        let mut outcomes = Vec::with_capacity(count as usize);
+        for (i, addr) in pages().enumerate() {
+            let index = first_index + i as u64;
+            let at = i * slot;
+            let outcome = if self.skip_read_check {
+                Ok(0)
+            } else {
+                match self.ecc.decode(&mut buf.buf_mut().as_mut_slice()[at..at + slot]) {
+                    Ok(d) if d.header.page_index != index => Err(DeviceError::Uncorrectable {
+                        addr,
+                        detail: format!(
+                            "slot holds page #{} (misdirected write?)",
+                            d.header.page_index
+                        ),
+                    }),
+                    Ok(d) => Ok(d.corrected_bytes),
+                    Err(detail) => Err(DeviceError::Uncorrectable { addr, detail }),
+                }
+            };
+            outcomes.push(outcome);
+        }
+        // One owner for every page's bytes: the pages are slices of it.
+        let bytes = Bytes::from_owner(buf);
+        Ok(outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(i, outcome)| {
+                let at = i * slot;
+                outcome.map(|corrected_bytes| PageRead {
+                    data: bytes.slice(at..at + page),
+                    oob: bytes.slice(at + oob_at..at + oob_at + oob_len),
+                    erased: false,
+                    corrected_bytes,
+                })
+            })
+            .collect())
     }
 
     fn inject_bit_errors(

@@ -781,3 +781,89 @@ async fn a_dropped_program_leaves_the_block_usable() {
         .expect("the block is not left busy");
     dev.close().await.expect("close");
 }
+
+/// `read_pages` answers what `read_page` answers for each page of the run:
+/// one disk request on `file`, page by page elsewhere; a damaged page fails
+/// alone, unprogrammed pages read as erased, and a run leaving its block or
+/// longer than `max_read_pages` is refused.
+async fn multi_page_reads(backend: BackendKind) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = open(backend, dir.path());
+    let max = dev.max_read_pages();
+    assert!(max >= 1 && max <= dev.geometry().pages_per_block);
+    let written = 6u32;
+    let mut data = Vec::new();
+    for p in 0..written {
+        let d = page_data(&dev, p as u8 + 40);
+        dev.program_page(B.page(p), d.clone(), Bytes::from(vec![p as u8; 4]))
+            .await
+            .expect("program");
+        data.push(d);
+    }
+    let run = dev.read_pages(B.page(1), 4).await.expect("read run");
+    assert_eq!(run.len(), 4);
+    for (i, r) in run.into_iter().enumerate() {
+        let r = r.expect("page");
+        let p = 1 + i;
+        assert!(!r.erased);
+        assert_eq!(r.data, data[p], "page {p}");
+        assert_eq!(&r.oob[..4], &[p as u8; 4]);
+    }
+    // Past the write pointer: the programmed pages come back, the rest erased.
+    let run = dev.read_pages(B.page(4), 4).await.expect("read run");
+    let erased: Vec<bool> = run.iter().map(|r| r.as_ref().expect("page").erased).collect();
+    assert_eq!(erased, vec![false, false, true, true]);
+    assert_eq!(run[0].as_ref().expect("page").data, data[4]);
+    assert!(dev.read_pages(B.page(0), 0).await.expect("empty").is_empty());
+    // Out of the block, or more than one read may cover: refused.
+    let ppb = dev.geometry().pages_per_block;
+    match dev.read_pages(B.page(ppb - 2), 3).await {
+        Err(DeviceError::AddressOutOfRange { field: "page", .. }) => {}
+        other => panic!("expected AddressOutOfRange, got {:?}", other.map(|v| v.len())),
+    }
+    assert!(dev.read_pages(B.page(0), max + 1).await.is_err());
+    if backend == BackendKind::File {
+        // Damage page 2 beyond the code's strength: it fails, its neighbours
+        // in the same request do not.
+        let off = dev.page_offset_bytes(B.page(2)).expect("offset");
+        let path = dev.backing_path().expect("path").to_path_buf();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open");
+        let mut b = vec![0u8; 400];
+        file.read_exact_at(&mut b, off + 100).expect("read");
+        for x in &mut b {
+            *x ^= 0x5A;
+        }
+        file.write_all_at(&b, off + 100).expect("write");
+        let run = dev.read_pages(B.page(1), 3).await.expect("read run");
+        assert_eq!(run[0].as_ref().expect("page 1").data, data[1]);
+        match &run[1] {
+            Err(DeviceError::Uncorrectable { addr, .. }) => assert_eq!(*addr, B.page(2)),
+            other => panic!("expected Uncorrectable, got {:?}", other.as_ref().map(|r| r.erased)),
+        }
+        assert_eq!(run[2].as_ref().expect("page 3").data, data[3]);
+    }
+    dev.close().await.expect("close");
+    assert!(matches!(
+        dev.read_pages(B.page(0), 2).await,
+        Err(DeviceError::Closed)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_page_reads_file() {
+    multi_page_reads(BackendKind::File).await;
+}
+
+#[tokio::test]
+async fn multi_page_reads_mem() {
+    multi_page_reads(BackendKind::Mem).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_page_reads_nand() {
+    multi_page_reads(BackendKind::Nand).await;
+}

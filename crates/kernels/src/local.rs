@@ -256,10 +256,7 @@ impl LocalData {
                 let m = self.managed("logical pages")?;
                 match m.space.read(id).await {
                     Ok(Some(page)) => Ok(page),
-                    Ok(None) if matches!(item.page, PageRef::Volume(_)) => Ok(self
-                        .zeros
-                        .get_or_init(|| Bytes::from(vec![0u8; m.space.page_size()]))
-                        .clone()),
+                    Ok(None) if matches!(item.page, PageRef::Volume(_)) => Ok(self.zeros(m)),
                     Ok(None) => Err(self.storage(format!(
                         "page {id} of a chunk is not written (the chunk was released meanwhile)"
                     ))),
@@ -275,6 +272,56 @@ impl LocalData {
         }
     }
 
+    /// Reads a group of items (see [`group_len`]): one item alone, or a
+    /// run of logical pages through the space manager's run read, which
+    /// reads pages lying next to each other on the device in one request.
+    async fn read_group(&self, items: &[PageItem]) -> Vec<Result<Bytes, ComputeError>> {
+        let ids: Vec<LogicalPage> = items
+            .iter()
+            .filter_map(|item| match item.page {
+                PageRef::Chunk(id) | PageRef::Volume(id) => Some(id),
+                PageRef::Device(_) => None,
+            })
+            .collect();
+        let (Some(m), true) = (self.managed.as_ref(), ids.len() == items.len() && items.len() > 1)
+        else {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items {
+                out.push(self.read(item).await);
+            }
+            return out;
+        };
+        match m.space.read_many(&ids).await {
+            Ok(pages) => pages
+                .into_iter()
+                .zip(items)
+                .map(|(page, item)| match (page, item.page) {
+                    (Some(page), _) => Ok(page),
+                    (None, PageRef::Volume(_)) => Ok(self.zeros(m)),
+                    (None, PageRef::Chunk(id)) => Err(self.storage(format!(
+                        "page {id} of a chunk is not written (the chunk was released meanwhile)"
+                    ))),
+                    (None, PageRef::Device(addr)) => {
+                        Err(self.storage(format!("device page {addr} among logical pages")))
+                    }
+                })
+                .collect(),
+            Err(e) => {
+                let message = format!("reading {} pages: {e}", ids.len());
+                items
+                    .iter()
+                    .map(|_| Err(self.storage(message.clone())))
+                    .collect()
+            }
+        }
+    }
+
+    fn zeros(&self, m: &ManagedData) -> Bytes {
+        self.zeros
+            .get_or_init(|| Bytes::from(vec![0u8; m.space.page_size()]))
+            .clone()
+    }
+
     fn check_header(&self, item: &PageItem, page: &[u8]) -> Result<(), ComputeError> {
         if let Some((fp, location, len)) = &item.header {
             let m = self.managed("chunks")?;
@@ -284,6 +331,23 @@ impl LocalData {
                 .map_err(|e| self.storage(e.to_string()))?;
         }
         Ok(())
+    }
+}
+
+/// How many items from `items[0]` on one read covers, at most `max`:
+/// logical pages (chunks' or volumes'), which the space manager reads in
+/// as few device requests as their places allow (pages next to each other
+/// on the device in one). A device page is read alone.
+fn group_len(items: &[PageItem], max: usize) -> usize {
+    let logical = |item: &PageItem| matches!(item.page, PageRef::Chunk(_) | PageRef::Volume(_));
+    match items.first() {
+        None => 0,
+        Some(first) if !logical(first) => 1,
+        Some(_) => items
+            .iter()
+            .take(max)
+            .take_while(|item| logical(item))
+            .count(),
     }
 }
 
@@ -384,7 +448,11 @@ async fn stream_pages(
     waits: &mut Waits,
 ) -> Result<u64, ComputeError> {
     let mut setting = tuner.current();
+    let max_read_pages = data.device.max_read_pages() as usize;
     let mut in_flight = FuturesOrdered::new();
+    let mut pages_in_flight = 0usize;
+    // Pages read, waiting to go to the kernel in order.
+    let mut ready = std::collections::VecDeque::new();
     let mut next = 0usize;
     let mut block = Block::default();
     let mut block_segment = 0usize;
@@ -400,16 +468,34 @@ async fn stream_pages(
         }
     };
     loop {
-        while next < items.len() && in_flight.len() < setting.depth {
-            let item = &items[next];
-            in_flight.push_back(async move { (item, data.read(item).await) });
-            next += 1;
+        // A read covers at most half the depth (so two are in flight, and a
+        // small depth means small reads) and what one device request may;
+        // another starts while the pages in flight stay within the depth
+        // (one always may).
+        let read_pages = (setting.depth / 2).min(max_read_pages).max(1);
+        while next < items.len() {
+            let len = group_len(&items[next..], read_pages);
+            if !in_flight.is_empty() && pages_in_flight + len > setting.depth {
+                break;
+            }
+            let group = &items[next..next + len];
+            pages_in_flight += group.len();
+            in_flight.push_back(async move { (group, data.read_group(group).await) });
+            next += group.len();
         }
-        let waited = Instant::now();
-        let next_page = in_flight.next().await;
-        waits.io += waited.elapsed();
-        let Some((item, page)) = next_page else {
-            break;
+        if ready.is_empty() {
+            let waited = Instant::now();
+            let next_group = in_flight.next().await;
+            waits.io += waited.elapsed();
+            let Some((group, pages)) = next_group else {
+                break;
+            };
+            pages_in_flight -= group.len();
+            debug_assert_eq!(group.len(), pages.len());
+            ready.extend(group.iter().zip(pages));
+        }
+        let Some((item, page)) = ready.pop_front() else {
+            continue;
         };
         if Instant::now() > deadline {
             return Err(ComputeError::Limit {

@@ -41,6 +41,10 @@ use crate::{FaultPlan, LogicalPage, VictimPolicy, VolumeConfig, VolumeError};
 
 /// A read retries this many times when the page moved under it.
 const MAX_READ_ATTEMPTS: u32 = 8;
+/// Most pages one [`SpaceManager::read_run`] or
+/// [`SpaceManager::write_run`] call covers (64 MiB of 16 KiB pages): a
+/// bound on what one call holds in memory.
+pub const MAX_RUN_PAGES: usize = 4096;
 /// An uncorrectable page is read this many times before it is taken for
 /// damaged (bit errors of a read are independent of the last read's: what a
 /// flash controller's read retry exploits).
@@ -739,7 +743,7 @@ impl SpaceManager {
         let (seq, is_new) = self.inner.admit(id)?;
         let inner = Arc::clone(&self.inner);
         join(tokio::spawn(async move {
-            let result = inner.write_page(id, seq, is_new, data).await;
+            let result = inner.write_page(id, seq, is_new, data, &mut None).await;
             if result.is_err() {
                 inner.lock().end_write(seq, is_new);
             }
@@ -748,12 +752,82 @@ impl SpaceManager {
         .await
     }
 
+    /// Writes `pages` to the logical pages `first.index`, `first.index + 1`,
+    /// ... of `first.space`, in that order, each exactly
+    /// [`page_size`](Self::page_size) bytes and durable as
+    /// [`write`](Self::write) makes it. The pages go to one chip's open block
+    /// one after another while it has room, so they lie on consecutive
+    /// physical pages and [`read_run`](Self::read_run) reads them back in
+    /// large requests (writes of one run do not spread over chips; different
+    /// runs do). A page is installed before the next is programmed, so after
+    /// a crash the pages that survive are a prefix of the run. On an error
+    /// the pages before the failed one stay written. At most
+    /// [`MAX_RUN_PAGES`] pages.
+    pub async fn write_run(&self, first: LogicalPage, pages: Vec<Bytes>) -> Result<(), VolumeError> {
+        self.inner.check_open()?;
+        let g = &self.inner.geometry;
+        if pages.len() > MAX_RUN_PAGES {
+            return Err(VolumeError::Config {
+                reason: format!(
+                    "a run write of {} pages (at most {MAX_RUN_PAGES} per call)",
+                    pages.len()
+                ),
+            });
+        }
+        if first.index.checked_add(pages.len() as u64).is_none() {
+            return Err(VolumeError::Config {
+                reason: format!("a run of {} pages from {first} passes the last index", pages.len()),
+            });
+        }
+        if let Some(bad) = pages.iter().find(|p| p.len() != g.page_size_bytes as usize) {
+            return Err(VolumeError::PageSize {
+                expected: g.page_size_bytes,
+                got: bad.len(),
+            });
+        }
+        let inner = Arc::clone(&self.inner);
+        join(tokio::spawn(async move { inner.write_run(first, pages).await })).await
+    }
+
     /// Reads one logical page: `None` if it was never written or was trimmed.
     /// The page read back is checked against its OOB record (identity,
     /// version, checksum); a mismatch is an error, never data.
     pub async fn read(&self, id: LogicalPage) -> Result<Option<Bytes>, VolumeError> {
         self.inner.check_open()?;
         self.inner.read(id).await
+    }
+
+    /// Reads `count` logical pages of `first.space` from `first.index` on
+    /// (`None` for a page never written or trimmed), each checked as
+    /// [`read`](Self::read) checks it. Pages written together by
+    /// [`write_run`](Self::write_run) lie on consecutive physical pages and
+    /// come back in a few large device requests rather than one per page:
+    /// this is how a sequential scan reads at the disk's sequential rate. At
+    /// most [`MAX_RUN_PAGES`] pages per call.
+    pub async fn read_run(
+        &self,
+        first: LogicalPage,
+        count: u64,
+    ) -> Result<Vec<Option<Bytes>>, VolumeError> {
+        self.inner.check_open()?;
+        if count > MAX_RUN_PAGES as u64 || first.index.checked_add(count).is_none() {
+            return Err(VolumeError::Config {
+                reason: format!("a run read of {count} pages from {first} (at most {MAX_RUN_PAGES} per call)"),
+            });
+        }
+        let ids: Vec<LogicalPage> = (0..count)
+            .map(|i| LogicalPage::new(first.space, first.index + i))
+            .collect();
+        self.inner.read_many(&ids).await
+    }
+
+    /// [`read_run`](Self::read_run) of any logical pages, in the order
+    /// given: whatever of them lies next to each other on the device is read
+    /// in one request (a scan's chunks, whose logical pages were handed out
+    /// in another order than the object's, still come back in large reads).
+    pub async fn read_many(&self, ids: &[LogicalPage]) -> Result<Vec<Option<Bytes>>, VolumeError> {
+        self.inner.check_open()?;
+        self.inner.read_many(ids).await
     }
 
     /// Declares a logical page dead: its data is dropped, its space reclaimed
@@ -956,12 +1030,25 @@ impl Inner {
         seq: u64,
         is_new: bool,
         data: Bytes,
+        held: &mut Option<(usize, OwnedMutexGuard<()>)>,
     ) -> Result<(), VolumeError> {
         let oob = Bytes::copy_from_slice(&OobRecord::for_data(id, seq, &data).encode());
         let mut gc_steps = 0u32;
         let mut failures = 0u32;
         loop {
-            let Some((chip, guard, phys)) = self.user_page().await else {
+            // The chip the caller holds first, so a run's pages follow one
+            // another in its open block.
+            let on_held = held.take().and_then(|(chip, guard)| {
+                match self.lock().alloc_user(chip, self.reserve) {
+                    Alloc::Page(p) => Some((chip, guard, p)),
+                    Alloc::ChipEmpty | Alloc::NeedGc => None,
+                }
+            });
+            let taken = match on_held {
+                Some(t) => Some(t),
+                None => self.user_page().await,
+            };
+            let Some((chip, guard, phys)) = taken else {
                 if !self.make_room(&mut gc_steps).await? {
                     return Err(self.no_space(&self.lock(), id));
                 }
@@ -978,7 +1065,7 @@ impl Inner {
                         st.changes_since_checkpoint += 1;
                         self.wants_background(&st)
                     };
-                    drop(guard);
+                    *held = Some((chip, guard));
                     if wake {
                         self.wake.notify_one();
                     }
@@ -999,6 +1086,32 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Writes `pages` to consecutive logical pages from `first`, in order,
+    /// on one chip while it has room (the chip `first`'s stretch of logical
+    /// pages names): each page is programmed and installed before the next
+    /// one starts.
+    async fn write_run(&self, first: LogicalPage, pages: Vec<Bytes>) -> Result<(), VolumeError> {
+        // Runs that start in the same block-sized stretch of logical pages go
+        // to the same chip, one after another in the order they come: runs
+        // written in sequence (the chunks of one object) then lie next to
+        // each other on the device too, and a scan reads across them in
+        // block-sized requests. Different stretches go to different chips.
+        let stretch = first.index / u64::from(self.geometry.pages_per_block);
+        let chip = (stretch % self.chips as u64) as usize;
+        let guard = Arc::clone(&self.chip_locks[chip]).lock_owned().await;
+        let mut held = Some((chip, guard));
+        for (i, data) in pages.into_iter().enumerate() {
+            let id = LogicalPage::new(first.space, first.index + i as u64);
+            let (seq, is_new) = self.admit(id)?;
+            let result = self.write_page(id, seq, is_new, data, &mut held).await;
+            if result.is_err() {
+                self.lock().end_write(seq, is_new);
+                return result;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the background task has work: few free blocks, a block to
@@ -1314,6 +1427,105 @@ impl Inner {
             .acquire()
             .await
             .map_err(|_| VolumeError::Closed)?;
+        self.read_permitted(id).await
+    }
+
+    /// Reads the logical pages `ids`. Pages that lie on consecutive
+    /// physical pages of one block, in whatever logical order, are read in
+    /// one device request; the groups are read at once. Each page is checked
+    /// against its OOB record as [`read`](Self::read) checks it; a page that
+    /// fails the check (moved by garbage collection meanwhile, or damaged) is
+    /// read again on its own, which tells the two apart.
+    async fn read_many(&self, ids: &[LogicalPage]) -> Result<Vec<Option<Bytes>>, VolumeError> {
+        let count = ids.len();
+        if count > MAX_RUN_PAGES {
+            return Err(VolumeError::Config {
+                reason: format!("a read of {count} pages (at most {MAX_RUN_PAGES} per call)"),
+            });
+        }
+        let permits = u32::try_from(count)
+            .unwrap_or(u32::MAX)
+            .clamp(1, self.config.max_inflight_reads);
+        let _permits = self
+            .reads
+            .acquire_many(permits)
+            .await
+            .map_err(|_| VolumeError::Closed)?;
+        let id = |i: usize| ids[i];
+        let at: Vec<Option<(u64, Phys)>> = {
+            let st = self.lock();
+            ids.iter().map(|id| st.current(id)).collect()
+        };
+        let ppb = self.geometry.pages_per_block;
+        let max = self.device.max_read_pages();
+        // Groups of physically consecutive pages of one block, found in
+        // physical order: runs written one after another lie next to each
+        // other on the device even when their tasks reached the chip in
+        // another order than their logical pages.
+        let mut order: Vec<(Phys, usize)> = at
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| a.map(|(_, p)| (p, i)))
+            .collect();
+        order.sort_unstable();
+        let mut groups: Vec<&[(Phys, usize)]> = Vec::new();
+        let mut rest = order.as_slice();
+        while let Some(&(phys, _)) = rest.first() {
+            let mut n = 1u32;
+            while (n as usize) < rest.len()
+                && n < max
+                && (phys + n) % ppb != 0
+                && rest[n as usize].0 == phys + n
+            {
+                n += 1;
+            }
+            let (group, tail) = rest.split_at(n as usize);
+            groups.push(group);
+            rest = tail;
+        }
+        let reads = futures::future::join_all(groups.iter().map(|group| {
+            let phys = group[0].0;
+            self.device
+                .read_pages(page_addr(&self.geometry, phys), group.len() as u32)
+        }))
+        .await;
+        let mut out: Vec<Option<Bytes>> = vec![None; count];
+        let mut again = Vec::new();
+        for (group, read) in groups.iter().zip(reads) {
+            let pages = match read {
+                Err(DeviceError::Closed) => return Err(VolumeError::Closed),
+                Err(_) => {
+                    again.extend(group.iter().map(|&(_, j)| j));
+                    continue;
+                }
+                Ok(pages) => pages,
+            };
+            debug_assert_eq!(pages.len(), group.len());
+            for (&(_, j), page) in group.iter().zip(pages) {
+                let Some((seq, _)) = at[j] else {
+                    continue;
+                };
+                let checked = match page {
+                    Ok(r) if !r.erased => OobRecord::decode_checked(&r.oob, &r.data)
+                        .ok()
+                        .filter(|rec| rec.page == id(j) && rec.seq == seq)
+                        .map(|_| r.data),
+                    _ => None,
+                };
+                match checked {
+                    Some(data) => out[j] = Some(data),
+                    None => again.push(j),
+                }
+            }
+        }
+        for j in again {
+            out[j] = self.read_permitted(id(j)).await?;
+        }
+        Ok(out)
+    }
+
+    /// [`read`](Self::read) with the caller holding a read permit.
+    async fn read_permitted(&self, id: LogicalPage) -> Result<Option<Bytes>, VolumeError> {
         let mut last: Option<(PageAddr, String)> = None;
         for _ in 0..MAX_READ_ATTEMPTS {
             let Some((seq, phys)) = self.lock().current(&id) else {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use quarry_volume::{LogicalPage, SpaceManager};
 
-use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
+use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error};
 use crate::chunking::{check_chunk_len, MAX_CHUNK_SIZE};
 use crate::data::{ChunkLocation, ChunkStore};
 use crate::error::{Result, StoreError};
@@ -534,12 +534,15 @@ impl Inner {
         bytes.extend_from_slice(&header.encode());
         bytes.extend_from_slice(&data);
         drop(data);
-        let mut page_data = paginate(bytes, self.page_size);
-        let rest = page_data.split_off(1);
-        let mut result = write_pages(&self.volume, self.space, first, page_data).await;
-        if result.is_ok() {
-            result = write_pages(&self.volume, self.space, first + 1, rest).await;
-        }
+        // One run: the pages follow one another on one chip, so a scan reads
+        // the chunk in a few large requests, and they are written in order,
+        // header page first.
+        let page_data = paginate(bytes, self.page_size);
+        let result = self
+            .volume
+            .write_run(LogicalPage::new(self.space, first), page_data)
+            .await
+            .map_err(|e| volume_error(format_args!("writing chunk pages {first}+{pages}"), e));
         match result {
             Ok(()) => {
                 if let Some(e) = self.lock().extents.get_mut(&first) {

@@ -140,36 +140,26 @@ async fn write_pages(
     result
 }
 
-/// Reads `count` pages of `space` from index `first`, at most [`WINDOW`] at a
-/// time, in order (`None`: not written or trimmed).
+/// Reads `count` pages of `space` from index `first`, in order (`None`:
+/// not written or trimmed): runs of physically consecutive pages come back
+/// in one device request each.
 async fn read_pages(
     volume: &Arc<SpaceManager>,
     space: u32,
     first: u64,
     count: u64,
 ) -> Result<Vec<Option<Bytes>>> {
-    let mut out = vec![None; count as usize];
-    let mut set = JoinSet::new();
+    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     let mut next = 0u64;
-    loop {
-        while next < count && set.len() < WINDOW {
-            let volume = Arc::clone(volume);
-            let id = LogicalPage::new(space, first + next);
-            let slot = next as usize;
-            set.spawn(async move {
-                let r = volume
-                    .read(id)
-                    .await
-                    .map_err(|e| volume_error(format_args!("reading page {id}"), e));
-                (slot, r)
-            });
-            next += 1;
-        }
-        let Some(r) = set.join_next().await else {
-            break;
-        };
-        let (slot, page) = r.map_err(join_error)?;
-        out[slot] = page?;
+    while next < count {
+        let n = (count - next).min(quarry_volume::MAX_RUN_PAGES as u64);
+        let id = LogicalPage::new(space, first + next);
+        let pages = volume
+            .read_run(id, n)
+            .await
+            .map_err(|e| volume_error(format_args!("reading pages {id}+{n}"), e))?;
+        out.extend(pages);
+        next += n;
     }
     Ok(out)
 }
