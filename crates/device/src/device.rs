@@ -790,9 +790,7 @@ impl Device {
                 field: "page",
                 value: first.page.saturating_add(count).saturating_sub(1),
                 max: ppb - 1,
-                valid: format!(
-                    "at most {max} pages of one block per read, within pages 0..{ppb}"
-                ),
+                valid: format!("at most {max} pages of one block per read, within pages 0..{ppb}"),
             });
         }
         if count == 0 {
@@ -857,7 +855,10 @@ impl Device {
             let outcome = if self.skip_read_check {
                 Ok(0)
             } else {
-                match self.ecc.decode(&mut buf.buf_mut().as_mut_slice()[at..at + slot]) {
+                match self
+                    .ecc
+                    .decode(&mut buf.buf_mut().as_mut_slice()[at..at + slot])
+                {
                     Ok(d) if d.header.page_index != index => Err(DeviceError::Uncorrectable {
                         addr,
                         detail: format!(

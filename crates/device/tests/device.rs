@@ -811,15 +811,25 @@ async fn multi_page_reads(backend: BackendKind) {
     }
     // Past the write pointer: the programmed pages come back, the rest erased.
     let run = dev.read_pages(B.page(4), 4).await.expect("read run");
-    let erased: Vec<bool> = run.iter().map(|r| r.as_ref().expect("page").erased).collect();
+    let erased: Vec<bool> = run
+        .iter()
+        .map(|r| r.as_ref().expect("page").erased)
+        .collect();
     assert_eq!(erased, vec![false, false, true, true]);
     assert_eq!(run[0].as_ref().expect("page").data, data[4]);
-    assert!(dev.read_pages(B.page(0), 0).await.expect("empty").is_empty());
+    assert!(dev
+        .read_pages(B.page(0), 0)
+        .await
+        .expect("empty")
+        .is_empty());
     // Out of the block, or more than one read may cover: refused.
     let ppb = dev.geometry().pages_per_block;
     match dev.read_pages(B.page(ppb - 2), 3).await {
         Err(DeviceError::AddressOutOfRange { field: "page", .. }) => {}
-        other => panic!("expected AddressOutOfRange, got {:?}", other.map(|v| v.len())),
+        other => panic!(
+            "expected AddressOutOfRange, got {:?}",
+            other.map(|v| v.len())
+        ),
     }
     assert!(dev.read_pages(B.page(0), max + 1).await.is_err());
     if backend == BackendKind::File {
@@ -842,7 +852,10 @@ async fn multi_page_reads(backend: BackendKind) {
         assert_eq!(run[0].as_ref().expect("page 1").data, data[1]);
         match &run[1] {
             Err(DeviceError::Uncorrectable { addr, .. }) => assert_eq!(*addr, B.page(2)),
-            other => panic!("expected Uncorrectable, got {:?}", other.as_ref().map(|r| r.erased)),
+            other => panic!(
+                "expected Uncorrectable, got {:?}",
+                other.as_ref().map(|r| r.erased)
+            ),
         }
         assert_eq!(run[2].as_ref().expect("page 3").data, data[3]);
     }

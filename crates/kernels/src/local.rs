@@ -283,8 +283,10 @@ impl LocalData {
                 PageRef::Device(_) => None,
             })
             .collect();
-        let (Some(m), true) = (self.managed.as_ref(), ids.len() == items.len() && items.len() > 1)
-        else {
+        let (Some(m), true) = (
+            self.managed.as_ref(),
+            ids.len() == items.len() && items.len() > 1,
+        ) else {
             let mut out = Vec::with_capacity(items.len());
             for item in items {
                 out.push(self.read(item).await);

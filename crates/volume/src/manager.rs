@@ -763,7 +763,11 @@ impl SpaceManager {
     /// a crash the pages that survive are a prefix of the run. On an error
     /// the pages before the failed one stay written. At most
     /// [`MAX_RUN_PAGES`] pages.
-    pub async fn write_run(&self, first: LogicalPage, pages: Vec<Bytes>) -> Result<(), VolumeError> {
+    pub async fn write_run(
+        &self,
+        first: LogicalPage,
+        pages: Vec<Bytes>,
+    ) -> Result<(), VolumeError> {
         self.inner.check_open()?;
         let g = &self.inner.geometry;
         if pages.len() > MAX_RUN_PAGES {
@@ -776,7 +780,10 @@ impl SpaceManager {
         }
         if first.index.checked_add(pages.len() as u64).is_none() {
             return Err(VolumeError::Config {
-                reason: format!("a run of {} pages from {first} passes the last index", pages.len()),
+                reason: format!(
+                    "a run of {} pages from {first} passes the last index",
+                    pages.len()
+                ),
             });
         }
         if let Some(bad) = pages.iter().find(|p| p.len() != g.page_size_bytes as usize) {
@@ -786,7 +793,10 @@ impl SpaceManager {
             });
         }
         let inner = Arc::clone(&self.inner);
-        join(tokio::spawn(async move { inner.write_run(first, pages).await })).await
+        join(tokio::spawn(
+            async move { inner.write_run(first, pages).await },
+        ))
+        .await
     }
 
     /// Reads one logical page: `None` if it was never written or was trimmed.
@@ -812,7 +822,9 @@ impl SpaceManager {
         self.inner.check_open()?;
         if count > MAX_RUN_PAGES as u64 || first.index.checked_add(count).is_none() {
             return Err(VolumeError::Config {
-                reason: format!("a run read of {count} pages from {first} (at most {MAX_RUN_PAGES} per call)"),
+                reason: format!(
+                    "a run read of {count} pages from {first} (at most {MAX_RUN_PAGES} per call)"
+                ),
             });
         }
         let ids: Vec<LogicalPage> = (0..count)

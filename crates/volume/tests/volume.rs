@@ -811,3 +811,131 @@ async fn write_amplification_benchmark_runs() {
     );
     assert!((points[1].greedy_theory - 2.5).abs() < 1e-9);
 }
+
+/// Reads every page of `ids` through `read_many` and checks it against the
+/// model.
+async fn check_many(m: &SpaceManager, ids: &[LogicalPage], model: &Model) {
+    let got = m.read_many(ids).await.expect("read_many");
+    assert_eq!(got.len(), ids.len());
+    for (id, page) in ids.iter().zip(got) {
+        let want = model.get(id).copied().flatten();
+        assert_eq!(page.map(|d| version_of(*id, &d)), want, "page {id}");
+    }
+}
+
+/// Runs written concurrently read back right through `read_run` and
+/// `read_many` (in any order of pages, across runs, through overwrites,
+/// trims, garbage collection and a crash); a run with a wrong page, or
+/// past the device's capacity, is refused with the reason and leaves what
+/// is stored as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_read_back_in_any_order_through_overwrites_gc_and_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, weak) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let m = Arc::new(m);
+    let size = m.page_size();
+    let mut model = Model::new();
+    let space = 7u32;
+    // 12 runs of 7 pages, written at once.
+    let mut tasks = Vec::new();
+    for r in 0..12u64 {
+        let m = Arc::clone(&m);
+        let first = LogicalPage::new(space, r * 7);
+        let pages = (0..7)
+            .map(|i| {
+                let id = LogicalPage::new(space, r * 7 + i);
+                content(id, 1, size)
+            })
+            .collect();
+        tasks.push(tokio::spawn(async move { m.write_run(first, pages).await }));
+    }
+    for t in tasks {
+        t.await.unwrap().expect("write_run");
+    }
+    for i in 0..84 {
+        model.insert(LogicalPage::new(space, i), Some(1));
+    }
+    let all: Vec<LogicalPage> = (0..90).map(|i| LogicalPage::new(space, i)).collect();
+    // In logical order (with 6 never-written pages at the end), reversed,
+    // and interleaved.
+    check_many(&m, &all, &model).await;
+    let reversed: Vec<LogicalPage> = all.iter().rev().copied().collect();
+    check_many(&m, &reversed, &model).await;
+    let mixed: Vec<LogicalPage> = (0..90)
+        .map(|i| LogicalPage::new(space, (i * 37) % 90))
+        .collect();
+    check_many(&m, &mixed, &model).await;
+    let run = m.read_run(LogicalPage::new(space, 3), 10).await.unwrap();
+    assert_eq!(run.len(), 10);
+    for (k, page) in run.into_iter().enumerate() {
+        let id = LogicalPage::new(space, 3 + k as u64);
+        assert_eq!(version_of(id, &page.expect("written")), 1);
+    }
+    // Overwrites and trims move pages out of their runs; garbage collection
+    // moves the rest.
+    let mut rng = Rng(11);
+    for v in 2..6u64 {
+        for _ in 0..40 {
+            let id = LogicalPage::new(space, rng.below(84));
+            if rng.below(10) == 0 {
+                m.trim(id).await.unwrap();
+                model.insert(id, None);
+            } else {
+                m.write(id, content(id, v, size)).await.unwrap();
+                model.insert(id, Some(v));
+            }
+        }
+        m.collect_garbage(4).await.unwrap();
+        check_many(&m, &mixed, &model).await;
+    }
+    // A wrong page size anywhere in a run: refused before anything is written.
+    let first = LogicalPage::new(space, 200);
+    let bad = vec![content(first, 1, size), Bytes::from(vec![0u8; size - 1])];
+    match m.write_run(first, bad).await {
+        Err(VolumeError::PageSize { got, .. }) => assert_eq!(got, size - 1),
+        other => panic!("expected PageSize, got {other:?}"),
+    }
+    assert_eq!(m.read(first).await.unwrap(), None);
+    // Too many pages for one call.
+    let err = m
+        .read_run(first, quarry_volume::MAX_RUN_PAGES as u64 + 1)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("at most"), "{err}");
+    m.verify().expect("invariants");
+    let m = Arc::into_inner(m).expect("one owner");
+    crash(m, weak).await;
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    check_many(&m, &all, &model).await;
+    check_model(&m, &model).await;
+    // Runs until the device is full: the last one fails with NoSpace, what
+    // was acknowledged before stays.
+    let mut next = 1000u64;
+    let err = loop {
+        let first = LogicalPage::new(space, next);
+        let pages = (0..5)
+            .map(|i| content(LogicalPage::new(space, next + i), 1, size))
+            .collect();
+        match m.write_run(first, pages).await {
+            Ok(()) => {
+                for i in 0..5 {
+                    model.insert(LogicalPage::new(space, next + i), Some(1));
+                }
+                next += 5;
+            }
+            Err(e) => break e,
+        }
+        assert!(next < 2000, "a 1024-page device took more than 1000 pages");
+    };
+    assert!(matches!(err, VolumeError::NoSpace { .. }), "{err:?}");
+    // Pages of the failed run before the one refused are written; the model
+    // takes them from the device.
+    for i in next..next + 5 {
+        let id = LogicalPage::new(space, i);
+        if let Some(page) = m.read(id).await.unwrap() {
+            model.insert(id, Some(version_of(id, &page)));
+        }
+    }
+    check_model(&m, &model).await;
+    m.close().await.unwrap();
+}
