@@ -1486,7 +1486,7 @@ impl Inner {
             let mut n = 1u32;
             while (n as usize) < rest.len()
                 && n < max
-                && (phys + n) % ppb != 0
+                && !(phys + n).is_multiple_of(ppb)
                 && rest[n as usize].0 == phys + n
             {
                 n += 1;
