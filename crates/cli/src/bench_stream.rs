@@ -103,13 +103,13 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-stream")?;
     // Room for the object twice over, as bench objects sizes its nodes.
     let capacity = size_bytes * 2 + (64 << 20);
-    let block_bytes = 64 * u64::from(PAGE_BYTES);
+    let block_bytes = 256 * u64::from(PAGE_BYTES);
     let blocks_per_chip = capacity.div_ceil(16 * block_bytes).max(16);
     let geometry = Geometry {
         buses: 4,
         chips_per_bus: 4,
         blocks_per_chip: u32::try_from(blocks_per_chip).context("--size too large")?,
-        pages_per_block: 64,
+        pages_per_block: 256,
         page_size_bytes: PAGE_BYTES,
         oob_size_bytes: 64,
     };

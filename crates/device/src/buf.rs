@@ -15,7 +15,11 @@ pub(crate) struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     cap: usize,
+    align: usize,
 }
+
+/// Size and alignment of a transparent huge page on x86-64.
+const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 // SAFETY: AlignedBuf uniquely owns its allocation (like a Box<[u8]>), so moving
 // it to or sharing it with another thread is as safe as for Box<[u8]>.
@@ -32,7 +36,46 @@ impl AlignedBuf {
         let Some(ptr) = NonNull::new(raw) else {
             alloc::handle_alloc_error(layout)
         };
-        AlignedBuf { ptr, len, cap: len }
+        AlignedBuf {
+            ptr,
+            len,
+            cap: len,
+            align: BUF_ALIGN,
+        }
+    }
+
+    /// A buffer of at least `len` bytes (its capacity rounded up to whole
+    /// 2 MiB pages) backed by transparent huge pages where the kernel has
+    /// them. Why: a disk request may carry a bounded number of memory
+    /// segments (254 on this machine's virtio disk), one per physically
+    /// contiguous piece; scattered 4 KiB pages cut a 4 MiB read into
+    /// requests of under 1 MiB, which this disk serves markedly slower,
+    /// while a huge page is one segment of 2 MiB. Without huge pages it is
+    /// an ordinary buffer.
+    pub(crate) fn new_huge(len: usize) -> AlignedBuf {
+        assert!(len > 0, "aligned buffer must not be empty");
+        let cap = len.div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES;
+        let layout = Layout::from_size_align(cap, HUGE_PAGE_BYTES).expect("valid buffer layout");
+        // SAFETY: layout has a non-zero size (asserted above).
+        let raw = unsafe { alloc::alloc(layout) };
+        let Some(ptr) = NonNull::new(raw) else {
+            alloc::handle_alloc_error(layout)
+        };
+        // SAFETY: [ptr, ptr + cap) is the allocation just made, 2 MiB
+        // aligned; madvise only sets a paging hint on it (a failure, e.g. no
+        // THP support, leaves it an ordinary mapping).
+        unsafe {
+            libc::madvise(ptr.as_ptr().cast(), cap, libc::MADV_HUGEPAGE);
+        }
+        // SAFETY: ptr is valid for cap bytes of writes; zeroing them makes
+        // every byte initialised before any slice is taken.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, cap) };
+        AlignedBuf {
+            ptr,
+            len,
+            cap,
+            align: HUGE_PAGE_BYTES,
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -73,7 +116,7 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.cap, BUF_ALIGN).expect("valid buffer layout");
+        let layout = Layout::from_size_align(self.cap, self.align).expect("valid buffer layout");
         // SAFETY: ptr was allocated in `new` with exactly this layout and is
         // freed only here, once.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
@@ -88,6 +131,7 @@ pub(crate) struct BufPool {
     free: Mutex<Vec<AlignedBuf>>,
     buf_len: usize,
     max_free: usize,
+    huge: bool,
 }
 
 impl BufPool {
@@ -96,6 +140,19 @@ impl BufPool {
             free: Mutex::new(Vec::new()),
             buf_len,
             max_free,
+            huge: false,
+        })
+    }
+
+    /// A pool of buffers of at least `buf_len` bytes on huge pages
+    /// ([`AlignedBuf::new_huge`]), for multi-page reads.
+    pub(crate) fn new_huge(buf_len: usize, max_free: usize) -> Arc<BufPool> {
+        let cap = buf_len.div_ceil(HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES;
+        Arc::new(BufPool {
+            free: Mutex::new(Vec::new()),
+            buf_len: cap,
+            max_free,
+            huge: true,
         })
     }
 
@@ -105,7 +162,13 @@ impl BufPool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pop()
-            .unwrap_or_else(|| AlignedBuf::new(self.buf_len));
+            .unwrap_or_else(|| {
+                if self.huge {
+                    AlignedBuf::new_huge(self.buf_len)
+                } else {
+                    AlignedBuf::new(self.buf_len)
+                }
+            });
         debug_assert_eq!(buf.len(), self.buf_len);
         debug_assert_eq!(buf.capacity(), self.buf_len);
         PooledBuf {
@@ -190,6 +253,21 @@ mod tests {
         let b = pool.take();
         assert_eq!(b.as_ref().len(), 8192);
         assert_eq!(b.buf().capacity(), 8192);
+    }
+
+    #[test]
+    fn huge_buffers_are_whole_huge_pages_zeroed_and_recycled() {
+        let pool = BufPool::new_huge(3 << 20, 1);
+        let mut a = pool.take();
+        assert_eq!(a.as_ref().len(), 4 << 20, "rounded up to whole 2 MiB pages");
+        assert_eq!(a.buf_mut().as_mut_ptr() as usize % (2 << 20), 0);
+        assert!(a.as_ref().iter().all(|&b| b == 0));
+        a.buf_mut().set_len(100_000);
+        a.buf_mut().as_mut_slice().fill(3);
+        drop(a);
+        let b = pool.take();
+        assert_eq!(b.as_ref().len(), 4 << 20);
+        assert_eq!(pool.free_count(), 0);
     }
 
     #[test]

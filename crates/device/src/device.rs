@@ -443,7 +443,7 @@ impl Device {
             erased_data: Bytes::from(vec![0xFF; layout.page_size]),
             erased_oob: Bytes::from(vec![0xFF; layout.oob_size]),
             pool: BufPool::new(slot, POOL_MAX_FREE),
-            run_pool: BufPool::new(
+            run_pool: BufPool::new_huge(
                 slot * max_read_pages(&geometry, slot) as usize,
                 RUN_POOL_MAX_FREE,
             ),
