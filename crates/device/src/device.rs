@@ -31,11 +31,11 @@ const POOL_MAX_FREE: usize = DEFAULT_MAX_INFLIGHT;
 /// Most bytes of slots one multi-page read ([`Device::read_pages`]) moves:
 /// large enough that a sequential scan reads as fast as the disk reads in
 /// megabyte requests, small enough that a run's buffer is cheap to keep.
-pub const MAX_READ_RUN_BYTES: usize = 4 << 20;
+pub const MAX_READ_RUN_BYTES: usize = 2 << 20;
 /// Multi-page read buffers kept free between reads (at most 64 MiB idle):
 /// enough for a node's streaming reads in flight, so they reuse buffers
 /// rather than map, zero and fault in fresh ones for every read.
-const RUN_POOL_MAX_FREE: usize = 16;
+const RUN_POOL_MAX_FREE: usize = 64;
 /// Seed of the nand model when the configuration gives none.
 const DEFAULT_SEED: u64 = 0x005E_ED0F_F1A5;
 
