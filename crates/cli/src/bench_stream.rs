@@ -177,7 +177,13 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         // One scan first: connections, and the tuner's first windows.
         scan_once(&runtime, &cluster, size_bytes)?;
         for _ in 0..rounds {
-            fio.push(run_fio_read(&fio_file, size_bytes, &fio_engine, 1 << 20, None)?);
+            fio.push(run_fio_read(
+                &fio_file,
+                size_bytes,
+                &fio_engine,
+                1 << 20,
+                None,
+            )?);
             if let Ok(huge) = &huge {
                 fio_huge.push(run_fio_read(
                     &fio_file,
@@ -268,9 +274,11 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         return Ok(());
     }
     let mut table = Table::new();
-    table
-        .load_preset(UTF8_FULL_CONDENSED)
-        .set_header(vec!["sequential read", "MiB/s", "/ device (best fio)"]);
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "sequential read",
+        "MiB/s",
+        "/ device (best fio)",
+    ]);
     table.add_row(vec![
         format!(
             "fio --rw=read --direct=1 --bs=1M --iodepth=32 --ioengine={}",
@@ -487,7 +495,10 @@ fn run_fio_read(
         format!("--filename={}", file.display()),
     ];
     if let Some(dir) = huge {
-        args.push(format!("--iomem=mmaphuge:{}", dir.join("fio-buffers").display()));
+        args.push(format!(
+            "--iomem=mmaphuge:{}",
+            dir.join("fio-buffers").display()
+        ));
     }
     let json = fio_json(&args)?;
     let bw_kib = json["jobs"][0]["read"]["bw"]

@@ -182,6 +182,25 @@ pub struct Device {
     rng: Mutex<SplitMix>,
 }
 
+/// The slot layout for the configured ECC mode. A CRC-only device made
+/// before CRC-only slots dropped the parity room keeps the layout it was
+/// made with (its metadata records the slot size), so it opens as before.
+fn slot_layout(
+    config: &DeviceConfig,
+    geometry: &Geometry,
+    data_dir: &Path,
+) -> Result<SlotLayout, DeviceError> {
+    let layout = SlotLayout::for_mode(geometry, config.ecc)?;
+    if config.ecc == crate::EccMode::Crc && config.backend != BackendKind::Mem {
+        let with_parity = SlotLayout::new(geometry)?;
+        let stored = meta::stored_slot_size(&data_dir.join("device.meta"));
+        if stored == Some(with_parity.slot_size as u32) && stored != Some(layout.slot_size as u32) {
+            return Ok(with_parity);
+        }
+    }
+    Ok(layout)
+}
+
 /// Pages one multi-page read may cover: as many slots as fit
 /// [`MAX_READ_RUN_BYTES`], at least one, at most a block.
 fn max_read_pages(geometry: &Geometry, slot_size_bytes: usize) -> u32 {
@@ -333,7 +352,7 @@ impl Device {
             .geometry
             .or_else(|| config.preset.map(preset_geometry))
             .unwrap_or_default();
-        let layout = SlotLayout::new(&geometry)?;
+        let layout = slot_layout(config, &geometry, data_dir)?;
         if options.max_inflight == 0 {
             return Err(DeviceError::Config {
                 reason: "max_inflight must be at least 1".into(),
@@ -757,6 +776,14 @@ impl Device {
             spin_until(end);
         }
         result
+    }
+
+    /// Whether every read checks the page against its CRCs (data sectors
+    /// and spare area) before returning it: always, except on a device
+    /// opened with [`OpenOptions::skip_read_check`] (benchmarks of the
+    /// check's cost).
+    pub fn checks_reads(&self) -> bool {
+        !self.skip_read_check
     }
 
     /// The most pages one [`read_pages`](Self::read_pages) covers.

@@ -141,7 +141,8 @@ pub(crate) fn decode(
     let stored_slot = u32_at(bytes, 36);
     if stored_slot != slot_size {
         return Err(bad(format!(
-            "slot size {stored_slot} on disk, this build uses {slot_size}"
+            "slot size {stored_slot} on disk, this build uses {slot_size} (was the device \
+             made with another ecc mode? a device made with ecc = \"crc\" opens only as crc)"
         )));
     }
     let clean = bytes[40] != 0;
@@ -175,6 +176,13 @@ pub(crate) fn decode(
         clean,
         blocks,
     })
+}
+
+/// The slot size a metadata file at `path` records, if there is a readable
+/// one (checked in full later, by [`load`]).
+pub(crate) fn stored_slot_size(path: &Path) -> Option<u32> {
+    let bytes = fs::read(path).ok()?;
+    (bytes.len() >= HEADER + 4 && &bytes[..8] == MAGIC).then(|| u32_at(&bytes, 36))
 }
 
 /// Reads the snapshot at `path`; `Ok(None)` when there is none.

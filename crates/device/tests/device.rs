@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use quarry_device::{
-    BackendKind, BlockAddr, Device, DeviceConfig, DeviceError, Geometry, NandTiming, OpenOptions,
-    PageAddr, Preset,
+    BackendKind, BlockAddr, Device, DeviceConfig, DeviceError, EccMode, Geometry, NandTiming,
+    OpenOptions, PageAddr, Preset,
 };
 
 fn small() -> Geometry {
@@ -879,4 +879,60 @@ async fn multi_page_reads_mem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_page_reads_nand() {
     multi_page_reads(BackendKind::Nand).await;
+}
+
+/// `ecc = "crc"` slots have no parity room; a device made with parity room
+/// (by `ecc = "rs"`, or by a build before CRC-only slots) keeps its layout
+/// when opened as crc, and a CRC-only device opened as rs is refused by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crc_only_slots_and_devices_made_with_parity_room() {
+    // 16 KiB pages: there the parity room changes the slot size (4 KiB
+    // pages round up to the same 512-byte multiple either way).
+    let geometry = Geometry {
+        page_size_bytes: 16384,
+        ..small()
+    };
+    let with_ecc = |ecc| DeviceConfig {
+        ecc,
+        geometry: Some(geometry),
+        ..cfg(BackendKind::File)
+    };
+    let rs_slot = quarry_device::SlotLayout::new(&geometry).unwrap().slot_size as u64;
+    let crc_slot = quarry_device::SlotLayout::crc_only(&geometry)
+        .unwrap()
+        .slot_size as u64;
+    assert!(crc_slot < rs_slot);
+    // Made with parity room, opened as crc: same layout, same data.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = Device::open(&with_ecc(EccMode::Rs), dir.path()).expect("open rs");
+    let d = page_data(&dev, 9);
+    dev.program_page(B.page(0), d.clone(), Bytes::from_static(b"m"))
+        .await
+        .expect("program");
+    dev.close().await.expect("close");
+    let dev = Device::open(&with_ecc(EccMode::Crc), dir.path()).expect("open as crc");
+    assert_eq!(dev.slot_size_bytes(), rs_slot);
+    assert_eq!(dev.read_page(B.page(0)).await.expect("read").data, d);
+    dev.close().await.expect("close");
+    // A fresh crc device: the smaller slots, and it reopens as crc only.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = Device::open(&with_ecc(EccMode::Crc), dir.path()).expect("open crc");
+    assert_eq!(dev.slot_size_bytes(), crc_slot);
+    dev.program_page(B.page(0), d.clone(), Bytes::new())
+        .await
+        .expect("program");
+    dev.program_page(B.page(1), d.clone(), Bytes::new())
+        .await
+        .expect("program");
+    let run = dev.read_pages(B.page(0), 2).await.expect("read run");
+    assert!(run.iter().all(|r| r.as_ref().is_ok_and(|r| r.data == d)));
+    dev.close().await.expect("close");
+    let dev = Device::open(&with_ecc(EccMode::Crc), dir.path()).expect("reopen crc");
+    assert_eq!(dev.read_page(B.page(1)).await.expect("read").data, d);
+    dev.close().await.expect("close");
+    let err = Device::open(&with_ecc(EccMode::Rs), dir.path())
+        .err()
+        .expect("a crc device opened as rs is refused");
+    assert!(err.to_string().contains("slot size"), "{err}");
+    assert!(err.to_string().contains("ecc"), "{err}");
 }

@@ -27,6 +27,39 @@ const DEPTHS: [usize; 8] = [2, 4, 8, 16, 32, 64, 128, 256];
 const BLOCKS: [usize; 4] = [256 << 10, 1 << 20, 4 << 20, 8 << 20];
 /// Windows between re-measurements of the neighbours of the best setting.
 const REPROBE_EVERY: u32 = 8;
+/// How much better a neighbour's mean rate must be to move there: the disk's
+/// rate swings by tens of percent from one window to the next, and a move
+/// on noise walks the tuner off to poor settings.
+const MOVE_GAIN: f64 = 1.10;
+/// Windows a setting must have been measured in before the tuner moves to it.
+const MOVE_AFTER_WINDOWS: usize = 2;
+
+/// The last few rates measured at one setting.
+#[derive(Debug, Default, Clone, Copy)]
+struct Rates {
+    recent: [f64; 3],
+    count: usize,
+}
+
+impl Rates {
+    fn push(&mut self, rate: f64) {
+        self.recent.rotate_right(1);
+        self.recent[0] = rate;
+        self.count += 1;
+    }
+
+    fn kept(&self) -> usize {
+        self.count.min(self.recent.len())
+    }
+
+    fn mean(&self) -> f64 {
+        let n = self.kept();
+        if n == 0 {
+            return 0.0;
+        }
+        self.recent[..n].iter().sum::<f64>() / n as f64
+    }
+}
 
 /// A read setting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -47,8 +80,8 @@ pub struct ReadTuner {
 struct TunerState {
     /// Index into DEPTHS and BLOCKS of the setting in use.
     at: (usize, usize),
-    /// Last rate measured per setting (bytes per second).
-    rates: HashMap<(usize, usize), f64>,
+    /// Recent rates measured per setting (bytes per second).
+    rates: HashMap<(usize, usize), Rates>,
     windows: u32,
     /// Held at `at`: measures, never moves.
     pinned: bool,
@@ -170,7 +203,7 @@ impl ReadTuner {
             return self.current_locked(&st);
         };
         if secs > 0.0 {
-            st.rates.insert(key, bytes as f64 / secs);
+            st.rates.entry(key).or_default().push(bytes as f64 / secs);
         }
         st.windows += 1;
         if st.pinned {
@@ -180,7 +213,7 @@ impl ReadTuner {
         // neighbours; an unmeasured neighbour is tried first.
         let best = best_known(&st.rates, st.at);
         if best != st.at {
-            let rate = st.rates.get(&best).copied().unwrap_or(0.0);
+            let rate = st.rates.get(&best).map_or(0.0, Rates::mean);
             tracing::info!(
                 depth = DEPTHS[best.0],
                 block_bytes = BLOCKS[best.1],
@@ -193,7 +226,17 @@ impl ReadTuner {
         st.at = best;
         st.probe = None;
         let neighbours = neighbours(st.at);
+        let here = st.rates.get(&st.at).map_or(0.0, Rates::mean);
+        // A neighbour measured once that looked clearly better is measured
+        // again before the tuner trusts it.
+        let to_confirm = neighbours.iter().find(|n| {
+            st.rates
+                .get(n)
+                .is_some_and(|r| r.kept() < MOVE_AFTER_WINDOWS && r.mean() > here * MOVE_GAIN)
+        });
         if let Some(n) = neighbours.iter().find(|n| !st.rates.contains_key(n)) {
+            st.probe = Some(*n);
+        } else if let Some(n) = to_confirm {
             st.probe = Some(*n);
         } else if st.windows.is_multiple_of(REPROBE_EVERY) {
             let n = neighbours[(st.windows / REPROBE_EVERY) as usize % neighbours.len()];
@@ -219,7 +262,7 @@ impl ReadTuner {
                 depth: DEPTHS[d],
                 block_bytes: BLOCKS[b],
             },
-            st.rates.get(&st.at).copied(),
+            st.rates.get(&st.at).map(Rates::mean),
         )
     }
 }
@@ -248,16 +291,14 @@ fn neighbours((d, b): (usize, usize)) -> Vec<(usize, usize)> {
     out
 }
 
-fn best_known(rates: &HashMap<(usize, usize), f64>, at: (usize, usize)) -> (usize, usize) {
+fn best_known(rates: &HashMap<(usize, usize), Rates>, at: (usize, usize)) -> (usize, usize) {
     let mut best = at;
-    let mut best_rate = rates.get(&at).copied().unwrap_or(0.0);
+    let mut best_rate = rates.get(&at).map_or(0.0, Rates::mean);
     for n in neighbours(at) {
-        if let Some(&r) = rates.get(&n) {
-            // Move only for a clear gain: rates of one setting vary by
-            // several percent from window to window.
-            if r > best_rate * 1.05 {
+        if let Some(r) = rates.get(&n) {
+            if r.kept() >= MOVE_AFTER_WINDOWS && r.mean() > best_rate * MOVE_GAIN {
                 best = n;
-                best_rate = r;
+                best_rate = r.mean();
             }
         }
     }
@@ -268,11 +309,43 @@ fn best_known(rates: &HashMap<(usize, usize), f64>, at: (usize, usize)) -> (usiz
 mod tests {
     use super::*;
 
-    /// A made-up device whose rate peaks at depth 16 and 4 MiB blocks.
+    /// A made-up device whose rate peaks at depth 16 and 4 MiB blocks, with
+    /// neighbouring settings further apart than the move threshold.
     fn rate(s: ReadSetting) -> f64 {
         let d = (s.depth as f64).log2();
         let b = (s.block_bytes as f64).log2();
-        1000.0 - (d - 4.0).powi(2) * 50.0 - (b - 22.0).powi(2) * 30.0
+        1000.0 - (d - 4.0).powi(2) * 150.0 - (b - 22.0).powi(2) * 90.0
+    }
+
+    #[test]
+    fn one_lucky_window_does_not_move_the_tuner() {
+        let tuner = ReadTuner::new();
+        let start = tuner.current();
+        let mut s = tuner.observe(start, 1000, 1.0);
+        // The first neighbour probed has one lucky window (1.5x), then shows
+        // what it is (0.3x); the others are slower than the start.
+        let lucky = s;
+        let mut lucky_windows = 0;
+        for _ in 0..16 {
+            let rate = if s == lucky {
+                lucky_windows += 1;
+                if lucky_windows == 1 {
+                    1500
+                } else {
+                    300
+                }
+            } else if s == start {
+                1000
+            } else {
+                900
+            };
+            s = tuner.observe(s, rate, 1.0);
+            assert_eq!(tuner.best().0, start, "moved on one window");
+        }
+        assert!(
+            lucky_windows >= 2,
+            "a neighbour that looked better is measured again"
+        );
     }
 
     #[test]

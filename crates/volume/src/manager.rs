@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 
 use crate::blocks::{page_addr, BlockState, Blocks, Phys, Wear};
 use crate::meta::{self, Checkpoint, CkptBlock, CkptEntry, TrimLog, TrimRecord};
-use crate::oob::{OobRecord, OOB_RECORD_BYTES};
+use crate::oob::{OobError, OobRecord, OOB_RECORD_BYTES};
 use crate::recovery::{self, Candidate, DeviceBlock, Entry};
 use crate::{FaultPlan, LogicalPage, VictimPolicy, VolumeConfig, VolumeError};
 
@@ -1316,7 +1316,8 @@ impl Inner {
                     Err(e) => Err(e.to_string()),
                     Ok(r) if r.erased => Err("reads as erased".to_string()),
                     // The record checked is the copy's record: its bytes go along.
-                    Ok(r) => OobRecord::decode_checked(&r.oob, &r.data)
+                    Ok(r) => self
+                        .record_of(&r)
                         .map(|rec| (rec, r.data, r.oob.slice(..OOB_RECORD_BYTES)))
                         .map_err(|e| e.to_string()),
                 };
@@ -1518,7 +1519,8 @@ impl Inner {
                     continue;
                 };
                 let checked = match page {
-                    Ok(r) if !r.erased => OobRecord::decode_checked(&r.oob, &r.data)
+                    Ok(r) if !r.erased => self
+                        .record_of(&r)
                         .ok()
                         .filter(|rec| rec.page == id(j) && rec.seq == seq)
                         .map(|_| r.data),
@@ -1534,6 +1536,19 @@ impl Inner {
             out[j] = self.read_permitted(id(j)).await?;
         }
         Ok(out)
+    }
+
+    /// The OOB record of a page just read for a reader. When the device
+    /// checked the page (data sectors and spare area against their CRCs),
+    /// the record's identity is what is left to check: hashing the data
+    /// again for the record's checksum would repeat the device's check, and
+    /// was a third of a scan's CPU. Otherwise the checksum is checked too.
+    fn record_of(&self, r: &PageRead) -> Result<OobRecord, OobError> {
+        if self.device.checks_reads() {
+            OobRecord::decode(&r.oob)
+        } else {
+            OobRecord::decode_checked(&r.oob, &r.data)
+        }
     }
 
     /// [`read`](Self::read) with the caller holding a read permit.
