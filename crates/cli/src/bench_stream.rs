@@ -4,8 +4,9 @@
 //! fio's sequential O_DIRECT read (1 MiB blocks, 32 in flight; also with
 //! its buffers on huge pages, and in page-sized requests) of a file of the
 //! same size in the node's data directory with an fgrep8 scan (the cheapest
-//! kernel: memchr) of the object through the client. The scan is compared
-//! with the best of the fio rows: the device's sequential bandwidth. Then the node is restarted pinned to
+//! kernel: memchr) of the object through the client, each measurement right
+//! after a read of the other file. The scan is compared with the best of the
+//! fio rows: the device's sequential bandwidth. Then the node is restarted pinned to
 //! each of a few read settings (`[compute]` in its configuration) and the
 //! scan measured again, next to the adaptive tuner's figure and choice.
 
@@ -176,38 +177,31 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         write_fio_file(&fio_file, size_bytes, &fio_engine)?;
         // One scan first: connections, and the tuner's first windows.
         scan_once(&runtime, &cluster, size_bytes)?;
+        // Every measurement follows a read of the other file: the virtual
+        // disk's host caches what was read last, so a read right after
+        // reading the same file again runs faster (fio's huge-page row read
+        // right after its plain row was warm, the scans after fio cold).
+        let huge_dir = huge.as_ref().ok().map(|h| h.dir.clone());
+        let fio_read = |block: usize, huge: bool| {
+            run_fio_read(
+                &fio_file,
+                size_bytes,
+                &fio_engine,
+                block,
+                huge.then_some(huge_dir.as_deref()).flatten(),
+            )
+        };
         for _ in 0..rounds {
-            fio.push(run_fio_read(
-                &fio_file,
-                size_bytes,
-                &fio_engine,
-                1 << 20,
-                None,
-            )?);
-            if let Ok(huge) = &huge {
-                fio_huge.push(run_fio_read(
-                    &fio_file,
-                    size_bytes,
-                    &fio_engine,
-                    1 << 20,
-                    Some(huge.dir.as_path()),
-                )?);
+            fio.push(fio_read(1 << 20, false)?);
+            scans.push(scan_once(&runtime, &cluster, size_bytes)?);
+            if huge_dir.is_some() {
+                fio_huge.push(fio_read(1 << 20, true)?);
+                scans.push(scan_once(&runtime, &cluster, size_bytes)?);
             }
-            fio_page.push(run_fio_read(
-                &fio_file,
-                size_bytes,
-                &fio_engine,
-                PAGE_BYTES as usize,
-                None,
-            )?);
+            fio_page.push(fio_read(PAGE_BYTES as usize, false)?);
             scans.push(scan_once(&runtime, &cluster, size_bytes)?);
         }
         adaptive_choice = last_tuner_move(&node_dir.join("node.log"));
-        let fio_median = median(&mut fio.clone()).max(if fio_huge.is_empty() {
-            0.0
-        } else {
-            median(&mut fio_huge.clone())
-        });
         let config_path = node_dir.join("node.toml");
         let adaptive_config = std::fs::read_to_string(&config_path)?;
         for &(depth, block) in &sweep {
@@ -219,14 +213,18 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
                 ),
             )?;
             cluster.restart_node(0, &exe)?;
-            let mut v = Vec::new();
+            // Each scan after fio's best read, which is also measured: the
+            // pinned row's ratio is to the fio reads of its own rounds.
+            let (mut v, mut peer) = (Vec::new(), Vec::new());
             for _ in 0..rounds {
+                peer.push(fio_read(1 << 20, huge_dir.is_some())?);
                 v.push(scan_once(&runtime, &cluster, size_bytes)?);
             }
             let m = median(&mut v);
+            let p = median(&mut peer);
             if !args.json {
                 eprintln!(
-                    "  pinned depth {depth} x {}: {m:.0} MiB/s",
+                    "  pinned depth {depth} x {}: {m:.0} MiB/s (fio {p:.0})",
                     human_bytes(block as u64)
                 );
             }
@@ -234,7 +232,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
                 depth,
                 block_bytes: block,
                 mib_per_s: m,
-                ratio_to_fio: m / fio_median,
+                ratio_to_fio: m / p,
             });
         }
         if !sweep.is_empty() {
@@ -328,7 +326,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     }
     println!("{table}");
     println!(
-        "(medians of {rounds} round(s); scan = bytes_scanned / wall time of the command through the client)"
+        "(medians of {rounds} round(s); scan = bytes_scanned / wall time of the command through the client; \
+         each measurement follows a read of the other file; a pinned row's ratio is to the fio reads of its own rounds)"
     );
     if let Some(choice) = &report.adaptive_choice {
         println!("adaptive tuner's last move: {choice}");

@@ -24,6 +24,7 @@ use quarry_store::{ChunkLocation, Fingerprint, VolumeNodeStore};
 use quarry_volume::{LogicalPage, SpaceManager, VolumeRegistry};
 use tokio::sync::mpsc;
 
+use crate::engine::RUNS_IN_FLIGHT;
 use crate::engine_error::ComputeError;
 use crate::scan::{compile, Part, ScanKernel};
 use crate::tuner::ReadTuner;
@@ -336,6 +337,10 @@ impl LocalData {
     }
 }
 
+/// Reads a run keeps in flight when its depth allows reads of a page or
+/// more each.
+const READS_IN_FLIGHT: usize = 4;
+
 /// How many items from `items[0]` on one read covers, at most `max`:
 /// logical pages (chunks' or volumes'), which the space manager reads in
 /// as few device requests as their places allow (pages next to each other
@@ -450,6 +455,7 @@ async fn stream_pages(
     waits: &mut Waits,
 ) -> Result<u64, ComputeError> {
     let mut setting = tuner.current();
+    let _active = tuner.enter_run();
     let max_read_pages = data.device.max_read_pages() as usize;
     let mut in_flight = FuturesOrdered::new();
     let mut pages_in_flight = 0usize;
@@ -470,14 +476,20 @@ async fn stream_pages(
         }
     };
     loop {
-        // A read covers at most half the depth (so two are in flight, and a
-        // small depth means small reads) and what one device request may;
-        // another starts while the pages in flight stay within the depth
-        // (one always may).
-        let read_pages = (setting.depth / 2).min(max_read_pages).max(1);
+        // A read covers at most a quarter of the depth (so four are in
+        // flight: this disk serves as many requests at once as it is given,
+        // and its rate follows their number more than their size; a small
+        // depth means small reads) and what one device request may; another
+        // starts while the pages in flight stay within the depth (one always
+        // may).
+        let read_pages = (setting.depth / READS_IN_FLIGHT).min(max_read_pages).max(1);
+        // The depth is a run's share when a command's runs all read here;
+        // with fewer runs reading (the end of a scan, or runs spread over
+        // nodes) each takes more, so the node keeps the disk as busy.
+        let depth = setting.depth * (RUNS_IN_FLIGHT / tuner.active_runs().max(1)).max(1);
         while next < items.len() {
             let len = group_len(&items[next..], read_pages);
-            if !in_flight.is_empty() && pages_in_flight + len > setting.depth {
+            if !in_flight.is_empty() && pages_in_flight + len > depth {
                 break;
             }
             let group = &items[next..next + len];
