@@ -377,7 +377,7 @@ pub struct BenchStreamArgs {
     /// separated; "none" skips the sweep.
     #[arg(
         long,
-        default_value = "2x256K,2x1M,2x4M,8x256K,8x1M,8x4M,32x256K,32x1M,32x4M,128x256K,128x1M,128x4M"
+        default_value = "16x256K,16x1M,16x4M,32x256K,32x1M,32x4M,64x1M,128x256K,128x1M,128x4M,256x1M,256x4M"
     )]
     pub sweep: String,
     /// Where to keep the cluster (default: a temporary directory on the

@@ -88,7 +88,7 @@ pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
             .is_none()
             {
                 bail!(
-                    "--sweep item {item:?} is not on the read tuner's grid (depths 2..256 in powers of two; blocks 256K, 1M, 4M, 8M)"
+                    "--sweep item {item:?} is not on the read tuner's grid (depths 16..256 in powers of two; blocks 256K, 1M, 4M, 8M)"
                 );
             }
             Ok((depth, block))
@@ -99,7 +99,7 @@ pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
 /// Runs the benchmark and prints its table (or JSON).
 pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let (size_bytes, rounds, sweep) = if args.quick {
-        (64 << 20, 1, parse_sweep("2x256K,32x1M")?)
+        (64 << 20, 1, parse_sweep("16x256K,32x1M")?)
     } else {
         (
             parse_size(&args.size)?,
@@ -601,8 +601,8 @@ mod tests {
     #[test]
     fn sweep_parses_settings_on_the_grid_and_refuses_others() {
         assert_eq!(
-            parse_sweep("2x256K, 32x1M,128x4M").unwrap(),
-            vec![(2, 256 << 10), (32, 1 << 20), (128, 4 << 20)]
+            parse_sweep("16x256K, 32x1M,128x4M").unwrap(),
+            vec![(16, 256 << 10), (32, 1 << 20), (128, 4 << 20)]
         );
         assert!(parse_sweep("none").unwrap().is_empty());
         let err = parse_sweep("3x1M").unwrap_err().to_string();

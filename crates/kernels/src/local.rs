@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::stream::{FuturesOrdered, StreamExt};
+use futures::stream::{FuturesUnordered, StreamExt};
 use quarry_device::{Device, PageAddr};
 use quarry_proto::NodeId;
 use quarry_store::{ChunkLocation, Fingerprint, VolumeNodeStore};
@@ -457,8 +457,15 @@ async fn stream_pages(
     let mut setting = tuner.current();
     let _active = tuner.enter_run();
     let max_read_pages = data.device.max_read_pages() as usize;
-    let mut in_flight = FuturesOrdered::new();
+    // Reads complete in any order: a slow one does not hold back issuing
+    // the next (the disk keeps as many requests as the depth allows); what
+    // arrives early waits in `arrived`, at most a depth's worth of pages.
+    let mut in_flight = FuturesUnordered::new();
     let mut pages_in_flight = 0usize;
+    let mut arrived = std::collections::BTreeMap::new();
+    let mut pages_arrived = 0usize;
+    // The first item not yet moved to `ready`.
+    let mut next_in_order = 0usize;
     // Pages read, waiting to go to the kernel in order.
     let mut ready = std::collections::VecDeque::new();
     let mut next = 0usize;
@@ -487,26 +494,39 @@ async fn stream_pages(
         // with fewer runs reading (the end of a scan, or runs spread over
         // nodes) each takes more, so the node keeps the disk as busy.
         let depth = setting.depth * (RUNS_IN_FLIGHT / tuner.active_runs().max(1)).max(1);
-        while next < items.len() {
+        while next < items.len() && pages_arrived <= depth {
             let len = group_len(&items[next..], read_pages);
             if !in_flight.is_empty() && pages_in_flight + len > depth {
                 break;
             }
-            let group = &items[next..next + len];
+            let (start, group) = (next, &items[next..next + len]);
             pages_in_flight += group.len();
-            in_flight.push_back(async move { (group, data.read_group(group).await) });
+            in_flight.push(async move { (start, group, data.read_group(group).await) });
             next += group.len();
         }
         if ready.is_empty() {
+            if let Some((group, pages)) = arrived.remove(&next_in_order) {
+                let group: &[PageItem] = group;
+                pages_arrived -= group.len();
+                next_in_order += group.len();
+                ready.extend(group.iter().zip(pages));
+                continue;
+            }
             let waited = Instant::now();
             let next_group = in_flight.next().await;
             waits.io += waited.elapsed();
-            let Some((group, pages)) = next_group else {
+            let Some((start, group, pages)) = next_group else {
+                debug_assert!(
+                    arrived.is_empty(),
+                    "a read arrived out of order and no other is due"
+                );
                 break;
             };
             pages_in_flight -= group.len();
             debug_assert_eq!(group.len(), pages.len());
-            ready.extend(group.iter().zip(pages));
+            pages_arrived += group.len();
+            arrived.insert(start, (group, pages));
+            continue;
         }
         let Some((item, page)) = ready.pop_front() else {
             continue;

@@ -94,11 +94,11 @@ const BASE: &str = "id = 1\nlisten = \"127.0.0.1:7401\"\ndata_dir = \"n1\"\n";
 #[test]
 fn compute_section_pins_the_read_setting() {
     let config = load_text(&format!(
-        "{BASE}[compute]\nread_depth = 8\nread_block_bytes = 4194304\n"
+        "{BASE}[compute]\nread_depth = 64\nread_block_bytes = 4194304\n"
     ))
     .unwrap();
     let setting = config.compute.read_setting().unwrap().unwrap();
-    assert_eq!((setting.depth, setting.block_bytes), (8, 4 << 20));
+    assert_eq!((setting.depth, setting.block_bytes), (64, 4 << 20));
     let tuner = config.compute.tuner().unwrap();
     assert_eq!(tuner.current(), setting);
     // Pinned: observing never moves it.
@@ -123,7 +123,7 @@ fn compute_values_off_the_grid_are_refused_naming_the_allowed_ones() {
     ))
     .unwrap_err();
     assert!(err.contains("compute.read_depth = 3"), "{err}");
-    assert!(err.contains("2, 4, 8, 16, 32, 64, 128, 256"), "{err}");
+    assert!(err.contains("16, 32, 64, 128, 256"), "{err}");
     let err = load_text(&format!(
         "{BASE}[compute]\nread_depth = 32\nread_block_bytes = 65536\n"
     ))
