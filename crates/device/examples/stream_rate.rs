@@ -1,0 +1,120 @@
+//! How fast the device streams multi-page reads off a `file` backend:
+//! programs `MIB` MiB of 64 KiB pages (CRC-only slots, O_DIRECT) in a
+//! scratch directory, then reads them back with `READS` requests of
+//! `PAGES` pages in flight, block by block, and prints GB/s. Run it next to
+//! fio on the same disk to see what the device layer costs.
+//!
+//! `cargo run --release -p quarry-device --example stream_rate -- [MIB] [READS] [PAGES]`
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use quarry_device::{BackendKind, Device, DeviceConfig, EccMode, Geometry};
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("a number"))
+        .collect();
+    let mib = args.first().copied().unwrap_or(1024);
+    let reads = args.get(1).copied().unwrap_or(32);
+    let pages = args.get(2).copied().unwrap_or(16) as u32;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let dir = tempfile::tempdir_in(std::env::var("TMPDIR").unwrap_or("/tmp".into()))
+            .expect("scratch dir");
+        let ppb = 256u32;
+        let blocks = (mib as u64 * 16).div_ceil(u64::from(ppb)) as u32;
+        let geometry = Geometry {
+            buses: 1,
+            chips_per_bus: 1,
+            blocks_per_chip: blocks,
+            pages_per_block: ppb,
+            page_size_bytes: 64 << 10,
+            oob_size_bytes: 64,
+        };
+        let config = DeviceConfig {
+            backend: BackendKind::File,
+            geometry: Some(geometry),
+            ecc: EccMode::Crc,
+            ..DeviceConfig::default()
+        };
+        let dev = Arc::new(Device::open(&config, dir.path()).expect("open"));
+        let page = Bytes::from(vec![7u8; 64 << 10]);
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for b in 0..blocks {
+            let dev = Arc::clone(&dev);
+            let page = page.clone();
+            tasks.push(tokio::spawn(async move {
+                let block = geometry.block_at(u64::from(b));
+                for p in 0..ppb {
+                    dev.program_page(block.page(p), page.clone(), Bytes::new())
+                        .await
+                        .expect("program");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("writer");
+        }
+        eprintln!(
+            "programmed {mib} MiB in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        let mut addrs = Vec::new();
+        for b in 0..blocks {
+            let block = geometry.block_at(u64::from(b));
+            for p in (0..ppb).step_by(pages as usize) {
+                addrs.push((block.page(p), pages.min(ppb - p)));
+            }
+        }
+        for _ in 0..3 {
+            let started = Instant::now();
+            let mut bytes = 0u64;
+            let mut in_flight = read_all(&dev, &addrs, reads).await;
+            bytes += std::mem::take(&mut in_flight);
+            let secs = started.elapsed().as_secs_f64();
+            println!(
+                "{reads} reads of {pages} pages in flight: {:.0} MiB/s of page data",
+                bytes as f64 / f64::from(1 << 20) / secs
+            );
+        }
+        dev.close().await.expect("close");
+    });
+}
+
+/// Reads every (address, count) with `depth` reads in flight; returns the
+/// page bytes read.
+async fn read_all(
+    dev: &Arc<Device>,
+    addrs: &[(quarry_device::PageAddr, u32)],
+    depth: usize,
+) -> u64 {
+    let mut set = tokio::task::JoinSet::new();
+    let mut next = 0;
+    let mut bytes = 0u64;
+    loop {
+        while next < addrs.len() && set.len() < depth {
+            let (addr, n) = addrs[next];
+            let dev = Arc::clone(dev);
+            set.spawn(async move {
+                let pages = dev.read_pages(addr, n).await.expect("read");
+                pages
+                    .into_iter()
+                    .map(|p| p.expect("page").data.len() as u64)
+                    .sum::<u64>()
+            });
+            next += 1;
+        }
+        match set.join_next().await {
+            Some(r) => bytes += r.expect("reader"),
+            None => return bytes,
+        }
+    }
+}
