@@ -57,6 +57,22 @@ fn page_data(dev: &Device, seed: u8) -> Bytes {
     )
 }
 
+/// Flips `n` bytes of the device's backing file at byte `at` (XOR 0xA5).
+fn flip_bytes(dev: &Device, at: u64, n: usize) {
+    let path = dev.backing_path().expect("path");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    let mut b = vec![0u8; n];
+    file.read_exact_at(&mut b, at).expect("read");
+    for x in &mut b {
+        *x ^= 0xA5;
+    }
+    file.write_all_at(&b, at).expect("write");
+}
+
 const B: BlockAddr = BlockAddr {
     bus: 1,
     chip: 0,
@@ -343,20 +359,7 @@ async fn ecc_corrects_flipped_bytes_in_the_file() {
         .await
         .expect("program");
     let off = dev.page_offset_bytes(p).expect("offset");
-    let path = dev.backing_path().expect("path").to_path_buf();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .expect("open");
-    let flip = |at: u64, n: usize| {
-        let mut b = vec![0u8; n];
-        file.read_exact_at(&mut b, at).expect("read");
-        for x in &mut b {
-            *x ^= 0xA5;
-        }
-        file.write_all_at(&b, at).expect("write");
-    };
+    let flip = |at: u64, n: usize| flip_bytes(&dev, at, n);
     // Random-ish single bytes in several sectors plus the OOB.
     for at in [3u64, 1500, 2900, 4000] {
         flip(off + at, 1);
@@ -744,8 +747,14 @@ async fn qd32_file_random_read_iops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_program_leaves_the_block_usable() {
     let dir = tempfile::tempdir().expect("tempdir");
-    // Full RFSA timing: a program takes 0.4-2.1 ms, ample time to drop it.
-    let dev = nand_device(dir.path(), NandTiming::preset(Preset::Rfsa, 8800), 7);
+    // RFSA timing slowed 20x: a program takes 8-42 ms, so the 50 us timeout
+    // below fires first even on a loaded machine (at full speed, 0.4 ms, a
+    // late timer let the program finish first once in a while).
+    let dev = nand_device(
+        dir.path(),
+        NandTiming::preset(Preset::Rfsa, 8800).scaled(20.0),
+        7,
+    );
     let block = BlockAddr {
         bus: 0,
         chip: 0,
@@ -775,7 +784,7 @@ async fn a_dropped_program_leaves_the_block_usable() {
         .expect("the next page follows");
     assert_eq!(dev.read_page(next).await.expect("read").data, data);
     // Wait out the dropped program's modeled time, then erase.
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
     dev.erase_block(block)
         .await
         .expect("the block is not left busy");
@@ -836,18 +845,7 @@ async fn multi_page_reads(backend: BackendKind) {
         // Damage page 2 beyond the code's strength: it fails, its neighbours
         // in the same request do not.
         let off = dev.page_offset_bytes(B.page(2)).expect("offset");
-        let path = dev.backing_path().expect("path").to_path_buf();
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .expect("open");
-        let mut b = vec![0u8; 400];
-        file.read_exact_at(&mut b, off + 100).expect("read");
-        for x in &mut b {
-            *x ^= 0x5A;
-        }
-        file.write_all_at(&b, off + 100).expect("write");
+        flip_bytes(&dev, off + 100, 400);
         let run = dev.read_pages(B.page(1), 3).await.expect("read run");
         assert_eq!(run[0].as_ref().expect("page 1").data, data[1]);
         match &run[1] {
