@@ -829,7 +829,17 @@ impl<B: ObjectBackend> Mount<B> {
             sp.dirty = false;
             return Ok(());
         };
-        self.upload_spool(ino, sp, &loc)
+        let result = self.upload_spool(ino, sp, &loc);
+        if result == Err(Errno::ESTALE) {
+            // The file was replaced under this spool (fail-on-conflict): its
+            // changes can never be stored. Without the spool, the next open
+            // of the file pins the store's current version and a write from
+            // a handle still open meets the conflict again, instead of
+            // writing into bytes of a version that is gone (an open that
+            // came before this handle's release used to inherit them).
+            *slot = None;
+        }
+        result
     }
 
     /// Whether `ino` has a spool not yet stored as any version (a file
