@@ -522,12 +522,7 @@ impl HugeMemory {
     fn set_up(dir: &Path, block_bytes: u64, depth: u64) -> Result<HugeMemory> {
         let huge_page_bytes = 2u64 << 20;
         let need = (block_bytes * depth).div_ceil(huge_page_bytes) + 2;
-        let meminfo = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
-        let free = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("HugePages_Free:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .context("no HugePages_Free in /proc/meminfo (no huge page support)")?;
+        let free = free_huge_pages()?;
         let mut restore_pages = None;
         if free < need {
             let now: u64 = std::fs::read_to_string(NR_HUGEPAGES)
@@ -543,6 +538,12 @@ impl HugeMemory {
             dir: dir.to_path_buf(),
             restore_pages,
         };
+        // The kernel grants what memory allows, maybe less than asked.
+        let granted = free_huge_pages()?;
+        if granted < need {
+            huge.dir = std::path::PathBuf::new();
+            bail!("{granted} free huge pages, fio needs {need}");
+        }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mounted = Command::new("mount")
             .args(["-t", "hugetlbfs", "none"])
@@ -555,6 +556,16 @@ impl HugeMemory {
         }
         Ok(huge)
     }
+}
+
+/// `HugePages_Free` from /proc/meminfo.
+fn free_huge_pages() -> Result<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("HugePages_Free:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .context("no HugePages_Free in /proc/meminfo (no huge page support)")
 }
 
 impl Drop for HugeMemory {

@@ -750,8 +750,30 @@ impl Device {
                 corrected_bytes: 0,
             });
         }
-        let decoded = self.ecc.decode(buf.buf_mut().as_mut_slice());
-        let result = match decoded {
+        let result = self
+            .check_slot(addr, index, buf.buf_mut().as_mut_slice())
+            .map(|corrected_bytes| {
+                let l = self.ecc.layout();
+                let (page, oob_at, oob_len) = (l.page_size, l.oob_offset, l.oob_size);
+                let bytes = Bytes::from_owner(buf);
+                PageRead {
+                    data: bytes.slice(0..page),
+                    oob: bytes.slice(oob_at..oob_at + oob_len),
+                    erased: false,
+                    corrected_bytes,
+                }
+            });
+        if let Some(end) = deadline {
+            spin_until(end);
+        }
+        result
+    }
+
+    /// Checks (and corrects) the slot of page `addr`, dense index `index`,
+    /// just read: the code's verdict, and the header must name this page.
+    /// Returns the bytes corrected.
+    fn check_slot(&self, addr: PageAddr, index: u64, slot: &mut [u8]) -> Result<u32, DeviceError> {
+        match self.ecc.decode(slot) {
             Ok(d) if d.header.page_index != index => Err(DeviceError::Uncorrectable {
                 addr,
                 detail: format!(
@@ -759,23 +781,21 @@ impl Device {
                     d.header.page_index
                 ),
             }),
-            Ok(d) => {
-                let l = self.ecc.layout();
-                let (page, oob_at, oob_len) = (l.page_size, l.oob_offset, l.oob_size);
-                let bytes = Bytes::from_owner(buf);
-                Ok(PageRead {
-                    data: bytes.slice(0..page),
-                    oob: bytes.slice(oob_at..oob_at + oob_len),
-                    erased: false,
-                    corrected_bytes: d.corrected_bytes,
-                })
-            }
+            Ok(d) => Ok(d.corrected_bytes),
             Err(detail) => Err(DeviceError::Uncorrectable { addr, detail }),
-        };
-        if let Some(end) = deadline {
-            spin_until(end);
         }
-        result
+    }
+
+    /// [`read_page`](Self::read_page) of each page, one after another.
+    async fn read_each(
+        &self,
+        pages: impl Iterator<Item = PageAddr>,
+    ) -> Vec<Result<PageRead, DeviceError>> {
+        let mut out = Vec::new();
+        for addr in pages {
+            out.push(self.read_page(addr).await);
+        }
+        out
     }
 
     /// Whether every read checks the page against its CRCs (data sectors
@@ -827,11 +847,7 @@ impl Device {
         let Store::File { engine, .. } = &self.store else {
             // No disk request to save: the emulations time and copy per page
             // (and one chip reads one page at a time).
-            let mut out = Vec::with_capacity(count as usize);
-            for a in pages() {
-                out.push(self.read_page(a).await);
-            }
-            return Ok(out);
+            return Ok(self.read_each(pages()).await);
         };
         let _op = self.begin_op()?;
         let bi = self.geometry.block_index(first.block_addr()) as usize;
@@ -852,11 +868,7 @@ impl Device {
             // Some page is erased or still being programmed: each page says
             // which on its own.
             drop(_op);
-            let mut out = Vec::with_capacity(count as usize);
-            for a in pages() {
-                out.push(self.read_page(a).await);
-            }
-            return Ok(out);
+            return Ok(self.read_each(pages()).await);
         }
         let _read_guard = ReadGuard {
             dev: self,
@@ -882,20 +894,11 @@ impl Device {
             let outcome = if self.skip_read_check {
                 Ok(0)
             } else {
-                match self
-                    .ecc
-                    .decode(&mut buf.buf_mut().as_mut_slice()[at..at + slot])
-                {
-                    Ok(d) if d.header.page_index != index => Err(DeviceError::Uncorrectable {
-                        addr,
-                        detail: format!(
-                            "slot holds page #{} (misdirected write?)",
-                            d.header.page_index
-                        ),
-                    }),
-                    Ok(d) => Ok(d.corrected_bytes),
-                    Err(detail) => Err(DeviceError::Uncorrectable { addr, detail }),
-                }
+                self.check_slot(
+                    addr,
+                    index,
+                    &mut buf.buf_mut().as_mut_slice()[at..at + slot],
+                )
             };
             outcomes.push(outcome);
         }

@@ -17,14 +17,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::stream::{FuturesOrdered, StreamExt};
 use quarry_device::{Device, PageAddr};
 use quarry_proto::NodeId;
 use quarry_store::{ChunkLocation, Fingerprint, VolumeNodeStore};
 use quarry_volume::{LogicalPage, SpaceManager, VolumeRegistry};
 use tokio::sync::mpsc;
 
-use crate::engine::RUNS_IN_FLIGHT;
 use crate::engine_error::ComputeError;
 use crate::scan::{compile, Part, ScanKernel};
 use crate::tuner::ReadTuner;
@@ -284,10 +283,9 @@ impl LocalData {
                 PageRef::Device(_) => None,
             })
             .collect();
-        let (Some(m), true) = (
-            self.managed.as_ref(),
-            ids.len() == items.len() && items.len() > 1,
-        ) else {
+        let managed = self.managed.as_ref().filter(|_| ids.len() == items.len());
+        let Some(m) = managed.filter(|_| items.len() > 1) else {
+            // A single page, or a device page among them: read one by one.
             let mut out = Vec::with_capacity(items.len());
             for item in items {
                 out.push(self.read(item).await);
@@ -455,17 +453,9 @@ async fn stream_pages(
     waits: &mut Waits,
 ) -> Result<u64, ComputeError> {
     let mut setting = tuner.current();
-    let _active = tuner.enter_run();
     let max_read_pages = data.device.max_read_pages() as usize;
-    // Reads complete in any order: a slow one does not hold back issuing
-    // the next (the disk keeps as many requests as the depth allows); what
-    // arrives early waits in `arrived`, at most a depth's worth of pages.
-    let mut in_flight = FuturesUnordered::new();
+    let mut in_flight = FuturesOrdered::new();
     let mut pages_in_flight = 0usize;
-    let mut arrived = std::collections::BTreeMap::new();
-    let mut pages_arrived = 0usize;
-    // The first item not yet moved to `ready`.
-    let mut next_in_order = 0usize;
     // Pages read, waiting to go to the kernel in order.
     let mut ready = std::collections::VecDeque::new();
     let mut next = 0usize;
@@ -490,43 +480,26 @@ async fn stream_pages(
         // starts while the pages in flight stay within the depth (one always
         // may).
         let read_pages = (setting.depth / READS_IN_FLIGHT).min(max_read_pages).max(1);
-        // The depth is a run's share when a command's runs all read here;
-        // with fewer runs reading (the end of a scan, or runs spread over
-        // nodes) each takes more, so the node keeps the disk as busy.
-        let depth = setting.depth * (RUNS_IN_FLIGHT / tuner.active_runs().max(1)).max(1);
-        while next < items.len() && pages_arrived <= depth {
+        while next < items.len() {
             let len = group_len(&items[next..], read_pages);
-            if !in_flight.is_empty() && pages_in_flight + len > depth {
+            if !in_flight.is_empty() && pages_in_flight + len > setting.depth {
                 break;
             }
-            let (start, group) = (next, &items[next..next + len]);
-            pages_in_flight += group.len();
-            in_flight.push(async move { (start, group, data.read_group(group).await) });
-            next += group.len();
+            let group = &items[next..next + len];
+            pages_in_flight += len;
+            in_flight.push_back(async move { (group, data.read_group(group).await) });
+            next += len;
         }
         if ready.is_empty() {
-            if let Some((group, pages)) = arrived.remove(&next_in_order) {
-                let group: &[PageItem] = group;
-                pages_arrived -= group.len();
-                next_in_order += group.len();
-                ready.extend(group.iter().zip(pages));
-                continue;
-            }
             let waited = Instant::now();
             let next_group = in_flight.next().await;
             waits.io += waited.elapsed();
-            let Some((start, group, pages)) = next_group else {
-                debug_assert!(
-                    arrived.is_empty(),
-                    "a read arrived out of order and no other is due"
-                );
+            let Some((group, pages)) = next_group else {
                 break;
             };
             pages_in_flight -= group.len();
             debug_assert_eq!(group.len(), pages.len());
-            pages_arrived += group.len();
-            arrived.insert(start, (group, pages));
-            continue;
+            ready.extend(group.iter().zip(pages));
         }
         let Some((item, page)) = ready.pop_front() else {
             continue;

@@ -77,19 +77,6 @@ pub struct ReadSetting {
 #[derive(Debug)]
 pub struct ReadTuner {
     state: Mutex<TunerState>,
-    /// Local runs reading on the node now.
-    active_runs: std::sync::atomic::AtomicUsize,
-}
-
-/// A local run counted as reading on the node until dropped.
-pub(crate) struct ActiveRun<'a>(&'a ReadTuner);
-
-impl Drop for ActiveRun<'_> {
-    fn drop(&mut self) {
-        self.0
-            .active_runs
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
 }
 
 #[derive(Debug)]
@@ -134,20 +121,7 @@ impl ReadTuner {
                 window_start: None,
                 last_record: None,
             }),
-            active_runs: std::sync::atomic::AtomicUsize::new(0),
         }
-    }
-
-    /// Counts a local run as reading until the guard is dropped.
-    pub(crate) fn enter_run(&self) -> ActiveRun<'_> {
-        self.active_runs
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        ActiveRun(self)
-    }
-
-    /// Local runs reading on the node now.
-    pub(crate) fn active_runs(&self) -> usize {
-        self.active_runs.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// A tuner held at one setting (for benchmarks that sweep settings);

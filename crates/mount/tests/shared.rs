@@ -11,7 +11,48 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 use common::*;
-use quarry_mount::{ConflictPolicy, MountOptions};
+use quarry_mount::{ConflictPolicy, MountHandle, MountOptions};
+
+/// Two mounts of one store, `strict` failing on conflict and `lax` with the
+/// default (last writer wins), and a file `c/f` holding `v1`. Fields drop in
+/// order: the mounts before their directories and the store.
+struct StrictAndLax {
+    _mounts: (MountHandle, MountHandle),
+    _dirs: Dirs,
+    _store: (
+        tokio::runtime::Runtime,
+        std::sync::Arc<quarry_store::MemObjectStore>,
+    ),
+    strict: std::path::PathBuf,
+    lax: std::path::PathBuf,
+}
+
+impl StrictAndLax {
+    fn new() -> StrictAndLax {
+        init_logs();
+        let (rt, store) = mem_store();
+        let d = dirs(&["strict", "lax"]);
+        let (strict, lax) = (d.root.path().join("strict"), d.root.path().join("lax"));
+        let strict_mount = mount_with(
+            &store,
+            &strict,
+            MountOptions {
+                conflict: ConflictPolicy::FailOnConflict,
+                ..options(&d.spool)
+            },
+        );
+        let lax_mount = mount_with(&store, &lax, options(&d.spool));
+        fs::create_dir(strict.join("c")).unwrap();
+        fs::write(strict.join("c/f"), b"v1").unwrap();
+        StrictAndLax {
+            _mounts: (lax_mount, strict_mount),
+            _dirs: d,
+            _store: (rt, store),
+            strict,
+            lax,
+        }
+    }
+}
 
 #[test]
 fn a_closed_file_is_visible_to_the_other_mount() {
@@ -122,21 +163,8 @@ fn the_conflict_policy_decides_between_two_writers() {
     if !fuse_available() {
         return;
     }
-    init_logs();
-    let (_rt, store) = mem_store();
-    let d = dirs(&["strict", "lax"]);
-    let (strict, lax) = (d.root.path().join("strict"), d.root.path().join("lax"));
-    let _ms = mount_with(
-        &store,
-        &strict,
-        MountOptions {
-            conflict: ConflictPolicy::FailOnConflict,
-            ..options(&d.spool)
-        },
-    );
-    let _ml = mount_with(&store, &lax, options(&d.spool));
-    fs::create_dir(strict.join("c")).unwrap();
-    fs::write(strict.join("c/f"), b"v1").unwrap();
+    let m = StrictAndLax::new();
+    let (strict, lax) = (m.strict.clone(), m.lax.clone());
 
     // Last writer wins (the default): lax's close replaces what strict
     // stored in between.
@@ -193,21 +221,8 @@ fn an_open_beside_a_stale_writer_pins_the_current_version() {
     if !fuse_available() {
         return;
     }
-    init_logs();
-    let (_rt, store) = mem_store();
-    let d = dirs(&["strict", "lax"]);
-    let (strict, lax) = (d.root.path().join("strict"), d.root.path().join("lax"));
-    let _ms = mount_with(
-        &store,
-        &strict,
-        MountOptions {
-            conflict: ConflictPolicy::FailOnConflict,
-            ..options(&d.spool)
-        },
-    );
-    let _ml = mount_with(&store, &lax, options(&d.spool));
-    fs::create_dir(strict.join("c")).unwrap();
-    fs::write(strict.join("c/f"), b"v1").unwrap();
+    let m = StrictAndLax::new();
+    let (strict, lax) = (m.strict.clone(), m.lax.clone());
     let mut stale = OpenOptions::new()
         .write(true)
         .open(strict.join("c/f"))

@@ -820,6 +820,7 @@ impl SpaceManager {
         count: u64,
     ) -> Result<Vec<Option<Bytes>>, VolumeError> {
         self.inner.check_open()?;
+        // read_many bounds the count; this bounds the list it is handed.
         if count > MAX_RUN_PAGES as u64 || first.index.checked_add(count).is_none() {
             return Err(VolumeError::Config {
                 reason: format!(
@@ -1464,7 +1465,6 @@ impl Inner {
             .acquire_many(permits)
             .await
             .map_err(|_| VolumeError::Closed)?;
-        let id = |i: usize| ids[i];
         let at: Vec<Option<(u64, Phys)>> = {
             let st = self.lock();
             ids.iter().map(|id| st.current(id)).collect()
@@ -1522,7 +1522,7 @@ impl Inner {
                     Ok(r) if !r.erased => self
                         .record_of(&r)
                         .ok()
-                        .filter(|rec| rec.page == id(j) && rec.seq == seq)
+                        .filter(|rec| rec.page == ids[j] && rec.seq == seq)
                         .map(|_| r.data),
                     _ => None,
                 };
@@ -1533,16 +1533,18 @@ impl Inner {
             }
         }
         for j in again {
-            out[j] = self.read_permitted(id(j)).await?;
+            out[j] = self.read_permitted(ids[j]).await?;
         }
         Ok(out)
     }
 
-    /// The OOB record of a page just read for a reader. When the device
-    /// checked the page (data sectors and spare area against their CRCs),
-    /// the record's identity is what is left to check: hashing the data
-    /// again for the record's checksum would repeat the device's check, and
-    /// was a third of a scan's CPU. Otherwise the checksum is checked too.
+    /// The OOB record of a page just read (for a reader, or to move it).
+    /// When the device checked the page (data sectors and spare area against
+    /// their CRCs), the record's identity is what is left to check: hashing
+    /// the data again for the record's checksum would repeat the device's
+    /// check, and was a third of a scan's CPU. Otherwise the checksum is
+    /// checked too. Recovery's scan at open still checks the checksum: it
+    /// decides what a torn page is.
     fn record_of(&self, r: &PageRead) -> Result<OobRecord, OobError> {
         if self.device.checks_reads() {
             OobRecord::decode(&r.oob)
