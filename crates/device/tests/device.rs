@@ -1,6 +1,7 @@
 //! Behaviour tests of the device: NAND rules, backends, persistence, recovery,
 //! ECC through the backing file, and the nand timing model.
 
+use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -877,6 +878,61 @@ async fn multi_page_reads_mem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_page_reads_nand() {
     multi_page_reads(BackendKind::Nand).await;
+}
+
+/// CRC-only slots of 16 KiB pages are 16896 bytes: runs of them start and
+/// end inside 4 KiB pages, and the device widens each request to whole
+/// pages. Every start and length within a block, and the device's last
+/// block (where widening would run past the file), read back exactly the
+/// bytes programmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_page_reads_of_unaligned_slots() {
+    let geometry = Geometry {
+        page_size_bytes: 16384,
+        pages_per_block: 16,
+        ..small()
+    };
+    let config = DeviceConfig {
+        ecc: EccMode::Crc,
+        geometry: Some(geometry),
+        ..cfg(BackendKind::File)
+    };
+    let slot = quarry_device::SlotLayout::crc_only(&geometry)
+        .unwrap()
+        .slot_size;
+    assert_ne!(slot % 4096, 0, "the test needs slots that are not 4 KiB multiples");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = Device::open(&config, dir.path()).expect("open");
+    let last = geometry.block_at(geometry.blocks() - 1);
+    let mut data = HashMap::new();
+    for block in [B, last] {
+        for p in 0..geometry.pages_per_block {
+            let d = page_data(&dev, p as u8 ^ block.bus as u8 ^ (block.block as u8) << 4);
+            dev.program_page(block.page(p), d.clone(), Bytes::from(vec![p as u8; 8]))
+                .await
+                .expect("program");
+            data.insert(block.page(p), d);
+        }
+    }
+    let ppb = geometry.pages_per_block;
+    let max = dev.max_read_pages().min(ppb);
+    for block in [B, last] {
+        for first in 0..ppb {
+            for count in 1..=max.min(ppb - first) {
+                let run = dev
+                    .read_pages(block.page(first), count)
+                    .await
+                    .expect("read run");
+                for (i, r) in run.into_iter().enumerate() {
+                    let addr = block.page(first + i as u32);
+                    let r = r.unwrap_or_else(|e| panic!("{addr} in {first}+{count}: {e}"));
+                    assert_eq!(r.data, data[&addr], "{addr} in {first}+{count}");
+                    assert_eq!(&r.oob[..8], &[addr.page as u8; 8]);
+                }
+            }
+        }
+    }
+    dev.close().await.expect("close");
 }
 
 /// `ecc = "crc"` slots have no parity room; a device made with parity room

@@ -378,7 +378,16 @@ impl<P: Peers> Engine<P> {
                     reason: e.to_string(),
                 }),
             }
-            tracing::debug!(id, state = ?command.state.borrow().clone(), "command finished");
+            let elapsed_s = command.submitted.elapsed().as_secs_f64();
+            let bytes_done = command.bytes_done.load(Ordering::Relaxed);
+            tracing::debug!(
+                id,
+                state = ?command.state.borrow().clone(),
+                bytes_done,
+                elapsed_ms = format!("{:.1}", elapsed_s * 1e3),
+                mib_per_s = format!("{:.0}", bytes_done as f64 / f64::from(1 << 20) / elapsed_s.max(1e-9)),
+                "command finished"
+            );
             engine.drop_old_results();
         });
         Ok(id)
