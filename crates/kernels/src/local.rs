@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::stream::{FuturesOrdered, StreamExt};
+use futures::FutureExt;
 use quarry_device::{Device, PageAddr};
 use quarry_proto::NodeId;
 use quarry_store::{ChunkLocation, Fingerprint, VolumeNodeStore};
@@ -480,9 +481,24 @@ async fn stream_pages(
         // starts while the pages in flight stay within the depth (one always
         // may).
         let read_pages = (setting.depth / READS_IN_FLIGHT).min(max_read_pages).max(1);
+        // Every read already finished leaves the depth now, not once the
+        // pages before it have gone to the kernel: the disk here finishes
+        // the requests in flight in bursts, and a reader that handed a
+        // burst's pages on before reading again left it idle for
+        // milliseconds after each one.
+        while let Some(Some((group, pages))) = in_flight.next().now_or_never() {
+            let (group, pages): (&[PageItem], Vec<_>) = (group, pages);
+            pages_in_flight -= group.len();
+            debug_assert_eq!(group.len(), pages.len());
+            ready.extend(group.iter().zip(pages));
+        }
         while next < items.len() {
             let len = group_len(&items[next..], read_pages);
-            if !in_flight.is_empty() && pages_in_flight + len > setting.depth {
+            // At most `depth` pages at the disk, and at most `depth` more
+            // read and not yet handed on: when the kernel falls behind,
+            // reading further ahead only fills memory.
+            let full = pages_in_flight + len > setting.depth || ready.len() >= setting.depth;
+            if !in_flight.is_empty() && full {
                 break;
             }
             let group = &items[next..next + len];
