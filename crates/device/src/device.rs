@@ -254,6 +254,44 @@ impl Drop for OpGuard<'_> {
     }
 }
 
+/// Pages of one block read by [`Device::fetch_pages`] and not yet checked.
+/// Their bytes are reachable only through [`check`](Self::check).
+#[must_use = "fetched pages are of use only once checked"]
+pub struct FetchedPages<'a> {
+    dev: &'a Device,
+    first: PageAddr,
+    count: u32,
+    raw: Raw,
+}
+
+enum Raw {
+    /// One disk request's slots, `lead` bytes into the buffer.
+    Slots { buf: PooledBuf, lead: usize },
+    /// Read page by page, each checked as it came.
+    Checked(Vec<Result<PageRead, DeviceError>>),
+}
+
+impl FetchedPages<'_> {
+    /// The first page fetched.
+    pub fn first(&self) -> PageAddr {
+        self.first
+    }
+
+    /// How many pages were fetched.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Checks (and corrects) each page as [`Device::read_page`] does; one
+    /// page's failure does not fail the others. CPU only: no I/O.
+    pub fn check(self) -> Vec<Result<PageRead, DeviceError>> {
+        match self.raw {
+            Raw::Checked(pages) => pages,
+            Raw::Slots { buf, lead } => self.dev.check_slots(self.first, self.count, buf, lead),
+        }
+    }
+}
+
 struct ReadGuard<'a> {
     dev: &'a Device,
     block: usize,
@@ -861,6 +899,21 @@ impl Device {
         first: PageAddr,
         count: u32,
     ) -> Result<Vec<Result<PageRead, DeviceError>>, DeviceError> {
+        Ok(self.fetch_pages(first, count).await?.check())
+    }
+
+    /// [`read_pages`](Self::read_pages) in two steps: this one moves the
+    /// bytes off the disk, [`FetchedPages::check`] checks (and corrects)
+    /// them. A reader that keeps the disk busy issues its next request
+    /// between the two, so the CPU the check takes (about as much as the
+    /// disk's rate in CRC-32C) does not leave the disk idle; and it may
+    /// check on another thread. Nothing of a page is readable before its
+    /// check.
+    pub async fn fetch_pages(
+        &self,
+        first: PageAddr,
+        count: u32,
+    ) -> Result<FetchedPages<'_>, DeviceError> {
         self.check_open()?;
         self.geometry.check_page(first)?;
         let ppb = self.geometry.pages_per_block;
@@ -875,14 +928,20 @@ impl Device {
                 valid: format!("at most {max} pages of one block per read, within pages 0..{ppb}"),
             });
         }
+        let checked = |pages| FetchedPages {
+            dev: self,
+            first,
+            count,
+            raw: Raw::Checked(pages),
+        };
         if count == 0 {
-            return Ok(Vec::new());
+            return Ok(checked(Vec::new()));
         }
         let pages = || (first.page..first.page + count).map(|p| first.block_addr().page(p));
         let Store::File { engine, .. } = &self.store else {
             // No disk request to save: the emulations time and copy per page
             // (and one chip reads one page at a time).
-            return Ok(self.read_each(pages()).await);
+            return Ok(checked(self.read_each(pages()).await));
         };
         let _op = self.begin_op()?;
         let bi = self.geometry.block_index(first.block_addr()) as usize;
@@ -903,7 +962,7 @@ impl Device {
             // Some page is erased or still being programmed: each page says
             // which on its own.
             drop(_op);
-            return Ok(self.read_each(pages()).await);
+            return Ok(checked(self.read_each(pages()).await));
         }
         let _read_guard = ReadGuard {
             dev: self,
@@ -924,13 +983,36 @@ impl Device {
             .unwrap_or_else(|e| e.into_inner())
             .submit_read(span.offset, buf);
         let (buf, res) = fut.wait().await;
-        let mut buf = buf.ok_or(DeviceError::Closed)?;
+        let buf = buf.ok_or(DeviceError::Closed)?;
         res.map_err(|e| io_err(format!("reading pages {first}+{count}"), e))?;
+        Ok(FetchedPages {
+            dev: self,
+            first,
+            count,
+            raw: Raw::Slots {
+                buf,
+                lead: span.lead,
+            },
+        })
+    }
+
+    /// Checks the slots of a multi-page read, `lead` bytes into `buf`.
+    fn check_slots(
+        &self,
+        first: PageAddr,
+        count: u32,
+        mut buf: PooledBuf,
+        lead: usize,
+    ) -> Vec<Result<PageRead, DeviceError>> {
+        let layout = self.ecc.layout();
+        let slot = layout.slot_size;
+        let first_index = self.geometry.page_index(first);
+        let pages = (first.page..first.page + count).map(|p| first.block_addr().page(p));
         let (page, oob_at, oob_len) = (layout.page_size, layout.oob_offset, layout.oob_size);
         let mut outcomes = Vec::with_capacity(count as usize);
-        for (i, addr) in pages().enumerate() {
+        for (i, addr) in pages.enumerate() {
             let index = first_index + i as u64;
-            let at = span.lead + i * slot;
+            let at = lead + i * slot;
             let outcome = if self.skip_read_check {
                 Ok(0)
             } else {
@@ -944,11 +1026,11 @@ impl Device {
         }
         // One owner for every page's bytes: the pages are slices of it.
         let bytes = Bytes::from_owner(buf);
-        Ok(outcomes
+        outcomes
             .into_iter()
             .enumerate()
             .map(|(i, outcome)| {
-                let at = span.lead + i * slot;
+                let at = lead + i * slot;
                 outcome.map(|corrected_bytes| PageRead {
                     data: bytes.slice(at..at + page),
                     oob: bytes.slice(at + oob_at..at + oob_at + oob_len),
@@ -956,7 +1038,7 @@ impl Device {
                     corrected_bytes,
                 })
             })
-            .collect())
+            .collect()
     }
 
     fn inject_bit_errors(

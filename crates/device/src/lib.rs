@@ -45,7 +45,9 @@ mod rs;
 
 pub use addr::{parse_fields, AddrParseError, BlockAddr, PageAddr};
 pub use config::{BackendKind, DeviceConfig, EccMode, Preset};
-pub use device::{preset_geometry, Device, OpenOptions, DEFAULT_MAX_INFLIGHT, MAX_READ_RUN_BYTES};
+pub use device::{
+    preset_geometry, Device, FetchedPages, OpenOptions, DEFAULT_MAX_INFLIGHT, MAX_READ_RUN_BYTES,
+};
 pub use ecc::{
     SlotLayout, ECC_CORRECTABLE_BYTES, ECC_MAX_DATA_BYTES, ECC_PARITY_BYTES, HEADER_BYTES,
 };

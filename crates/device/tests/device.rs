@@ -900,7 +900,11 @@ async fn multi_page_reads_of_unaligned_slots() {
     let slot = quarry_device::SlotLayout::crc_only(&geometry)
         .unwrap()
         .slot_size;
-    assert_ne!(slot % 4096, 0, "the test needs slots that are not 4 KiB multiples");
+    assert_ne!(
+        slot % 4096,
+        0,
+        "the test needs slots that are not 4 KiB multiples"
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let dev = Device::open(&config, dir.path()).expect("open");
     let last = geometry.block_at(geometry.blocks() - 1);

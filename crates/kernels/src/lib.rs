@@ -50,7 +50,7 @@ pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
 pub use peers::Peers;
 pub use scan::{compile, Part, ScanKernel};
 pub use spec::{GrepSpec, GrepSyntax, KernelSpec, WcSpec};
-pub use tuner::{ReadSetting, ReadTuner, WINDOW_BYTES};
+pub use tuner::{ReadSetting, ReadTuner, WINDOW_BYTES, WINDOW_MIN};
 pub use wire::{
     decode, encode, ComputeAnswer, ComputeCall, Failure, FailureKind, LocalAnswer, LocalRun,
     Segment, Source, MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS,

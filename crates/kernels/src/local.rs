@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 use quarry_device::{Device, PageAddr};
@@ -81,6 +82,43 @@ enum PageRef {
     /// A volume's page: never written reads as zeros.
     Volume(LogicalPage),
     Device(PageAddr),
+}
+
+/// A group of page reads whose bytes are in.
+enum Fetched<'a> {
+    /// Read and checked already (single pages, device pages).
+    Read(Vec<Result<Bytes, ComputeError>>),
+    /// A logical run, not yet checked.
+    Run(quarry_volume::FetchedRun<'a>),
+    /// The whole group failed.
+    Failed(String),
+}
+
+impl Fetched<'_> {
+    /// Checks the group's pages (CPU) and answers one result per item.
+    async fn finish(
+        self,
+        data: &LocalData,
+        items: &[PageItem],
+    ) -> Vec<Result<Bytes, ComputeError>> {
+        match self {
+            Fetched::Read(pages) => pages,
+            Fetched::Run(run) => match run.finish().await {
+                Ok(pages) => data.logical_pages(items, pages),
+                Err(e) => {
+                    let message = format!("reading {} pages: {e}", items.len());
+                    items
+                        .iter()
+                        .map(|_| Err(data.storage(message.clone())))
+                        .collect()
+                }
+            },
+            Fetched::Failed(message) => items
+                .iter()
+                .map(|_| Err(data.storage(message.clone())))
+                .collect(),
+        }
+    }
 }
 
 enum Message {
@@ -273,10 +311,11 @@ impl LocalData {
         }
     }
 
-    /// Reads a group of items (see [`group_len`]): one item alone, or a
-    /// run of logical pages through the space manager's run read, which
-    /// reads pages lying next to each other on the device in one request.
-    async fn read_group(&self, items: &[PageItem]) -> Vec<Result<Bytes, ComputeError>> {
+    /// Fetches a group of items (see [`group_len`]): a run of logical pages
+    /// through the space manager's fetch, which reads pages lying next to
+    /// each other on the device in one request and leaves their check to
+    /// [`Fetched::finish`]; one item alone is read (and checked) at once.
+    async fn fetch_group<'a>(&'a self, items: &[PageItem]) -> Fetched<'a> {
         let ids: Vec<LogicalPage> = items
             .iter()
             .filter_map(|item| match item.page {
@@ -291,31 +330,37 @@ impl LocalData {
             for item in items {
                 out.push(self.read(item).await);
             }
-            return out;
+            return Fetched::Read(out);
         };
-        match m.space.read_many(&ids).await {
-            Ok(pages) => pages
-                .into_iter()
-                .zip(items)
-                .map(|(page, item)| match (page, item.page) {
-                    (Some(page), _) => Ok(page),
-                    (None, PageRef::Volume(_)) => Ok(self.zeros(m)),
-                    (None, PageRef::Chunk(id)) => Err(self.storage(format!(
-                        "page {id} of a chunk is not written (the chunk was released meanwhile)"
-                    ))),
-                    (None, PageRef::Device(addr)) => {
-                        Err(self.storage(format!("device page {addr} among logical pages")))
-                    }
-                })
-                .collect(),
-            Err(e) => {
-                let message = format!("reading {} pages: {e}", ids.len());
-                items
-                    .iter()
-                    .map(|_| Err(self.storage(message.clone())))
-                    .collect()
-            }
+        match m.space.fetch_many(&ids).await {
+            Ok(run) => Fetched::Run(run),
+            Err(e) => Fetched::Failed(format!("reading {} pages: {e}", ids.len())),
         }
+    }
+
+    /// The pages of a logical run as the space manager answered them.
+    fn logical_pages(
+        &self,
+        items: &[PageItem],
+        pages: Vec<Option<Bytes>>,
+    ) -> Vec<Result<Bytes, ComputeError>> {
+        pages
+            .into_iter()
+            .zip(items)
+            .map(|(page, item)| match (page, item.page) {
+                (Some(page), _) => Ok(page),
+                (None, PageRef::Volume(_)) => match self.managed("volume pages") {
+                    Ok(m) => Ok(self.zeros(m)),
+                    Err(e) => Err(e),
+                },
+                (None, PageRef::Chunk(id)) => Err(self.storage(format!(
+                    "page {id} of a chunk is not written (the chunk was released meanwhile)"
+                ))),
+                (None, PageRef::Device(addr)) => {
+                    Err(self.storage(format!("device page {addr} among logical pages")))
+                }
+            })
+            .collect()
     }
 
     fn zeros(&self, m: &ManagedData) -> Bytes {
@@ -354,6 +399,53 @@ fn group_len(items: &[PageItem], max: usize) -> usize {
             .take(max)
             .take_while(|item| logical(item))
             .count(),
+    }
+}
+
+/// A run's page reads: in flight at the device, and fetched (bytes in, not
+/// yet checked), in order.
+#[derive(Default)]
+struct Reads<'a> {
+    in_flight: FuturesOrdered<BoxFuture<'a, (&'a [PageItem], Fetched<'a>)>>,
+    pages_in_flight: usize,
+    fetched: std::collections::VecDeque<(&'a [PageItem], Fetched<'a>)>,
+    fetched_pages: usize,
+}
+
+impl<'a> Reads<'a> {
+    /// Starts reading `group` (it reaches the disk at the next poll).
+    fn issue(&mut self, data: &'a LocalData, group: &'a [PageItem]) {
+        self.pages_in_flight += group.len();
+        self.in_flight
+            .push_back(async move { (group, data.fetch_group(group).await) }.boxed());
+    }
+
+    /// Moves every read whose bytes are in to `fetched` (they leave the
+    /// depth before any is checked: the disk here finishes the requests in
+    /// flight in bursts, and a reader that checked a burst's pages before
+    /// reading again left it idle for milliseconds after each one), without
+    /// waiting.
+    fn poll(&mut self) {
+        while let Some(Some((group, pages))) = self.in_flight.next().now_or_never() {
+            self.take(group, pages);
+        }
+    }
+
+    /// Waits for the next read; false when none is in flight.
+    async fn wait(&mut self) -> bool {
+        match self.in_flight.next().await {
+            Some((group, pages)) => {
+                self.take(group, pages);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn take(&mut self, group: &'a [PageItem], pages: Fetched<'a>) {
+        self.pages_in_flight -= group.len();
+        self.fetched_pages += group.len();
+        self.fetched.push_back((group, pages));
     }
 }
 
@@ -455,9 +547,8 @@ async fn stream_pages(
 ) -> Result<u64, ComputeError> {
     let mut setting = tuner.current();
     let max_read_pages = data.device.max_read_pages() as usize;
-    let mut in_flight = FuturesOrdered::new();
-    let mut pages_in_flight = 0usize;
-    // Pages read, waiting to go to the kernel in order.
+    let mut reads = Reads::default();
+    // The checked pages of the group being handed to the kernel.
     let mut ready = std::collections::VecDeque::new();
     let mut next = 0usize;
     let mut block = Block::default();
@@ -474,46 +565,46 @@ async fn stream_pages(
         }
     };
     loop {
+        reads.poll();
         // A read covers at most a quarter of the depth (so four are in
         // flight: this disk serves as many requests at once as it is given,
         // and its rate follows their number more than their size; a small
         // depth means small reads) and what one device request may; another
         // starts while the pages in flight stay within the depth (one always
-        // may).
+        // may), and while what is read and not yet handed on does too: when
+        // the kernel falls behind, reading further ahead only fills memory.
         let read_pages = (setting.depth / READS_IN_FLIGHT).min(max_read_pages).max(1);
-        // Every read already finished leaves the depth now, not once the
-        // pages before it have gone to the kernel: the disk here finishes
-        // the requests in flight in bursts, and a reader that handed a
-        // burst's pages on before reading again left it idle for
-        // milliseconds after each one.
-        while let Some(Some((group, pages))) = in_flight.next().now_or_never() {
-            let (group, pages): (&[PageItem], Vec<_>) = (group, pages);
-            pages_in_flight -= group.len();
-            debug_assert_eq!(group.len(), pages.len());
-            ready.extend(group.iter().zip(pages));
-        }
+        let mut issued = false;
         while next < items.len() {
             let len = group_len(&items[next..], read_pages);
-            // At most `depth` pages at the disk, and at most `depth` more
-            // read and not yet handed on: when the kernel falls behind,
-            // reading further ahead only fills memory.
-            let full = pages_in_flight + len > setting.depth || ready.len() >= setting.depth;
-            if !in_flight.is_empty() && full {
+            let held = reads.fetched_pages + ready.len();
+            let full = reads.pages_in_flight + len > setting.depth || held >= setting.depth;
+            if (reads.pages_in_flight > 0 || held > 0) && full {
                 break;
             }
-            let group = &items[next..next + len];
-            pages_in_flight += len;
-            in_flight.push_back(async move { (group, data.read_group(group).await) });
+            reads.issue(data, &items[next..next + len]);
             next += len;
+            issued = true;
+        }
+        if issued {
+            // The new requests reach the disk now; then the other runs woken
+            // by the same burst issue theirs before this one spends the CPU
+            // checking its own.
+            reads.poll();
+            tokio::task::yield_now().await;
         }
         if ready.is_empty() {
-            let waited = Instant::now();
-            let next_group = in_flight.next().await;
-            waits.io += waited.elapsed();
-            let Some((group, pages)) = next_group else {
-                break;
+            let Some((group, pages)) = reads.fetched.pop_front() else {
+                let waited = Instant::now();
+                let more = reads.wait().await;
+                waits.io += waited.elapsed();
+                if !more {
+                    break;
+                }
+                continue;
             };
-            pages_in_flight -= group.len();
+            reads.fetched_pages -= group.len();
+            let pages = pages.finish(data, group).await;
             debug_assert_eq!(group.len(), pages.len());
             ready.extend(group.iter().zip(pages));
         }

@@ -6,8 +6,8 @@
 //! The streaming paper (Chamberlain et al.) found throughput very sensitive
 //! to read-ahead and block size, with the best settings differing between
 //! machines. So the node measures the rate all its runs together get over
-//! windows of [`WINDOW_BYTES`] (runs share the disk: one run's share says
-//! little), and the tuner climbs a small grid of (depth, block)
+//! windows of at least [`WINDOW_BYTES`] and [`WINDOW_MIN`] (runs share the
+//! disk: one run's share says little), and the tuner climbs a small grid of (depth, block)
 //! settings: it keeps, per setting, the last rate seen, moves to a
 //! neighbouring setting that has not been measured or that measured better,
 //! and re-measures the neighbours every few windows because the disk's speed
@@ -16,11 +16,16 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Bytes a measurement window covers: long enough that the disk's swings
-/// from one burst of requests to the next average out (at 2 GB/s a 16 MiB
-/// window was a dozen reads, and the tuner chased noise down to tiny
-/// reads), short enough that a 1 GiB scan tries several settings.
+/// Bytes a measurement window covers at least: a window of a dozen reads
+/// (16 MiB at 2 GB/s) measured the noise of single requests, and the tuner
+/// chased it down to tiny reads.
 pub const WINDOW_BYTES: u64 = 64 << 20;
+/// How long a measurement window lasts at least. The virtual disk here
+/// finishes the requests in flight in bursts about 30 ms apart; a window of
+/// a few bursts measured mostly where its ends fell among them (windows of
+/// one setting read 1.5 to 2.9 GB/s), and the tuner wandered. Half a second
+/// holds some fifteen bursts; a few GiB of scans still try every neighbour.
+pub const WINDOW_MIN: std::time::Duration = std::time::Duration::from_millis(500);
 /// The queue depths tried (pages in flight per run). Below 16, a run's
 /// four reads are under 4 pages each: the disk here serves such reads at a
 /// fraction of its rate (`docs/benchmarks.md`), and the tuner only went
@@ -108,11 +113,12 @@ impl Default for ReadTuner {
 }
 
 impl ReadTuner {
-    /// A tuner that starts at depth 32, 1 MiB blocks.
+    /// A tuner that starts at depth 128, 1 MiB blocks: in the middle of the
+    /// grid, so every direction is one step away.
     pub fn new() -> ReadTuner {
         ReadTuner {
             state: Mutex::new(TunerState {
-                at: (1, 1),
+                at: (3, 1),
                 rates: HashMap::new(),
                 windows: 0,
                 pinned: false,
@@ -165,18 +171,22 @@ impl ReadTuner {
         }
     }
 
-    /// Counts `bytes` just read by any run on the node; every
-    /// [`WINDOW_BYTES`] of the node's reads, the window's rate is observed
+    /// Counts `bytes` just read by any run on the node; once a window has
+    /// lasted [`WINDOW_MIN`] and held [`WINDOW_BYTES`], its rate is observed
     /// for the setting in use. Runs share the disk, so the rate that
     /// matters is the node's, not one run's share of it. Returns the setting
     /// to use now.
     pub fn record(&self, bytes: u64) -> ReadSetting {
-        let now = std::time::Instant::now();
+        self.record_at(bytes, std::time::Instant::now())
+    }
+
+    /// [`record`](Self::record) at `now`.
+    fn record_at(&self, bytes: u64, now: std::time::Instant) -> ReadSetting {
         let (setting, window) = {
             let mut st = self.lock();
             let idle = st
                 .last_record
-                .is_none_or(|t| now.duration_since(t) > IDLE_GAP);
+                .is_none_or(|t| now.saturating_duration_since(t) > IDLE_GAP);
             st.last_record = Some(now);
             if idle || st.window_start.is_none() {
                 st.window_start = Some(now);
@@ -184,13 +194,13 @@ impl ReadTuner {
             }
             st.window_bytes += bytes;
             let setting = self.current_locked(&st);
-            if st.window_bytes < WINDOW_BYTES {
+            let lasted = st.window_start.map_or(std::time::Duration::ZERO, |t| {
+                now.saturating_duration_since(t)
+            });
+            if st.window_bytes < WINDOW_BYTES || lasted < WINDOW_MIN {
                 return setting;
             }
-            let secs = st
-                .window_start
-                .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-            let window = (st.window_bytes, secs);
+            let window = (st.window_bytes, lasted.as_secs_f64());
             st.window_start = Some(now);
             st.window_bytes = 0;
             (setting, window)
@@ -207,6 +217,13 @@ impl ReadTuner {
         };
         if secs > 0.0 {
             st.rates.entry(key).or_default().push(bytes as f64 / secs);
+            tracing::debug!(
+                depth = setting.depth,
+                block_bytes = setting.block_bytes,
+                mib_per_s = format!("{:.0}", bytes as f64 / secs / f64::from(1 << 20)),
+                probe = st.probe.is_some(),
+                "read window"
+            );
         }
         st.windows += 1;
         if st.pinned {
@@ -356,13 +373,36 @@ mod tests {
         let tuner = ReadTuner::new();
         let start = tuner.current();
         assert_eq!(tuner.best().1, None);
-        // Two runs each read half a window: one measurement.
-        tuner.record(WINDOW_BYTES / 2);
+        let t0 = std::time::Instant::now();
+        let step = WINDOW_MIN / 4;
+        // Runs read a window's bytes in a quarter of its time: no
+        // measurement until it has lasted.
+        tuner.record_at(WINDOW_BYTES / 2, t0);
+        tuner.record_at(WINDOW_BYTES / 2, t0 + step);
         assert_eq!(tuner.best().1, None);
-        tuner.record(WINDOW_BYTES / 2);
+        tuner.record_at(1 << 20, t0 + 2 * step);
+        tuner.record_at(1 << 20, t0 + 3 * step);
+        tuner.record_at(1 << 20, t0 + 4 * step);
         let (best, rate) = tuner.best();
         assert_eq!(best, start);
-        assert!(rate.is_some_and(|r| r > 0.0));
+        let expected = (WINDOW_BYTES + (3 << 20)) as f64 / WINDOW_MIN.as_secs_f64();
+        assert!(rate.is_some_and(|r| (r - expected).abs() < expected * 1e-6));
+        // A pause longer than IDLE_GAP starts a new window: idle time is
+        // not the disk's.
+        let tuner = ReadTuner::new();
+        tuner.record_at(WINDOW_BYTES, t0);
+        let after_pause = t0 + IDLE_GAP * 2;
+        tuner.record_at(1 << 20, after_pause);
+        tuner.record_at(1 << 20, after_pause + step);
+        tuner.record_at(1 << 20, after_pause + 2 * step);
+        tuner.record_at(1 << 20, after_pause + 3 * step);
+        tuner.record_at(WINDOW_BYTES, after_pause + 4 * step);
+        let expected = (WINDOW_BYTES + (4 << 20)) as f64 / WINDOW_MIN.as_secs_f64();
+        let (_, rate) = tuner.best();
+        assert!(
+            rate.is_some_and(|r| (r - expected).abs() < expected * 1e-6),
+            "the pause was counted: {rate:?}"
+        );
     }
 
     #[test]

@@ -52,7 +52,10 @@ pub struct VolumeConfig {
     /// Write a checkpoint after this many pages have been written or trimmed
     /// since the last one (background only; `0` = never on its own).
     pub checkpoint_interval_pages: u64,
-    /// Bound on reads in flight on the device from this manager.
+    /// Bound on pages being read at the device from this manager at once
+    /// (a multi-page request counts each page). A node's scans keep up to
+    /// 8 runs x 256 pages in flight when their tuner asks for the deepest
+    /// queue: 128 MiB of 64 KiB pages.
     pub max_inflight_reads: u32,
 }
 
@@ -68,7 +71,7 @@ impl Default for VolumeConfig {
             wear_spread_limit: 32,
             background: true,
             checkpoint_interval_pages: 16 * 1024,
-            max_inflight_reads: 512,
+            max_inflight_reads: 2048,
         }
     }
 }

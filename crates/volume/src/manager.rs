@@ -843,6 +843,18 @@ impl SpaceManager {
         self.inner.read_many(ids).await
     }
 
+    /// [`read_many`](Self::read_many) in two steps: this one looks the pages
+    /// up and moves their bytes off the device, [`FetchedRun::finish`]
+    /// checks them (and reads again what failed). A streaming reader issues
+    /// its next reads between the two, so the disk is not left idle while
+    /// the CPU checks what came in. The answer is the pages as they were
+    /// when looked up here: writes, trims and garbage collection before
+    /// `finish` do not change it.
+    pub async fn fetch_many(&self, ids: &[LogicalPage]) -> Result<FetchedRun<'_>, VolumeError> {
+        self.inner.check_open()?;
+        self.inner.fetch_many(ids).await
+    }
+
     /// Declares a logical page dead: its data is dropped, its space reclaimed
     /// by garbage collection. Durable when it returns (logged and synced).
     pub async fn trim(&self, id: LogicalPage) -> Result<(), VolumeError> {
@@ -1451,12 +1463,20 @@ impl Inner {
     /// fails the check (moved by garbage collection meanwhile, or damaged) is
     /// read again on its own, which tells the two apart.
     async fn read_many(&self, ids: &[LogicalPage]) -> Result<Vec<Option<Bytes>>, VolumeError> {
+        self.fetch_many(ids).await?.finish().await
+    }
+
+    /// The I/O of [`read_many`](Self::read_many): looks the pages up and
+    /// reads their groups off the device; nothing is checked yet.
+    async fn fetch_many(&self, ids: &[LogicalPage]) -> Result<FetchedRun<'_>, VolumeError> {
         let count = ids.len();
         if count > MAX_RUN_PAGES {
             return Err(VolumeError::Config {
                 reason: format!("a read of {count} pages (at most {MAX_RUN_PAGES} per call)"),
             });
         }
+        // The permits bound the reads at the device; they go once the bytes
+        // are in (what the caller holds after that is its own to bound).
         let permits = u32::try_from(count)
             .unwrap_or(u32::MAX)
             .clamp(1, self.config.max_inflight_reads);
@@ -1481,7 +1501,7 @@ impl Inner {
             .filter_map(|(i, a)| a.map(|(_, p)| (p, i)))
             .collect();
         order.sort_unstable();
-        let mut groups: Vec<&[(Phys, usize)]> = Vec::new();
+        let mut groups: Vec<(Phys, Vec<usize>)> = Vec::new();
         let mut rest = order.as_slice();
         while let Some(&(phys, _)) = rest.first() {
             let mut n = 1u32;
@@ -1493,49 +1513,27 @@ impl Inner {
                 n += 1;
             }
             let (group, tail) = rest.split_at(n as usize);
-            groups.push(group);
+            groups.push((phys, group.iter().map(|&(_, j)| j).collect()));
             rest = tail;
         }
-        let reads = futures::future::join_all(groups.iter().map(|group| {
-            let phys = group[0].0;
+        let reads = futures::future::join_all(groups.iter().map(|(phys, group)| {
             self.device
-                .read_pages(page_addr(&self.geometry, phys), group.len() as u32)
+                .fetch_pages(page_addr(&self.geometry, *phys), group.len() as u32)
         }))
         .await;
-        let mut out: Vec<Option<Bytes>> = vec![None; count];
-        let mut again = Vec::new();
-        for (group, read) in groups.iter().zip(reads) {
-            let pages = match read {
-                Err(DeviceError::Closed) => return Err(VolumeError::Closed),
-                Err(_) => {
-                    again.extend(group.iter().map(|&(_, j)| j));
-                    continue;
-                }
-                Ok(pages) => pages,
-            };
-            debug_assert_eq!(pages.len(), group.len());
-            for (&(_, j), page) in group.iter().zip(pages) {
-                let Some((seq, _)) = at[j] else {
-                    continue;
-                };
-                let checked = match page {
-                    Ok(r) if !r.erased => self
-                        .record_of(&r)
-                        .ok()
-                        .filter(|rec| rec.page == ids[j] && rec.seq == seq)
-                        .map(|_| r.data),
-                    _ => None,
-                };
-                match checked {
-                    Some(data) => out[j] = Some(data),
-                    None => again.push(j),
-                }
-            }
+        if reads.iter().any(|r| matches!(r, Err(DeviceError::Closed))) {
+            return Err(VolumeError::Closed);
         }
-        for j in again {
-            out[j] = self.read_permitted(ids[j]).await?;
-        }
-        Ok(out)
+        Ok(FetchedRun {
+            inner: self,
+            ids: ids.to_vec(),
+            at,
+            groups: groups
+                .into_iter()
+                .map(|(_, group)| group)
+                .zip(reads)
+                .collect(),
+        })
     }
 
     /// The OOB record of a page just read (for a reader, or to move it).
@@ -1851,6 +1849,84 @@ async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, Vol
         reason: format!("after recovery: {reason}"),
     })?;
     Ok(state)
+}
+
+/// Pages fetched by [`SpaceManager::fetch_many`] and not yet checked.
+#[must_use = "fetched pages are of use only once finished"]
+pub struct FetchedRun<'a> {
+    inner: &'a Inner,
+    ids: Vec<LogicalPage>,
+    /// Where each page was when it was looked up (`None`: not written).
+    at: Vec<Option<(u64, Phys)>>,
+    /// Indices into `ids` of each device request, and what it fetched.
+    groups: Vec<(
+        Vec<usize>,
+        Result<quarry_device::FetchedPages<'a>, DeviceError>,
+    )>,
+}
+
+impl FetchedRun<'_> {
+    /// How many pages were asked for.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether no page was asked for.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Checks every page (the device's check, then its OOB record names the
+    /// page at the version looked up) and reads again, one by one, the pages
+    /// that failed: what [`SpaceManager::read_many`] answers. The check is
+    /// CPU only; the reads again are rare (a page moved by garbage
+    /// collection meanwhile, or damaged).
+    pub async fn finish(self) -> Result<Vec<Option<Bytes>>, VolumeError> {
+        let FetchedRun {
+            inner,
+            ids,
+            at,
+            groups,
+        } = self;
+        let mut out: Vec<Option<Bytes>> = vec![None; ids.len()];
+        let mut again = Vec::new();
+        for (group, fetched) in groups {
+            let Ok(fetched) = fetched else {
+                again.extend(group);
+                continue;
+            };
+            let pages = fetched.check();
+            debug_assert_eq!(pages.len(), group.len());
+            for (j, page) in group.into_iter().zip(pages) {
+                let Some((seq, _)) = at[j] else {
+                    continue;
+                };
+                let checked = match page {
+                    Ok(r) if !r.erased => inner
+                        .record_of(&r)
+                        .ok()
+                        .filter(|rec| rec.page == ids[j] && rec.seq == seq)
+                        .map(|_| r.data),
+                    _ => None,
+                };
+                match checked {
+                    Some(data) => out[j] = Some(data),
+                    None => again.push(j),
+                }
+            }
+        }
+        if !again.is_empty() {
+            let _permit = inner
+                .reads
+                .acquire()
+                .await
+                .map_err(|_| VolumeError::Closed)?;
+            for j in again {
+                out[j] = inner.read_permitted(ids[j]).await?;
+            }
+        }
+        Ok(out)
+    }
 }
 
 const _: () = {

@@ -828,6 +828,44 @@ async fn check_many(m: &SpaceManager, ids: &[LogicalPage], model: &Model) {
 /// trims, garbage collection and a crash); a run with a wrong page, or
 /// past the device's capacity, is refused with the reason and leaves what
 /// is stored as it was.
+/// A fetch answers the pages as they were when it looked them up: the
+/// bytes are in memory once `fetch_many` returns, so overwrites, trims and
+/// garbage collection before `finish` (which checks them) change nothing of
+/// its answer; a read after them sees the new versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_answers_the_versions_it_looked_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _weak) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let size = m.page_size();
+    let space = 3u32;
+    let ids: Vec<LogicalPage> = (0..20).map(|i| LogicalPage::new(space, i)).collect();
+    let pages = ids.iter().map(|&id| content(id, 1, size)).collect();
+    m.write_run(ids[0], pages).await.expect("write_run");
+    let fetched = m.fetch_many(&ids).await.expect("fetch");
+    assert_eq!(fetched.len(), ids.len());
+    let mut model = Model::new();
+    for (k, &id) in ids.iter().enumerate() {
+        if k % 5 == 0 {
+            m.trim(id).await.unwrap();
+            model.insert(id, None);
+        } else {
+            m.write(id, content(id, 2, size)).await.unwrap();
+            model.insert(id, Some(2));
+        }
+    }
+    m.collect_garbage(8).await.unwrap();
+    let old = fetched.finish().await.expect("finish");
+    for (&id, page) in ids.iter().zip(old) {
+        assert_eq!(
+            version_of(id, &page.expect("written when fetched")),
+            1,
+            "{id}"
+        );
+    }
+    check_many(&m, &ids, &model).await;
+    m.verify().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_read_back_in_any_order_through_overwrites_gc_and_a_crash() {
     let dir = tempfile::tempdir().unwrap();
