@@ -213,6 +213,9 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
                 ),
             )?;
             cluster.restart_node(0, &exe)?;
+            // As for the adaptive rows, one scan first: a node just started
+            // maps its read buffers and connections on its first scan.
+            scan_once(&runtime, &cluster, size_bytes)?;
             // Each scan after fio's best read, which is also measured: the
             // pinned row's ratio is to the fio reads of its own rounds.
             let (mut v, mut peer) = (Vec::new(), Vec::new());
@@ -332,9 +335,22 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     if let Some(choice) = &report.adaptive_choice {
         println!("adaptive tuner's last move: {choice}");
     } else {
-        println!("adaptive tuner: stayed at its start (depth 32, 1 MiB blocks)");
+        let start = quarry_kernels::ReadTuner::new().current();
+        println!(
+            "adaptive tuner: stayed at its start (depth {}, {} blocks)",
+            start.depth,
+            human_bytes(start.block_bytes as u64)
+        );
     }
     Ok(())
+}
+
+/// Waits a moment before a measurement: the virtual disk's host goes on
+/// with the last reader's requests (and its read-ahead) for a while after
+/// the reader has its bytes, and a measurement started at once paid for
+/// them.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(250));
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -386,6 +402,7 @@ fn put_object(
 /// One fgrep8 over the object; returns MiB/s of bytes scanned. Retries a
 /// few times while a restarted node opens its store.
 fn scan_once(runtime: &tokio::runtime::Runtime, cluster: &LocalCluster, size: u64) -> Result<f64> {
+    settle();
     let mut attempt = 0;
     loop {
         let r = runtime.block_on(async {
@@ -483,6 +500,7 @@ fn run_fio_read(
     block_bytes: usize,
     huge: Option<&Path>,
 ) -> Result<f64> {
+    settle();
     let mut args = vec![
         "--name=quarry-stream-peer".into(),
         "--rw=read".into(),

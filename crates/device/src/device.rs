@@ -32,10 +32,12 @@ const POOL_MAX_FREE: usize = DEFAULT_MAX_INFLIGHT;
 /// large enough that a sequential scan reads as fast as the disk reads in
 /// megabyte requests, small enough that a run's buffer is cheap to keep.
 pub const MAX_READ_RUN_BYTES: usize = 2 << 20;
-/// Multi-page read buffers kept free between reads (at most 64 MiB idle):
-/// enough for a node's streaming reads in flight, so they reuse buffers
-/// rather than map, zero and fault in fresh ones for every read.
-const RUN_POOL_MAX_FREE: usize = 64;
+/// Multi-page read buffers kept free between reads (at most 256 MiB idle):
+/// enough for a node's streaming reads in flight and read ahead (8 runs at
+/// depth 128 hold about 160 buffers at their peak), so they reuse buffers
+/// rather than map, zero and fault in fresh ones for every read; with 64, a
+/// scan's every peak freed and mapped again a hundred of them.
+const RUN_POOL_MAX_FREE: usize = 128;
 /// Seed of the nand model when the configuration gives none.
 const DEFAULT_SEED: u64 = 0x005E_ED0F_F1A5;
 
