@@ -380,10 +380,7 @@ pub struct BenchStreamArgs {
     pub rounds: u32,
     /// Pinned read settings to sweep, as DEPTHxBLOCK (e.g. 32x1M), comma
     /// separated; "none" skips the sweep.
-    #[arg(
-        long,
-        default_value = "32x1M,64x1M,128x1M,256x1M,128x4M"
-    )]
+    #[arg(long, default_value = "32x1M,64x1M,128x1M,256x1M,128x4M")]
     pub sweep: String,
     /// Where to keep the cluster (default: a temporary directory on the
     /// same disk as $TMPDIR).
