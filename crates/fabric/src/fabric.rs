@@ -234,10 +234,13 @@ impl Fabric {
         loop {
             {
                 let state = self.inner.read();
-                if ids
-                    .iter()
-                    .all(|id| *id == self.inner.local.id || state.table.route(*id).is_some())
-                {
+                // A route and the node's advertisement: what `members`
+                // lists (a route learned before the advertisement left the
+                // node out of a membership asked for right after this).
+                if ids.iter().all(|id| {
+                    *id == self.inner.local.id
+                        || (state.table.route(*id).is_some() && state.db.get(*id).is_some())
+                }) {
                     return true;
                 }
             }
