@@ -3,8 +3,10 @@
 //! the kernel.
 //!
 //! The run is a two-stage pipeline. The reader (async, on the node's
-//! runtime) keeps `depth` page reads in flight and gathers the pages'
-//! bytes, in order, into blocks of `block_bytes`; the kernel (on a blocking
+//! runtime) keeps `depth` pages being read at the disk (a read leaves the
+//! depth when its bytes are in, before the CPU checks them), checks the
+//! pages and gathers their bytes, in order, into blocks of `block_bytes`;
+//! the kernel (on a blocking
 //! thread) folds each block. A channel of two blocks sits between them: the
 //! next block fills while the current one is computed on (Minerva's double
 //! buffering). The tuner picks `depth` and `block_bytes` from measured
@@ -442,6 +444,13 @@ impl<'a> Reads<'a> {
         }
     }
 
+    /// The oldest read whose bytes are in, to be checked and handed on.
+    fn pop_fetched(&mut self) -> Option<(&'a [PageItem], Fetched<'a>)> {
+        let (group, pages) = self.fetched.pop_front()?;
+        self.fetched_pages -= group.len();
+        Some((group, pages))
+    }
+
     fn take(&mut self, group: &'a [PageItem], pages: Fetched<'a>) {
         self.pages_in_flight -= group.len();
         self.fetched_pages += group.len();
@@ -594,7 +603,7 @@ async fn stream_pages(
             tokio::task::yield_now().await;
         }
         if ready.is_empty() {
-            let Some((group, pages)) = reads.fetched.pop_front() else {
+            let Some((group, pages)) = reads.pop_fetched() else {
                 let waited = Instant::now();
                 let more = reads.wait().await;
                 waits.io += waited.elapsed();
@@ -603,7 +612,6 @@ async fn stream_pages(
                 }
                 continue;
             };
-            reads.fetched_pages -= group.len();
             let pages = pages.finish(data, group).await;
             debug_assert_eq!(group.len(), pages.len());
             ready.extend(group.iter().zip(pages));
