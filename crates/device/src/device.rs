@@ -274,16 +274,6 @@ enum Raw {
 }
 
 impl FetchedPages<'_> {
-    /// The first page fetched.
-    pub fn first(&self) -> PageAddr {
-        self.first
-    }
-
-    /// How many pages were fetched.
-    pub fn count(&self) -> u32 {
-        self.count
-    }
-
     /// Checks (and corrects) each page as [`Device::read_page`] does; one
     /// page's failure does not fail the others. CPU only: no I/O.
     pub fn check(self) -> Vec<Result<PageRead, DeviceError>> {

@@ -90,10 +90,8 @@ enum PageRef {
 enum Fetched<'a> {
     /// Read and checked already (single pages, device pages).
     Read(Vec<Result<Bytes, ComputeError>>),
-    /// A logical run, not yet checked.
-    Run(quarry_volume::FetchedRun<'a>),
-    /// The whole group failed.
-    Failed(String),
+    /// A logical run, not yet checked (or the fetch's error).
+    Run(Result<quarry_volume::FetchedRun<'a>, quarry_volume::VolumeError>),
 }
 
 impl Fetched<'_> {
@@ -103,22 +101,27 @@ impl Fetched<'_> {
         data: &LocalData,
         items: &[PageItem],
     ) -> Vec<Result<Bytes, ComputeError>> {
-        match self {
-            Fetched::Read(pages) => pages,
-            Fetched::Run(run) => match run.finish().await {
-                Ok(pages) => data.logical_pages(items, pages),
-                Err(e) => {
-                    let message = format!("reading {} pages: {e}", items.len());
-                    items
-                        .iter()
-                        .map(|_| Err(data.storage(message.clone())))
-                        .collect()
-                }
-            },
-            Fetched::Failed(message) => items
-                .iter()
-                .map(|_| Err(data.storage(message.clone())))
+        let run = match self {
+            Fetched::Read(pages) => return pages,
+            Fetched::Run(run) => run,
+        };
+        let pages = match run {
+            Ok(run) => run.finish().await,
+            Err(e) => Err(e),
+        };
+        match pages {
+            Ok(pages) => pages
+                .into_iter()
+                .zip(items)
+                .map(|(page, item)| data.logical_page(item, page))
                 .collect(),
+            Err(e) => {
+                let message = format!("reading {} pages: {e}", items.len());
+                items
+                    .iter()
+                    .map(|_| Err(data.storage(message.clone())))
+                    .collect()
+            }
         }
     }
 }
@@ -296,11 +299,7 @@ impl LocalData {
             PageRef::Chunk(id) | PageRef::Volume(id) => {
                 let m = self.managed("logical pages")?;
                 match m.space.read(id).await {
-                    Ok(Some(page)) => Ok(page),
-                    Ok(None) if matches!(item.page, PageRef::Volume(_)) => Ok(self.zeros(m)),
-                    Ok(None) => Err(self.storage(format!(
-                        "page {id} of a chunk is not written (the chunk was released meanwhile)"
-                    ))),
+                    Ok(page) => self.logical_page(item, page),
                     Err(e) => Err(self.storage(format!("reading page {id}: {e}"))),
                 }
             }
@@ -310,6 +309,21 @@ impl LocalData {
                 .await
                 .map(|r| r.data)
                 .map_err(|e| self.storage(format!("reading device page {addr}: {e}"))),
+        }
+    }
+
+    /// A logical page as the space manager answered it: a volume's page
+    /// never written reads as zeros; a chunk's must be written.
+    fn logical_page(&self, item: &PageItem, page: Option<Bytes>) -> Result<Bytes, ComputeError> {
+        match (page, item.page) {
+            (Some(page), _) => Ok(page),
+            (None, PageRef::Volume(_)) => Ok(self.zeros(self.managed("volume pages")?)),
+            (None, PageRef::Chunk(id)) => Err(self.storage(format!(
+                "page {id} of a chunk is not written (the chunk was released meanwhile)"
+            ))),
+            (None, PageRef::Device(addr)) => {
+                Err(self.storage(format!("device page {addr} among logical pages")))
+            }
         }
     }
 
@@ -334,35 +348,7 @@ impl LocalData {
             }
             return Fetched::Read(out);
         };
-        match m.space.fetch_many(&ids).await {
-            Ok(run) => Fetched::Run(run),
-            Err(e) => Fetched::Failed(format!("reading {} pages: {e}", ids.len())),
-        }
-    }
-
-    /// The pages of a logical run as the space manager answered them.
-    fn logical_pages(
-        &self,
-        items: &[PageItem],
-        pages: Vec<Option<Bytes>>,
-    ) -> Vec<Result<Bytes, ComputeError>> {
-        pages
-            .into_iter()
-            .zip(items)
-            .map(|(page, item)| match (page, item.page) {
-                (Some(page), _) => Ok(page),
-                (None, PageRef::Volume(_)) => match self.managed("volume pages") {
-                    Ok(m) => Ok(self.zeros(m)),
-                    Err(e) => Err(e),
-                },
-                (None, PageRef::Chunk(id)) => Err(self.storage(format!(
-                    "page {id} of a chunk is not written (the chunk was released meanwhile)"
-                ))),
-                (None, PageRef::Device(addr)) => {
-                    Err(self.storage(format!("device page {addr} among logical pages")))
-                }
-            })
-            .collect()
+        Fetched::Run(m.space.fetch_many(&ids).await)
     }
 
     fn zeros(&self, m: &ManagedData) -> Bytes {
@@ -615,6 +601,9 @@ async fn stream_pages(
             let pages = pages.finish(data, group).await;
             debug_assert_eq!(group.len(), pages.len());
             ready.extend(group.iter().zip(pages));
+            // Counted per group, not per page: the tuner is behind a lock
+            // every run on the node shares.
+            setting = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
         }
         let Some((item, page)) = ready.pop_front() else {
             continue;
@@ -658,7 +647,6 @@ async fn stream_pages(
             block.push(page.slice(item.span.clone()));
         }
         bytes_read += len as u64;
-        setting = tuner.record(len as u64);
         if block.bytes >= setting.block_bytes {
             let waited = Instant::now();
             send(Message::Block {

@@ -52,6 +52,33 @@ impl StrictAndLax {
             lax,
         }
     }
+
+    /// `c/f` opened for writing through the strict mount.
+    fn open_strict(&self) -> File {
+        OpenOptions::new()
+            .write(true)
+            .open(self.strict.join("c/f"))
+            .unwrap()
+    }
+
+    /// A strict handle that wrote `mine`, after which the lax mount stored
+    /// `replacement`: its fsync fails with ESTALE, and it stays open.
+    fn stale_writer(&self, replacement: &[u8]) -> File {
+        let mut w = self.open_strict();
+        w.write_all(b"mine").unwrap();
+        fs::write(self.lax.join("c/f"), replacement).unwrap();
+        let e = w.sync_all().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+        w
+    }
+
+    /// The lax mount stores `replacement` while strict handle `w` has not
+    /// written yet: its first write fails with ESTALE.
+    fn replace_before_first_write(&self, mut w: File, replacement: &[u8]) {
+        fs::write(self.lax.join("c/f"), replacement).unwrap();
+        let e = w.write_all(b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    }
 }
 
 #[test]
@@ -179,27 +206,12 @@ fn the_conflict_policy_decides_between_two_writers() {
 
     // Fail on conflict: a writer whose base was replaced before its upload
     // gets ESTALE from fsync (and close), and stores nothing.
-    let mut w = OpenOptions::new()
-        .write(true)
-        .open(strict.join("c/f"))
-        .unwrap();
-    w.write_all(b"mine").unwrap();
-    fs::write(lax.join("c/f"), b"theirs").unwrap();
-    let e = w.sync_all().unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
-    drop(w);
+    drop(m.stale_writer(b"theirs"));
     assert_eq!(fs::read(lax.join("c/f")).unwrap(), b"theirs");
 
     // ... and one that opened before the replacement gets it at its
     // first write.
-    let mut w = OpenOptions::new()
-        .write(true)
-        .open(strict.join("c/f"))
-        .unwrap();
-    fs::write(lax.join("c/f"), b"again").unwrap();
-    let e = w.write_all(b"x").unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
-    drop(w);
+    m.replace_before_first_write(m.open_strict(), b"again");
     assert_eq!(fs::read(strict.join("c/f")).unwrap(), b"again");
 
     // A new file created under the same name by both: the second to close
@@ -223,25 +235,12 @@ fn an_open_beside_a_stale_writer_pins_the_current_version() {
     }
     let m = StrictAndLax::new();
     let (strict, lax) = (m.strict.clone(), m.lax.clone());
-    let mut stale = OpenOptions::new()
-        .write(true)
-        .open(strict.join("c/f"))
-        .unwrap();
-    stale.write_all(b"mine").unwrap();
-    fs::write(lax.join("c/f"), b"theirs").unwrap();
-    let e = stale.sync_all().unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
+    let stale = m.stale_writer(b"theirs");
     // The stale handle stays open while another opens, and the file is
     // replaced again before that one writes.
-    let mut w = OpenOptions::new()
-        .write(true)
-        .open(strict.join("c/f"))
-        .unwrap();
+    let w = m.open_strict();
     assert_eq!(fs::read(strict.join("c/f")).unwrap(), b"theirs");
-    fs::write(lax.join("c/f"), b"again").unwrap();
-    let e = w.write_all(b"x").unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::ESTALE));
-    drop(w);
+    m.replace_before_first_write(w, b"again");
     drop(stale);
     assert_eq!(fs::read(lax.join("c/f")).unwrap(), b"again");
 }

@@ -1527,7 +1527,7 @@ impl Inner {
         Ok(FetchedRun {
             inner: self,
             ids: ids.to_vec(),
-            at,
+            seqs: at.iter().map(|a| a.map(|(seq, _)| seq)).collect(),
             groups: groups
                 .into_iter()
                 .map(|(_, group)| group)
@@ -1856,8 +1856,9 @@ async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, Vol
 pub struct FetchedRun<'a> {
     inner: &'a Inner,
     ids: Vec<LogicalPage>,
-    /// Where each page was when it was looked up (`None`: not written).
-    at: Vec<Option<(u64, Phys)>>,
+    /// The version of each page when it was looked up (`None`: not
+    /// written).
+    seqs: Vec<Option<u64>>,
     /// Indices into `ids` of each device request, and what it fetched.
     groups: Vec<(
         Vec<usize>,
@@ -1885,7 +1886,7 @@ impl FetchedRun<'_> {
         let FetchedRun {
             inner,
             ids,
-            at,
+            seqs,
             groups,
         } = self;
         let mut out: Vec<Option<Bytes>> = vec![None; ids.len()];
@@ -1898,7 +1899,7 @@ impl FetchedRun<'_> {
             let pages = fetched.check();
             debug_assert_eq!(pages.len(), group.len());
             for (j, page) in group.into_iter().zip(pages) {
-                let Some((seq, _)) = at[j] else {
+                let Some(seq) = seqs[j] else {
                     continue;
                 };
                 let checked = match page {
