@@ -345,10 +345,10 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     Ok(())
 }
 
-/// Waits a moment before a measurement: the virtual disk's host goes on
-/// with the last reader's requests (and its read-ahead) for a while after
-/// the reader has its bytes, and a measurement started at once paid for
-/// them.
+/// Waits a moment before a measurement, so none starts while the virtual
+/// disk's host may still be busy with the last reader's requests (the
+/// measurements alternate between two readers; the pause is the same for
+/// both).
 fn settle() {
     std::thread::sleep(Duration::from_millis(250));
 }
