@@ -726,6 +726,12 @@ impl SpaceManager {
         self.inner.capacity(&self.inner.lock().blocks)
     }
 
+    /// Bytes of tag a page's spare area has room for beside its record
+    /// (the geometry's OOB size less [`OOB_RECORD_BYTES`]).
+    pub fn tag_capacity_bytes(&self) -> usize {
+        self.inner.geometry.oob_size_bytes as usize - OOB_RECORD_BYTES
+    }
+
     /// Writes one logical page (exactly [`page_size`](Self::page_size)
     /// bytes). When it returns `Ok`, the page is on the device with its OOB
     /// record and survives a crash; a concurrent write of the same page with
@@ -743,7 +749,9 @@ impl SpaceManager {
         let (seq, is_new) = self.inner.admit(id)?;
         let inner = Arc::clone(&self.inner);
         join(tokio::spawn(async move {
-            let result = inner.write_page(id, seq, is_new, data, &mut None).await;
+            let result = inner
+                .write_page(id, seq, is_new, data, &[], &mut None)
+                .await;
             if result.is_err() {
                 inner.lock().end_write(seq, is_new);
             }
@@ -768,7 +776,30 @@ impl SpaceManager {
         first: LogicalPage,
         pages: Vec<Bytes>,
     ) -> Result<(), VolumeError> {
+        self.write_run_tagged(first, pages, Bytes::new()).await
+    }
+
+    /// [`write_run`](Self::write_run) with `tag` kept in the first page's
+    /// spare area beside its record, covered by its checksum, and handed
+    /// back by [`read_tagged`](Self::read_tagged) and
+    /// [`FetchedRun::finish_tagged`] (garbage collection moves it with the
+    /// page). At most [`tag_capacity_bytes`](Self::tag_capacity_bytes).
+    pub async fn write_run_tagged(
+        &self,
+        first: LogicalPage,
+        pages: Vec<Bytes>,
+        tag: Bytes,
+    ) -> Result<(), VolumeError> {
         self.inner.check_open()?;
+        if tag.len() > self.tag_capacity_bytes() {
+            return Err(VolumeError::Config {
+                reason: format!(
+                    "a page tag of {} bytes (the spare area here has room for {})",
+                    tag.len(),
+                    self.tag_capacity_bytes()
+                ),
+            });
+        }
         let g = &self.inner.geometry;
         if pages.len() > MAX_RUN_PAGES {
             return Err(VolumeError::Config {
@@ -793,9 +824,9 @@ impl SpaceManager {
             });
         }
         let inner = Arc::clone(&self.inner);
-        join(tokio::spawn(
-            async move { inner.write_run(first, pages).await },
-        ))
+        join(tokio::spawn(async move {
+            inner.write_run(first, pages, tag).await
+        }))
         .await
     }
 
@@ -803,6 +834,12 @@ impl SpaceManager {
     /// The page read back is checked against its OOB record (identity,
     /// version, checksum); a mismatch is an error, never data.
     pub async fn read(&self, id: LogicalPage) -> Result<Option<Bytes>, VolumeError> {
+        Ok(self.read_tagged(id).await?.map(|page| page.data))
+    }
+
+    /// [`read`](Self::read), with the tag the page was written with (see
+    /// [`write_run_tagged`](Self::write_run_tagged)).
+    pub async fn read_tagged(&self, id: LogicalPage) -> Result<Option<TaggedPage>, VolumeError> {
         self.inner.check_open()?;
         self.inner.read(id).await
     }
@@ -1055,9 +1092,16 @@ impl Inner {
         seq: u64,
         is_new: bool,
         data: Bytes,
+        tag: &[u8],
         held: &mut Option<(usize, OwnedMutexGuard<()>)>,
     ) -> Result<(), VolumeError> {
-        let oob = Bytes::copy_from_slice(&OobRecord::for_data(id, seq, &data).encode());
+        let oob = Bytes::from(OobRecord::spare_area(
+            id,
+            seq,
+            &data,
+            tag,
+            self.geometry.oob_size_bytes as usize,
+        ));
         let mut gc_steps = 0u32;
         let mut failures = 0u32;
         loop {
@@ -1116,8 +1160,13 @@ impl Inner {
     /// Writes `pages` to consecutive logical pages from `first`, in order,
     /// on one chip while it has room (the chip `first`'s stretch of logical
     /// pages names): each page is programmed and installed before the next
-    /// one starts.
-    async fn write_run(&self, first: LogicalPage, pages: Vec<Bytes>) -> Result<(), VolumeError> {
+    /// one starts. `tag` goes with the first page.
+    async fn write_run(
+        &self,
+        first: LogicalPage,
+        pages: Vec<Bytes>,
+        tag: Bytes,
+    ) -> Result<(), VolumeError> {
         // Runs that start in the same block-sized stretch of logical pages go
         // to the same chip, one after another in the order they come: runs
         // written in sequence (the chunks of one object) then lie next to
@@ -1130,7 +1179,8 @@ impl Inner {
         for (i, data) in pages.into_iter().enumerate() {
             let id = LogicalPage::new(first.space, first.index + i as u64);
             let (seq, is_new) = self.admit(id)?;
-            let result = self.write_page(id, seq, is_new, data, &mut held).await;
+            let tag: &[u8] = if i == 0 { &tag } else { &[] };
+            let result = self.write_page(id, seq, is_new, data, tag, &mut held).await;
             if result.is_err() {
                 self.lock().end_write(seq, is_new);
                 return result;
@@ -1328,10 +1378,11 @@ impl Inner {
                     Err(DeviceError::Closed) => return Err(VolumeError::Closed),
                     Err(e) => Err(e.to_string()),
                     Ok(r) if r.erased => Err("reads as erased".to_string()),
-                    // The record checked is the copy's record: its bytes go along.
+                    // The record checked is the copy's record: its bytes,
+                    // and the tag after it, go along.
                     Ok(r) => self
                         .record_of(&r)
-                        .map(|rec| (rec, r.data, r.oob.slice(..OOB_RECORD_BYTES)))
+                        .map(|rec| (rec, r.data, r.oob))
                         .map_err(|e| e.to_string()),
                 };
                 match checked {
@@ -1447,7 +1498,7 @@ impl Inner {
         })
     }
 
-    async fn read(&self, id: LogicalPage) -> Result<Option<Bytes>, VolumeError> {
+    async fn read(&self, id: LogicalPage) -> Result<Option<TaggedPage>, VolumeError> {
         let _permit = self
             .reads
             .acquire()
@@ -1552,7 +1603,7 @@ impl Inner {
     }
 
     /// [`read`](Self::read) with the caller holding a read permit.
-    async fn read_permitted(&self, id: LogicalPage) -> Result<Option<Bytes>, VolumeError> {
+    async fn read_permitted(&self, id: LogicalPage) -> Result<Option<TaggedPage>, VolumeError> {
         let mut last: Option<(PageAddr, String)> = None;
         for _ in 0..MAX_READ_ATTEMPTS {
             let Some((seq, phys)) = self.lock().current(&id) else {
@@ -1564,7 +1615,12 @@ impl Inner {
                 Err(e) => e.to_string(),
                 Ok(r) if r.erased => "the page reads as erased".to_string(),
                 Ok(r) => match OobRecord::decode_checked(&r.oob, &r.data) {
-                    Ok(rec) if rec.page == id && rec.seq == seq => return Ok(Some(r.data)),
+                    Ok(rec) if rec.page == id && rec.seq == seq => {
+                        return Ok(Some(TaggedPage {
+                            tag: rec.tag_in(&r.oob),
+                            data: r.data,
+                        }))
+                    }
                     Ok(rec) => format!(
                         "the page holds {} version {}, not version {seq}",
                         rec.page, rec.seq
@@ -1851,6 +1907,18 @@ async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, Vol
     Ok(state)
 }
 
+/// A page read back with the tag it was written with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaggedPage {
+    /// The page's bytes.
+    pub data: Bytes,
+    /// The spare-area bytes after the record, as
+    /// [`SpaceManager::write_run_tagged`] was given them and padded with
+    /// 0xFF to [`SpaceManager::tag_capacity_bytes`]; all 0xFF for a page
+    /// written without a tag, empty for one written before tags existed.
+    pub tag: Bytes,
+}
+
 /// Pages fetched by [`SpaceManager::fetch_many`] and not yet checked.
 #[must_use = "fetched pages are of use only once finished"]
 pub struct FetchedRun<'a> {
@@ -1883,13 +1951,20 @@ impl FetchedRun<'_> {
     /// CPU only; the reads again are rare (a page moved by garbage
     /// collection meanwhile, or damaged).
     pub async fn finish(self) -> Result<Vec<Option<Bytes>>, VolumeError> {
+        let pages = self.finish_tagged().await?;
+        Ok(pages.into_iter().map(|p| p.map(|p| p.data)).collect())
+    }
+
+    /// [`finish`](Self::finish), with each page's tag (see
+    /// [`SpaceManager::write_run_tagged`]).
+    pub async fn finish_tagged(self) -> Result<Vec<Option<TaggedPage>>, VolumeError> {
         let FetchedRun {
             inner,
             ids,
             seqs,
             groups,
         } = self;
-        let mut out: Vec<Option<Bytes>> = vec![None; ids.len()];
+        let mut out: Vec<Option<TaggedPage>> = vec![None; ids.len()];
         let mut again = Vec::new();
         for (group, fetched) in groups {
             let Ok(fetched) = fetched else {
@@ -1907,7 +1982,10 @@ impl FetchedRun<'_> {
                         .record_of(&r)
                         .ok()
                         .filter(|rec| rec.page == ids[j] && rec.seq == seq)
-                        .map(|_| r.data),
+                        .map(|rec| TaggedPage {
+                            tag: rec.tag_in(&r.oob),
+                            data: r.data,
+                        }),
                     _ => None,
                 };
                 match checked {

@@ -1,19 +1,24 @@
 //! Logical page names and the record each programmed page carries in its OOB.
 //!
-//! Layout (little endian), 28 bytes at the start of the spare area:
+//! Layout (little endian), at the start of the spare area:
 //!
 //! | offset | bytes | field |
 //! |---|---|---|
 //! | 0 | 2 | magic `QV` |
-//! | 2 | 1 | format version (1) |
+//! | 2 | 1 | format version (2; 1 is still read) |
 //! | 3 | 1 | kind (1 = data page) |
 //! | 4 | 4 | owner space |
 //! | 8 | 8 | logical index in the space |
 //! | 16 | 8 | sequence number of the write |
-//! | 24 | 4 | CRC-32C of the page data followed by bytes 0..24 |
+//! | 24 | 4 | CRC-32C of the page data, bytes 0..24, and (version 2) bytes 28.. |
+//! | 28 | the rest | version 2: the writer's tag, padded with 0xFF |
 //!
-//! The device pads the rest of the spare area with 0xFF; an erased page's
-//! spare area is all 0xFF, which fails the magic.
+//! The tag lets a layer above keep a few bytes about a page beside it
+//! rather than in its data (the chunk store keeps a chunk's header there, so
+//! a 4 MiB chunk takes 64 pages of 64 KiB, not 65). Version 1 records (28
+//! bytes, the rest of the spare area unchecked) have no tag. The device pads
+//! what it is handed with 0xFF; an erased page's spare area is all 0xFF,
+//! which fails the magic.
 
 use std::fmt;
 
@@ -42,11 +47,15 @@ impl fmt::Display for LogicalPage {
     }
 }
 
-/// Bytes of the OOB record; the geometry's `oob_size_bytes` must be at least this.
+/// Bytes of the OOB record before the tag; the geometry's `oob_size_bytes`
+/// must be at least this, and what it has beyond is the room for a tag.
 pub const OOB_RECORD_BYTES: usize = 28;
 
 const MAGIC: [u8; 2] = *b"QV";
-const VERSION: u8 = 1;
+/// Records without a tag, checksummed over their first 24 bytes only.
+const VERSION_UNTAGGED: u8 = 1;
+/// Records followed by a tag, checksummed with it.
+const VERSION_TAGGED: u8 = 2;
 const KIND_DATA: u8 = 1;
 const CRC_AT: usize = 24;
 
@@ -56,6 +65,8 @@ pub(crate) struct OobRecord {
     pub page: LogicalPage,
     pub seq: u64,
     pub crc: u32,
+    /// Version 2: bytes 28.. of the spare area are the writer's tag.
+    pub tagged: bool,
 }
 
 /// Why a spare area is not a valid record.
@@ -79,28 +90,43 @@ impl fmt::Display for OobError {
     }
 }
 
-fn checksum(data: &[u8], head: &[u8]) -> u32 {
-    crc32c::crc32c_append(crc32c::crc32c(data), head)
+/// The record's checksum over `data` and the spare area `spare` it heads.
+fn checksum(data: &[u8], spare: &[u8], tagged: bool) -> u32 {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(data), &spare[..CRC_AT]);
+    if tagged {
+        crc32c::crc32c_append(crc, &spare[OOB_RECORD_BYTES..])
+    } else {
+        crc
+    }
 }
 
 impl OobRecord {
-    /// The record for writing `data` as `page` at sequence `seq`.
-    pub fn for_data(page: LogicalPage, seq: u64, data: &[u8]) -> OobRecord {
-        let mut rec = OobRecord { page, seq, crc: 0 };
-        rec.crc = checksum(data, &rec.encode()[..CRC_AT]);
-        rec
-    }
-
-    /// The bytes to hand the device as OOB.
-    pub fn encode(&self) -> [u8; OOB_RECORD_BYTES] {
-        let mut b = [0u8; OOB_RECORD_BYTES];
+    /// The whole spare area (`spare_bytes`, the geometry's OOB size) for
+    /// writing `data` as `page` at sequence `seq` with `tag`: a version 2
+    /// record, the tag, 0xFF padding. The checksum covers all of it, so what
+    /// a read hands back as the tag is what was written.
+    pub fn spare_area(
+        page: LogicalPage,
+        seq: u64,
+        data: &[u8],
+        tag: &[u8],
+        spare_bytes: usize,
+    ) -> Vec<u8> {
+        assert!(
+            OOB_RECORD_BYTES + tag.len() <= spare_bytes,
+            "a tag of {} bytes in a spare area of {spare_bytes}",
+            tag.len()
+        );
+        let mut b = vec![0xFF; spare_bytes];
         b[0..2].copy_from_slice(&MAGIC);
-        b[2] = VERSION;
+        b[2] = VERSION_TAGGED;
         b[3] = KIND_DATA;
-        b[4..8].copy_from_slice(&self.page.space.to_le_bytes());
-        b[8..16].copy_from_slice(&self.page.index.to_le_bytes());
-        b[16..24].copy_from_slice(&self.seq.to_le_bytes());
-        b[24..28].copy_from_slice(&self.crc.to_le_bytes());
+        b[4..8].copy_from_slice(&page.space.to_le_bytes());
+        b[8..16].copy_from_slice(&page.index.to_le_bytes());
+        b[16..24].copy_from_slice(&seq.to_le_bytes());
+        b[OOB_RECORD_BYTES..OOB_RECORD_BYTES + tag.len()].copy_from_slice(tag);
+        let crc = checksum(data, &b, true);
+        b[CRC_AT..OOB_RECORD_BYTES].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -109,7 +135,12 @@ impl OobRecord {
         if oob.len() < OOB_RECORD_BYTES || oob[0..2] != MAGIC {
             return Err(OobError::NotARecord);
         }
-        if oob[2] != VERSION || oob[3] != KIND_DATA {
+        let tagged = match oob[2] {
+            VERSION_UNTAGGED => false,
+            VERSION_TAGGED => true,
+            _ => return Err(OobError::Unknown),
+        };
+        if oob[3] != KIND_DATA {
             return Err(OobError::Unknown);
         }
         let u32_at = |at: usize| u32::from_le_bytes(oob[at..at + 4].try_into().expect("4 bytes"));
@@ -121,40 +152,93 @@ impl OobRecord {
             },
             seq: u64_at(16),
             crc: u32_at(CRC_AT),
+            tagged,
         })
     }
 
     /// Parses a spare area and checks the checksum over `data` and the record.
     pub fn decode_checked(oob: &[u8], data: &[u8]) -> Result<OobRecord, OobError> {
         let rec = OobRecord::decode(oob)?;
-        if checksum(data, &oob[..CRC_AT]) != rec.crc {
+        if checksum(data, oob, rec.tagged) != rec.crc {
             return Err(OobError::Checksum);
         }
         Ok(rec)
+    }
+
+    /// The tag in `oob`, the spare area this record was decoded from: what
+    /// follows the record, padding included (empty for version 1).
+    pub fn tag_in(&self, oob: &bytes::Bytes) -> bytes::Bytes {
+        if self.tagged {
+            oob.slice(OOB_RECORD_BYTES.min(oob.len())..)
+        } else {
+            bytes::Bytes::new()
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
     use proptest::prelude::*;
+
+    /// A version 1 record as builds before tags wrote it.
+    fn version_1(page: LogicalPage, seq: u64, data: &[u8]) -> Vec<u8> {
+        let mut b = vec![0u8; OOB_RECORD_BYTES];
+        b[0..2].copy_from_slice(b"QV");
+        b[2] = 1;
+        b[3] = 1;
+        b[4..8].copy_from_slice(&page.space.to_le_bytes());
+        b[8..16].copy_from_slice(&page.index.to_le_bytes());
+        b[16..24].copy_from_slice(&seq.to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(data), &b[..24]);
+        b[24..28].copy_from_slice(&crc.to_le_bytes());
+        // The device padded it.
+        b.resize(64, 0xFF);
+        b
+    }
 
     #[test]
     fn round_trip_and_checksum() {
         let data = vec![0x5Au8; 512];
         let page = LogicalPage::new(7, 1 << 40);
-        let rec = OobRecord::for_data(page, 99, &data);
-        let mut oob = rec.encode().to_vec();
-        oob.resize(64, 0xFF);
-        assert_eq!(OobRecord::decode_checked(&oob, &data), Ok(rec));
+        let mut oob = OobRecord::spare_area(page, 99, &data, b"tag!", 64);
+        assert_eq!(oob.len(), 64);
+        let rec = OobRecord::decode_checked(&oob, &data).unwrap();
+        assert_eq!((rec.page, rec.seq, rec.tagged), (page, 99, true));
+        let tag = rec.tag_in(&Bytes::from(oob.clone()));
+        assert_eq!(&tag[..4], b"tag!");
+        assert!(tag[4..].iter().all(|&b| b == 0xFF), "padded: {tag:?}");
         let mut other = data.clone();
         other[100] ^= 1;
         assert_eq!(
             OobRecord::decode_checked(&oob, &other),
             Err(OobError::Checksum)
         );
-        // Changing the identity breaks the checksum too.
-        oob[4] ^= 1;
+        // Changing the identity or the tag breaks the checksum too.
+        for at in [4, 30, 63] {
+            oob[at] ^= 1;
+            assert_eq!(
+                OobRecord::decode_checked(&oob, &data),
+                Err(OobError::Checksum),
+                "byte {at}"
+            );
+            oob[at] ^= 1;
+        }
+    }
+
+    #[test]
+    fn version_1_records_still_read_and_have_no_tag() {
+        let data = vec![3u8; 512];
+        let page = LogicalPage::new(1, 5);
+        let mut oob = version_1(page, 8, &data);
+        let rec = OobRecord::decode_checked(&oob, &data).unwrap();
+        assert_eq!((rec.page, rec.seq, rec.tagged), (page, 8, false));
+        assert!(rec.tag_in(&Bytes::from(oob.clone())).is_empty());
+        // Its padding was never covered by the checksum.
+        oob[40] = 0;
+        assert!(OobRecord::decode_checked(&oob, &data).is_ok());
+        oob[5] ^= 1;
         assert_eq!(
             OobRecord::decode_checked(&oob, &data),
             Err(OobError::Checksum)
@@ -166,9 +250,18 @@ mod tests {
         assert_eq!(OobRecord::decode(&[0xFF; 64]), Err(OobError::NotARecord));
         assert_eq!(OobRecord::decode(&[0; 64]), Err(OobError::NotARecord));
         assert_eq!(OobRecord::decode(b"QV"), Err(OobError::NotARecord));
-        let mut oob = OobRecord::for_data(LogicalPage::new(1, 2), 3, b"x").encode();
+        let mut oob = OobRecord::spare_area(LogicalPage::new(1, 2), 3, b"x", &[], 28);
         oob[2] = 9;
         assert_eq!(OobRecord::decode(&oob), Err(OobError::Unknown));
+        oob[2] = 2;
+        oob[3] = 7;
+        assert_eq!(OobRecord::decode(&oob), Err(OobError::Unknown));
+    }
+
+    #[test]
+    #[should_panic(expected = "a tag of 37 bytes in a spare area of 64")]
+    fn a_tag_beyond_the_spare_area_is_refused() {
+        let _ = OobRecord::spare_area(LogicalPage::new(1, 2), 3, b"x", &[0; 37], 64);
     }
 
     proptest! {
@@ -179,10 +272,20 @@ mod tests {
         }
 
         #[test]
-        fn any_record_round_trips(space: u32, index: u64, seq: u64, fill: u8) {
+        fn any_record_round_trips(
+            space: u32,
+            index: u64,
+            seq: u64,
+            fill: u8,
+            tag in proptest::collection::vec(any::<u8>(), 0..=36),
+        ) {
             let data = vec![fill; 512];
-            let rec = OobRecord::for_data(LogicalPage::new(space, index), seq, &data);
-            prop_assert_eq!(OobRecord::decode_checked(&rec.encode(), &data), Ok(rec));
+            let page = LogicalPage::new(space, index);
+            let oob = OobRecord::spare_area(page, seq, &data, &tag, 64);
+            let rec = OobRecord::decode_checked(&oob, &data).unwrap();
+            prop_assert_eq!((rec.page, rec.seq), (page, seq));
+            let back = rec.tag_in(&Bytes::from(oob));
+            prop_assert_eq!(&back[..tag.len()], &tag[..]);
         }
     }
 }

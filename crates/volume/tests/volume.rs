@@ -977,3 +977,91 @@ async fn runs_read_back_in_any_order_through_overwrites_gc_and_a_crash() {
     check_model(&m, &model).await;
     m.close().await.unwrap();
 }
+
+/// The tag a run's first page carries in these tests: its number, repeated
+/// to a length that varies with it (up to the whole room).
+fn run_tag(run: u64, room: usize) -> Bytes {
+    Bytes::from(vec![run as u8 + 1; (run as usize * 7) % (room + 1)])
+}
+
+/// What a page written with `tag` reads back as its tag: the bytes, then
+/// 0xFF up to the room.
+fn padded(tag: &[u8], room: usize) -> Vec<u8> {
+    let mut want = tag.to_vec();
+    want.resize(room, 0xFF);
+    want
+}
+
+async fn check_tags(m: &SpaceManager, space: u32, runs: u64, run_pages: u64) {
+    let room = m.tag_capacity_bytes();
+    let ids: Vec<LogicalPage> = (0..runs * run_pages)
+        .map(|i| LogicalPage::new(space, i))
+        .collect();
+    let fetched = m.fetch_many(&ids).await.unwrap().finish_tagged().await;
+    for (&id, page) in ids.iter().zip(fetched.unwrap()) {
+        let page = page.expect("written");
+        assert_eq!(version_of(id, &page.data), 1, "{id}");
+        let (run, k) = (id.index / run_pages, id.index % run_pages);
+        let want = if k == 0 {
+            padded(&run_tag(run, room), room)
+        } else {
+            padded(&[], room)
+        };
+        assert_eq!(&page.tag[..], &want[..], "fetched {id}");
+        let single = m.read_tagged(id).await.unwrap().expect("written");
+        assert_eq!(single, page, "read {id}");
+    }
+}
+
+/// A run's tag stays with its first page through reads, garbage
+/// collection's moves and a crash; a tag beyond the spare area is refused
+/// before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_stay_with_their_pages_through_gc_and_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, weak) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let size = m.page_size();
+    let room = m.tag_capacity_bytes();
+    assert_eq!(room, 64 - quarry_volume::OOB_RECORD_BYTES);
+    let (space, runs, run_pages) = (4u32, 12u64, 5u64);
+    for r in 0..runs {
+        let first = LogicalPage::new(space, r * run_pages);
+        let pages = (0..run_pages)
+            .map(|i| content(LogicalPage::new(space, first.index + i), 1, size))
+            .collect();
+        m.write_run_tagged(first, pages, run_tag(r, room))
+            .await
+            .unwrap();
+    }
+    check_tags(&m, space, runs, run_pages).await;
+    // Every page but the first of each run written again (untagged): the
+    // runs' blocks then hold only the first pages live, garbage collection
+    // takes those blocks first, and the tags move with the pages.
+    for r in 0..runs {
+        for k in 1..run_pages {
+            let id = LogicalPage::new(space, r * run_pages + k);
+            m.write(id, content(id, 1, size)).await.unwrap();
+        }
+    }
+    m.collect_garbage(16).await.unwrap();
+    assert!(m.stats().gc_pages_moved > 0, "{:?}", m.stats());
+    check_tags(&m, space, runs, run_pages).await;
+    crash(m, weak).await;
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    check_tags(&m, space, runs, run_pages).await;
+
+    let first = LogicalPage::new(space, 500);
+    let pages = vec![content(first, 1, size)];
+    let err = m
+        .write_run_tagged(first, pages, Bytes::from(vec![1; room + 1]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("a page tag of {} bytes", room + 1)) && err.contains("room for 36"),
+        "{err}"
+    );
+    assert_eq!(m.read(first).await.unwrap(), None);
+    m.verify().unwrap();
+    m.close().await.unwrap();
+}
