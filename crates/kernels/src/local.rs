@@ -25,7 +25,7 @@ use futures::FutureExt;
 use quarry_device::{Device, PageAddr};
 use quarry_proto::NodeId;
 use quarry_store::{ChunkLocation, Fingerprint, VolumeNodeStore};
-use quarry_volume::{LogicalPage, SpaceManager, VolumeRegistry};
+use quarry_volume::{LogicalPage, SpaceManager, TaggedPage, VolumeRegistry};
 use tokio::sync::mpsc;
 
 use crate::engine_error::ComputeError;
@@ -89,7 +89,7 @@ enum PageRef {
 /// A group of page reads whose bytes are in.
 enum Fetched<'a> {
     /// Read and checked already (single pages, device pages).
-    Read(Vec<Result<Bytes, ComputeError>>),
+    Read(Vec<Result<TaggedPage, ComputeError>>),
     /// A logical run, not yet checked (or the fetch's error).
     Run(Result<quarry_volume::FetchedRun<'a>, quarry_volume::VolumeError>),
 }
@@ -100,13 +100,13 @@ impl Fetched<'_> {
         self,
         data: &LocalData,
         items: &[PageItem],
-    ) -> Vec<Result<Bytes, ComputeError>> {
+    ) -> Vec<Result<TaggedPage, ComputeError>> {
         let run = match self {
             Fetched::Read(pages) => return pages,
             Fetched::Run(run) => run,
         };
         let pages = match run {
-            Ok(run) => run.finish().await,
+            Ok(run) => run.finish_tagged().await,
             Err(e) => Err(e),
         };
         match pages {
@@ -294,11 +294,11 @@ impl LocalData {
         Ok((items, total))
     }
 
-    async fn read(&self, item: &PageItem) -> Result<Bytes, ComputeError> {
+    async fn read(&self, item: &PageItem) -> Result<TaggedPage, ComputeError> {
         match item.page {
             PageRef::Chunk(id) | PageRef::Volume(id) => {
                 let m = self.managed("logical pages")?;
-                match m.space.read(id).await {
+                match m.space.read_tagged(id).await {
                     Ok(page) => self.logical_page(item, page),
                     Err(e) => Err(self.storage(format!("reading page {id}: {e}"))),
                 }
@@ -307,17 +307,27 @@ impl LocalData {
                 .device
                 .read_page(addr)
                 .await
-                .map(|r| r.data)
+                .map(|r| TaggedPage {
+                    data: r.data,
+                    tag: Bytes::new(),
+                })
                 .map_err(|e| self.storage(format!("reading device page {addr}: {e}"))),
         }
     }
 
     /// A logical page as the space manager answered it: a volume's page
     /// never written reads as zeros; a chunk's must be written.
-    fn logical_page(&self, item: &PageItem, page: Option<Bytes>) -> Result<Bytes, ComputeError> {
+    fn logical_page(
+        &self,
+        item: &PageItem,
+        page: Option<TaggedPage>,
+    ) -> Result<TaggedPage, ComputeError> {
         match (page, item.page) {
             (Some(page), _) => Ok(page),
-            (None, PageRef::Volume(_)) => Ok(self.zeros(self.managed("volume pages")?)),
+            (None, PageRef::Volume(_)) => Ok(TaggedPage {
+                data: self.zeros(self.managed("volume pages")?),
+                tag: Bytes::new(),
+            }),
             (None, PageRef::Chunk(id)) => Err(self.storage(format!(
                 "page {id} of a chunk is not written (the chunk was released meanwhile)"
             ))),
@@ -357,7 +367,7 @@ impl LocalData {
             .clone()
     }
 
-    fn check_header(&self, item: &PageItem, page: &[u8]) -> Result<(), ComputeError> {
+    fn check_header(&self, item: &PageItem, page: &TaggedPage) -> Result<(), ComputeError> {
         if let Some((fp, location, len)) = &item.header {
             let m = self.managed("chunks")?;
             m.store
@@ -619,6 +629,7 @@ async fn stream_pages(
         }
         let page = page?;
         data.check_header(item, &page)?;
+        let page = page.data;
         let Some(bytes) = page.get(item.span.clone()) else {
             return Err(data.storage(format!(
                 "a page of {} bytes has no bytes {:?}",

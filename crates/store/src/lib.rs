@@ -91,7 +91,7 @@ pub use usage::{BucketUsage, Usage};
 pub use volume_backed::{
     open_volume_node, ChunkPageSpan, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore,
     VolumeNodeStore, VolumeObjectStore, VolumeStoreConfig, VolumeTableConfig, VolumeTableStats,
-    VolumeTableStore, CHUNK_HEADER_BYTES, CHUNK_MAGIC, DEFAULT_CHUNK_SPACE, DEFAULT_LOG_SPACE,
-    DEFAULT_SNAPSHOT_SPACE, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_TABLE_KEY_BYTES,
+    VolumeTableStore, CHUNK_HEADER_BYTES, CHUNK_MAGIC, CHUNK_TAG_BYTES, DEFAULT_CHUNK_SPACE,
+    DEFAULT_LOG_SPACE, DEFAULT_SNAPSHOT_SPACE, MAX_BATCH_BYTES, MAX_BATCH_OPS, MAX_TABLE_KEY_BYTES,
     MAX_TABLE_VALUE_BYTES,
 };

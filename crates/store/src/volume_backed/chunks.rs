@@ -1,13 +1,15 @@
 //! [`VolumeChunkStore`]: chunk bytes on consecutive logical pages of one
-//! volume space, each extent starting with a header that names it.
+//! volume space, each extent's first page naming the chunk: in its spare
+//! area (the volume's page tag), or, where the spare area has no room for
+//! that and in stores written before tags, in a header before the bytes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::{Bytes, BytesMut};
-use quarry_volume::{LogicalPage, SpaceManager};
+use quarry_volume::{LogicalPage, SpaceManager, TaggedPage};
 
-use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error};
+use super::{paginate, paginate_bytes, read_pages, trim_pages, u32_at, u64_at, volume_error};
 use crate::chunking::{check_chunk_len, MAX_CHUNK_SIZE};
 use crate::data::{ChunkLocation, ChunkStore};
 use crate::error::{Result, StoreError};
@@ -16,14 +18,42 @@ use crate::fingerprint::Fingerprint;
 /// The space chunks live in unless configured otherwise.
 pub const DEFAULT_CHUNK_SPACE: u32 = 1;
 
-/// Magic at the start of an extent's first page.
+/// Magic at the start of an in-page header.
 pub const CHUNK_MAGIC: [u8; 4] = *b"QCHK";
 
-/// Bytes of the header at the start of an extent's first page.
+/// Bytes of an in-page header, before the chunk's bytes on its first page.
 pub const CHUNK_HEADER_BYTES: usize = 64;
+
+/// Bytes of the tag that names a chunk in its first page's spare area.
+pub const CHUNK_TAG_BYTES: usize = 36;
 
 const CHUNK_FORMAT: u8 = 1;
 const CRC_AT: usize = 60;
+/// The first byte of a chunk tag: its format.
+const CHUNK_TAG_FORMAT: u8 = 2;
+/// A tag keeps the length in 3 bytes.
+const _: () = assert!(MAX_CHUNK_SIZE < 1 << 24);
+
+/// Where an extent keeps the header that names its chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// In the first page's tag: the pages hold the bytes alone (format 2).
+    InTag,
+    /// In the first [`CHUNK_HEADER_BYTES`] of the first page, the bytes
+    /// after it (format 1: stores written before tags, and volumes whose
+    /// spare area has no room for [`CHUNK_TAG_BYTES`]).
+    InPage,
+}
+
+impl Layout {
+    /// Bytes on the first page before the chunk's.
+    fn header_bytes(self) -> usize {
+        match self {
+            Layout::InTag => 0,
+            Layout::InPage => CHUNK_HEADER_BYTES,
+        }
+    }
+}
 
 /// The fingerprint [`VolumeChunkStore::extents`] reports for pages no header
 /// covers (no chunk record can name it, so the node trims them).
@@ -73,8 +103,8 @@ pub struct VolumeChunkStats {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
-    /// A chunk written with this fingerprint.
-    Chunk(Fingerprint),
+    /// A chunk written with this fingerprint, its header kept so.
+    Chunk(Fingerprint, Layout),
     /// Mapped pages no header covers (found at open): to be trimmed.
     Headerless,
     /// Pages that could not be read at open: kept out of everybody's way.
@@ -170,8 +200,50 @@ impl Header {
         h
     }
 
+    /// The tag naming this chunk in its first page's spare area.
+    fn encode_tag(&self) -> [u8; CHUNK_TAG_BYTES] {
+        let mut t = [0u8; CHUNK_TAG_BYTES];
+        t[0] = CHUNK_TAG_FORMAT;
+        t[1..4].copy_from_slice(&self.len.to_le_bytes()[..3]);
+        t[4..36].copy_from_slice(&self.fingerprint.0);
+        t
+    }
+
     /// The header of the extent starting at `space`/`first_page`, if `page`
-    /// holds a valid one for exactly that place.
+    /// (read from there) names a chunk: in its tag, else in its first bytes.
+    /// A tag needs no place of its own: the volume checked that the page is
+    /// the one asked for, and the tag is under the page record's checksum.
+    fn of_page(
+        page: &TaggedPage,
+        space: u32,
+        first_page: u64,
+        page_size: usize,
+    ) -> Option<(Header, Layout)> {
+        if let Some(h) = Header::decode_tag(&page.tag, space, first_page, page_size) {
+            return Some((h, Layout::InTag));
+        }
+        Header::decode(&page.data, space, first_page, page_size).map(|h| (h, Layout::InPage))
+    }
+
+    fn decode_tag(tag: &[u8], space: u32, first_page: u64, page_size: usize) -> Option<Header> {
+        if tag.len() < CHUNK_TAG_BYTES || tag[0] != CHUNK_TAG_FORMAT {
+            return None;
+        }
+        let len = u32::from_le_bytes([tag[1], tag[2], tag[3], 0]);
+        if len == 0 || len > MAX_CHUNK_SIZE {
+            return None;
+        }
+        Some(Header {
+            space,
+            pages: pages_for(len as usize, page_size, Layout::InTag) as u32,
+            first_page,
+            len,
+            fingerprint: Fingerprint(tag[4..36].try_into().expect("32 bytes")),
+        })
+    }
+
+    /// The in-page header of the extent starting at `space`/`first_page`, if
+    /// `page` holds a valid one for exactly that place.
     fn decode(page: &[u8], space: u32, first_page: u64, page_size: usize) -> Option<Header> {
         if page.len() < CHUNK_HEADER_BYTES
             || page[0..4] != CHUNK_MAGIC
@@ -191,14 +263,14 @@ impl Header {
             && h.first_page == first_page
             && h.len > 0
             && h.len <= MAX_CHUNK_SIZE
-            && u64::from(h.pages) == pages_for(h.len as usize, page_size);
+            && u64::from(h.pages) == pages_for(h.len as usize, page_size, Layout::InPage);
         ok.then_some(h)
     }
 }
 
 /// Pages an extent of a `len`-byte chunk spans.
-fn pages_for(len: usize, page_size: usize) -> u64 {
-    (CHUNK_HEADER_BYTES + len).div_ceil(page_size) as u64
+fn pages_for(len: usize, page_size: usize, layout: Layout) -> u64 {
+    (layout.header_bytes() + len).div_ceil(page_size) as u64
 }
 
 /// Bytes of a chunk on one logical page: see [`VolumeChunkStore::page_spans`].
@@ -216,13 +288,20 @@ struct Inner {
     page_size: usize,
     logical_pages: u64,
     keep_free_pages: u64,
+    /// How new chunks keep their header.
+    layout: Layout,
     state: Mutex<State>,
 }
 
 /// Chunk bytes over a [`SpaceManager`]: each chunk occupies consecutive
-/// logical pages of the chunk space, the first starting with a 64-byte
-/// header (magic, space, page count, first page, length, fingerprint,
-/// CRC-32C) followed by the bytes; the last page is padded with zeros.
+/// logical pages of the chunk space, the last padded with zeros. The first
+/// page names the chunk (length, fingerprint) in its 36-byte tag, beside
+/// the volume's record in the spare area, so the pages hold the bytes alone
+/// (a 4 MiB chunk of 64 KiB pages takes 64 pages, and a scan reads nothing
+/// else). Where the spare area has no room for the tag, and in stores
+/// written before tags, a 64-byte header (magic, space, page count, first
+/// page, length, fingerprint, CRC-32C) precedes the bytes instead; both
+/// kinds are read.
 ///
 /// - `write` allocates a range (next fit in `0..logical_pages`), programs
 ///   the header page, then the others (32 at a time), and returns when all
@@ -268,14 +347,20 @@ impl VolumeChunkStore {
                 2 * CHUNK_HEADER_BYTES
             )));
         }
-        if config.logical_pages < pages_for(MAX_CHUNK_SIZE as usize, page_size) {
+        if config.logical_pages < pages_for(MAX_CHUNK_SIZE as usize, page_size, Layout::InPage) {
             return Err(StoreError::Backend(format!(
                 "a chunk space of {} logical pages cannot hold a chunk of {MAX_CHUNK_SIZE} bytes",
                 config.logical_pages
             )));
         }
         let capacity = volume.capacity_pages();
+        let layout = if volume.tag_capacity_bytes() >= CHUNK_TAG_BYTES {
+            Layout::InTag
+        } else {
+            Layout::InPage
+        };
         let inner = Inner {
+            layout,
             space: config.space,
             page_size,
             logical_pages: config.logical_pages,
@@ -305,8 +390,9 @@ impl VolumeChunkStore {
     /// Where bytes `range` of the `len`-byte chunk at `location` lie, page
     /// by page: for a reader that streams a chunk straight off its pages
     /// (near-data kernels) instead of assembling it with
-    /// [`ChunkStore::read`]. The first page also holds the chunk's header,
-    /// which such a reader checks with [`check_first_page`](Self::check_first_page).
+    /// [`ChunkStore::read`]. The first page names the chunk (in its tag, or
+    /// in a header before the bytes), which such a reader checks with
+    /// [`check_first_page`](Self::check_first_page).
     pub fn page_spans(
         &self,
         location: ChunkLocation,
@@ -314,8 +400,16 @@ impl VolumeChunkStore {
         range: std::ops::Range<u32>,
     ) -> Result<Vec<ChunkPageSpan>> {
         let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
+        let layout = match self.inner.lock().extents.get(&location.first_page) {
+            Some(Extent {
+                kind: Kind::Chunk(_, layout),
+                pages,
+                ..
+            }) if *pages == location.pages => *layout,
+            _ => return Err(bad("this store holds no chunk there".into())),
+        };
         if location.space != self.inner.space
-            || u64::from(location.pages) != pages_for(len as usize, self.inner.page_size)
+            || u64::from(location.pages) != pages_for(len as usize, self.inner.page_size, layout)
         {
             return Err(bad(format!(
                 "not the extent of a {len}-byte chunk in chunk space {}",
@@ -330,8 +424,9 @@ impl VolumeChunkStore {
         }
         let page_size = self.inner.page_size as u64;
         let mut spans = Vec::new();
-        let mut at = u64::from(range.start) + CHUNK_HEADER_BYTES as u64;
-        let end = u64::from(range.end) + CHUNK_HEADER_BYTES as u64;
+        let header_bytes = layout.header_bytes() as u64;
+        let mut at = u64::from(range.start) + header_bytes;
+        let end = u64::from(range.end) + header_bytes;
         while at < end {
             let page = at / page_size;
             let in_page = (at % page_size) as usize;
@@ -346,8 +441,8 @@ impl VolumeChunkStore {
         Ok(spans)
     }
 
-    /// Checks that `page`, read from the first page of `location`, is the
-    /// header of chunk `fingerprint` of `len` bytes: a reader streaming a
+    /// Checks that `page`, read from the first page of `location`, names
+    /// chunk `fingerprint` of `len` bytes: a reader streaming a
     /// chunk's pages must not take the bytes of a chunk written there after
     /// this one was released. The pages themselves are checked by the space
     /// manager (OOB checksum, ECC) as they are read.
@@ -356,10 +451,10 @@ impl VolumeChunkStore {
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
-        page: &[u8],
+        page: &TaggedPage,
     ) -> Result<()> {
         let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
-        let h = Header::decode(
+        let (h, _) = Header::of_page(
             page,
             self.inner.space,
             location.first_page,
@@ -391,10 +486,10 @@ impl Inner {
         self.state.lock().expect("chunk state lock")
     }
 
-    async fn read_page(&self, index: u64) -> Result<Option<Bytes>> {
+    async fn read_page(&self, index: u64) -> Result<Option<TaggedPage>> {
         let id = LogicalPage::new(self.space, index);
         self.volume
-            .read(id)
+            .read_tagged(id)
             .await
             .map_err(|e| volume_error(format_args!("reading chunk page {id}"), e))
     }
@@ -439,15 +534,15 @@ impl Inner {
                 Err(_) => None,
             };
             let header = page
-                .as_deref()
-                .and_then(|b| Header::decode(b, self.space, p, self.page_size));
-            if let Some(h) = header {
+                .as_ref()
+                .and_then(|page| Header::of_page(page, self.space, p, self.page_size));
+            if let Some((h, layout)) = header {
                 flush(&mut st, &mut run);
                 st.insert(
                     p,
                     Extent {
                         pages: h.pages,
-                        kind: Kind::Chunk(h.fingerprint),
+                        kind: Kind::Chunk(h.fingerprint, layout),
                         busy: false,
                     },
                 );
@@ -485,7 +580,8 @@ impl Inner {
         data: Bytes,
     ) -> Result<ChunkLocation> {
         check_chunk_len(fingerprint, &data)?;
-        let pages = pages_for(data.len(), self.page_size);
+        let layout = self.layout;
+        let pages = pages_for(data.len(), self.page_size, layout);
         let v = self.volume.stats();
         if v.live_pages + pages + self.keep_free_pages > v.capacity_pages {
             return Err(StoreError::Backend(format!(
@@ -510,7 +606,7 @@ impl Inner {
                 first,
                 Extent {
                     pages: pages as u32,
-                    kind: Kind::Chunk(fingerprint),
+                    kind: Kind::Chunk(fingerprint, layout),
                     busy: true,
                 },
             );
@@ -528,20 +624,27 @@ impl Inner {
             len: data.len() as u32,
             fingerprint,
         };
-        // Header page first: a mapped page of an extent always has its
-        // header page mapped before it (the scan at open relies on it).
-        let mut bytes = Vec::with_capacity(CHUNK_HEADER_BYTES + data.len());
-        bytes.extend_from_slice(&header.encode());
-        bytes.extend_from_slice(&data);
-        drop(data);
         // One run: the pages follow one another on one chip, so a scan reads
         // the chunk in a few large requests, and they are written in order,
-        // header page first.
-        let page_data = paginate(bytes, self.page_size);
-        let result = self
-            .volume
-            .write_run(LogicalPage::new(self.space, first), page_data)
-            .await
+        // the page naming the chunk first (a mapped page of an extent always
+        // has its first page mapped before it: the scan at open relies on it).
+        let first_id = LogicalPage::new(self.space, first);
+        let written = match layout {
+            Layout::InTag => {
+                let tag = Bytes::copy_from_slice(&header.encode_tag());
+                let page_data = paginate_bytes(data, self.page_size);
+                self.volume.write_run_tagged(first_id, page_data, tag).await
+            }
+            Layout::InPage => {
+                let mut bytes = Vec::with_capacity(CHUNK_HEADER_BYTES + data.len());
+                bytes.extend_from_slice(&header.encode());
+                bytes.extend_from_slice(&data);
+                drop(data);
+                let page_data = paginate(bytes, self.page_size);
+                self.volume.write_run(first_id, page_data).await
+            }
+        };
+        let result = written
             .map_err(|e| volume_error(format_args!("writing chunk pages {first}+{pages}"), e));
         match result {
             Ok(()) => {
@@ -616,8 +719,10 @@ impl Inner {
             .read_page(location.first_page)
             .await?
             .ok_or_else(|| bad("its first page is not written (trimmed?)".into()))?;
-        let h = Header::decode(&first, self.space, location.first_page, self.page_size)
+        let (h, layout) = Header::of_page(&first, self.space, location.first_page, self.page_size)
             .ok_or_else(|| bad("its first page holds no valid chunk header".into()))?;
+        let first = first.data;
+        let header_bytes = layout.header_bytes();
         if h.fingerprint != *fingerprint {
             return Err(bad(format!(
                 "it holds chunk {}, not {fingerprint}",
@@ -630,13 +735,13 @@ impl Inner {
                 h.len, h.pages, location.pages
             )));
         }
-        let total = CHUNK_HEADER_BYTES + h.len as usize;
+        let total = header_bytes + h.len as usize;
         let data = if h.pages == 1 {
-            // The whole chunk is on its header page: no copy.
-            first.slice(CHUNK_HEADER_BYTES..first.len().min(total))
+            // The whole chunk is on its first page: no copy.
+            first.slice(header_bytes..first.len().min(total))
         } else {
             let mut bytes = BytesMut::with_capacity(h.len as usize);
-            bytes.extend_from_slice(&first[CHUNK_HEADER_BYTES..first.len().min(total)]);
+            bytes.extend_from_slice(&first[header_bytes..first.len().min(total)]);
             let rest = read_pages(
                 &self.volume,
                 self.space,
@@ -702,7 +807,7 @@ impl ChunkStore for VolumeChunkStore {
             .iter()
             .filter_map(|(&first, e)| {
                 let fp = match e.kind {
-                    Kind::Chunk(fp) => fp,
+                    Kind::Chunk(fp, _) => fp,
                     Kind::Headerless => NO_FINGERPRINT,
                     Kind::Unreadable => return None,
                 };

@@ -19,7 +19,7 @@ use crate::placement::NodeId;
 
 pub use chunks::{
     ChunkPageSpan, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore, CHUNK_HEADER_BYTES,
-    CHUNK_MAGIC, DEFAULT_CHUNK_SPACE,
+    CHUNK_MAGIC, CHUNK_TAG_BYTES, DEFAULT_CHUNK_SPACE,
 };
 pub use tables::{
     VolumeTableConfig, VolumeTableStats, VolumeTableStore, DEFAULT_LOG_SPACE,
@@ -98,6 +98,21 @@ fn paginate(mut bytes: Vec<u8>, page_size: usize) -> Vec<Bytes> {
     (0..pages)
         .map(|i| bytes.slice(i * page_size..(i + 1) * page_size))
         .collect()
+}
+
+/// [`paginate`] of bytes already shared: whole pages are slices of them,
+/// only a last partial page is copied (to pad it).
+fn paginate_bytes(bytes: Bytes, page_size: usize) -> Vec<Bytes> {
+    let whole = bytes.len() / page_size;
+    let mut pages: Vec<Bytes> = (0..whole)
+        .map(|i| bytes.slice(i * page_size..(i + 1) * page_size))
+        .collect();
+    if pages.is_empty() || !bytes.len().is_multiple_of(page_size) {
+        let mut last = bytes[whole * page_size..].to_vec();
+        last.resize(page_size, 0);
+        pages.push(Bytes::from(last));
+    }
+    pages
 }
 
 /// Writes `pages` to `space` from index `first`, at most [`WINDOW`] at a

@@ -27,9 +27,13 @@ pub fn geometry() -> Geometry {
 }
 
 pub fn open_device(backend: BackendKind, dir: &Path) -> Arc<Device> {
+    open_device_with(backend, dir, geometry())
+}
+
+pub fn open_device_with(backend: BackendKind, dir: &Path, geometry: Geometry) -> Arc<Device> {
     let config = DeviceConfig {
         backend,
-        geometry: Some(geometry()),
+        geometry: Some(geometry),
         direct_io: Some(false),
         seed: Some(7),
         ..DeviceConfig::default()
@@ -43,7 +47,17 @@ pub async fn open_volume(
     dir: &Path,
     config: VolumeConfig,
 ) -> (Arc<SpaceManager>, Weak<Device>) {
-    let device = open_device(backend, dir);
+    open_volume_with(backend, dir, config, geometry()).await
+}
+
+/// [`open_volume`] of another geometry.
+pub async fn open_volume_with(
+    backend: BackendKind,
+    dir: &Path,
+    config: VolumeConfig,
+    geometry: Geometry,
+) -> (Arc<SpaceManager>, Weak<Device>) {
+    let device = open_device_with(backend, dir, geometry);
     let weak = Arc::downgrade(&device);
     let volume = SpaceManager::open(device, config, dir)
         .await
