@@ -232,6 +232,51 @@ async fn fgrep8_over_objects_volumes_and_linear_ranges_equals_a_scan_of_the_byte
     }
 }
 
+/// Nodes whose spare area has no room for a chunk tag keep each chunk's
+/// header before its bytes (as stores written before tags did): the
+/// kernels find the bytes after it, and count the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernels_read_chunks_whose_header_precedes_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let narrow = Geometry {
+        oob_size_bytes: 32,
+        ..geometry()
+    };
+    let nodes = cluster_with(dir.path(), &[narrow; 4], StorageMode::Managed).await;
+    let client = Client::connect(&nodes[1].local_addr().to_string())
+        .await
+        .unwrap();
+    let objects = client.objects().await.unwrap();
+    let fixed = bucket(&objects, "fixed", 4096).await;
+    let mut want = Vec::new();
+    for (i, len) in [200_000usize, 4096, 4033, 4032, 1].into_iter().enumerate() {
+        let data = text(len, i as u64 + 7);
+        let key = ObjectKey::new(&format!("logs/{i}.txt")).unwrap();
+        objects
+            .put_bytes(&fixed, &key, &data, Condition::Always)
+            .await
+            .unwrap();
+        want.push((format!("fixed/logs/{i}.txt"), count(&data)));
+    }
+    assert!(want[0].1 > 40, "the test text holds the pattern: {want:?}");
+    let (result, _) = client
+        .compute()
+        .run(
+            fgrep8(),
+            vec![Target::Prefix {
+                bucket: "fixed".into(),
+                prefix: "logs/".into(),
+            }],
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(counts(&result.outcome), want);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_have_status_limits_cancel_and_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
