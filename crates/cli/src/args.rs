@@ -369,10 +369,9 @@ pub struct BenchStreamArgs {
     /// second varied by a third from one to the next.
     #[arg(long, default_value = "4G")]
     pub size: String,
-    /// Fixed chunk size of the object (K, M suffixes). A chunk's header
-    /// takes the first 64 bytes of its first page, so a chunk of a whole
-    /// number of pages takes one page more: 1/16 more bytes read for 1 MiB
-    /// chunks, 1/64 for 4 MiB.
+    /// Fixed chunk size of the object (K, M suffixes). A chunk is one run
+    /// of pages (its header is in the first page's spare area), so larger
+    /// chunks mean fewer, longer runs for the reader to stitch.
     #[arg(long, default_value = "4M")]
     pub chunk: String,
     /// Rounds (each: fio read, then the scan); medians are reported.
