@@ -50,6 +50,16 @@ pub struct DeviceConfig {
     /// (default true).
     #[serde(default)]
     pub direct_io: Option<bool>,
+    /// Allocate the whole backing file of `file` (and `nand`) when the
+    /// device opens (default true), rather than leaving it sparse. The
+    /// filesystem then lays the device's address space out in long runs:
+    /// a sparse file filled by sixteen chips at once got 8 MiB extents
+    /// interleaved on the disk, and a scan's 2 MiB reads were cut at their
+    /// edges into more, smaller requests. A device that opens also has all
+    /// its space: a full filesystem is an error at open naming the file, not
+    /// a failed write later. Erases keep the space (`FALLOC_FL_ZERO_RANGE`).
+    #[serde(default)]
+    pub preallocate: Option<bool>,
     /// Seed for the `nand` backend's bit-error and bad-block model.
     #[serde(default)]
     pub seed: Option<u64>,

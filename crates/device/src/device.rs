@@ -176,6 +176,8 @@ pub struct Device {
     drained: Notify,
     closed: AtomicBool,
     direct_io: bool,
+    /// The backing file is allocated whole: erases keep its blocks.
+    allocated: bool,
     skip_read_check: bool,
     pool: Arc<BufPool>,
     /// Buffers of [`Device::max_read_pages`] slots, for multi-page reads.
@@ -306,9 +308,24 @@ fn io_err(context: impl Into<String>, source: io::Error) -> DeviceError {
     }
 }
 
-/// Opens the backing file (creating it sparse at `size`), with O_DIRECT when
-/// asked and possible. Returns the file and whether O_DIRECT is in effect.
-fn open_backing(path: &Path, size: u64, direct: bool) -> Result<(File, bool), DeviceError> {
+/// What [`open_backing`] set up.
+struct Backing {
+    file: File,
+    /// O_DIRECT is in effect.
+    direct: bool,
+    /// The whole file is allocated: erases keep it so.
+    allocated: bool,
+}
+
+/// Opens the backing file (creating it at `size`: allocated when
+/// `preallocate` and the filesystem can, else sparse), with O_DIRECT when
+/// asked and possible.
+fn open_backing(
+    path: &Path,
+    size: u64,
+    direct: bool,
+    preallocate: bool,
+) -> Result<Backing, DeviceError> {
     let ctx = |what: &str| format!("{what} {}", path.display());
     let file = FsOpenOptions::new()
         .read(true)
@@ -333,20 +350,43 @@ fn open_backing(path: &Path, size: u64, direct: bool) -> Result<(File, bool), De
                 ),
             });
         }
-    } else if md.len() < size {
-        file.set_len(size).map_err(|e| {
-            if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EFBIG) {
-                DeviceError::NoSpace {
-                    path: path.to_path_buf(),
-                    source: e,
-                }
-            } else {
-                io_err(ctx("sizing"), e)
-            }
-        })?;
     }
+    let no_space = |e: io::Error| {
+        if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EFBIG) {
+            DeviceError::NoSpace {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        } else {
+            io_err(ctx("sizing"), e)
+        }
+    };
+    let mut allocated = false;
+    if !md.file_type().is_block_device() {
+        if preallocate {
+            match allocate(&file, size) {
+                Ok(()) => allocated = true,
+                Err(e) if unsupported(&e) => {
+                    tracing::warn!(
+                        "the filesystem of {} cannot allocate files ({e}); the device file \
+                         stays sparse",
+                        path.display()
+                    );
+                }
+                Err(e) => return Err(no_space(e)),
+            }
+        }
+        if md.len() < size && !allocated {
+            file.set_len(size).map_err(no_space)?;
+        }
+    }
+    let plain = |file: File| Backing {
+        file,
+        direct: false,
+        allocated,
+    };
     if !direct {
-        return Ok((file, false));
+        return Ok(plain(file));
     }
     match FsOpenOptions::new()
         .read(true)
@@ -357,13 +397,17 @@ fn open_backing(path: &Path, size: u64, direct: bool) -> Result<(File, bool), De
         Ok(dfile) => {
             let mut probe = AlignedBuf::new(4096);
             match dfile.read_at(probe.as_mut_slice(), 0) {
-                Ok(_) => Ok((dfile, true)),
+                Ok(_) => Ok(Backing {
+                    file: dfile,
+                    direct: true,
+                    allocated,
+                }),
                 Err(e) => {
                     tracing::warn!(
                         "O_DIRECT read on {} failed ({e}); using buffered I/O",
                         path.display()
                     );
-                    Ok((file, false))
+                    Ok(plain(file))
                 }
             }
         }
@@ -372,26 +416,67 @@ fn open_backing(path: &Path, size: u64, direct: bool) -> Result<(File, bool), De
                 "the filesystem of {} refuses O_DIRECT ({e}); using buffered I/O",
                 path.display()
             );
-            Ok((file, false))
+            Ok(plain(file))
         }
     }
 }
 
-fn punch_or_zero(file: &File, offset: u64, len: u64, slot_size: usize) -> io::Result<()> {
+/// Allocates bytes `0..size` of `file` (what is allocated already stays;
+/// the file grows to `size` if shorter).
+fn allocate(file: &File, size: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
     // SAFETY: fallocate on an fd we own with plain integer arguments.
-    let rc = unsafe {
-        libc::fallocate(
-            file.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            offset as libc::off_t,
-            len as libc::off_t,
-        )
-    };
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
     if rc == 0 {
-        return Ok(());
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
-    let err = io::Error::last_os_error();
-    tracing::debug!("punch hole failed ({err}); writing zeros");
+}
+
+/// Whether `e` says the filesystem does not do what was asked (rather than
+/// that it failed doing it).
+fn unsupported(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::EINVAL)
+    )
+}
+
+/// Zeroes bytes `offset..offset + len` of `file` (an erase): when `keep`,
+/// by marking them unwritten in place (`FALLOC_FL_ZERO_RANGE`: the blocks
+/// stay where they are, so the file stays in long runs), else by punching
+/// a hole; writing zeros if the filesystem does neither.
+fn punch_or_zero(
+    file: &File,
+    offset: u64,
+    len: u64,
+    slot_size: usize,
+    keep: bool,
+) -> io::Result<()> {
+    let modes = [
+        keep.then_some(libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE),
+        Some(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE),
+    ];
+    for mode in modes.into_iter().flatten() {
+        // SAFETY: fallocate on an fd we own with plain integer arguments.
+        let rc = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                mode,
+                offset as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        tracing::debug!(
+            "fallocate mode {mode:#x} failed ({})",
+            io::Error::last_os_error()
+        );
+    }
+    tracing::debug!("writing zeros instead");
     let zeros = AlignedBuf::new(slot_size);
     let mut at = offset;
     while at < offset + len {
@@ -437,6 +522,7 @@ impl Device {
         let mut meta_path = None;
         let mut backing_path = None;
         let mut direct_io = false;
+        let mut allocated = false;
         let ecc = Ecc::with_correction(layout.clone(), config.ecc == crate::EccMode::Rs);
 
         let store = match config.backend {
@@ -454,9 +540,15 @@ impl Device {
                 let snapshot = meta::load(&mpath, &geometry, slot as u32)?;
                 let want_direct =
                     config.backend == BackendKind::File && config.direct_io.unwrap_or(true);
-                let (file, direct) = open_backing(&path, total, want_direct)?;
-                direct_io = direct;
-                let file = Arc::new(file);
+                let backing = open_backing(
+                    &path,
+                    total,
+                    want_direct,
+                    config.preallocate.unwrap_or(true),
+                )?;
+                direct_io = backing.direct;
+                allocated = backing.allocated;
+                let file = Arc::new(backing.file);
                 let timing = if config.backend == BackendKind::Nand {
                     let t = options.nand_timing.clone().unwrap_or_else(|| {
                         NandTiming::preset(
@@ -543,6 +635,7 @@ impl Device {
             drained: Notify::new(),
             closed: AtomicBool::new(false),
             direct_io,
+            allocated,
             skip_read_check: options.skip_read_check,
             seed,
             read_seq: AtomicU64::new(0),
@@ -1266,7 +1359,8 @@ impl Device {
                 Arc::clone(file)
             }
         };
-        tokio::task::spawn_blocking(move || punch_or_zero(&file, offset, len, slot))
+        let keep = self.allocated;
+        tokio::task::spawn_blocking(move || punch_or_zero(&file, offset, len, slot, keep))
             .await
             .map_err(|e| {
                 io_err(

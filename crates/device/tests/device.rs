@@ -994,3 +994,96 @@ async fn crc_only_slots_and_devices_made_with_parity_room() {
     assert!(err.to_string().contains("slot size"), "{err}");
     assert!(err.to_string().contains("ecc"), "{err}");
 }
+
+/// Bytes of the file's blocks on its filesystem.
+fn allocated_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).expect("stat").blocks() * 512
+}
+
+/// The `file` backend's backing file is allocated whole when the device
+/// opens, and erases keep it allocated (in place: the file stays in long
+/// runs) while the erased pages read as erased; `preallocate = false` leaves
+/// it sparse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backing_file_is_allocated_whole_and_erases_keep_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = open(BackendKind::File, dir.path());
+    let path = dir.path().join("pages.bin");
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(allocated_bytes(&path) >= len, "allocated whole");
+    let block = BlockAddr {
+        bus: 0,
+        chip: 0,
+        block: 0,
+    };
+    let page = block.page(0);
+    dev.program_page(page, page_data(&dev, 3), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(dev.read_page(page).await.unwrap().data, page_data(&dev, 3));
+    dev.erase_block(block).await.unwrap();
+    assert!(dev.read_page(page).await.unwrap().erased);
+    assert!(allocated_bytes(&path) >= len, "the erase kept the blocks");
+    drop(dev);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = DeviceConfig {
+        preallocate: Some(false),
+        ..cfg(BackendKind::File)
+    };
+    let dev = Device::open(&config, dir.path()).unwrap();
+    let path = dir.path().join("pages.bin");
+    assert!(
+        allocated_bytes(&path) < std::fs::metadata(&path).unwrap().len() / 2,
+        "sparse"
+    );
+    drop(dev);
+}
+
+/// A filesystem without room for the device fails the open, naming the
+/// file, instead of a write later. Needs root (a 1 MiB tmpfs); without it
+/// the test says so and passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filesystem_without_room_for_the_device_fails_the_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(dir.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (not root?)");
+        return;
+    }
+    // About 2.4 MB of slots.
+    let config = DeviceConfig {
+        geometry: Some(Geometry {
+            blocks_per_chip: 16,
+            ..small()
+        }),
+        ..cfg(BackendKind::File)
+    };
+    let result = Device::open(&config, dir.path()).map(drop);
+    // Sparse, the same device opens: its writes would fail later.
+    let sparse = Device::open(
+        &DeviceConfig {
+            preallocate: Some(false),
+            ..config.clone()
+        },
+        &dir.path().join("sparse"),
+    )
+    .map(drop);
+    // Lazily: the devices' I/O tasks let go of their files as they wind down.
+    let unmounted = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(dir.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(unmounted, "umount {}", dir.path().display());
+    match result {
+        Err(DeviceError::NoSpace { path, .. }) => assert!(path.ends_with("pages.bin"), "{path:?}"),
+        other => panic!("expected NoSpace, got {other:?}"),
+    }
+    sparse.expect("a sparse device file fits");
+}
