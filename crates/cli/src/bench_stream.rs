@@ -38,6 +38,9 @@ struct SweepRow {
     block_bytes: usize,
     mib_per_s: f64,
     ratio_to_fio: f64,
+    /// Median over the rounds of each scan's rate over the fio read just
+    /// before it.
+    ratio_paired: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,6 +63,10 @@ struct Report {
     device_mib_per_s: f64,
     scan_mib_per_s: f64,
     ratio: f64,
+    /// Median over the rounds of each scan that followed fio's best read,
+    /// over that read: the disk's rate drifts by a fifth between minutes,
+    /// and a scan compares best with the fio read seconds before it.
+    ratio_paired: f64,
     ratio_to_page_reads: f64,
     /// The adaptive tuner's last move, from the node's log.
     adaptive_choice: Option<String>,
@@ -170,6 +177,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         eprintln!("  fio with huge-page buffers: unavailable ({why:#})");
     }
     let mut scans = Vec::new();
+    // Each scan that followed fio's best read, over that read.
+    let mut paired = Vec::new();
     let mut sweep_rows = Vec::new();
     let mut adaptive_choice = None;
     let result = (|| -> Result<()> {
@@ -192,11 +201,18 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             )
         };
         for _ in 0..rounds {
-            fio.push(fio_read(1 << 20, false)?);
-            scans.push(scan_once(&runtime, &cluster, size_bytes)?);
+            let plain = fio_read(1 << 20, false)?;
+            fio.push(plain);
+            let scan = scan_once(&runtime, &cluster, size_bytes)?;
+            scans.push(scan);
             if huge_dir.is_some() {
-                fio_huge.push(fio_read(1 << 20, true)?);
-                scans.push(scan_once(&runtime, &cluster, size_bytes)?);
+                let best = fio_read(1 << 20, true)?;
+                fio_huge.push(best);
+                let scan = scan_once(&runtime, &cluster, size_bytes)?;
+                scans.push(scan);
+                paired.push(scan / best);
+            } else {
+                paired.push(scan / plain);
             }
             fio_page.push(fio_read(PAGE_BYTES as usize, false)?);
             scans.push(scan_once(&runtime, &cluster, size_bytes)?);
@@ -218,13 +234,17 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             scan_once(&runtime, &cluster, size_bytes)?;
             // Each scan after fio's best read, which is also measured: the
             // pinned row's ratio is to the fio reads of its own rounds.
-            let (mut v, mut peer) = (Vec::new(), Vec::new());
+            let (mut v, mut peer, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..rounds {
-                peer.push(fio_read(1 << 20, huge_dir.is_some())?);
-                v.push(scan_once(&runtime, &cluster, size_bytes)?);
+                let best = fio_read(1 << 20, huge_dir.is_some())?;
+                let scan = scan_once(&runtime, &cluster, size_bytes)?;
+                peer.push(best);
+                v.push(scan);
+                pairs.push(scan / best);
             }
             let m = median(&mut v);
             let p = median(&mut peer);
+            let ratio_paired = median(&mut pairs);
             if !args.json {
                 eprintln!(
                     "  pinned depth {depth} x {}: {m:.0} MiB/s (fio {p:.0})",
@@ -236,6 +256,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
                 block_bytes: block,
                 mib_per_s: m,
                 ratio_to_fio: m / p,
+                ratio_paired,
             });
         }
         if !sweep.is_empty() {
@@ -266,6 +287,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         device_mib_per_s: device,
         scan_mib_per_s: s,
         ratio: s / device,
+        ratio_paired: median(&mut paired),
         ratio_to_page_reads: s / fp,
         adaptive_choice,
         sweep: sweep_rows,
@@ -279,6 +301,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         "sequential read",
         "MiB/s",
         "/ device (best fio)",
+        "paired",
     ]);
     table.add_row(vec![
         format!(
@@ -287,12 +310,14 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         ),
         format!("{f:.0}"),
         format!("{:.2}", f / device),
+        String::new(),
     ]);
     match fh {
         Some(fh) => table.add_row(vec![
             "fio, the same with buffers on huge pages (--iomem=mmaphuge)".to_string(),
             format!("{fh:.0}"),
             format!("{:.2}", fh / device),
+            String::new(),
         ]),
         None => table.add_row(vec![
             "fio, the same with buffers on huge pages".to_string(),
@@ -301,6 +326,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
                 .fio_huge_unavailable
                 .clone()
                 .unwrap_or_else(|| "unavailable".into()),
+            String::new(),
         ]),
     };
     table.add_row(vec![
@@ -310,11 +336,13 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         ),
         format!("{fp:.0}"),
         format!("{:.2}", fp / device),
+        String::new(),
     ]);
     table.add_row(vec![
         "quarry fgrep8 over the object (adaptive tuner)".to_string(),
         format!("{s:.0}"),
         format!("{:.2}", report.ratio),
+        format!("{:.2}", report.ratio_paired),
     ]);
     for r in &report.sweep {
         table.add_row(vec![
@@ -325,12 +353,14 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             ),
             format!("{:.0}", r.mib_per_s),
             format!("{:.2}", r.ratio_to_fio),
+            format!("{:.2}", r.ratio_paired),
         ]);
     }
     println!("{table}");
     println!(
         "(medians of {rounds} round(s); scan = bytes_scanned / wall time of the command through the client; \
-         each measurement follows a read of the other file; a pinned row's ratio is to the fio reads of its own rounds)"
+         each measurement follows a read of the other file; a pinned row's ratio is to the fio reads of its own rounds; \
+         paired: the median over the rounds of each scan that followed fio's best read, over that read)"
     );
     if let Some(choice) = &report.adaptive_choice {
         println!("adaptive tuner's last move: {choice}");
