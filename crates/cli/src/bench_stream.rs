@@ -172,7 +172,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let mut fio = Vec::new();
     let mut fio_page = Vec::new();
     let mut fio_huge = Vec::new();
-    let huge = HugeMemory::set_up(&dir.join("huge"), 1 << 20, 32);
+    let huge = HugeMemory::set_up(&dir.join("huge"), 1 << 20, 32, NODE_HUGE_PAGES);
     if let (Err(why), false) = (&huge, args.json) {
         eprintln!("  fio with huge-page buffers: unavailable ({why:#})");
     }
@@ -565,11 +565,19 @@ struct HugeMemory {
 
 const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
 
+/// Reserved huge pages for the node's read buffers: the device keeps up to
+/// 128 of its 2 MiB buffers free for reuse, and a scan has about 100 more
+/// in use. fio's best row reads into reserved huge pages, and so does the
+/// node when some are free (on transparent ones otherwise, which read
+/// slower here: `crates/device/src/buf.rs`).
+const NODE_HUGE_PAGES: u64 = 256;
+
 impl HugeMemory {
-    /// Room for `depth` buffers of `block_bytes` (fio's buffer area).
-    fn set_up(dir: &Path, block_bytes: u64, depth: u64) -> Result<HugeMemory> {
+    /// Room for `depth` buffers of `block_bytes` (fio's buffer area) and
+    /// `node_pages` huge pages more for the node.
+    fn set_up(dir: &Path, block_bytes: u64, depth: u64, node_pages: u64) -> Result<HugeMemory> {
         let huge_page_bytes = 2u64 << 20;
-        let need = (block_bytes * depth).div_ceil(huge_page_bytes) + 2;
+        let need = (block_bytes * depth).div_ceil(huge_page_bytes) + 2 + node_pages;
         let free = free_huge_pages()?;
         let mut restore_pages = None;
         if free < need {
@@ -590,7 +598,7 @@ impl HugeMemory {
         let granted = free_huge_pages()?;
         if granted < need {
             huge.dir = std::path::PathBuf::new();
-            bail!("{granted} free huge pages, fio needs {need}");
+            bail!("{granted} free huge pages, fio and the node need {need}");
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let mounted = Command::new("mount")
