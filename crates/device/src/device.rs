@@ -364,7 +364,7 @@ fn open_backing(
     let mut allocated = false;
     if !md.file_type().is_block_device() {
         if preallocate {
-            match allocate(&file, size) {
+            match fallocate(&file, 0, 0, size) {
                 Ok(()) => allocated = true,
                 Err(e) if unsupported(&e) => {
                     tracing::warn!(
@@ -421,12 +421,14 @@ fn open_backing(
     }
 }
 
-/// Allocates bytes `0..size` of `file` (what is allocated already stays;
-/// the file grows to `size` if shorter).
-fn allocate(file: &File, size: u64) -> io::Result<()> {
-    let len = libc::off_t::try_from(size).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+/// `fallocate(2)` of bytes `offset..offset + len` of `file` in `mode`
+/// (0: allocate, growing the file if shorter).
+fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+    let too_big = |_| io::Error::from_raw_os_error(libc::EFBIG);
+    let offset = libc::off_t::try_from(offset).map_err(too_big)?;
+    let len = libc::off_t::try_from(len).map_err(too_big)?;
     // SAFETY: fallocate on an fd we own with plain integer arguments.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset, len) };
     if rc == 0 {
         Ok(())
     } else {
@@ -459,22 +461,10 @@ fn punch_or_zero(
         Some(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE),
     ];
     for mode in modes.into_iter().flatten() {
-        // SAFETY: fallocate on an fd we own with plain integer arguments.
-        let rc = unsafe {
-            libc::fallocate(
-                file.as_raw_fd(),
-                mode,
-                offset as libc::off_t,
-                len as libc::off_t,
-            )
-        };
-        if rc == 0 {
-            return Ok(());
+        match fallocate(file, mode, offset, len) {
+            Ok(()) => return Ok(()),
+            Err(e) => tracing::debug!("fallocate mode {mode:#x} failed ({e})"),
         }
-        tracing::debug!(
-            "fallocate mode {mode:#x} failed ({})",
-            io::Error::last_os_error()
-        );
     }
     tracing::debug!("writing zeros instead");
     let zeros = AlignedBuf::new(slot_size);

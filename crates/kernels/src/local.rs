@@ -307,10 +307,7 @@ impl LocalData {
                 .device
                 .read_page(addr)
                 .await
-                .map(|r| TaggedPage {
-                    data: r.data,
-                    tag: Bytes::new(),
-                })
+                .map(|r| TaggedPage::untagged(r.data))
                 .map_err(|e| self.storage(format!("reading device page {addr}: {e}"))),
         }
     }
@@ -324,10 +321,9 @@ impl LocalData {
     ) -> Result<TaggedPage, ComputeError> {
         match (page, item.page) {
             (Some(page), _) => Ok(page),
-            (None, PageRef::Volume(_)) => Ok(TaggedPage {
-                data: self.zeros(self.managed("volume pages")?),
-                tag: Bytes::new(),
-            }),
+            (None, PageRef::Volume(_)) => Ok(TaggedPage::untagged(
+                self.zeros(self.managed("volume pages")?),
+            )),
             (None, PageRef::Chunk(id)) => Err(self.storage(format!(
                 "page {id} of a chunk is not written (the chunk was released meanwhile)"
             ))),

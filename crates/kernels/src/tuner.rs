@@ -44,16 +44,16 @@ const DEPTHS: [usize; 5] = [16, 32, 64, 128, 256];
 /// The block sizes tried.
 const BLOCKS: [usize; 4] = [256 << 10, 1 << 20, 4 << 20, 8 << 20];
 /// Trial scores kept per neighbour, and needed before a move.
-pub const TRIALS_KEPT: usize = 3;
+const TRIALS_KEPT: usize = 3;
 /// The geometric mean of a neighbour's scores that moves the tuner there.
-pub const MOVE_GAIN: f64 = 1.05;
+const MOVE_GAIN: f64 = 1.05;
 /// Windows at the setting in use before a trial, while some neighbour
 /// still lacks its trials: two, so each trial is sandwiched.
 const WINDOWS_BEFORE_TRIAL_LEARNING: u32 = 2;
 /// Windows in one cycle once every neighbour has been tried: a trial costs
 /// its window the gap between the setting and the neighbour (a tenth, say),
 /// so one in sixteen costs under 1%.
-pub const TRIAL_EVERY_SETTLED: u32 = 16;
+const TRIAL_EVERY_SETTLED: u32 = 16;
 /// A pause in reading longer than this ends a window unmeasured: idle time
 /// is not the disk's.
 const IDLE_GAP: std::time::Duration = std::time::Duration::from_millis(200);

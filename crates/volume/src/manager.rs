@@ -1616,10 +1616,7 @@ impl Inner {
                 Ok(r) if r.erased => "the page reads as erased".to_string(),
                 Ok(r) => match OobRecord::decode_checked(&r.oob, &r.data) {
                     Ok(rec) if rec.page == id && rec.seq == seq => {
-                        return Ok(Some(TaggedPage {
-                            tag: rec.tag_in(&r.oob),
-                            data: r.data,
-                        }))
+                        return Ok(Some(TaggedPage::of(&rec, r)))
                     }
                     Ok(rec) => format!(
                         "the page holds {} version {}, not version {seq}",
@@ -1919,6 +1916,24 @@ pub struct TaggedPage {
     pub tag: Bytes,
 }
 
+impl TaggedPage {
+    /// A page with no tag (for readers that mix logical pages with others).
+    pub fn untagged(data: Bytes) -> TaggedPage {
+        TaggedPage {
+            data,
+            tag: Bytes::new(),
+        }
+    }
+
+    /// The page `r`, whose spare area `rec` was decoded from.
+    fn of(rec: &OobRecord, r: PageRead) -> TaggedPage {
+        TaggedPage {
+            tag: rec.tag_in(&r.oob),
+            data: r.data,
+        }
+    }
+}
+
 /// Pages fetched by [`SpaceManager::fetch_many`] and not yet checked.
 #[must_use = "fetched pages are of use only once finished"]
 pub struct FetchedRun<'a> {
@@ -1982,10 +1997,7 @@ impl FetchedRun<'_> {
                         .record_of(&r)
                         .ok()
                         .filter(|rec| rec.page == ids[j] && rec.seq == seq)
-                        .map(|rec| TaggedPage {
-                            tag: rec.tag_in(&r.oob),
-                            data: r.data,
-                        }),
+                        .map(|rec| TaggedPage::of(&rec, r)),
                     _ => None,
                 };
                 match checked {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use quarry_volume::{LogicalPage, SpaceManager, TaggedPage};
 
-use super::{paginate, paginate_bytes, read_pages, trim_pages, u32_at, u64_at, volume_error};
+use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error};
 use crate::chunking::{check_chunk_len, MAX_CHUNK_SIZE};
 use crate::data::{ChunkLocation, ChunkStore};
 use crate::error::{Result, StoreError};
@@ -632,7 +632,7 @@ impl Inner {
         let written = match layout {
             Layout::InTag => {
                 let tag = Bytes::copy_from_slice(&header.encode_tag());
-                let page_data = paginate_bytes(data, self.page_size);
+                let page_data = paginate(data, self.page_size);
                 self.volume.write_run_tagged(first_id, page_data, tag).await
             }
             Layout::InPage => {

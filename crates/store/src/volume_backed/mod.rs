@@ -89,20 +89,11 @@ fn join_error(e: tokio::task::JoinError) -> StoreError {
     StoreError::Backend(format!("a volume task failed: {e}"))
 }
 
-/// Cuts `bytes` (a header followed by a body) into pages of `page_size`,
-/// the last one padded with zeros (no copy: the pages share the buffer).
-fn paginate(mut bytes: Vec<u8>, page_size: usize) -> Vec<Bytes> {
-    let pages = bytes.len().div_ceil(page_size).max(1);
-    bytes.resize(pages * page_size, 0);
-    let bytes = Bytes::from(bytes);
-    (0..pages)
-        .map(|i| bytes.slice(i * page_size..(i + 1) * page_size))
-        .collect()
-}
-
-/// [`paginate`] of bytes already shared: whole pages are slices of them,
-/// only a last partial page is copied (to pad it).
-fn paginate_bytes(bytes: Bytes, page_size: usize) -> Vec<Bytes> {
+/// Cuts `bytes` into pages of `page_size`, the last one padded with zeros
+/// (at least one page). Whole pages are slices of `bytes`, not copies; only
+/// a last partial page is copied, to pad it.
+fn paginate(bytes: impl Into<Bytes>, page_size: usize) -> Vec<Bytes> {
+    let bytes = bytes.into();
     let whole = bytes.len() / page_size;
     let mut pages: Vec<Bytes> = (0..whole)
         .map(|i| bytes.slice(i * page_size..(i + 1) * page_size))
@@ -222,5 +213,21 @@ mod tests {
             e.contains("the chunk space and the table snapshot space are both space 3"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn pages_share_whole_pages_and_pad_the_last() {
+        let bytes = Bytes::from((0..10u8).collect::<Vec<_>>());
+        let pages = paginate(bytes.clone(), 4);
+        assert_eq!(pages.len(), 3);
+        assert_eq!(&pages[0][..], &[0, 1, 2, 3]);
+        assert_eq!(
+            pages[0].as_ptr(),
+            bytes.as_ptr(),
+            "a whole page is a slice, not a copy"
+        );
+        assert_eq!(&pages[2][..], &[8, 9, 0, 0]);
+        assert_eq!(paginate(bytes.slice(..8), 4).len(), 2, "no padding page");
+        assert_eq!(paginate(Vec::new(), 4), vec![Bytes::from(vec![0u8; 4])]);
     }
 }
