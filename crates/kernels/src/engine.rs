@@ -4,7 +4,7 @@
 //! segments it holds, and merges the parts in target order (the global
 //! kernel). It also serves the local runs other nodes send here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -24,6 +24,7 @@ use crate::job::{
 };
 use crate::local::{run_local, LocalData};
 use crate::peers::{Peers, StoreVia, VolumesVia};
+use crate::plan::{chain_runs, plan_runs, RUNS_IN_FLIGHT};
 use crate::scan::{compile, Part, ScanKernel};
 use crate::spec::KernelSpec;
 use crate::tuner::ReadTuner;
@@ -48,12 +49,6 @@ pub const MAX_KEPT_RESULT_BYTES: u64 = 1 << 30;
 /// Segments (chunks, volume pages, linear pages) one command's targets may
 /// resolve into: bounds the entry node's memory for the plan.
 pub const MAX_SEGMENTS_PER_COMMAND: usize = 4 << 20;
-/// Bytes one local run covers: small enough that progress moves and a
-/// cancelled command stops soon, large enough that a run's fixed costs
-/// (a round trip, a thread) are noise.
-pub const RUN_BYTES: u64 = 64 << 20;
-/// Local runs of one command in flight at once, over all nodes.
-pub const RUNS_IN_FLIGHT: usize = 8;
 
 struct Command {
     id: CommandId,
@@ -656,7 +651,7 @@ impl<P: Peers> Engine<P> {
         let from_nodes = AtomicU64::new(0);
         let mut parts: Vec<BTreeMap<u64, Part>> = targets.iter().map(|_| BTreeMap::new()).collect();
         if kernel.parallel() {
-            let runs = plan_runs(&targets);
+            let runs = plan_runs(targets.iter().map(|t| t.segments.as_slice()));
             let runs: Vec<_> = runs
                 .into_iter()
                 .map(|(node, segments)| {
@@ -736,7 +731,7 @@ impl<P: Peers> Engine<P> {
                     let kernel = &kernel;
                     async move {
                         let mut state = kernel.empty(0);
-                        for (node, segments) in chain_runs(target) {
+                        for (node, segments) in chain_runs(&target.segments) {
                             let (answer, wire) = self
                                 .run_on(node, spec, segments, Some(state), limits, deadline)
                                 .await?;
@@ -945,70 +940,6 @@ fn object_segments<N: quarry_store::StoreNode>(
         size_bytes: m.size(),
         segments,
     }
-}
-
-/// Groups every target's segments by node into runs of at most
-/// [`RUN_BYTES`] and [`MAX_SEGMENTS_PER_RUN`] segments, in target order
-/// within each node; nodes' runs interleave so that every node starts
-/// working at once.
-fn plan_runs(targets: &[Resolved]) -> Vec<(NodeId, Vec<Segment>)> {
-    let mut per_node: BTreeMap<NodeId, Vec<Vec<Segment>>> = BTreeMap::new();
-    let mut bytes: HashMap<NodeId, u64> = HashMap::new();
-    for target in targets {
-        for (node, seg) in &target.segments {
-            let runs = per_node.entry(*node).or_default();
-            let b = bytes.entry(*node).or_default();
-            let len = seg.source.len_bytes();
-            let full = runs
-                .last()
-                .is_none_or(|r| r.len() >= MAX_SEGMENTS_PER_RUN || *b + len > RUN_BYTES);
-            if full {
-                runs.push(Vec::new());
-                *b = 0;
-            }
-            *b += len;
-            if let Some(run) = runs.last_mut() {
-                run.push(seg.clone());
-            }
-        }
-    }
-    let mut queues: Vec<(NodeId, std::collections::VecDeque<Vec<Segment>>)> = per_node
-        .into_iter()
-        .map(|(n, runs)| (n, runs.into()))
-        .collect();
-    let mut out = Vec::new();
-    loop {
-        let mut any = false;
-        for (node, q) in &mut queues {
-            if let Some(run) = q.pop_front() {
-                out.push((*node, run));
-                any = true;
-            }
-        }
-        if !any {
-            break;
-        }
-    }
-    out
-}
-
-/// The consecutive runs of one target's segments on one node, each within
-/// [`RUN_BYTES`] and [`MAX_SEGMENTS_PER_RUN`], for a chained kernel.
-fn chain_runs(target: &Resolved) -> Vec<(NodeId, Vec<Segment>)> {
-    let mut out: Vec<(NodeId, Vec<Segment>, u64)> = Vec::new();
-    for (node, seg) in &target.segments {
-        let len = seg.source.len_bytes();
-        match out.last_mut() {
-            Some((n, run, b))
-                if n == node && run.len() < MAX_SEGMENTS_PER_RUN && *b + len <= RUN_BYTES =>
-            {
-                run.push(seg.clone());
-                *b += len;
-            }
-            _ => out.push((*node, vec![seg.clone()], len)),
-        }
-    }
-    out.into_iter().map(|(n, run, _)| (n, run)).collect()
 }
 
 /// Where each part a run answers starts: a node folds adjacent segments of

@@ -29,6 +29,7 @@ mod job;
 mod local;
 mod output;
 mod peers;
+mod plan;
 mod scan;
 mod spec;
 mod tuner;
@@ -37,7 +38,7 @@ mod wire;
 pub use builtin::{ChecksumPart, Fgrep8Part, GrepPart, WcPart};
 pub use engine::{
     Engine, MAX_FINISHED_COMMANDS, MAX_KEPT_RESULT_BYTES, MAX_RUNNING_COMMANDS,
-    MAX_SEGMENTS_PER_COMMAND, MAX_UNFINISHED_COMMANDS, RUNS_IN_FLIGHT, RUN_BYTES,
+    MAX_SEGMENTS_PER_COMMAND, MAX_UNFINISHED_COMMANDS,
 };
 pub use engine_error::ComputeError;
 pub use error::KernelError;
@@ -48,6 +49,7 @@ pub use job::{
 pub use local::{LocalData, ManagedData, MAX_RUN_BYTES};
 pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
 pub use peers::Peers;
+pub use plan::{RUNS_IN_FLIGHT, RUN_BYTES};
 pub use scan::{compile, Part, ScanKernel};
 pub use spec::{GrepSpec, GrepSyntax, KernelSpec, WcSpec};
 pub use tuner::{ReadSetting, ReadTuner, WINDOW_BYTES, WINDOW_MIN};
