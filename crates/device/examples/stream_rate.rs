@@ -2,9 +2,13 @@
 //! programs `MIB` MiB of 64 KiB pages (CRC-only slots, O_DIRECT) in a
 //! scratch directory, then reads them back with `READS` requests of
 //! `PAGES` pages in flight, block by block, and prints GB/s. Run it next to
-//! fio on the same disk to see what the device layer costs.
+//! fio on the same disk to see what the device layer costs. `HOLD` keeps
+//! the pages of the last `HOLD` reads alive, as a pipeline that has not yet
+//! consumed them does (the disk here fills many distinct buffers slower
+//! than a few reused ones); `nocheck` skips the CRC check
+//! (`OpenOptions::skip_read_check`, for measuring only).
 //!
-//! `cargo run --release -p quarry-device --example stream_rate -- [MIB] [READS] [PAGES]`
+//! `cargo run --release -p quarry-device --example stream_rate -- [MIB] [READS] [PAGES] [HOLD] [nocheck]`
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,13 +17,17 @@ use bytes::Bytes;
 use quarry_device::{BackendKind, Device, DeviceConfig, EccMode, Geometry};
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
+    let words: Vec<String> = std::env::args().skip(1).collect();
+    let skip_read_check = words.iter().any(|w| w == "nocheck");
+    let args: Vec<usize> = words
+        .iter()
+        .filter(|w| *w != "nocheck")
         .map(|a| a.parse().expect("a number"))
         .collect();
     let mib = args.first().copied().unwrap_or(1024);
     let reads = args.get(1).copied().unwrap_or(32);
     let pages = args.get(2).copied().unwrap_or(16) as u32;
+    let hold = args.get(3).copied().unwrap_or(0);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -44,7 +52,11 @@ fn main() {
             ecc: EccMode::Crc,
             ..DeviceConfig::default()
         };
-        let dev = Arc::new(Device::open(&config, dir.path()).expect("open"));
+        let options = quarry_device::OpenOptions {
+            skip_read_check,
+            ..Default::default()
+        };
+        let dev = Arc::new(Device::open_with(&config, dir.path(), options).expect("open"));
         let page = Bytes::from(vec![7u8; 64 << 10]);
         let started = Instant::now();
         let mut tasks = Vec::new();
@@ -77,7 +89,7 @@ fn main() {
         for _ in 0..3 {
             let started = Instant::now();
             let mut bytes = 0u64;
-            let mut in_flight = read_all(&dev, &addrs, reads).await;
+            let mut in_flight = read_all(&dev, &addrs, reads, hold).await;
             bytes += std::mem::take(&mut in_flight);
             let secs = started.elapsed().as_secs_f64();
             println!(
@@ -89,31 +101,38 @@ fn main() {
     });
 }
 
-/// Reads every (address, count) with `depth` reads in flight; returns the
-/// page bytes read.
+/// Reads every (address, count) with `depth` reads in flight, keeping the
+/// pages of the last `hold` reads; returns the page bytes read.
 async fn read_all(
     dev: &Arc<Device>,
     addrs: &[(quarry_device::PageAddr, u32)],
     depth: usize,
+    hold: usize,
 ) -> u64 {
     let mut set = tokio::task::JoinSet::new();
     let mut next = 0;
     let mut bytes = 0u64;
+    let mut held = std::collections::VecDeque::with_capacity(hold + 1);
     loop {
         while next < addrs.len() && set.len() < depth {
             let (addr, n) = addrs[next];
             let dev = Arc::clone(dev);
             set.spawn(async move {
                 let pages = dev.read_pages(addr, n).await.expect("read");
-                pages
-                    .into_iter()
-                    .map(|p| p.expect("page").data.len() as u64)
-                    .sum::<u64>()
+                let pages: Vec<_> = pages.into_iter().map(|p| p.expect("page").data).collect();
+                (pages.iter().map(|p| p.len() as u64).sum::<u64>(), pages)
             });
             next += 1;
         }
         match set.join_next().await {
-            Some(r) => bytes += r.expect("reader"),
+            Some(r) => {
+                let (read, pages) = r.expect("reader");
+                bytes += read;
+                held.push_back(pages);
+                if held.len() > hold {
+                    held.pop_front();
+                }
+            }
             None => return bytes,
         }
     }
