@@ -34,6 +34,7 @@ const PAGE_BYTES: u32 = 64 << 10;
 const SHALLOW_BLOCK_BYTES: usize = 2 << 20;
 const SHALLOW_DEPTH: usize = 2;
 /// fio's usual sequential read: requests of 1 MiB, 32 in flight.
+const DEEP_BLOCK_BYTES: usize = 1 << 20;
 const DEEP_DEPTH: usize = 32;
 const BUCKET: &str = "bench";
 const KEY: &str = "stream";
@@ -160,9 +161,11 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     if !args.json {
         eprintln!(
             "bench stream: {} object, {} fixed chunks, 1 managed node (file backend, O_DIRECT, CRC-only ECC, 64 KiB pages) \
-             vs fio (--rw=read --direct=1 --bs=1M --iodepth=32 --ioengine={fio_engine}) in {}",
+             vs fio (--rw=read --direct=1 --ioengine={fio_engine}; --bs={}k --iodepth={DEEP_DEPTH}, and --bs={}k --iodepth={SHALLOW_DEPTH} on huge pages) in {}",
             human_bytes(size_bytes),
             human_bytes(u64::from(chunk_bytes)),
+            DEEP_BLOCK_BYTES >> 10,
+            SHALLOW_BLOCK_BYTES >> 10,
             dir.display()
         );
     }
@@ -186,7 +189,11 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let mut fio_shallow = Vec::new();
     // Each scan over the shallow fio read just before it.
     let mut paired_shallow = Vec::new();
-    let huge = HugeMemory::set_up(&dir.join("huge"), 1 << 20, 32, NODE_HUGE_PAGES);
+    let huge = HugeMemory::set_up(
+        &dir.join("huge"),
+        (DEEP_BLOCK_BYTES * DEEP_DEPTH).max(SHALLOW_BLOCK_BYTES * SHALLOW_DEPTH) as u64,
+        NODE_HUGE_PAGES,
+    );
     if let (Err(why), false) = (&huge, args.json) {
         eprintln!("  fio with huge-page buffers: unavailable ({why:#})");
     }
@@ -198,9 +205,9 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let result = (|| -> Result<()> {
         // The object and fio's file are written at the same time: this
         // virtual disk reads data written minutes ago slower than data just
-        // written (a file written right after another read 7% faster than
-        // it, docs/benchmarks.md), so the file written second would be the
-        // faster to read.
+        // written (a file written just now read 7% faster than one written
+        // twenty minutes before, docs/benchmarks.md), so the file written
+        // second would be the faster to read.
         std::thread::scope(|scope| {
             let fio_write = scope.spawn(|| write_fio_file(&fio_file, size_bytes, &fio_engine));
             let put = put_object(&runtime, &cluster, size_bytes, chunk_bytes);
@@ -227,12 +234,12 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             )
         };
         for _ in 0..rounds {
-            let plain = fio_read(1 << 20, DEEP_DEPTH, false)?;
+            let plain = fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false)?;
             fio.push(plain);
             let scan = scan_once(&runtime, &cluster, size_bytes)?;
             scans.push(scan);
             if huge_dir.is_some() {
-                let deep = fio_read(1 << 20, DEEP_DEPTH, true)?;
+                let deep = fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, true)?;
                 fio_huge.push(deep);
                 let scan = scan_once(&runtime, &cluster, size_bytes)?;
                 scans.push(scan);
@@ -269,7 +276,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             for _ in 0..rounds {
                 let best = match huge_dir {
                     Some(_) => fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true)?,
-                    None => fio_read(1 << 20, DEEP_DEPTH, false)?,
+                    None => fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false)?,
                 };
                 let scan = scan_once(&runtime, &cluster, size_bytes)?;
                 peer.push(best);
@@ -346,7 +353,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     ]);
     table.add_row(vec![
         format!(
-            "fio --rw=read --direct=1 --bs=1M --iodepth=32 --ioengine={}",
+            "fio --rw=read --direct=1 --bs={}k --iodepth={DEEP_DEPTH} --ioengine={}",
+            DEEP_BLOCK_BYTES >> 10,
             report.fio_engine
         ),
         format!("{f:.0}"),
@@ -627,11 +635,11 @@ const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
 const NODE_HUGE_PAGES: u64 = 256;
 
 impl HugeMemory {
-    /// Room for `depth` buffers of `block_bytes` (fio's buffer area) and
-    /// `node_pages` huge pages more for the node.
-    fn set_up(dir: &Path, block_bytes: u64, depth: u64, node_pages: u64) -> Result<HugeMemory> {
+    /// Room for fio's buffer area of `fio_bytes` and `node_pages` huge
+    /// pages more for the node.
+    fn set_up(dir: &Path, fio_bytes: u64, node_pages: u64) -> Result<HugeMemory> {
         let huge_page_bytes = 2u64 << 20;
-        let need = (block_bytes * depth).div_ceil(huge_page_bytes) + 2 + node_pages;
+        let need = fio_bytes.div_ceil(huge_page_bytes) + 2 + node_pages;
         let free = free_huge_pages()?;
         let mut restore_pages = None;
         if free < need {

@@ -112,7 +112,7 @@ async fn read_all(
     let mut set = tokio::task::JoinSet::new();
     let mut next = 0;
     let mut bytes = 0u64;
-    let mut held = std::collections::VecDeque::with_capacity(hold + 1);
+    let mut held = std::collections::VecDeque::new();
     loop {
         while next < addrs.len() && set.len() < depth {
             let (addr, n) = addrs[next];

@@ -20,6 +20,11 @@ pub const RUN_BYTES: u64 = 64 << 20;
 /// Local runs of one command in flight at once, over all nodes.
 pub const RUNS_IN_FLIGHT: usize = 8;
 
+/// Whether a segment of `len` bytes joins `run`, which holds `run_bytes`.
+fn fits(run: &[Segment], run_bytes: u64, len: u64) -> bool {
+    run.len() < MAX_SEGMENTS_PER_RUN && run_bytes + len <= RUN_BYTES
+}
+
 /// Groups the targets' segments by node into runs of at most
 /// [`RUN_BYTES`] and [`MAX_SEGMENTS_PER_RUN`] segments (one at least), in
 /// target order within each node; nodes' runs interleave so that every
@@ -32,9 +37,7 @@ pub(crate) fn plan_runs<'a>(
         for (node, seg) in segments {
             let (runs, run_bytes) = per_node.entry(*node).or_default();
             let len = seg.source.len_bytes();
-            let full = runs
-                .last()
-                .is_none_or(|r| r.len() >= MAX_SEGMENTS_PER_RUN || *run_bytes + len > RUN_BYTES);
+            let full = runs.last().is_none_or(|r| !fits(r, *run_bytes, len));
             if full {
                 runs.push(Vec::new());
                 *run_bytes = 0;
@@ -72,9 +75,7 @@ pub(crate) fn chain_runs(segments: &[(NodeId, Segment)]) -> Vec<(NodeId, Vec<Seg
     for (node, seg) in segments {
         let len = seg.source.len_bytes();
         match out.last_mut() {
-            Some((n, run, b))
-                if n == node && run.len() < MAX_SEGMENTS_PER_RUN && *b + len <= RUN_BYTES =>
-            {
+            Some((n, run, b)) if n == node && fits(run, *b, len) => {
                 run.push(seg.clone());
                 *b += len;
             }
