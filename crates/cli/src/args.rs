@@ -377,9 +377,10 @@ pub struct BenchStreamArgs {
     /// Rounds (each: fio read, then the scan); medians are reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
-    /// Pinned read settings to sweep, as DEPTHxBLOCK (e.g. 32x1M), comma
+    /// Pinned read settings to sweep, as DEPTHxAHEAD (reads at the disk x
+    /// reads held ahead of the kernels, for the node; e.g. 2x2), comma
     /// separated; "none" skips the sweep.
-    #[arg(long, default_value = "32x1M,64x1M,128x1M,256x1M,128x4M")]
+    #[arg(long, default_value = "1x1,1x2,2x2,4x2,8x8")]
     pub sweep: String,
     /// Where to keep the cluster (default: a temporary directory on the
     /// same disk as $TMPDIR).

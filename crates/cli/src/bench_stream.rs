@@ -42,7 +42,7 @@ const KEY: &str = "stream";
 #[derive(Debug, Serialize)]
 struct SweepRow {
     depth: usize,
-    block_bytes: usize,
+    read_ahead: usize,
     mib_per_s: f64,
     ratio_to_fio: f64,
     /// Median over the rounds of each scan's rate over the fio read just
@@ -85,7 +85,7 @@ struct Report {
     sweep: Vec<SweepRow>,
 }
 
-/// Parses `DEPTHxBLOCK,...` (or `none`).
+/// Parses `DEPTHxAHEAD,...` (or `none`).
 pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
     if text.trim() == "none" || text.trim().is_empty() {
         return Ok(Vec::new());
@@ -95,22 +95,30 @@ pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
             let (d, b) = item
                 .trim()
                 .split_once('x')
-                .with_context(|| format!("--sweep item {item:?} is not DEPTHxBLOCK (e.g. 32x1M)"))?;
+                .with_context(|| format!("--sweep item {item:?} is not DEPTHxAHEAD (e.g. 2x2)"))?;
             let depth: usize = d
                 .parse()
                 .with_context(|| format!("--sweep item {item:?}: depth {d:?}"))?;
-            let block = usize::try_from(parse_size(b)?)?;
+            let ahead: usize = b
+                .parse()
+                .with_context(|| format!("--sweep item {item:?}: read-ahead {b:?}"))?;
             if quarry_kernels::ReadTuner::pinned(quarry_kernels::ReadSetting {
                 depth,
-                block_bytes: block,
+                read_ahead: ahead,
             })
             .is_none()
             {
+                let grid = quarry_kernels::ReadTuner::grid();
+                let mut depths: Vec<usize> = grid.iter().map(|s| s.depth).collect();
+                let mut aheads: Vec<usize> = grid.iter().map(|s| s.read_ahead).collect();
+                depths.dedup();
+                aheads.sort_unstable();
+                aheads.dedup();
                 bail!(
-                    "--sweep item {item:?} is not on the read tuner's grid (depths 16..256 in powers of two; blocks 256K, 1M, 4M, 8M)"
+                    "--sweep item {item:?} is not on the read tuner's grid (depths {depths:?}, read-aheads {aheads:?})"
                 );
             }
-            Ok((depth, block))
+            Ok((depth, ahead))
         })
         .collect()
 }
@@ -118,7 +126,7 @@ pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
 /// Runs the benchmark and prints its table (or JSON).
 pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let (size_bytes, rounds, sweep) = if args.quick {
-        (64 << 20, 1, parse_sweep("16x256K,32x1M")?)
+        (64 << 20, 1, parse_sweep("1x1,4x2")?)
     } else {
         (
             parse_size(&args.size)?,
@@ -258,12 +266,12 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         adaptive_choice = last_tuner_move(&node_dir.join("node.log"));
         let config_path = node_dir.join("node.toml");
         let adaptive_config = std::fs::read_to_string(&config_path)?;
-        for &(depth, block) in &sweep {
+        for &(depth, ahead) in &sweep {
             cluster.stop_node(0)?;
             std::fs::write(
                 &config_path,
                 format!(
-                    "{adaptive_config}\n[compute]\nread_depth = {depth}\nread_block_bytes = {block}\n"
+                    "{adaptive_config}\n[compute]\nread_depth = {depth}\nread_ahead = {ahead}\n"
                 ),
             )?;
             cluster.restart_node(0, &exe)?;
@@ -287,14 +295,11 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             let p = median(&mut peer);
             let ratio_paired = median(&mut pairs);
             if !args.json {
-                eprintln!(
-                    "  pinned depth {depth} x {}: {m:.0} MiB/s (fio {p:.0})",
-                    human_bytes(block as u64)
-                );
+                eprintln!("  pinned depth {depth}, read-ahead {ahead}: {m:.0} MiB/s (fio {p:.0})");
             }
             sweep_rows.push(SweepRow {
                 depth,
-                block_bytes: block,
+                read_ahead: ahead,
                 mib_per_s: m,
                 ratio_to_fio: m / p,
                 ratio_paired,
@@ -407,9 +412,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     for r in &report.sweep {
         table.add_row(vec![
             format!(
-                "  pinned: depth {} x block {}",
-                r.depth,
-                human_bytes(r.block_bytes as u64)
+                "  pinned: {} at the disk, {} read ahead",
+                r.depth, r.read_ahead
             ),
             format!("{:.0}", r.mib_per_s),
             format!("{:.2}", r.ratio_to_fio),
@@ -427,9 +431,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     } else {
         let start = quarry_kernels::ReadTuner::new().current();
         println!(
-            "adaptive tuner: stayed at its start (depth {}, {} blocks)",
-            start.depth,
-            human_bytes(start.block_bytes as u64)
+            "adaptive tuner: stayed at its start ({} at the disk, {} read ahead)",
+            start.depth, start.read_ahead
         );
     }
     Ok(())
@@ -730,13 +733,15 @@ mod tests {
     #[test]
     fn sweep_parses_settings_on_the_grid_and_refuses_others() {
         assert_eq!(
-            parse_sweep("16x256K, 32x1M,128x4M").unwrap(),
-            vec![(16, 256 << 10), (32, 1 << 20), (128, 4 << 20)]
+            parse_sweep("1x1, 2x2,8x8").unwrap(),
+            vec![(1, 1), (2, 2), (8, 8)]
         );
         assert!(parse_sweep("none").unwrap().is_empty());
-        let err = parse_sweep("3x1M").unwrap_err().to_string();
+        let err = parse_sweep("5x1").unwrap_err().to_string();
         assert!(err.contains("not on the read tuner's grid"), "{err}");
-        let err = parse_sweep("32-1M").unwrap_err().to_string();
-        assert!(err.contains("DEPTHxBLOCK"), "{err}");
+        let err = parse_sweep("2x1M").unwrap_err().to_string();
+        assert!(err.contains("read-ahead"), "{err}");
+        let err = parse_sweep("2-2").unwrap_err().to_string();
+        assert!(err.contains("DEPTHxAHEAD"), "{err}");
     }
 }

@@ -6,9 +6,12 @@
 //! the pages of the last `HOLD` reads alive, as a pipeline that has not yet
 //! consumed them does (the disk here fills many distinct buffers slower
 //! than a few reused ones); `nocheck` skips the CRC check
-//! (`OpenOptions::skip_read_check`, for measuring only).
+//! (`OpenOptions::skip_read_check`, for measuring only); `pipe` keeps the
+//! reads in one task and starts the next before checking the one that came
+//! in, as a scan does (without it each read is a task that reads and
+//! checks). `PASSES` in the environment sets the passes over the data (3).
 //!
-//! `cargo run --release -p quarry-device --example stream_rate -- [MIB] [READS] [PAGES] [HOLD] [nocheck]`
+//! `cargo run --release -p quarry-device --example stream_rate -- [MIB] [READS] [PAGES] [HOLD] [nocheck] [pipe]`
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,9 +22,10 @@ use quarry_device::{BackendKind, Device, DeviceConfig, EccMode, Geometry};
 fn main() {
     let words: Vec<String> = std::env::args().skip(1).collect();
     let skip_read_check = words.iter().any(|w| w == "nocheck");
+    let pipe = words.iter().any(|w| w == "pipe");
     let args: Vec<usize> = words
         .iter()
-        .filter(|w| *w != "nocheck")
+        .filter(|w| *w != "nocheck" && *w != "pipe")
         .map(|a| a.parse().expect("a number"))
         .collect();
     let mib = args.first().copied().unwrap_or(1024);
@@ -86,10 +90,18 @@ fn main() {
                 addrs.push((block.page(p), pages.min(ppb - p)));
             }
         }
-        for _ in 0..3 {
+        let passes: usize = std::env::var("PASSES")
+            .ok()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(3);
+        for _ in 0..passes {
             let started = Instant::now();
             let mut bytes = 0u64;
-            let mut in_flight = read_all(&dev, &addrs, reads, hold).await;
+            let mut in_flight = if pipe {
+                read_piped(&dev, &addrs, reads).await
+            } else {
+                read_all(&dev, &addrs, reads, hold).await
+            };
             bytes += std::mem::take(&mut in_flight);
             let secs = started.elapsed().as_secs_f64();
             println!(
@@ -135,5 +147,51 @@ async fn read_all(
             }
             None => return bytes,
         }
+    }
+}
+
+/// Keeps `depth` fetches in flight, starting the next before checking the
+/// one whose bytes came in (as a scan does); returns the page bytes read.
+async fn read_piped(
+    dev: &Arc<Device>,
+    addrs: &[(quarry_device::PageAddr, u32)],
+    depth: usize,
+) -> u64 {
+    use futures::stream::{FuturesOrdered, StreamExt};
+    use futures::FutureExt;
+    let mut in_flight = FuturesOrdered::new();
+    let mut done = std::collections::VecDeque::new();
+    let mut next = 0;
+    let mut bytes = 0u64;
+    loop {
+        while next < addrs.len() && in_flight.len() + done.len() < depth {
+            let (addr, n) = addrs[next];
+            in_flight.push_back(dev.fetch_pages(addr, n));
+            next += 1;
+        }
+        // The new requests reach the disk at this poll, before any check.
+        while let Some(Some(f)) = in_flight.next().now_or_never() {
+            done.push_back(f);
+        }
+        let fetched = match done.pop_front() {
+            Some(f) => f,
+            None => match in_flight.next().await {
+                Some(f) => f,
+                None => return bytes,
+            },
+        };
+        while next < addrs.len() && in_flight.len() + done.len() < depth {
+            let (addr, n) = addrs[next];
+            in_flight.push_back(dev.fetch_pages(addr, n));
+            next += 1;
+        }
+        while let Some(Some(f)) = in_flight.next().now_or_never() {
+            done.push_back(f);
+        }
+        let pages = fetched.expect("fetch").check();
+        bytes += pages
+            .iter()
+            .map(|p| p.as_ref().expect("page").data.len() as u64)
+            .sum::<u64>();
     }
 }

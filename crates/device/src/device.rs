@@ -31,14 +31,21 @@ const POOL_MAX_FREE: usize = DEFAULT_MAX_INFLIGHT;
 /// Most bytes of slots one multi-page read ([`Device::read_pages`]) moves:
 /// large enough that a sequential scan reads as fast as the disk reads in
 /// megabyte requests, small enough that a run's buffer is cheap to keep.
-pub const MAX_READ_RUN_BYTES: usize = 2 << 20;
+/// Just over 2 MiB, so that 32 slots of a 64 KiB page and its spare area
+/// go in one request: a 4 MiB chunk of 64 pages is then 2 requests, not 3
+/// (31 + 31 + 2), and this disk's rate follows its count of requests.
+pub const MAX_READ_RUN_BYTES: usize = (2 << 20) + (64 << 10);
 /// Multi-page read buffers kept free between reads (at most 256 MiB idle):
 /// enough for a node's streaming reads in flight and read ahead (8 runs at
 /// depth 128 hold up to twice 128 pages each, in buffers of 16-31 pages),
 /// so they reuse buffers rather than map and fault in fresh ones for every
 /// read. With 64, four 1 GiB scans in a row on a fresh node ran at 1316,
 /// 1648, 1852 and 1987 MiB/s; with 128, at 1997-2217 from the first.
-const RUN_POOL_MAX_FREE: usize = 128;
+///
+/// Buffers are 4 MiB now (a read of 32 slots is just over one huge page)
+/// and a scan holds only the few its node's read gate allows, so 64 keep
+/// the idle memory at 256 MiB.
+const RUN_POOL_MAX_FREE: usize = 64;
 /// Seed of the nand model when the configuration gives none.
 const DEFAULT_SEED: u64 = 0x005E_ED0F_F1A5;
 
@@ -953,6 +960,21 @@ impl Device {
     /// check's cost).
     pub fn checks_reads(&self) -> bool {
         !self.skip_read_check
+    }
+
+    /// Keeps at most `bytes` of multi-page and page reads at the disk at
+    /// once (one read always goes): later reads wait in order, and each
+    /// completion starts the next straight from the I/O engine's reaper.
+    /// This disk serves one or two large requests at a time faster than
+    /// many (`docs/benchmarks.md`). Unbounded until set; the `file`
+    /// backend's io_uring engine only (elsewhere it does nothing).
+    pub fn set_read_budget_bytes(&self, bytes: usize) {
+        if let Store::File { engine, .. } = &self.store {
+            engine
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .set_read_budget_bytes(bytes);
+        }
     }
 
     /// The most pages one [`read_pages`](Self::read_pages) covers.

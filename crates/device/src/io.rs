@@ -154,6 +154,16 @@ impl IoEngine {
         }
     }
 
+    /// Keeps at most `bytes` of reads at the disk at once (one read always
+    /// may go): the rest wait in order, and each completion starts the next
+    /// at once, from the reaper, as `fio` does. The blocking engine has no
+    /// queue of its own to shape and ignores it.
+    pub(crate) fn set_read_budget_bytes(&self, bytes: usize) {
+        if let Engine::Uring(reactor) = &self.engine {
+            reactor.set_read_budget_bytes(bytes);
+        }
+    }
+
     /// Finishes what is in flight and stops; later requests fail.
     pub(crate) fn stop(&mut self) {
         match &mut self.engine {
@@ -210,6 +220,13 @@ struct Ring {
     slots: Vec<Option<InFlight>>,
     free: Vec<usize>,
     backlog: VecDeque<IoReq>,
+    /// Reads waiting for the read budget, in the order they came.
+    read_backlog: VecDeque<IoReq>,
+    /// Bytes of reads in the kernel.
+    read_bytes_in_kernel: usize,
+    /// At most this many bytes of reads in the kernel at once (one read
+    /// always may): this disk serves a few large requests faster than many.
+    read_budget_bytes: usize,
     stopped: bool,
 }
 
@@ -224,6 +241,23 @@ impl Ring {
         if self.stopped {
             return Err(req);
         }
+        if matches!(req.kind, IoKind::Read) {
+            let len = req.buf.buf().len();
+            let over = self.read_bytes_in_kernel > 0
+                && self.read_bytes_in_kernel + len > self.read_budget_bytes;
+            if over || !self.read_backlog.is_empty() {
+                if self.read_backlog.len() >= MAX_BACKLOG {
+                    return Err(req);
+                }
+                self.read_backlog.push_back(req);
+                return Ok(());
+            }
+        }
+        self.enqueue_now(req)
+    }
+
+    /// [`enqueue`](Self::enqueue) past the read budget.
+    fn enqueue_now(&mut self, req: IoReq) -> Result<(), IoReq> {
         let Some(idx) = self.free.pop() else {
             if self.backlog.len() >= MAX_BACKLOG {
                 return Err(req);
@@ -232,6 +266,9 @@ impl Ring {
             return Ok(());
         };
         debug_assert!(self.slots[idx].is_none(), "free slot {idx} is occupied");
+        if matches!(req.kind, IoKind::Read) {
+            self.read_bytes_in_kernel += req.buf.buf().len();
+        }
         self.slots[idx] = Some(InFlight { req, done: 0 });
         self.push_sqe(idx);
         Ok(())
@@ -280,6 +317,25 @@ impl Ring {
         }
     }
 
+    /// Puts the reads waiting for the read budget on the ring, in order,
+    /// while it has room for them (not yet submitted).
+    fn start_reads(&mut self, done: &mut Vec<(IoReq, io::Result<()>)>) {
+        while let Some(req) = self.read_backlog.front() {
+            let len = req.buf.buf().len();
+            if self.read_bytes_in_kernel > 0
+                && self.read_bytes_in_kernel + len > self.read_budget_bytes
+            {
+                break;
+            }
+            let Some(req) = self.read_backlog.pop_front() else {
+                break;
+            };
+            if let Err(req) = self.enqueue_now(req) {
+                done.push((req, Err(io::Error::other("device I/O engine stopped"))));
+            }
+        }
+    }
+
     /// Takes every completion off the ring; finished requests go into `done`.
     fn reap(&mut self, done: &mut Vec<(IoReq, io::Result<()>)>) {
         let mut reaped = std::mem::take(&mut self.reaped);
@@ -308,12 +364,16 @@ impl Ring {
                 Some(result) => {
                     if let Some(f) = self.slots[idx].take() {
                         self.free.push(idx);
+                        if matches!(f.req.kind, IoKind::Read) {
+                            self.read_bytes_in_kernel -= f.req.buf.buf().len();
+                        }
                         done.push((f.req, result));
                     }
                 }
             }
         }
         self.reaped = reaped;
+        self.start_reads(done);
         while !self.free.is_empty() {
             let Some(req) = self.backlog.pop_front() else {
                 break;
@@ -366,6 +426,9 @@ impl Reactor {
                 slots: (0..entries).map(|_| None).collect(),
                 free: (0..entries).rev().collect(),
                 backlog: VecDeque::new(),
+                read_backlog: VecDeque::new(),
+                read_bytes_in_kernel: 0,
+                read_budget_bytes: usize::MAX,
                 reaped: Vec::with_capacity(entries),
                 stopped: false,
             }),
@@ -397,6 +460,22 @@ impl Reactor {
         Ok(())
     }
 
+    fn set_read_budget_bytes(&self, bytes: usize) {
+        let mut done = Vec::new();
+        {
+            let mut ring = lock(&self.ring);
+            if ring.read_budget_bytes == bytes {
+                return;
+            }
+            ring.read_budget_bytes = bytes;
+            ring.start_reads(&mut done);
+            if let Err(e) = ring.submit() {
+                tracing::warn!("io_uring submit failed: {e}");
+            }
+        }
+        reply_all(done);
+    }
+
     /// Waits (blocking) for everything in the kernel, fails the backlog, and
     /// ends the reaper.
     fn stop(&self) {
@@ -404,7 +483,9 @@ impl Reactor {
         {
             let mut ring = lock(&self.ring);
             ring.stopped = true;
-            for req in ring.backlog.drain(..) {
+            let waiting: Vec<IoReq> = ring.backlog.drain(..).collect();
+            let reads: Vec<IoReq> = ring.read_backlog.drain(..).collect();
+            for req in waiting.into_iter().chain(reads) {
                 req.fail("device I/O engine stopped");
             }
             while ring.in_kernel() > 0 {

@@ -141,7 +141,10 @@ impl<P: Peers> Engine<P> {
 
     /// An engine whose local runs read with `tuner` (adaptive, or pinned to
     /// one setting by the node's `[compute]` configuration).
+    /// The tuner's setting is in force from here on, for every read on
+    /// the node's device (see [`LocalData`]), not only from the first scan.
     pub fn with_tuner(local: LocalData, peers: Arc<P>, tuner: ReadTuner) -> Arc<Engine<P>> {
+        local.apply(tuner.current());
         Arc::new(Engine {
             local: Arc::new(local),
             peers,

@@ -3,17 +3,22 @@
 //! the kernel.
 //!
 //! The run is a two-stage pipeline. The reader (async, on the node's
-//! runtime) keeps `depth` pages being read at the disk (a read leaves the
-//! depth when its bytes are in, before the CPU checks them), checks the
-//! pages and gathers their bytes, in order, into blocks of `block_bytes`;
-//! the kernel (on a blocking
-//! thread) folds each block. A channel of two blocks sits between them: the
-//! next block fills while the current one is computed on (Minerva's double
-//! buffering). The tuner picks `depth` and `block_bytes` from measured
-//! rates. A block is a list of slices of the pages as they were read, not a
-//! copy: with a fast disk the scan is bound by the node's CPU, and the copy
-//! into contiguous blocks was a sixth of it; kernels fold page-sized slices
-//! at full speed.
+//! runtime) issues reads of as many pages as one device request takes,
+//! checks their pages and gathers their bytes, in order, into blocks; the
+//! kernel (on a blocking thread) folds each block. A channel of two blocks
+//! sits between them: the next block fills while the current one is
+//! computed on (Minerva's double buffering). A block is a list of slices of
+//! the pages as they were read, not a copy: with a fast disk the scan is
+//! bound by the node's CPU, and the copy into contiguous blocks was a
+//! sixth of it; kernels fold page-sized slices at full speed.
+//!
+//! All runs on a node share its read buffers ([`ReadGate`]): a read holds
+//! one from before it is issued until the kernel has folded its pages. The
+//! tuner picks how many reads are at the disk at once (the device's read
+//! budget) and how many more are held ahead of the kernels, for the whole
+//! node, like `fio` with a few large requests in flight into a few
+//! buffers: the disk here serves that a fifth faster than many requests
+//! into many buffers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,7 +35,7 @@ use tokio::sync::mpsc;
 
 use crate::engine_error::ComputeError;
 use crate::scan::{compile, Part, ScanKernel};
-use crate::tuner::ReadTuner;
+use crate::tuner::{ReadSetting, ReadTuner};
 use crate::wire::{LocalAnswer, LocalRun, Segment, Source, MAX_SEGMENTS_PER_RUN};
 
 /// Most bytes one local run reads: the entry node cuts larger scans into
@@ -50,7 +55,94 @@ pub struct LocalData {
     /// A page of zeros: what a never-written volume page reads as, made
     /// once rather than per page.
     zeros: std::sync::OnceLock<Bytes>,
+    /// The read buffers every run on the node shares.
+    read_gate: Arc<ReadGate>,
+    /// The read setting the gate and the device were last given.
+    applied: std::sync::Mutex<Option<ReadSetting>>,
 }
+
+/// The node's read buffers, for all its runs together: a read takes a
+/// permit before it is issued and the permit comes back once the kernel
+/// has folded the read's pages. So the disk writes into the same few
+/// buffers over and over (on this VM a read into one of a few reused
+/// buffers was served a fifth faster than one into a hundred in turn,
+/// `docs/benchmarks.md`), and a run cannot read far ahead of its kernel.
+struct ReadGate {
+    permits: Arc<tokio::sync::Semaphore>,
+    /// The permits the gate is to have.
+    size: std::sync::Mutex<usize>,
+    /// Permits to forget as they come back: the gate shrank while they
+    /// were out.
+    debt: std::sync::atomic::AtomicUsize,
+}
+
+impl ReadGate {
+    fn new() -> Arc<ReadGate> {
+        Arc::new(ReadGate {
+            permits: Arc::new(tokio::sync::Semaphore::new(0)),
+            size: std::sync::Mutex::new(0),
+            debt: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// Gives the gate `size` permits: more at once, fewer as the ones out
+    /// come back.
+    fn resize(&self, size: usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let mut now = self.size.lock().unwrap_or_else(|e| e.into_inner());
+        if size > *now {
+            let grow = size - *now;
+            // Debts still owed are forgiven first.
+            let owed = self
+                .debt
+                .fetch_update(SeqCst, SeqCst, |d| Some(d.saturating_sub(grow)))
+                .unwrap_or(0);
+            self.permits.add_permits(grow - owed.min(grow));
+        } else {
+            let cut = *now - size;
+            let forgotten = self.permits.forget_permits(cut);
+            self.debt.fetch_add(cut - forgotten, SeqCst);
+        }
+        *now = size;
+    }
+
+    async fn acquire(self: &Arc<Self>) -> ReadPermit {
+        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
+        Some(Arc::new(GatePermit {
+            permit: Some(permit),
+            gate: Arc::clone(self),
+        }))
+    }
+}
+
+/// A permit of the node's read gate.
+struct GatePermit {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    gate: Arc<ReadGate>,
+}
+
+impl Drop for GatePermit {
+    fn drop(&mut self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let owed = self
+            .gate
+            .debt
+            .fetch_update(SeqCst, SeqCst, |d| d.checked_sub(1))
+            .is_ok();
+        if let (true, Some(permit)) = (owed, self.permit.take()) {
+            permit.forget();
+        }
+    }
+}
+
+/// A permit of the node's read gate, shared by the pages of one read: the
+/// read's buffer is free once the last of them is folded.
+type ReadPermit = Option<Arc<GatePermit>>;
+
+/// Bytes handed to the kernel at once: one read's worth. The reader also
+/// hands on what it has whenever it would wait for a read, so a block
+/// never holds buffers that other reads wait for.
+const BLOCK_BYTES: usize = quarry_device::MAX_READ_RUN_BYTES;
 
 /// A node's managed storage.
 pub struct ManagedData {
@@ -131,6 +223,9 @@ enum Message {
     Block {
         segment: usize,
         pieces: Vec<Bytes>,
+        /// The read permits of the pieces' buffers, released after the
+        /// pieces are dropped.
+        permits: Vec<ReadPermit>,
     },
     End {
         segment: usize,
@@ -141,22 +236,34 @@ enum Message {
 #[derive(Default)]
 struct Block {
     pieces: Vec<Bytes>,
+    permits: Vec<ReadPermit>,
     bytes: usize,
 }
 
 impl Block {
-    fn push(&mut self, piece: Bytes) {
+    fn push(&mut self, piece: Bytes, permit: &ReadPermit) {
         self.bytes += piece.len();
         self.pieces.push(piece);
+        let same = match (self.permits.last(), permit) {
+            (Some(Some(a)), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same {
+            self.permits.push(permit.clone());
+        }
     }
 
     fn is_empty(&self) -> bool {
         self.pieces.is_empty()
     }
 
-    fn take(&mut self) -> Vec<Bytes> {
+    fn message(&mut self, segment: usize) -> Message {
         self.bytes = 0;
-        std::mem::take(&mut self.pieces)
+        Message::Block {
+            segment,
+            pieces: std::mem::take(&mut self.pieces),
+            permits: std::mem::take(&mut self.permits),
+        }
     }
 }
 
@@ -169,7 +276,23 @@ impl LocalData {
             device,
             managed,
             zeros: std::sync::OnceLock::new(),
+            read_gate: ReadGate::new(),
+            applied: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Puts `setting` in force for the node: its read gate's buffers, and
+    /// its device's reads at the disk (which shape every read there, not
+    /// only the kernels').
+    pub(crate) fn apply(&self, setting: ReadSetting) {
+        let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        if *applied == Some(setting) {
+            return;
+        }
+        self.read_gate.resize(setting.buffers());
+        self.device
+            .set_read_budget_bytes(setting.depth * quarry_device::MAX_READ_RUN_BYTES);
+        *applied = Some(setting);
     }
 
     fn managed(&self, what: &str) -> Result<&ManagedData, ComputeError> {
@@ -375,10 +498,6 @@ impl LocalData {
     }
 }
 
-/// Reads a run keeps in flight when its depth allows reads of a page or
-/// more each.
-const READS_IN_FLIGHT: usize = 4;
-
 /// How many items from `items[0]` on one read covers, at most `max`:
 /// logical pages (chunks' or volumes'), which the space manager reads in
 /// as few device requests as their places allow (pages next to each other
@@ -396,22 +515,27 @@ fn group_len(items: &[PageItem], max: usize) -> usize {
     }
 }
 
-/// A run's page reads: in flight at the device, and fetched (bytes in, not
-/// yet checked), in order.
+/// A run's page reads: issued (waiting for the node's read gate, or at the
+/// device), and fetched (bytes in, not yet checked), in order.
 #[derive(Default)]
 struct Reads<'a> {
-    in_flight: FuturesOrdered<BoxFuture<'a, (&'a [PageItem], Fetched<'a>)>>,
-    pages_in_flight: usize,
-    fetched: std::collections::VecDeque<(&'a [PageItem], Fetched<'a>)>,
-    fetched_pages: usize,
+    in_flight: FuturesOrdered<BoxFuture<'a, FetchedGroup<'a>>>,
+    fetched: std::collections::VecDeque<FetchedGroup<'a>>,
 }
+
+/// A group of items, its read, and the permit its buffer holds.
+type FetchedGroup<'a> = (&'a [PageItem], Fetched<'a>, ReadPermit);
 
 impl<'a> Reads<'a> {
     /// Starts reading `group` (it reaches the disk at the next poll).
     fn issue(&mut self, data: &'a LocalData, group: &'a [PageItem]) {
-        self.pages_in_flight += group.len();
-        self.in_flight
-            .push_back(async move { (group, data.fetch_group(group).await) }.boxed());
+        self.in_flight.push_back(
+            async move {
+                let permit = data.read_gate.acquire().await;
+                (group, data.fetch_group(group).await, permit)
+            }
+            .boxed(),
+        );
     }
 
     /// Moves every read whose bytes are in to `fetched` (they leave the
@@ -420,16 +544,16 @@ impl<'a> Reads<'a> {
     /// reading again left it idle for milliseconds after each one), without
     /// waiting.
     fn poll(&mut self) {
-        while let Some(Some((group, pages))) = self.in_flight.next().now_or_never() {
-            self.take(group, pages);
+        while let Some(Some(fetched)) = self.in_flight.next().now_or_never() {
+            self.take(fetched);
         }
     }
 
     /// Waits for the next read; false when none is in flight.
     async fn wait(&mut self) -> bool {
         match self.in_flight.next().await {
-            Some((group, pages)) => {
-                self.take(group, pages);
+            Some(fetched) => {
+                self.take(fetched);
                 true
             }
             None => false,
@@ -437,16 +561,17 @@ impl<'a> Reads<'a> {
     }
 
     /// The oldest read whose bytes are in, to be checked and handed on.
-    fn pop_fetched(&mut self) -> Option<(&'a [PageItem], Fetched<'a>)> {
-        let (group, pages) = self.fetched.pop_front()?;
-        self.fetched_pages -= group.len();
-        Some((group, pages))
+    fn pop_fetched(&mut self) -> Option<FetchedGroup<'a>> {
+        self.fetched.pop_front()
     }
 
-    fn take(&mut self, group: &'a [PageItem], pages: Fetched<'a>) {
-        self.pages_in_flight -= group.len();
-        self.fetched_pages += group.len();
-        self.fetched.push_back((group, pages));
+    fn take(&mut self, fetched: FetchedGroup<'a>) {
+        self.fetched.push_back(fetched);
+    }
+
+    /// Reads issued and not yet checked.
+    fn len(&self) -> usize {
+        self.in_flight.len() + self.fetched.len()
     }
 }
 
@@ -547,6 +672,7 @@ async fn stream_pages(
     waits: &mut Waits,
 ) -> Result<u64, ComputeError> {
     let mut setting = tuner.current();
+    data.apply(setting);
     let max_read_pages = data.device.max_read_pages() as usize;
     let mut reads = Reads::default();
     // The checked pages of the group being handed to the kernel.
@@ -567,22 +693,12 @@ async fn stream_pages(
     };
     loop {
         reads.poll();
-        // A read covers at most a quarter of the depth (so four are in
-        // flight: this disk serves as many requests at once as it is given,
-        // and its rate follows their number more than their size; a small
-        // depth means small reads) and what one device request may; another
-        // starts while the pages in flight stay within the depth (one always
-        // may), and while what is read and not yet handed on does too: when
-        // the kernel falls behind, reading further ahead only fills memory.
-        let read_pages = (setting.depth / READS_IN_FLIGHT).min(max_read_pages).max(1);
+        // Reads are as large as one device request may be. A run queues as
+        // many as the node's gate has buffers; the gate decides whose goes
+        // next, and the device how many are at the disk.
         let mut issued = false;
-        while next < items.len() {
-            let len = group_len(&items[next..], read_pages);
-            let held = reads.fetched_pages + ready.len();
-            let full = reads.pages_in_flight + len > setting.depth || held >= setting.depth;
-            if (reads.pages_in_flight > 0 || held > 0) && full {
-                break;
-            }
+        while next < items.len() && reads.len() < setting.buffers() {
+            let len = group_len(&items[next..], max_read_pages);
             reads.issue(data, &items[next..next + len]);
             next += len;
             issued = true;
@@ -595,7 +711,13 @@ async fn stream_pages(
             tokio::task::yield_now().await;
         }
         if ready.is_empty() {
-            let Some((group, pages)) = reads.pop_fetched() else {
+            let Some((group, pages, permit)) = reads.pop_fetched() else {
+                // Nothing to fold until a read comes in: the block goes to
+                // the kernel now, so the buffers it holds are freed for the
+                // reads of this run and the others (which may wait for them).
+                if !block.is_empty() {
+                    send(block.message(block_segment)).await?;
+                }
                 let waited = Instant::now();
                 let more = reads.wait().await;
                 waits.io += waited.elapsed();
@@ -606,12 +728,19 @@ async fn stream_pages(
             };
             let pages = pages.finish(data, group).await;
             debug_assert_eq!(group.len(), pages.len());
-            ready.extend(group.iter().zip(pages));
+            ready.extend(
+                group
+                    .iter()
+                    .zip(pages)
+                    .map(|(item, page)| (item, page, permit.clone())),
+            );
+            drop(permit);
             // Counted per group, not per page: the tuner is behind a lock
             // every run on the node shares.
             setting = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
+            data.apply(setting);
         }
-        let Some((item, page)) = ready.pop_front() else {
+        let Some((item, page, permit)) = ready.pop_front() else {
             continue;
         };
         if Instant::now() > deadline {
@@ -637,11 +766,7 @@ async fn stream_pages(
         // block holds, end here.
         if item.segment != block_segment {
             if !block.is_empty() {
-                send(Message::Block {
-                    segment: block_segment,
-                    pieces: block.take(),
-                })
-                .await?;
+                send(block.message(block_segment)).await?;
             }
             while ended < item.segment {
                 send(Message::End { segment: ended }).await?;
@@ -651,25 +776,17 @@ async fn stream_pages(
         }
         let len = bytes.len();
         if len > 0 {
-            block.push(page.slice(item.span.clone()));
+            block.push(page.slice(item.span.clone()), &permit);
         }
         bytes_read += len as u64;
-        if block.bytes >= setting.block_bytes {
+        if block.bytes >= BLOCK_BYTES {
             let waited = Instant::now();
-            send(Message::Block {
-                segment: block_segment,
-                pieces: block.take(),
-            })
-            .await?;
+            send(block.message(block_segment)).await?;
             waits.kernel += waited.elapsed();
         }
     }
     if !block.is_empty() {
-        send(Message::Block {
-            segment: block_segment,
-            pieces: block.take(),
-        })
-        .await?;
+        send(block.message(block_segment)).await?;
     }
     while ended < segments {
         send(Message::End { segment: ended }).await?;
@@ -717,7 +834,10 @@ fn fold_blocks(
             }
             started += 1;
         }
-        if let Message::Block { pieces, .. } = msg {
+        if let Message::Block {
+            pieces, permits, ..
+        } = msg
+        {
             let Some((target, mut end, mut part)) = current.take() else {
                 return Err(ComputeError::BadRequest("no part to fold into".into()));
             };
@@ -726,6 +846,10 @@ fn fold_blocks(
                 folded[segment] += piece.len() as u64;
                 end += piece.len() as u64;
             }
+            // The buffers go back to the device's pool before their
+            // permits free a read: the next read reuses one of them.
+            drop(pieces);
+            drop(permits);
             if (held_bytes + part.size_bytes()) as u64 > memory_bytes {
                 return Err(ComputeError::Limit {
                     what: "memory",
@@ -757,4 +881,63 @@ fn fold_blocks(
         }
     }
     Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn available(gate: &ReadGate) -> usize {
+        gate.permits.available_permits()
+    }
+
+    #[tokio::test]
+    async fn the_read_gate_grows_at_once_and_shrinks_as_permits_come_back() {
+        let gate = ReadGate::new();
+        gate.resize(4);
+        assert_eq!(available(&gate), 4);
+        let a = gate.acquire().await;
+        let b = gate.acquire().await;
+        let c = gate.acquire().await;
+        assert!(a.is_some() && b.is_some() && c.is_some());
+        assert_eq!(available(&gate), 1);
+        // Down to 1 with three out: the free one goes now, two as they
+        // come back, and the third back is the one the gate keeps.
+        gate.resize(1);
+        assert_eq!(available(&gate), 0);
+        drop(a);
+        drop(b);
+        assert_eq!(available(&gate), 0, "returned permits pay the debt");
+        drop(c);
+        assert_eq!(available(&gate), 1);
+        // Growing forgives a debt before it adds permits.
+        let d = gate.acquire().await;
+        gate.resize(0);
+        gate.resize(2);
+        assert_eq!(available(&gate), 1);
+        drop(d);
+        assert_eq!(available(&gate), 2);
+    }
+
+    #[tokio::test]
+    async fn a_permit_is_held_until_every_page_of_its_read_is_dropped() {
+        let gate = ReadGate::new();
+        gate.resize(1);
+        let permit = gate.acquire().await;
+        let mut first = Block::default();
+        let mut second = Block::default();
+        // One read's pages split over two blocks.
+        first.push(Bytes::from_static(b"abc"), &permit);
+        first.push(Bytes::from_static(b"def"), &permit);
+        second.push(Bytes::from_static(b"ghi"), &permit);
+        drop(permit);
+        let Message::Block { permits, .. } = first.message(0) else {
+            panic!("a block")
+        };
+        assert_eq!(permits.len(), 1, "one permit per read, not per page");
+        drop(permits);
+        assert_eq!(available(&gate), 0, "the second block still holds it");
+        drop(second);
+        assert_eq!(available(&gate), 1);
+    }
 }

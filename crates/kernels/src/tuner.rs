@@ -1,14 +1,14 @@
 //! How a node reads pages into its kernels: [`ReadTuner`], which picks the
-//! queue depth (pages in flight) and the block size (bytes handed to the
-//! kernel at once, and so the read-ahead: two blocks are buffered) by
-//! measuring, not guessing.
+//! queue depth (reads at the disk, for the whole node) and the read-ahead
+//! (reads whose bytes are in and wait for the kernels, for the whole node)
+//! by measuring, not guessing.
 //!
 //! The streaming paper (Chamberlain et al.) found throughput very sensitive
 //! to read-ahead and block size, with the best settings differing between
 //! machines. So the node measures the rate all its runs together get over
 //! windows of at least [`WINDOW_BYTES`] and [`WINDOW_MIN`] (runs share the
 //! disk: one run's share says little), and climbs a small grid of (depth,
-//! block) settings.
+//! read-ahead) settings.
 //!
 //! **Paired trials.** The disk's rate drifts by a fifth over minutes (fio
 //! alone read 2.1 to 2.6 GB/s in one benchmark), so rates measured at
@@ -36,13 +36,17 @@ pub const WINDOW_BYTES: u64 = 64 << 20;
 /// one setting read 1.5 to 2.9 GB/s), and the tuner wandered. Half a second
 /// holds some fifteen bursts.
 pub const WINDOW_MIN: std::time::Duration = std::time::Duration::from_millis(500);
-/// The queue depths tried (pages in flight per run). Below 16, a run's
-/// four reads are under 4 pages each: the disk here serves such reads at a
-/// fraction of its rate (`docs/benchmarks.md`), and the tuner only went
-/// there chasing the noise of a window.
-const DEPTHS: [usize; 5] = [16, 32, 64, 128, 256];
-/// The block sizes tried.
-const BLOCKS: [usize; 4] = [256 << 10, 1 << 20, 4 << 20, 8 << 20];
+/// The queue depths tried: reads at the disk for the whole node, each of up
+/// to [`quarry_device::MAX_READ_RUN_BYTES`]. The disk here reads fastest
+/// with one or two such requests in flight and slower with more (fio: 2 MiB
+/// requests at 2800-2900 MiB/s with 1 or 2 in flight, 2400-2600 with 3 or
+/// 4), but another disk may want more.
+const DEPTHS: [usize; 5] = [1, 2, 3, 4, 8];
+/// The read-aheads tried: reads in the node's buffers beyond those at the
+/// disk, read and waiting to be checked and folded. Few, because every
+/// buffer in circulation costs this disk: reads into the same few buffers
+/// ran a fifth faster than reads cycling through a hundred.
+const AHEADS: [usize; 4] = [1, 2, 4, 8];
 /// Trial scores kept per neighbour, and needed before a move.
 const TRIALS_KEPT: usize = 3;
 /// The geometric mean of a neighbour's scores that moves the tuner there.
@@ -92,13 +96,20 @@ impl Scores {
     }
 }
 
-/// A read setting.
+/// A read setting, for the whole node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ReadSetting {
-    /// Pages in flight.
+    /// Reads at the disk at once.
     pub depth: usize,
-    /// Bytes per block handed to the kernel.
-    pub block_bytes: usize,
+    /// Reads held beyond those, read and not yet folded by the kernels.
+    pub read_ahead: usize,
+}
+
+impl ReadSetting {
+    /// Read buffers in use at most: at the disk, and read ahead.
+    pub fn buffers(&self) -> usize {
+        self.depth + self.read_ahead
+    }
 }
 
 /// The node's read tuner: shared by every local run.
@@ -111,7 +122,7 @@ type At = (usize, usize);
 
 #[derive(Debug)]
 struct TunerState {
-    /// Index into DEPTHS and BLOCKS of the setting in use.
+    /// Index into DEPTHS and AHEADS of the setting in use.
     at: At,
     /// Held at `at`: measures, never moves.
     pinned: bool,
@@ -143,12 +154,12 @@ impl Default for ReadTuner {
 }
 
 impl ReadTuner {
-    /// A tuner that starts at depth 128, 1 MiB blocks: in the middle of the
-    /// grid, so every direction is one step away.
+    /// A tuner that starts at 2 reads at the disk and 2 ahead: the disk
+    /// here is fastest at 1-2, and every direction is one step away.
     pub fn new() -> ReadTuner {
         ReadTuner {
             state: Mutex::new(TunerState {
-                at: (3, 1),
+                at: (1, 1),
                 pinned: false,
                 trial: None,
                 pending: None,
@@ -181,9 +192,9 @@ impl ReadTuner {
         DEPTHS
             .iter()
             .flat_map(|&depth| {
-                BLOCKS
+                AHEADS
                     .iter()
-                    .map(move |&block_bytes| ReadSetting { depth, block_bytes })
+                    .map(move |&read_ahead| ReadSetting { depth, read_ahead })
             })
             .collect()
     }
@@ -249,7 +260,7 @@ impl ReadTuner {
         let rate = bytes as f64 / secs;
         tracing::debug!(
             depth = setting.depth,
-            block_bytes = setting.block_bytes,
+            read_ahead = setting.read_ahead,
             mib_per_s = format!("{:.0}", rate / f64::from(1 << 20)),
             trial = key != st.at,
             "read window"
@@ -275,7 +286,7 @@ impl ReadTuner {
         (
             ReadSetting {
                 depth: DEPTHS[d],
-                block_bytes: BLOCKS[b],
+                read_ahead: AHEADS[b],
             },
             rate,
         )
@@ -287,7 +298,7 @@ impl TunerState {
         let (d, b) = self.trial.unwrap_or(self.at);
         ReadSetting {
             depth: DEPTHS[d],
-            block_bytes: BLOCKS[b],
+            read_ahead: AHEADS[b],
         }
     }
 
@@ -301,10 +312,10 @@ impl TunerState {
             if scores.wins() {
                 tracing::info!(
                     depth = DEPTHS[n.0],
-                    block_bytes = BLOCKS[n.1],
+                    read_ahead = AHEADS[n.1],
                     gain = format!("{:.3}", scores.geometric_mean()),
                     from_depth = DEPTHS[self.at.0],
-                    from_block_bytes = BLOCKS[self.at.1],
+                    from_read_ahead = AHEADS[self.at.1],
                     "read tuner moved"
                 );
                 self.at = n;
@@ -352,7 +363,7 @@ impl TunerState {
 fn index_of(s: ReadSetting) -> Option<At> {
     Some((
         DEPTHS.iter().position(|&d| d == s.depth)?,
-        BLOCKS.iter().position(|&b| b == s.block_bytes)?,
+        AHEADS.iter().position(|&b| b == s.read_ahead)?,
     ))
 }
 
@@ -364,7 +375,7 @@ fn neighbours((d, b): At) -> Vec<At> {
     if d > 0 {
         out.push((d - 1, b));
     }
-    if b + 1 < BLOCKS.len() {
+    if b + 1 < AHEADS.len() {
         out.push((d, b + 1));
     }
     if b > 0 {
@@ -377,12 +388,11 @@ fn neighbours((d, b): At) -> Vec<At> {
 mod tests {
     use super::*;
 
-    /// A made-up device whose rate peaks at depth 64 and 4 MiB blocks, with
+    /// A made-up device whose rate peaks at depth 4 and 4 reads ahead, with
     /// neighbouring settings further apart than the move threshold.
     fn rate(s: ReadSetting) -> f64 {
-        let d = (s.depth as f64).log2();
-        let b = (s.block_bytes as f64).log2();
-        1000.0 - (d - 6.0).powi(2) * 150.0 - (b - 22.0).powi(2) * 90.0
+        let (d, b) = index_of(s).expect("a setting on the grid");
+        1000.0 - (d as f64 - 3.0).powi(2) * 150.0 - (b as f64 - 2.0).powi(2) * 90.0
     }
 
     /// Multiplicative noise, uniform in 1 ± `spread`, from a fixed seed.
@@ -487,8 +497,8 @@ mod tests {
         let tuner = ReadTuner::new();
         let used = drive(&tuner, 200, |s, _| rate(s) * 1000.0);
         let best = ReadSetting {
-            depth: 64,
-            block_bytes: 4 << 20,
+            depth: 4,
+            read_ahead: 4,
         };
         assert!(used[100..].iter().all(|&s| s == best), "{used:?}");
     }
@@ -512,15 +522,15 @@ mod tests {
     #[test]
     fn a_real_gain_is_found_through_noise() {
         let best = ReadSetting {
-            depth: 256,
-            block_bytes: 1 << 20,
+            depth: 3,
+            read_ahead: 2,
         };
         let tuner = ReadTuner::new();
         let mut noise = Noise(0x9e37_79b9_7f4a_7c15, 0.2);
         let used = drive(&tuner, 600, |s, _| {
             let base = if s == best {
                 1.15e9
-            } else if s == (ReadSetting { depth: 128, ..best }) {
+            } else if s == (ReadSetting { depth: 2, ..best }) {
                 1e9
             } else {
                 0.9e9

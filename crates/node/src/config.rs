@@ -54,8 +54,8 @@ pub struct NodeConfig {
 ///
 /// ```toml
 /// [compute]
-/// read_depth = 32             # pages in flight
-/// read_block_bytes = 1048576  # bytes handed to the kernel at once
+/// read_depth = 2   # reads at the disk at once, for the whole node
+/// read_ahead = 2   # reads held beyond those, waiting for the kernels
 /// ```
 ///
 /// Both or neither: with both, the node's read tuner is pinned to that
@@ -64,10 +64,11 @@ pub struct NodeConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ComputeConfig {
-    /// Page reads in flight per local run.
+    /// Reads at the disk at once, for the whole node.
     pub read_depth: Option<usize>,
-    /// Bytes per block handed to the kernel.
-    pub read_block_bytes: Option<usize>,
+    /// Reads held beyond those (read, waiting for the kernels), for the
+    /// whole node.
+    pub read_ahead: Option<usize>,
 }
 
 impl ComputeConfig {
@@ -84,12 +85,12 @@ impl ComputeConfig {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let (depth, block_bytes) = match (self.read_depth, self.read_block_bytes) {
+        let (depth, read_ahead) = match (self.read_depth, self.read_ahead) {
             (None, None) => return Ok(None),
             (Some(d), Some(b)) => (d, b),
             (Some(_), None) | (None, Some(_)) => {
                 return Err(
-                    "compute.read_depth and compute.read_block_bytes go together: set both \
+                    "compute.read_depth and compute.read_ahead go together: set both \
                      (to pin the read setting) or neither (the node tunes it)"
                         .into(),
                 )
@@ -101,13 +102,13 @@ impl ComputeConfig {
                 allowed(grid.iter().map(|s| s.depth).collect())
             ));
         }
-        if !grid.iter().any(|s| s.block_bytes == block_bytes) {
+        if !grid.iter().any(|s| s.read_ahead == read_ahead) {
             return Err(format!(
-                "compute.read_block_bytes = {block_bytes} is not one of the tuner's block sizes: {}",
-                allowed(grid.iter().map(|s| s.block_bytes).collect())
+                "compute.read_ahead = {read_ahead} is not one of the tuner's read-aheads: {}",
+                allowed(grid.iter().map(|s| s.read_ahead).collect())
             ));
         }
-        Ok(Some(ReadSetting { depth, block_bytes }))
+        Ok(Some(ReadSetting { depth, read_ahead }))
     }
 
     /// The node's read tuner: pinned, or adaptive by default.

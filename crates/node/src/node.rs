@@ -323,7 +323,7 @@ impl Node {
             tracing::info!(
                 id = config.id,
                 depth = s.depth,
-                block_bytes = s.block_bytes,
+                read_ahead = s.read_ahead,
                 "read tuner pinned by [compute]"
             );
         }

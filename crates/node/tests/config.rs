@@ -94,11 +94,11 @@ const BASE: &str = "id = 1\nlisten = \"127.0.0.1:7401\"\ndata_dir = \"n1\"\n";
 #[test]
 fn compute_section_pins_the_read_setting() {
     let config = load_text(&format!(
-        "{BASE}[compute]\nread_depth = 64\nread_block_bytes = 4194304\n"
+        "{BASE}[compute]\nread_depth = 4\nread_ahead = 8\n"
     ))
     .unwrap();
     let setting = config.compute.read_setting().unwrap().unwrap();
-    assert_eq!((setting.depth, setting.block_bytes), (64, 4 << 20));
+    assert_eq!((setting.depth, setting.read_ahead), (4, 8));
     let tuner = config.compute.tuner().unwrap();
     assert_eq!(tuner.current(), setting);
     // Pinned: observing never moves it.
@@ -119,24 +119,24 @@ fn no_compute_section_means_adaptive() {
 #[test]
 fn compute_values_off_the_grid_are_refused_naming_the_allowed_ones() {
     let err = load_text(&format!(
-        "{BASE}[compute]\nread_depth = 3\nread_block_bytes = 1048576\n"
+        "{BASE}[compute]\nread_depth = 5\nread_ahead = 1\n"
     ))
     .unwrap_err();
-    assert!(err.contains("compute.read_depth = 3"), "{err}");
-    assert!(err.contains("16, 32, 64, 128, 256"), "{err}");
+    assert!(err.contains("compute.read_depth = 5"), "{err}");
+    assert!(err.contains("1, 2, 3, 4, 8"), "{err}");
     let err = load_text(&format!(
-        "{BASE}[compute]\nread_depth = 32\nread_block_bytes = 65536\n"
+        "{BASE}[compute]\nread_depth = 2\nread_ahead = 3\n"
     ))
     .unwrap_err();
-    assert!(err.contains("compute.read_block_bytes = 65536"), "{err}");
-    assert!(err.contains("262144, 1048576, 4194304, 8388608"), "{err}");
+    assert!(err.contains("compute.read_ahead = 3"), "{err}");
+    assert!(err.contains("1, 2, 4, 8"), "{err}");
 }
 
 #[test]
 fn compute_needs_both_values_or_neither() {
     let err = load_text(&format!("{BASE}[compute]\nread_depth = 32\n")).unwrap_err();
     assert!(err.contains("go together"), "{err}");
-    let err = load_text(&format!("{BASE}[compute]\nread_block_bytes = 1048576\n")).unwrap_err();
+    let err = load_text(&format!("{BASE}[compute]\nread_ahead = 2\n")).unwrap_err();
     assert!(err.contains("go together"), "{err}");
     let err = load_text(&format!("{BASE}[compute]\nread_dept = 32\n")).unwrap_err();
     assert!(err.contains("read_dept"), "{err}");
