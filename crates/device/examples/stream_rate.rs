@@ -9,7 +9,10 @@
 //! (`OpenOptions::skip_read_check`, for measuring only); `pipe` keeps the
 //! reads in one task and starts the next before checking the one that came
 //! in, as a scan does (without it each read is a task that reads and
-//! checks). `PASSES` in the environment sets the passes over the data (3).
+//! checks). In the environment: `PASSES`, the passes over the data (3);
+//! `BUDGET`, reads at the disk at most (the device's read budget; the other
+//! reads in flight wait in the engine); `FIO`, fio's arguments for a read of
+//! the same bytes after each pass (e.g. "--bs=2M --iodepth=2").
 //!
 //! `cargo run --release -p quarry-device --example stream_rate -- [MIB] [READS] [PAGES] [HOLD] [nocheck] [pipe]`
 
@@ -61,6 +64,11 @@ fn main() {
             ..Default::default()
         };
         let dev = Arc::new(Device::open_with(&config, dir.path(), options).expect("open"));
+        if let Some(reads) = std::env::var("BUDGET").ok().and_then(|b| b.parse::<usize>().ok()) {
+            // At most this many reads at the disk; the rest wait in the
+            // engine, started by each completion.
+            dev.set_read_budget_bytes(reads * quarry_device::MAX_READ_RUN_BYTES);
+        }
         let page = Bytes::from(vec![7u8; 64 << 10]);
         let started = Instant::now();
         let mut tasks = Vec::new();
@@ -108,6 +116,23 @@ fn main() {
                 "{reads} reads of {pages} pages in flight: {:.0} MiB/s of page data",
                 bytes as f64 / f64::from(1 << 20) / secs
             );
+            if let Ok(fio) = std::env::var("FIO") {
+                // The same bytes, read by fio right after (FIO holds its
+                // extra arguments, e.g. "--bs=2M --iodepth=2").
+                let path = dev.backing_path().expect("a file backend");
+                let out = std::process::Command::new("fio")
+                    .args(["--name=same", "--rw=read", "--direct=1", "--readonly"])
+                    .args(["--ioengine=io_uring", "--output-format=terse"])
+                    .arg(format!("--filename={}", path.display()))
+                    .arg(format!("--size={}", u64::from(blocks) * u64::from(ppb) * dev.slot_size_bytes()))
+                    .args(fio.split_whitespace())
+                    .output()
+                    .expect("fio");
+                let terse = String::from_utf8_lossy(&out.stdout);
+                // Terse v3: field 7 is the read bandwidth in KiB/s.
+                let kib: f64 = terse.split(';').nth(6).and_then(|f| f.parse().ok()).unwrap_or(0.0);
+                println!("fio {fio} on the same bytes: {:.0} MiB/s of slots", kib / 1024.0);
+            }
         }
         dev.close().await.expect("close");
     });
