@@ -64,7 +64,10 @@ fn main() {
             ..Default::default()
         };
         let dev = Arc::new(Device::open_with(&config, dir.path(), options).expect("open"));
-        if let Some(reads) = std::env::var("BUDGET").ok().and_then(|b| b.parse::<usize>().ok()) {
+        if let Some(reads) = std::env::var("BUDGET")
+            .ok()
+            .and_then(|b| b.parse::<usize>().ok())
+        {
             // At most this many reads at the disk; the rest wait in the
             // engine, started by each completion.
             dev.set_read_budget_bytes(reads * quarry_device::MAX_READ_RUN_BYTES);
@@ -124,14 +127,24 @@ fn main() {
                     .args(["--name=same", "--rw=read", "--direct=1", "--readonly"])
                     .args(["--ioengine=io_uring", "--output-format=terse"])
                     .arg(format!("--filename={}", path.display()))
-                    .arg(format!("--size={}", u64::from(blocks) * u64::from(ppb) * dev.slot_size_bytes()))
+                    .arg(format!(
+                        "--size={}",
+                        u64::from(blocks) * u64::from(ppb) * dev.slot_size_bytes()
+                    ))
                     .args(fio.split_whitespace())
                     .output()
                     .expect("fio");
                 let terse = String::from_utf8_lossy(&out.stdout);
                 // Terse v3: field 7 is the read bandwidth in KiB/s.
-                let kib: f64 = terse.split(';').nth(6).and_then(|f| f.parse().ok()).unwrap_or(0.0);
-                println!("fio {fio} on the same bytes: {:.0} MiB/s of slots", kib / 1024.0);
+                let kib: f64 = terse
+                    .split(';')
+                    .nth(6)
+                    .and_then(|f| f.parse().ok())
+                    .unwrap_or(0.0);
+                println!(
+                    "fio {fio} on the same bytes: {:.0} MiB/s of slots",
+                    kib / 1024.0
+                );
             }
         }
         dev.close().await.expect("close");
@@ -186,6 +199,8 @@ async fn read_piped(
     use futures::FutureExt;
     let mut in_flight = FuturesOrdered::new();
     let mut done = std::collections::VecDeque::new();
+    // The read taken last round, checked only once its replacement is out.
+    let mut taken = None;
     let mut next = 0;
     let mut bytes = 0u64;
     loop {
@@ -198,25 +213,21 @@ async fn read_piped(
         while let Some(Some(f)) = in_flight.next().now_or_never() {
             done.push_back(f);
         }
-        let fetched = match done.pop_front() {
-            Some(f) => f,
+        if let Some(fetched) = taken.take() {
+            let fetched: Result<quarry_device::FetchedPages<'_>, _> = fetched;
+            let pages = fetched.expect("fetch").check();
+            bytes += pages
+                .iter()
+                .map(|p| p.as_ref().expect("page").data.len() as u64)
+                .sum::<u64>();
+            continue;
+        }
+        taken = match done.pop_front() {
+            Some(f) => Some(f),
             None => match in_flight.next().await {
-                Some(f) => f,
+                Some(f) => Some(f),
                 None => return bytes,
             },
         };
-        while next < addrs.len() && in_flight.len() + done.len() < depth {
-            let (addr, n) = addrs[next];
-            in_flight.push_back(dev.fetch_pages(addr, n));
-            next += 1;
-        }
-        while let Some(Some(f)) = in_flight.next().now_or_never() {
-            done.push_back(f);
-        }
-        let pages = fetched.expect("fetch").check();
-        bytes += pages
-            .iter()
-            .map(|p| p.as_ref().expect("page").data.len() as u64)
-            .sum::<u64>();
     }
 }
