@@ -139,10 +139,12 @@ impl Drop for GatePermit {
 /// read's buffer is free once the last of them is folded.
 type ReadPermit = Option<Arc<GatePermit>>;
 
-/// Bytes handed to the kernel at once: one read's worth. The reader also
-/// hands on what it has whenever it would wait for a read, so a block
-/// never holds buffers that other reads wait for.
-const BLOCK_BYTES: usize = quarry_device::MAX_READ_RUN_BYTES;
+/// Bytes handed to the kernel at once: the page data of one full read (32
+/// pages of 64 KiB), so a block goes out as soon as one read's pages are in
+/// and holds one read's buffer, not parts of two. The reader also hands on
+/// what it has whenever it would wait for a read, so a block never holds
+/// buffers that other reads wait for.
+const BLOCK_BYTES: usize = 2 << 20;
 
 /// A node's managed storage.
 pub struct ManagedData {
