@@ -108,14 +108,10 @@ pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
             })
             .is_none()
             {
-                let grid = quarry_kernels::ReadTuner::grid();
-                let mut depths: Vec<usize> = grid.iter().map(|s| s.depth).collect();
-                let mut aheads: Vec<usize> = grid.iter().map(|s| s.read_ahead).collect();
-                depths.dedup();
-                aheads.sort_unstable();
-                aheads.dedup();
                 bail!(
-                    "--sweep item {item:?} is not on the read tuner's grid (depths {depths:?}, read-aheads {aheads:?})"
+                    "--sweep item {item:?} is not on the read tuner's grid (depths {:?}, read-aheads {:?})",
+                    quarry_kernels::ReadTuner::depths(),
+                    quarry_kernels::ReadTuner::read_aheads()
                 );
             }
             Ok((depth, ahead))

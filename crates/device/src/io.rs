@@ -236,24 +236,23 @@ impl Ring {
     }
 
     /// Puts `req` on the ring (not yet submitted), or in the backlog when the
-    /// ring is full.
+    /// ring is full, or (a read) in the read backlog when the read budget is.
     fn enqueue(&mut self, req: IoReq) -> Result<(), IoReq> {
         if self.stopped {
             return Err(req);
         }
-        if matches!(req.kind, IoKind::Read) {
-            let len = req.buf.buf().len();
-            let over = self.read_bytes_in_kernel > 0
-                && self.read_bytes_in_kernel + len > self.read_budget_bytes;
-            if over || !self.read_backlog.is_empty() {
-                if self.read_backlog.len() >= MAX_BACKLOG {
-                    return Err(req);
-                }
-                self.read_backlog.push_back(req);
-                return Ok(());
-            }
+        // Reads wait behind the budget, and behind the reads already
+        // waiting (in order).
+        let waits = matches!(req.kind, IoKind::Read)
+            && (!self.read_backlog.is_empty() || !self.read_fits(req.buf.buf().len()));
+        if !waits {
+            return self.enqueue_now(req);
         }
-        self.enqueue_now(req)
+        if self.read_backlog.len() >= MAX_BACKLOG {
+            return Err(req);
+        }
+        self.read_backlog.push_back(req);
+        Ok(())
     }
 
     /// [`enqueue`](Self::enqueue) past the read budget.
@@ -317,14 +316,17 @@ impl Ring {
         }
     }
 
+    /// Whether a read of `len` bytes may enter the kernel now: within the
+    /// read budget, or alone (one read always may).
+    fn read_fits(&self, len: usize) -> bool {
+        self.read_bytes_in_kernel == 0 || self.read_bytes_in_kernel + len <= self.read_budget_bytes
+    }
+
     /// Puts the reads waiting for the read budget on the ring, in order,
     /// while it has room for them (not yet submitted).
     fn start_reads(&mut self, done: &mut Vec<(IoReq, io::Result<()>)>) {
         while let Some(req) = self.read_backlog.front() {
-            let len = req.buf.buf().len();
-            if self.read_bytes_in_kernel > 0
-                && self.read_bytes_in_kernel + len > self.read_budget_bytes
-            {
+            if !self.read_fits(req.buf.buf().len()) {
                 break;
             }
             let Some(req) = self.read_backlog.pop_front() else {

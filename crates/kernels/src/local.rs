@@ -107,11 +107,13 @@ impl ReadGate {
     }
 
     async fn acquire(self: &Arc<Self>) -> ReadPermit {
-        let permit = Arc::clone(&self.permits).acquire_owned().await.ok()?;
-        Some(Arc::new(GatePermit {
-            permit: Some(permit),
+        // The semaphore is never closed; were it, the read would go
+        // ungated rather than fail.
+        let permit = Arc::clone(&self.permits).acquire_owned().await.ok();
+        Arc::new(GatePermit {
+            permit,
             gate: Arc::clone(self),
-        }))
+        })
     }
 }
 
@@ -137,14 +139,7 @@ impl Drop for GatePermit {
 
 /// A permit of the node's read gate, shared by the pages of one read: the
 /// read's buffer is free once the last of them is folded.
-type ReadPermit = Option<Arc<GatePermit>>;
-
-/// Bytes handed to the kernel at once: the page data of one full read (32
-/// pages of 64 KiB), so a block goes out as soon as one read's pages are in
-/// and holds one read's buffer, not parts of two. The reader also hands on
-/// what it has whenever it would wait for a read, so a block never holds
-/// buffers that other reads wait for.
-const BLOCK_BYTES: usize = 2 << 20;
+type ReadPermit = Arc<GatePermit>;
 
 /// A node's managed storage.
 pub struct ManagedData {
@@ -246,12 +241,12 @@ impl Block {
     fn push(&mut self, piece: Bytes, permit: &ReadPermit) {
         self.bytes += piece.len();
         self.pieces.push(piece);
-        let same = match (self.permits.last(), permit) {
-            (Some(Some(a)), Some(b)) => Arc::ptr_eq(a, b),
-            _ => false,
-        };
-        if !same {
-            self.permits.push(permit.clone());
+        if !self
+            .permits
+            .last()
+            .is_some_and(|last| Arc::ptr_eq(last, permit))
+        {
+            self.permits.push(Arc::clone(permit));
         }
     }
 
@@ -676,6 +671,12 @@ async fn stream_pages(
     let mut setting = tuner.current();
     data.apply(setting);
     let max_read_pages = data.device.max_read_pages() as usize;
+    // Bytes handed to the kernel at once: the page data of one full read,
+    // so a block goes out as soon as one read's pages are in and holds one
+    // read's buffer, not parts of two. The reader also hands on what it
+    // has whenever it would wait for a read, so a block never holds
+    // buffers that other reads wait for.
+    let block_bytes = max_read_pages * data.device.geometry().page_size_bytes as usize;
     let mut reads = Reads::default();
     // The checked pages of the group being handed to the kernel.
     let mut ready = std::collections::VecDeque::new();
@@ -734,13 +735,16 @@ async fn stream_pages(
                 group
                     .iter()
                     .zip(pages)
-                    .map(|(item, page)| (item, page, permit.clone())),
+                    .map(|(item, page)| (item, page, Arc::clone(&permit))),
             );
             drop(permit);
             // Counted per group, not per page: the tuner is behind a lock
             // every run on the node shares.
-            setting = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
-            data.apply(setting);
+            let now = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
+            if now != setting {
+                data.apply(now);
+                setting = now;
+            }
         }
         let Some((item, page, permit)) = ready.pop_front() else {
             continue;
@@ -781,7 +785,7 @@ async fn stream_pages(
             block.push(page.slice(item.span.clone()), &permit);
         }
         bytes_read += len as u64;
-        if block.bytes >= BLOCK_BYTES {
+        if block.bytes >= block_bytes {
             let waited = Instant::now();
             send(block.message(block_segment)).await?;
             waits.kernel += waited.elapsed();
@@ -901,7 +905,7 @@ mod tests {
         let a = gate.acquire().await;
         let b = gate.acquire().await;
         let c = gate.acquire().await;
-        assert!(a.is_some() && b.is_some() && c.is_some());
+        assert!([&a, &b, &c].iter().all(|p| p.permit.is_some()));
         assert_eq!(available(&gate), 1);
         // Down to 1 with three out: the free one goes now, two as they
         // come back, and the third back is the one the gate keeps.

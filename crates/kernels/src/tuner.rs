@@ -187,6 +187,16 @@ impl ReadTuner {
         Some(tuner)
     }
 
+    /// The depths on the tuner's grid (reads at the disk), smallest first.
+    pub fn depths() -> &'static [usize] {
+        &DEPTHS
+    }
+
+    /// The read-aheads on the tuner's grid, smallest first.
+    pub fn read_aheads() -> &'static [usize] {
+        &AHEADS
+    }
+
     /// The settings the tuner chooses among.
     pub fn grid() -> Vec<ReadSetting> {
         DEPTHS

@@ -74,11 +74,7 @@ pub struct ComputeConfig {
 impl ComputeConfig {
     /// The pinned read setting, if any; an error says what is wrong.
     pub fn read_setting(&self) -> Result<Option<ReadSetting>, String> {
-        let grid = ReadTuner::grid();
-        let allowed = |values: Vec<usize>| {
-            let mut values = values;
-            values.sort_unstable();
-            values.dedup();
+        let allowed = |values: &[usize]| {
             values
                 .iter()
                 .map(|v| v.to_string())
@@ -96,16 +92,16 @@ impl ComputeConfig {
                 )
             }
         };
-        if !grid.iter().any(|s| s.depth == depth) {
+        if !ReadTuner::depths().contains(&depth) {
             return Err(format!(
                 "compute.read_depth = {depth} is not one of the tuner's depths: {}",
-                allowed(grid.iter().map(|s| s.depth).collect())
+                allowed(ReadTuner::depths())
             ));
         }
-        if !grid.iter().any(|s| s.read_ahead == read_ahead) {
+        if !ReadTuner::read_aheads().contains(&read_ahead) {
             return Err(format!(
                 "compute.read_ahead = {read_ahead} is not one of the tuner's read-aheads: {}",
-                allowed(grid.iter().map(|s| s.read_ahead).collect())
+                allowed(ReadTuner::read_aheads())
             ));
         }
         Ok(Some(ReadSetting { depth, read_ahead }))
