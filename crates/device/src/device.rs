@@ -266,7 +266,7 @@ impl Drop for OpGuard<'_> {
     }
 }
 
-/// Pages of one block read by [`Device::fetch_pages`] and not yet checked.
+/// Consecutive pages read by [`Device::fetch_pages`] and not yet checked.
 /// Their bytes are reachable only through [`check`](Self::check).
 #[must_use = "fetched pages are of use only once checked"]
 pub struct FetchedPages<'a> {
@@ -294,16 +294,20 @@ impl FetchedPages<'_> {
     }
 }
 
+/// A read in progress on the blocks `blocks` (dense indices): an erase of
+/// one of them waits until it is dropped.
 struct ReadGuard<'a> {
     dev: &'a Device,
-    block: usize,
+    blocks: std::ops::Range<usize>,
 }
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
-        let mut b = lock(&self.dev.blocks[self.block]);
-        b.reads -= 1;
-        if b.erasing && b.reads == 0 {
-            self.dev.drained.notify_waiters();
+        for bi in self.blocks.clone() {
+            let mut b = lock(&self.dev.blocks[bi]);
+            b.reads -= 1;
+            if b.erasing && b.reads == 0 {
+                self.dev.drained.notify_waiters();
+            }
         }
     }
 }
@@ -837,7 +841,7 @@ impl Device {
         let _read_guard = if programmed {
             Some(ReadGuard {
                 dev: self,
-                block: bi,
+                blocks: bi..bi + 1,
             })
         } else {
             None
@@ -982,16 +986,17 @@ impl Device {
         max_read_pages(&self.geometry, self.ecc.layout().slot_size)
     }
 
-    /// Reads `count` consecutive pages of one block, from `first` on: on the
+    /// Reads `count` consecutive pages from `first` on, in the device's page
+    /// order ([`Geometry::page_index`]; a run may go on into the blocks that
+    /// follow `first`'s, which lie next to it in the backing file): on the
     /// `file` backend in one request to the disk (a sequential reader then
     /// moves megabytes per request, as a disk wants, instead of a page at a
     /// time); elsewhere page by page. Each page is checked and corrected as
     /// [`read_page`](Self::read_page) does, and answered on its own: one
     /// uncorrectable page does not fail the others. The outer error is for
-    /// the request as a whole: an address or count out of range (the pages
-    /// must lie in `first`'s block, at most
-    /// [`max_read_pages`](Self::max_read_pages) of them), a full queue, an
-    /// I/O error, a closed device.
+    /// the request as a whole: an address or count out of range (at most
+    /// [`max_read_pages`](Self::max_read_pages) pages, none past the
+    /// device's last), a full queue, an I/O error, a closed device.
     pub async fn read_pages(
         &self,
         first: PageAddr,
@@ -1014,16 +1019,21 @@ impl Device {
     ) -> Result<FetchedPages<'_>, DeviceError> {
         self.check_open()?;
         self.geometry.check_page(first)?;
-        let ppb = self.geometry.pages_per_block;
+        let ppb = u64::from(self.geometry.pages_per_block);
         let max = self.max_read_pages();
-        let end = first.page.checked_add(count).filter(|&e| e <= ppb);
-        if count > max || end.is_none() {
+        let first_index = self.geometry.page_index(first);
+        let pages_total = self.geometry.pages();
+        let end_index = first_index + u64::from(count);
+        if count > max || end_index > pages_total {
             return Err(DeviceError::AddressOutOfRange {
                 addr: format!("{first}+{count}"),
                 field: "page",
-                value: first.page.saturating_add(count).saturating_sub(1),
-                max: ppb - 1,
-                valid: format!("at most {max} pages of one block per read, within pages 0..{ppb}"),
+                value: (end_index.saturating_sub(1)).min(u64::from(u32::MAX)) as u32,
+                max: (pages_total - 1).min(u64::from(u32::MAX)) as u32,
+                valid: format!(
+                    "at most {max} consecutive pages per read, none past the device's \
+                     {pages_total} pages"
+                ),
             });
         }
         let checked = |pages| FetchedPages {
@@ -1035,40 +1045,42 @@ impl Device {
         if count == 0 {
             return Ok(checked(Vec::new()));
         }
-        let pages = || (first.page..first.page + count).map(|p| first.block_addr().page(p));
+        let pages = || (first_index..end_index).map(|i| self.geometry.page_at(i));
         let Store::File { engine, .. } = &self.store else {
             // No disk request to save: the emulations time and copy per page
             // (and one chip reads one page at a time).
             return Ok(checked(self.read_each(pages()).await));
         };
         let _op = self.begin_op()?;
-        let bi = self.geometry.block_index(first.block_addr()) as usize;
-        let all_programmed = {
-            let mut b = lock(&self.blocks[bi]);
-            let all = !b.erasing
-                && first.page + count <= b.wp
-                && !b
-                    .pending
-                    .iter()
-                    .any(|&p| p >= first.page && p < first.page + count);
-            if all {
-                b.reads += 1;
-            }
-            all
+        // Every block the run touches must have all of its pages of the run
+        // programmed; each counts the read, so an erase waits for it.
+        let first_block = (first_index / ppb) as usize;
+        let last_block = ((end_index - 1) / ppb) as usize;
+        let mut read_guard = ReadGuard {
+            dev: self,
+            blocks: first_block..first_block,
         };
-        if !all_programmed {
+        for bi in first_block..=last_block {
+            let block_first = bi as u64 * ppb;
+            let lo = (first_index.max(block_first) - block_first) as u32;
+            let hi = (end_index.min(block_first + ppb) - block_first) as u32;
+            let mut b = lock(&self.blocks[bi]);
+            let all = !b.erasing && hi <= b.wp && !b.pending.iter().any(|&p| p >= lo && p < hi);
+            if !all {
+                break;
+            }
+            b.reads += 1;
+            read_guard.blocks.end = bi + 1;
+        }
+        if read_guard.blocks.end != last_block + 1 {
             // Some page is erased or still being programmed: each page says
             // which on its own.
+            drop(read_guard);
             drop(_op);
             return Ok(checked(self.read_each(pages()).await));
         }
-        let _read_guard = ReadGuard {
-            dev: self,
-            block: bi,
-        };
         let layout = self.ecc.layout();
         let slot = layout.slot_size;
-        let first_index = self.geometry.page_index(first);
         let span = aligned_span(
             layout.slot_offset(first_index),
             slot * count as usize,
@@ -1105,7 +1117,7 @@ impl Device {
         let layout = self.ecc.layout();
         let slot = layout.slot_size;
         let first_index = self.geometry.page_index(first);
-        let pages = (first.page..first.page + count).map(|p| first.block_addr().page(p));
+        let pages = (first_index..first_index + u64::from(count)).map(|i| self.geometry.page_at(i));
         let (page, oob_at, oob_len) = (layout.page_size, layout.oob_offset, layout.oob_size);
         let mut outcomes = Vec::with_capacity(count as usize);
         for (i, addr) in pages.enumerate() {

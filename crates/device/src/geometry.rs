@@ -194,4 +194,11 @@ impl Geometry {
     pub fn page_index(&self, addr: PageAddr) -> u64 {
         self.block_index(addr.block_addr()) * u64::from(self.pages_per_block) + u64::from(addr.page)
     }
+
+    /// Inverse of [`Geometry::page_index`].
+    pub fn page_at(&self, index: u64) -> PageAddr {
+        debug_assert!(index < self.pages());
+        let ppb = u64::from(self.pages_per_block);
+        self.block_at(index / ppb).page((index % ppb) as u32)
+    }
 }

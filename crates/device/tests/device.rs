@@ -794,8 +794,9 @@ async fn a_dropped_program_leaves_the_block_usable() {
 
 /// `read_pages` answers what `read_page` answers for each page of the run:
 /// one disk request on `file`, page by page elsewhere; a damaged page fails
-/// alone, unprogrammed pages read as erased, and a run leaving its block or
-/// longer than `max_read_pages` is refused.
+/// alone, unprogrammed pages read as erased, a run may go on into the next
+/// block, and a run past the device's end or longer than `max_read_pages`
+/// is refused.
 async fn multi_page_reads(backend: BackendKind) {
     let dir = tempfile::tempdir().expect("tempdir");
     let dev = open(backend, dir.path());
@@ -832,9 +833,64 @@ async fn multi_page_reads(backend: BackendKind) {
         .await
         .expect("empty")
         .is_empty());
-    // Out of the block, or more than one read may cover: refused.
-    let ppb = dev.geometry().pages_per_block;
-    match dev.read_pages(B.page(ppb - 2), 3).await {
+    // A run goes on into the next block, which follows in the device's page
+    // order (and in the backing file): one request on `file`. Its
+    // programmed pages come back, the rest read as erased.
+    let g = dev.geometry();
+    let ppb = g.pages_per_block;
+    let next = BlockAddr {
+        block: B.block + 1,
+        ..B
+    };
+    assert_eq!(
+        g.page_index(next.page(0)),
+        g.page_index(B.page(ppb - 1)) + 1
+    );
+    for p in written..ppb {
+        let d = page_data(&dev, p as u8 + 40);
+        dev.program_page(B.page(p), d.clone(), Bytes::from(vec![p as u8; 4]))
+            .await
+            .expect("program");
+        data.push(d);
+    }
+    let beyond = page_data(&dev, 99);
+    dev.program_page(next.page(0), beyond.clone(), Bytes::from_static(b"next"))
+        .await
+        .expect("program the next block");
+    let run = dev
+        .read_pages(B.page(ppb - 2), 4)
+        .await
+        .expect("a run across the block boundary");
+    let got: Vec<_> = run.into_iter().map(|r| r.expect("page")).collect();
+    assert_eq!(got[0].data, data[ppb as usize - 2]);
+    assert_eq!(got[1].data, data[ppb as usize - 1]);
+    assert_eq!(got[2].data, beyond, "the next block's first page");
+    assert_eq!(&got[2].oob[..4], b"next");
+    assert!(
+        !got[2].erased && got[3].erased,
+        "only page 0 of it is written"
+    );
+    // All programmed: on `file`, one disk request over both blocks.
+    let run = dev
+        .read_pages(B.page(ppb - 2), 3)
+        .await
+        .expect("a programmed run across the block boundary");
+    let got: Vec<_> = run.into_iter().map(|r| r.expect("page").data).collect();
+    assert_eq!(
+        got,
+        vec![
+            data[ppb as usize - 2].clone(),
+            data[ppb as usize - 1].clone(),
+            beyond.clone()
+        ]
+    );
+    // Past the device's last page, or more than one read may cover: refused.
+    let last = BlockAddr {
+        bus: g.buses - 1,
+        chip: g.chips_per_bus - 1,
+        block: g.blocks_per_chip - 1,
+    };
+    match dev.read_pages(last.page(ppb - 1), 2).await {
         Err(DeviceError::AddressOutOfRange { field: "page", .. }) => {}
         other => panic!(
             "expected AddressOutOfRange, got {:?}",

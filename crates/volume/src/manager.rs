@@ -1540,12 +1540,14 @@ impl Inner {
             let st = self.lock();
             ids.iter().map(|id| st.current(id)).collect()
         };
-        let ppb = self.geometry.pages_per_block;
         let max = self.device.max_read_pages();
-        // Groups of physically consecutive pages of one block, found in
-        // physical order: runs written one after another lie next to each
-        // other on the device even when their tasks reached the chip in
-        // another order than their logical pages.
+        // Groups of physically consecutive pages, found in physical order:
+        // runs written one after another lie next to each other on the
+        // device even when their tasks reached the chip in another order
+        // than their logical pages. A group may go on into the next block:
+        // a chunk that ends a block and begins the next is then one disk
+        // request per 2 MiB, not an extra small one at the boundary (a
+        // tenth more requests in a scan, which this disk serves slower).
         let mut order: Vec<(Phys, usize)> = at
             .iter()
             .enumerate()
@@ -1556,11 +1558,7 @@ impl Inner {
         let mut rest = order.as_slice();
         while let Some(&(phys, _)) = rest.first() {
             let mut n = 1u32;
-            while (n as usize) < rest.len()
-                && n < max
-                && !(phys + n).is_multiple_of(ppb)
-                && rest[n as usize].0 == phys + n
-            {
+            while (n as usize) < rest.len() && n < max && rest[n as usize].0 == phys + n {
                 n += 1;
             }
             let (group, tail) = rest.split_at(n as usize);
