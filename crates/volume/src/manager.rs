@@ -1508,8 +1508,8 @@ impl Inner {
     }
 
     /// Reads the logical pages `ids`. Pages that lie on consecutive
-    /// physical pages of one block, in whatever logical order, are read in
-    /// one device request; the groups are read at once. Each page is checked
+    /// physical pages (of one block or running on into the next), in
+    /// whatever logical order, are read in one device request; the groups are read at once. Each page is checked
     /// against its OOB record as [`read`](Self::read) checks it; a page that
     /// fails the check (moved by garbage collection meanwhile, or damaged) is
     /// read again on its own, which tells the two apart.
