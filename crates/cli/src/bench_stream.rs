@@ -80,6 +80,14 @@ struct Report {
     /// and a scan compares best with the fio read seconds before it.
     ratio_paired: f64,
     ratio_to_page_reads: f64,
+    /// A plain reader of fio's file that checks what it reads
+    /// (`crate::plain_read`): the peer that, like a scan, touches its bytes.
+    plain_reader_mib_per_s: f64,
+    /// Its buffers were on reserved huge pages in every round.
+    plain_reader_huge_pages: bool,
+    ratio_to_plain_reader: f64,
+    /// Median over the rounds of the scan after the plain reader, over it.
+    ratio_paired_plain_reader: f64,
     /// The adaptive tuner's last move, from the node's log.
     adaptive_choice: Option<String>,
     sweep: Vec<SweepRow>,
@@ -193,6 +201,10 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let mut fio_shallow = Vec::new();
     // Each scan over the shallow fio read just before it.
     let mut paired_shallow = Vec::new();
+    // The plain reader's rates, its CRC of fio's file, whether all its
+    // buffers were on huge pages, and each scan after it over it.
+    let (mut plain_reads, mut plain_crc, mut plain_huge) = (Vec::new(), None, true);
+    let mut paired_plain = Vec::new();
     let huge = HugeMemory::set_up(
         &dir.join("huge"),
         (DEEP_BLOCK_BYTES * DEEP_DEPTH).max(SHALLOW_BLOCK_BYTES * SHALLOW_DEPTH) as u64,
@@ -258,6 +270,17 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             }
             fio_page.push(fio_read(PAGE_BYTES as usize, DEEP_DEPTH, false)?);
             scans.push(scan_once(&runtime, &cluster, size_bytes)?);
+            settle();
+            let plain = crate::plain_read::read_and_check(&fio_file)?;
+            if plain_crc.is_some_and(|crc| crc != plain.crc32c) {
+                bail!("fio's file read back with another CRC-32C than before");
+            }
+            plain_crc = Some(plain.crc32c);
+            plain_huge &= plain.huge_pages;
+            plain_reads.push(plain.mib_per_s());
+            let scan = scan_once(&runtime, &cluster, size_bytes)?;
+            scans.push(scan);
+            paired_plain.push(scan / plain.mib_per_s());
         }
         adaptive_choice = last_tuner_move(&node_dir.join("node.log"));
         let config_path = node_dir.join("node.toml");
@@ -319,6 +342,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let fs = (!fio_shallow.is_empty()).then(|| median(&mut fio_shallow));
     let device = f.max(fh.unwrap_or(0.0)).max(fs.unwrap_or(0.0));
     // Paired with whichever fio row is the device's figure.
+    let plain = median(&mut plain_reads);
     let ratio_paired = match fs {
         Some(fs) if fs >= device => median(&mut paired_shallow),
         _ => median(&mut paired),
@@ -338,6 +362,10 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         ratio: s / device,
         ratio_paired,
         ratio_to_page_reads: s / fp,
+        plain_reader_mib_per_s: plain,
+        plain_reader_huge_pages: plain_huge,
+        ratio_to_plain_reader: s / plain,
+        ratio_paired_plain_reader: median(&mut paired_plain),
         adaptive_choice,
         sweep: sweep_rows,
     };
@@ -400,6 +428,17 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         String::new(),
     ]);
     table.add_row(vec![
+        format!(
+            "plain reader of fio's file, checks its data ({} x {} O_DIRECT{} + CRC-32C)",
+            crate::plain_read::READERS,
+            human_bytes(crate::plain_read::CHUNK_BYTES as u64),
+            if plain_huge { ", huge pages" } else { "" }
+        ),
+        format!("{plain:.0}"),
+        format!("{:.2}", plain / device),
+        String::new(),
+    ]);
+    table.add_row(vec![
         "quarry fgrep8 over the object (adaptive tuner)".to_string(),
         format!("{s:.0}"),
         format!("{:.2}", report.ratio),
@@ -421,6 +460,11 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         "(medians of {rounds} round(s); scan = bytes_scanned / wall time of the command through the client; \
          each measurement follows a read of the other file; a pinned row's ratio is to the fio reads of its own rounds; \
          paired: the median over the rounds of each scan that followed fio's best read, over that read)"
+    );
+    println!(
+        "scan / plain reader that checks its data: {:.2} (paired {:.2}); fio never touches the bytes it reads, \
+         a scan and the plain reader do",
+        report.ratio_to_plain_reader, report.ratio_paired_plain_reader
     );
     if let Some(choice) = &report.adaptive_choice {
         println!("adaptive tuner's last move: {choice}");

@@ -28,6 +28,7 @@ mod local_cluster;
 mod mount_cmd;
 mod netlink;
 mod objects_cmd;
+mod plain_read;
 mod plot;
 mod stats;
 mod volume_cmd;
