@@ -479,8 +479,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
          paired: the median over the rounds of each scan that followed fio's best read, over that read)"
     );
     println!(
-        "scan / plain reader that checks its data: {:.2} (paired {:.2}); fio never touches the bytes it reads, \
-         a scan and the plain reader do",
+        "scan / plain reader that checks its data: {:.2} (paired: the median over the rounds of the scan \
+         after it, over it: {:.2})",
         report.ratio_to_plain_reader, report.ratio_paired_plain_reader
     );
     if let Some(choice) = &report.adaptive_choice {

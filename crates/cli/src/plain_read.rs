@@ -1,12 +1,10 @@
-//! A plain reader that checks what it reads: the peer of a scan that fio is
-//! not. fio never touches the bytes it reads; a scan must (it checks each
-//! page, then runs a kernel over it), and on the virtual disk here a reader
-//! that touches the buffers the disk has just filled was served slower and
-//! less evenly than one that does not (`docs/benchmarks.md`). This is the
-//! least such a program does: two threads keep two O_DIRECT reads of
-//! [`CHUNK_BYTES`] in flight into buffers on huge pages, and a third
-//! computes the CRC-32C of each buffer as it comes in. Without the check
-//! the same reader shows what its way of reading costs by itself.
+//! A plain reader that checks what it reads: the program a user might
+//! write instead of a scan, and a second peer for `bench stream` beside
+//! fio. fio never touches the bytes it reads; a scan must, and so does this
+//! reader: two threads keep two O_DIRECT reads of [`CHUNK_BYTES`] in flight
+//! into buffers on huge pages, and a third computes the CRC-32C of each
+//! buffer as it comes in. Without the check, the same reader shows what its
+//! way of reading costs by itself, apart from touching the bytes.
 
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
