@@ -24,14 +24,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
-use futures::stream::{FuturesOrdered, StreamExt};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Context;
+
+use futures::future::{maybe_done, BoxFuture, MaybeDone};
+use futures::task::noop_waker_ref;
 use futures::FutureExt;
 use quarry_device::{Device, PageAddr};
 use quarry_proto::NodeId;
 use quarry_store::{ChunkLocation, Fingerprint, VolumeNodeStore};
 use quarry_volume::{LogicalPage, SpaceManager, TaggedPage, VolumeRegistry};
-use tokio::sync::mpsc;
 
 use crate::engine_error::ComputeError;
 use crate::scan::{compile, Part, ScanKernel};
@@ -59,6 +64,9 @@ pub struct LocalData {
     read_gate: Arc<ReadGate>,
     /// The read setting the gate and the device were last given.
     applied: std::sync::Mutex<Option<ReadSetting>>,
+    /// One run streams at a time on the node; the others wait their turn
+    /// (first come, first served) before they take a thread or a buffer.
+    lane: Arc<tokio::sync::Semaphore>,
 }
 
 /// The node's read buffers, for all its runs together: a read takes a
@@ -151,10 +159,6 @@ pub struct ManagedData {
     pub volumes: Arc<VolumeRegistry>,
 }
 
-/// What the reader reports when the kernel's side has stopped (after an
-/// error of its own, which is the one reported).
-const KERNEL_STOPPED: &str = "the kernel stopped taking data";
-
 /// One page read of a run.
 struct PageItem {
     /// Index of the segment in the run.
@@ -215,55 +219,6 @@ impl Fetched<'_> {
     }
 }
 
-enum Message {
-    /// The next bytes of a segment: slices of pages, in order.
-    Block {
-        segment: usize,
-        pieces: Vec<Bytes>,
-        /// The read permits of the pieces' buffers, released after the
-        /// pieces are dropped.
-        permits: Vec<ReadPermit>,
-    },
-    End {
-        segment: usize,
-    },
-}
-
-/// Slices of pages gathered for the kernel.
-#[derive(Default)]
-struct Block {
-    pieces: Vec<Bytes>,
-    permits: Vec<ReadPermit>,
-    bytes: usize,
-}
-
-impl Block {
-    fn push(&mut self, piece: Bytes, permit: &ReadPermit) {
-        self.bytes += piece.len();
-        self.pieces.push(piece);
-        if !self
-            .permits
-            .last()
-            .is_some_and(|last| Arc::ptr_eq(last, permit))
-        {
-            self.permits.push(Arc::clone(permit));
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.pieces.is_empty()
-    }
-
-    fn message(&mut self, segment: usize) -> Message {
-        self.bytes = 0;
-        Message::Block {
-            segment,
-            pieces: std::mem::take(&mut self.pieces),
-            permits: std::mem::take(&mut self.permits),
-        }
-    }
-}
-
 impl LocalData {
     /// What node `node` holds: its device and, when it runs managed
     /// storage, the space manager, object store and volumes on it.
@@ -275,6 +230,7 @@ impl LocalData {
             zeros: std::sync::OnceLock::new(),
             read_gate: ReadGate::new(),
             applied: std::sync::Mutex::new(None),
+            lane: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
@@ -512,70 +468,28 @@ fn group_len(items: &[PageItem], max: usize) -> usize {
     }
 }
 
-/// A run's page reads: issued (waiting for the node's read gate, or at the
-/// device), and fetched (bytes in, not yet checked), in order.
-#[derive(Default)]
-struct Reads<'a> {
-    in_flight: FuturesOrdered<BoxFuture<'a, FetchedGroup<'a>>>,
-    fetched: std::collections::VecDeque<FetchedGroup<'a>>,
-}
-
 /// A group of items, its read, and the permit its buffer holds.
 type FetchedGroup<'a> = (&'a [PageItem], Fetched<'a>, ReadPermit);
 
-impl<'a> Reads<'a> {
-    /// Starts reading `group` (it reaches the disk at the next poll).
-    fn issue(&mut self, data: &'a LocalData, group: &'a [PageItem]) {
-        self.in_flight.push_back(
-            async move {
-                let permit = data.read_gate.acquire().await;
-                (group, data.fetch_group(group).await, permit)
-            }
-            .boxed(),
-        );
-    }
+/// A group's read, issued: polled once so it has reached the device, and
+/// finished when the run comes to it.
+type IssuedRead<'a> = Pin<Box<MaybeDone<BoxFuture<'a, FetchedGroup<'a>>>>>;
 
-    /// Moves every read whose bytes are in to `fetched` (they leave the
-    /// depth before any is checked: the disk here finishes the requests in
-    /// flight in bursts, and a reader that checked a burst's pages before
-    /// reading again left it idle for milliseconds after each one), without
-    /// waiting.
-    fn poll(&mut self) {
-        while let Some(Some(fetched)) = self.in_flight.next().now_or_never() {
-            self.take(fetched);
-        }
-    }
+/// Sets a run's stop flag when the command stops waiting for it (its
+/// future dropped: cancelled, or past its time), so the blocking side
+/// ends at its next read instead of scanning on for nobody.
+struct StopOnDrop(Arc<AtomicBool>);
 
-    /// Waits for the next read; false when none is in flight.
-    async fn wait(&mut self) -> bool {
-        match self.in_flight.next().await {
-            Some(fetched) => {
-                self.take(fetched);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The oldest read whose bytes are in, to be checked and handed on.
-    fn pop_fetched(&mut self) -> Option<FetchedGroup<'a>> {
-        self.fetched.pop_front()
-    }
-
-    fn take(&mut self, fetched: FetchedGroup<'a>) {
-        self.fetched.push_back(fetched);
-    }
-
-    /// Reads issued and not yet checked.
-    fn len(&self) -> usize {
-        self.in_flight.len() + self.fetched.len()
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
 /// Runs a kernel over segments of this node's data.
 pub(crate) async fn run_local(
-    data: &LocalData,
-    tuner: &ReadTuner,
+    data: &Arc<LocalData>,
+    tuner: &Arc<ReadTuner>,
     run: LocalRun,
 ) -> Result<LocalAnswer, ComputeError> {
     let deadline = Instant::now() + Duration::from_millis(run.time_left_ms);
@@ -592,43 +506,46 @@ pub(crate) async fn run_local(
     let started = Instant::now();
     let (items, _total) = data.plan(&run.segments).await?;
     let plan_ms = started.elapsed().as_secs_f64() * 1e3;
-    let (tx, rx) = mpsc::channel::<Message>(2);
-    let segments = run.segments.clone();
-    let memory_bytes = run.memory_bytes;
-    let carry = run.carry;
-    let compute = tokio::task::spawn_blocking(move || {
-        fold_blocks(kernel.as_ref(), &segments, carry, memory_bytes, rx)
-    });
-    let mut waits = Waits::default();
-    let read = stream_pages(
-        data,
-        tuner,
-        &items,
-        run.segments.len(),
-        deadline,
-        tx,
-        &mut waits,
-    )
-    .await;
-    let folded = compute.await.map_err(|e| ComputeError::Storage {
+    // The lane is taken before the blocking thread, so runs that wait for
+    // it hold no thread; it goes back when the thread has stopped reading.
+    let lane = Arc::clone(&data.lane)
+        .acquire_owned()
+        .await
+        .map_err(|_| data.storage("the node's scan lane is closed".into()))?;
+    let lane_wait_ms = started.elapsed().as_secs_f64() * 1e3 - plan_ms;
+    let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_drop = StopOnDrop(Arc::clone(&stop));
+    let handle = tokio::runtime::Handle::current();
+    let (data_in, tuner_in) = (Arc::clone(data), Arc::clone(tuner));
+    let pages = items.len();
+    let scanned = tokio::task::spawn_blocking(move || {
+        let _lane = lane;
+        let mut folder = Folder::new(kernel.as_ref(), &run.segments, run.carry, run.memory_bytes);
+        let mut io_wait = Duration::ZERO;
+        let bytes = stream_and_fold(
+            &handle,
+            &data_in,
+            &tuner_in,
+            &items,
+            &mut folder,
+            deadline,
+            &stop,
+            &mut io_wait,
+        )?;
+        Ok::<_, ComputeError>((bytes, folder.finish()?, io_wait))
+    })
+    .await
+    .map_err(|e| ComputeError::Storage {
         node: data.node,
         message: format!("the kernel thread failed: {e}"),
     })?;
-    // Whichever side failed first closed the channel, and the other side
-    // then failed for that reason: report the cause.
-    let (bytes_scanned, parts) = match (read, folded) {
-        (Ok(n), Ok(parts)) => (n, parts),
-        (Err(ComputeError::Storage { message, .. }), Err(kernel)) if message == KERNEL_STOPPED => {
-            return Err(kernel)
-        }
-        (Err(e), _) | (Ok(_), Err(e)) => return Err(e),
-    };
+    let (bytes_scanned, parts, io_wait) = scanned?;
     tracing::debug!(
         bytes = bytes_scanned,
-        pages = items.len(),
+        pages,
         plan_ms = format!("{plan_ms:.1}"),
-        io_wait_ms = format!("{:.1}", waits.io.as_secs_f64() * 1e3),
-        kernel_wait_ms = format!("{:.1}", waits.kernel.as_secs_f64() * 1e3),
+        lane_wait_ms = format!("{lane_wait_ms:.1}"),
+        io_wait_ms = format!("{:.1}", io_wait.as_secs_f64() * 1e3),
         total_ms = format!("{:.1}", started.elapsed().as_secs_f64() * 1e3),
         "local run"
     );
@@ -636,14 +553,6 @@ pub(crate) async fn run_local(
         parts,
         bytes_scanned,
     })
-}
-
-/// Where a local run's reader waited: for page reads, and for the kernel
-/// to take a block.
-#[derive(Default)]
-struct Waits {
-    io: Duration,
-    kernel: Duration,
 }
 
 fn check_one_range(segments: &[Segment]) -> Result<(), ComputeError> {
@@ -657,98 +566,64 @@ fn check_one_range(segments: &[Segment]) -> Result<(), ComputeError> {
     Ok(())
 }
 
-/// Reads the pages in order with the tuner's depth and sends them as blocks;
-/// returns the bytes read.
-async fn stream_pages(
+/// Reads the run's pages in order with the tuner's setting, checks them
+/// and folds them, on this (blocking) thread; returns the bytes folded.
+///
+/// Minerva's double buffering, shaped like the fastest reader this VM has
+/// (`docs/benchmarks.md`): while one read's pages are checked and folded,
+/// the next read is at the disk and the one after it waits in the
+/// device's queue, started by the completion before it. The thread that
+/// checks a buffer folds it, while it is still in the cache, and hands it
+/// straight back: no other thread touches the bytes, and the disk writes
+/// into the same few buffers over and over.
+#[allow(clippy::too_many_arguments)]
+fn stream_and_fold(
+    handle: &tokio::runtime::Handle,
     data: &LocalData,
     tuner: &ReadTuner,
     items: &[PageItem],
-    segments: usize,
+    folder: &mut Folder<'_>,
     deadline: Instant,
-    tx: mpsc::Sender<Message>,
-    waits: &mut Waits,
+    stop: &AtomicBool,
+    io_wait: &mut Duration,
 ) -> Result<u64, ComputeError> {
+    // The device's engine and the gate's semaphore answer through the
+    // node's runtime.
+    let _runtime = handle.enter();
     let mut setting = tuner.current();
     data.apply(setting);
     let max_read_pages = data.device.max_read_pages() as usize;
-    // Bytes handed to the kernel at once: the page data of one full read,
-    // so a block goes out as soon as one read's pages are in and holds one
-    // read's buffer, not parts of two. The reader also hands on what it
-    // has whenever it would wait for a read, so a block never holds
-    // buffers that other reads wait for.
-    let block_bytes = max_read_pages * data.device.geometry().page_size_bytes as usize;
-    let mut reads = Reads::default();
-    // The checked pages of the group being handed to the kernel.
-    let mut ready = std::collections::VecDeque::new();
+    let mut issued: VecDeque<IssuedRead<'_>> = VecDeque::new();
     let mut next = 0usize;
-    let mut block = Block::default();
-    let mut block_segment = 0usize;
-    let mut ended = 0usize;
     let mut bytes_read = 0u64;
-    let send = |msg: Message| {
-        let tx = tx.clone();
-        async move {
-            tx.send(msg).await.map_err(|_| ComputeError::Storage {
-                node: data.node,
-                message: KERNEL_STOPPED.into(),
-            })
-        }
-    };
     loop {
-        reads.poll();
-        // Reads are as large as one device request may be. A run queues as
-        // many as the node's gate has buffers; the gate decides whose goes
-        // next, and the device how many are at the disk.
-        let mut issued = false;
-        while next < items.len() && reads.len() < setting.buffers() {
+        // Reads are as large as one device request may be; as many are
+        // issued as the setting has buffers (the one to fold next
+        // included), and the device keeps `depth` of them at the disk.
+        while next < items.len() && issued.len() < setting.buffers() {
             let len = group_len(&items[next..], max_read_pages);
-            reads.issue(data, &items[next..next + len]);
+            let group = &items[next..next + len];
+            let mut read: IssuedRead<'_> = Box::pin(maybe_done(
+                async move {
+                    let permit = data.read_gate.acquire().await;
+                    (group, data.fetch_group(group).await, permit)
+                }
+                .boxed(),
+            ));
+            // One poll takes the buffer and hands the read to the device
+            // now; the waker that will wait for it is the loop's, later.
+            let _ = read
+                .as_mut()
+                .poll(&mut Context::from_waker(noop_waker_ref()));
+            issued.push_back(read);
             next += len;
-            issued = true;
         }
-        if issued {
-            // The new requests reach the disk now; then the other runs woken
-            // by the same burst issue theirs before this one spends the CPU
-            // checking its own.
-            reads.poll();
-            tokio::task::yield_now().await;
-        }
-        if ready.is_empty() {
-            let Some((group, pages, permit)) = reads.pop_fetched() else {
-                // Nothing to fold until a read comes in: the block goes to
-                // the kernel now, so the buffers it holds are freed for the
-                // reads of this run and the others (which may wait for them).
-                if !block.is_empty() {
-                    send(block.message(block_segment)).await?;
-                }
-                let waited = Instant::now();
-                let more = reads.wait().await;
-                waits.io += waited.elapsed();
-                if !more {
-                    break;
-                }
-                continue;
-            };
-            let pages = pages.finish(data, group).await;
-            debug_assert_eq!(group.len(), pages.len());
-            ready.extend(
-                group
-                    .iter()
-                    .zip(pages)
-                    .map(|(item, page)| (item, page, Arc::clone(&permit))),
-            );
-            drop(permit);
-            // Counted per group, not per page: the tuner is behind a lock
-            // every run on the node shares.
-            let now = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
-            if now != setting {
-                data.apply(now);
-                setting = now;
-            }
-        }
-        let Some((item, page, permit)) = ready.pop_front() else {
-            continue;
+        let Some(mut read) = issued.pop_front() else {
+            break;
         };
+        if stop.load(Ordering::Relaxed) {
+            return Err(data.storage("the command stopped waiting for this run".into()));
+        }
         if Instant::now() > deadline {
             return Err(ComputeError::Limit {
                 what: "time",
@@ -758,135 +633,157 @@ async fn stream_pages(
                 ),
             });
         }
-        let page = page?;
-        data.check_header(item, &page)?;
-        let page = page.data;
-        let Some(bytes) = page.get(item.span.clone()) else {
-            return Err(data.storage(format!(
-                "a page of {} bytes has no bytes {:?}",
-                page.len(),
-                item.span
-            )));
+        let waited = Instant::now();
+        handle.block_on(read.as_mut());
+        *io_wait += waited.elapsed();
+        let Some((group, fetched, permit)) = read.as_mut().take_output() else {
+            return Err(data.storage("a read finished without its pages".into()));
         };
-        // Segments before this item's that had no bytes, and the one the
-        // block holds, end here.
-        if item.segment != block_segment {
-            if !block.is_empty() {
-                send(block.message(block_segment)).await?;
-            }
-            while ended < item.segment {
-                send(Message::End { segment: ended }).await?;
-                ended += 1;
-            }
-            block_segment = item.segment;
+        let pages = handle.block_on(fetched.finish(data, group));
+        debug_assert_eq!(group.len(), pages.len());
+        for (item, page) in group.iter().zip(pages) {
+            let page = page?;
+            data.check_header(item, &page)?;
+            let Some(bytes) = page.data.get(item.span.clone()) else {
+                return Err(data.storage(format!(
+                    "a page of {} bytes has no bytes {:?}",
+                    page.data.len(),
+                    item.span
+                )));
+            };
+            folder.fold(item.segment, bytes)?;
+            bytes_read += bytes.len() as u64;
         }
-        let len = bytes.len();
-        if len > 0 {
-            block.push(page.slice(item.span.clone()), &permit);
+        folder.check_memory()?;
+        // The pages went back to the device's pool as they were folded;
+        // now the buffer's permit frees the next read, which reuses it.
+        drop(permit);
+        // Counted per group, not per page: the tuner is behind a lock
+        // every run on the node shares.
+        let now = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
+        if now != setting {
+            data.apply(now);
+            setting = now;
         }
-        bytes_read += len as u64;
-        if block.bytes >= block_bytes {
-            let waited = Instant::now();
-            send(block.message(block_segment)).await?;
-            waits.kernel += waited.elapsed();
-        }
-    }
-    if !block.is_empty() {
-        send(block.message(block_segment)).await?;
-    }
-    while ended < segments {
-        send(Message::End { segment: ended }).await?;
-        ended += 1;
     }
     Ok(bytes_read)
 }
 
-/// The kernel's side: folds blocks as they come, one part per run of
-/// contiguous segments of one target.
-fn fold_blocks(
-    kernel: &dyn ScanKernel,
-    segments: &[Segment],
-    mut carry: Option<Part>,
+/// The kernel's side of a run: folds the segments' bytes in order, one
+/// part per stretch of contiguous segments of one target.
+struct Folder<'a> {
+    kernel: &'a dyn ScanKernel,
+    segments: &'a [Segment],
+    /// The state the previous range of the target ended with, for a
+    /// kernel that folds ranges in order.
+    carry: Option<Part>,
     memory_bytes: u64,
-    mut rx: mpsc::Receiver<Message>,
-) -> Result<Vec<(u32, Part)>, ComputeError> {
-    let mut parts: Vec<(u32, Part)> = Vec::new();
-    // Memory the finished parts hold.
-    let mut held_bytes = 0usize;
-    // The part being folded: its target, where it ends, the part.
-    let mut current: Option<(u32, u64, Part)> = None;
-    let mut started = 0usize;
-    // Bytes folded per segment: each must get exactly its length, or the
-    // parts would describe other ranges than the entry node expects.
-    let mut folded = vec![0u64; segments.len()];
-    while let Some(msg) = rx.blocking_recv() {
-        let segment = match &msg {
-            Message::Block { segment, .. } | Message::End { segment } => *segment,
-        };
-        if segment >= segments.len() {
+    parts: Vec<(u32, Part)>,
+    /// Memory the finished parts hold.
+    held_bytes: usize,
+    /// The part being folded: its target, where it ends, the part.
+    current: Option<(u32, u64, Part)>,
+    /// Segments opened so far.
+    started: usize,
+    /// Bytes folded per segment: each must get exactly its length, or the
+    /// parts would describe other ranges than the entry node expects.
+    folded: Vec<u64>,
+}
+
+impl<'a> Folder<'a> {
+    fn new(
+        kernel: &'a dyn ScanKernel,
+        segments: &'a [Segment],
+        carry: Option<Part>,
+        memory_bytes: u64,
+    ) -> Folder<'a> {
+        Folder {
+            kernel,
+            segments,
+            carry,
+            memory_bytes,
+            parts: Vec::new(),
+            held_bytes: 0,
+            current: None,
+            started: 0,
+            folded: vec![0; segments.len()],
+        }
+    }
+
+    /// Opens the segments up to `segment`: a segment that does not go on
+    /// from the part being folded starts a part of its own.
+    fn reach(&mut self, segment: usize) -> Result<(), ComputeError> {
+        if segment >= self.segments.len() {
             return Err(ComputeError::BadRequest(format!("no segment {segment}")));
         }
-        while started <= segment {
-            let seg = &segments[started];
-            let contiguous =
-                matches!(&current, Some((t, end, _)) if *t == seg.target && *end == seg.offset);
+        while self.started <= segment {
+            let seg = &self.segments[self.started];
+            let contiguous = matches!(&self.current,
+                Some((t, end, _)) if *t == seg.target && *end == seg.offset);
             if !contiguous {
-                if let Some((t, _, p)) = current.take() {
-                    held_bytes += p.size_bytes();
-                    parts.push((t, p));
+                if let Some((t, _, p)) = self.current.take() {
+                    self.held_bytes += p.size_bytes();
+                    self.parts.push((t, p));
                 }
-                let first = carry.take().unwrap_or_else(|| kernel.empty(seg.offset));
-                current = Some((seg.target, seg.offset, first));
+                let first = self
+                    .carry
+                    .take()
+                    .unwrap_or_else(|| self.kernel.empty(seg.offset));
+                self.current = Some((seg.target, seg.offset, first));
             }
-            started += 1;
+            self.started += 1;
         }
-        if let Message::Block {
-            pieces, permits, ..
-        } = msg
-        {
-            let Some((target, mut end, mut part)) = current.take() else {
-                return Err(ComputeError::BadRequest("no part to fold into".into()));
-            };
-            for piece in &pieces {
-                part = kernel.fold(part, piece)?;
-                folded[segment] += piece.len() as u64;
-                end += piece.len() as u64;
+        Ok(())
+    }
+
+    /// Folds the next bytes of `segment`.
+    fn fold(&mut self, segment: usize, bytes: &[u8]) -> Result<(), ComputeError> {
+        self.reach(segment)?;
+        let Some((target, end, part)) = self.current.take() else {
+            return Err(ComputeError::BadRequest("no part to fold into".into()));
+        };
+        let part = self.kernel.fold(part, bytes)?;
+        self.folded[segment] += bytes.len() as u64;
+        self.current = Some((target, end + bytes.len() as u64, part));
+        Ok(())
+    }
+
+    /// Fails the run once its parts outgrow the command's memory limit.
+    fn check_memory(&self) -> Result<(), ComputeError> {
+        let current = self.current.as_ref().map_or(0, |(_, _, p)| p.size_bytes());
+        if (self.held_bytes + current) as u64 > self.memory_bytes {
+            return Err(ComputeError::Limit {
+                what: "memory",
+                detail: format!(
+                    "partial results grew past {} bytes (a line or word longer than that, or \
+                     too many matches or distinct words)",
+                    self.memory_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The parts, once every segment got all its bytes.
+    fn finish(mut self) -> Result<Vec<(u32, Part)>, ComputeError> {
+        // Segments without bytes at the end still get their parts.
+        if let Some(last) = self.segments.len().checked_sub(1) {
+            self.reach(last)?;
+        }
+        self.check_memory()?;
+        if let Some((t, _, p)) = self.current.take() {
+            self.parts.push((t, p));
+        }
+        for (i, (seg, got)) in self.segments.iter().zip(&self.folded).enumerate() {
+            if *got != seg.source.len_bytes() {
+                return Err(ComputeError::BadRequest(format!(
+                    "segment {i} was folded with {got} of its {} bytes",
+                    seg.source.len_bytes()
+                )));
             }
-            // The buffers go back to the device's pool before their
-            // permits free a read: the next read reuses one of them.
-            drop(pieces);
-            drop(permits);
-            if (held_bytes + part.size_bytes()) as u64 > memory_bytes {
-                return Err(ComputeError::Limit {
-                    what: "memory",
-                    detail: format!(
-                        "partial results grew past {memory_bytes} bytes (a line or word longer \
-                         than that, or too many matches or distinct words)"
-                    ),
-                });
-            }
-            current = Some((target, end, part));
         }
+        Ok(self.parts)
     }
-    if let Some((t, _, p)) = current.take() {
-        parts.push((t, p));
-    }
-    if started != segments.len() {
-        return Err(ComputeError::BadRequest(format!(
-            "the data of {} of {} segments never came",
-            segments.len() - started,
-            segments.len()
-        )));
-    }
-    for (i, (seg, got)) in segments.iter().zip(&folded).enumerate() {
-        if *got != seg.source.len_bytes() {
-            return Err(ComputeError::BadRequest(format!(
-                "segment {i} was folded with {got} of its {} bytes",
-                seg.source.len_bytes()
-            )));
-        }
-    }
-    Ok(parts)
 }
 
 #[cfg(test)]
@@ -923,27 +820,5 @@ mod tests {
         assert_eq!(available(&gate), 1);
         drop(d);
         assert_eq!(available(&gate), 2);
-    }
-
-    #[tokio::test]
-    async fn a_permit_is_held_until_every_page_of_its_read_is_dropped() {
-        let gate = ReadGate::new();
-        gate.resize(1);
-        let permit = gate.acquire().await;
-        let mut first = Block::default();
-        let mut second = Block::default();
-        // One read's pages split over two blocks.
-        first.push(Bytes::from_static(b"abc"), &permit);
-        first.push(Bytes::from_static(b"def"), &permit);
-        second.push(Bytes::from_static(b"ghi"), &permit);
-        drop(permit);
-        let Message::Block { permits, .. } = first.message(0) else {
-            panic!("a block")
-        };
-        assert_eq!(permits.len(), 1, "one permit per read, not per page");
-        drop(permits);
-        assert_eq!(available(&gate), 0, "the second block still holds it");
-        drop(second);
-        assert_eq!(available(&gate), 1);
     }
 }
