@@ -2,23 +2,22 @@
 //! local run, which streams the pages of its segments off the device into
 //! the kernel.
 //!
-//! The run is a two-stage pipeline. The reader (async, on the node's
-//! runtime) issues reads of as many pages as one device request takes,
-//! checks their pages and gathers their bytes, in order, into blocks; the
-//! kernel (on a blocking thread) folds each block. A channel of two blocks
-//! sits between them: the next block fills while the current one is
-//! computed on (Minerva's double buffering). A block is a list of slices of
-//! the pages as they were read, not a copy: with a fast disk the scan is
-//! bound by the node's CPU, and the copy into contiguous blocks was a
-//! sixth of it; kernels fold page-sized slices at full speed.
+//! One run streams at a time on a node (its lane); the others wait their
+//! turn before they hold a thread or a buffer. A run is one blocking
+//! thread: it issues reads of as many pages as one device request takes,
+//! as many as the tuner's setting has buffers, waits for the oldest, checks
+//! its pages and folds them into the kernel while they are in the cache,
+//! and hands the buffer back. Meanwhile the next read is at the disk and
+//! the one after waits in the device's queue, started by the completion
+//! before it (Minerva's double buffering). Pages are folded as slices of
+//! the read buffers, never copied: with a fast disk the scan is bound by
+//! the node's CPU, and a copy into contiguous blocks was a sixth of it.
 //!
-//! All runs on a node share its read buffers ([`ReadGate`]): a read holds
-//! one from before it is issued until the kernel has folded its pages. The
-//! tuner picks how many reads are at the disk at once (the device's read
-//! budget) and how many more are held ahead of the kernels, for the whole
-//! node, like `fio` with a few large requests in flight into a few
-//! buffers: the disk here serves that a fifth faster than many requests
-//! into many buffers.
+//! This is the shape of the fastest reader this VM has: at 1 read at the
+//! disk and 1 ahead, two buffers take turns. A bare reader of that shape
+//! read 0.97 of `fio`'s best, and each buffer more in circulation, or a
+//! second thread touching the bytes, cost this disk a tenth or more
+//! (`docs/benchmarks.md`, "One thread, two buffers").
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,94 +59,12 @@ pub struct LocalData {
     /// A page of zeros: what a never-written volume page reads as, made
     /// once rather than per page.
     zeros: std::sync::OnceLock<Bytes>,
-    /// The read buffers every run on the node shares.
-    read_gate: Arc<ReadGate>,
-    /// The read setting the gate and the device were last given.
+    /// The read setting the device was last given.
     applied: std::sync::Mutex<Option<ReadSetting>>,
     /// One run streams at a time on the node; the others wait their turn
     /// (first come, first served) before they take a thread or a buffer.
     lane: Arc<tokio::sync::Semaphore>,
 }
-
-/// The node's read buffers, for all its runs together: a read takes a
-/// permit before it is issued and the permit comes back once the kernel
-/// has folded the read's pages. So the disk writes into the same few
-/// buffers over and over (on this VM a read into one of a few reused
-/// buffers was served a fifth faster than one into a hundred in turn,
-/// `docs/benchmarks.md`), and a run cannot read far ahead of its kernel.
-struct ReadGate {
-    permits: Arc<tokio::sync::Semaphore>,
-    /// The permits the gate is to have.
-    size: std::sync::Mutex<usize>,
-    /// Permits to forget as they come back: the gate shrank while they
-    /// were out.
-    debt: std::sync::atomic::AtomicUsize,
-}
-
-impl ReadGate {
-    fn new() -> Arc<ReadGate> {
-        Arc::new(ReadGate {
-            permits: Arc::new(tokio::sync::Semaphore::new(0)),
-            size: std::sync::Mutex::new(0),
-            debt: std::sync::atomic::AtomicUsize::new(0),
-        })
-    }
-
-    /// Gives the gate `size` permits: more at once, fewer as the ones out
-    /// come back.
-    fn resize(&self, size: usize) {
-        use std::sync::atomic::Ordering::SeqCst;
-        let mut now = self.size.lock().unwrap_or_else(|e| e.into_inner());
-        if size > *now {
-            let grow = size - *now;
-            // Debts still owed are forgiven first.
-            let owed = self
-                .debt
-                .fetch_update(SeqCst, SeqCst, |d| Some(d.saturating_sub(grow)))
-                .unwrap_or(0);
-            self.permits.add_permits(grow - owed.min(grow));
-        } else {
-            let cut = *now - size;
-            let forgotten = self.permits.forget_permits(cut);
-            self.debt.fetch_add(cut - forgotten, SeqCst);
-        }
-        *now = size;
-    }
-
-    async fn acquire(self: &Arc<Self>) -> ReadPermit {
-        // The semaphore is never closed; were it, the read would go
-        // ungated rather than fail.
-        let permit = Arc::clone(&self.permits).acquire_owned().await.ok();
-        Arc::new(GatePermit {
-            permit,
-            gate: Arc::clone(self),
-        })
-    }
-}
-
-/// A permit of the node's read gate.
-struct GatePermit {
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    gate: Arc<ReadGate>,
-}
-
-impl Drop for GatePermit {
-    fn drop(&mut self) {
-        use std::sync::atomic::Ordering::SeqCst;
-        let owed = self
-            .gate
-            .debt
-            .fetch_update(SeqCst, SeqCst, |d| d.checked_sub(1))
-            .is_ok();
-        if let (true, Some(permit)) = (owed, self.permit.take()) {
-            permit.forget();
-        }
-    }
-}
-
-/// A permit of the node's read gate, shared by the pages of one read: the
-/// read's buffer is free once the last of them is folded.
-type ReadPermit = Arc<GatePermit>;
 
 /// A node's managed storage.
 pub struct ManagedData {
@@ -228,21 +145,19 @@ impl LocalData {
             device,
             managed,
             zeros: std::sync::OnceLock::new(),
-            read_gate: ReadGate::new(),
             applied: std::sync::Mutex::new(None),
             lane: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 
-    /// Puts `setting` in force for the node: its read gate's buffers, and
-    /// its device's reads at the disk (which shape every read there, not
-    /// only the kernels').
+    /// Puts `setting` in force for the node: its device's reads at the
+    /// disk (which shape every read there, not only the kernels'); the
+    /// buffers a run holds follow the setting at each read.
     pub(crate) fn apply(&self, setting: ReadSetting) {
         let mut applied = self.applied.lock().unwrap_or_else(|e| e.into_inner());
         if *applied == Some(setting) {
             return;
         }
-        self.read_gate.resize(setting.buffers());
         self.device
             .set_read_budget_bytes(setting.depth * quarry_device::MAX_READ_RUN_BYTES);
         *applied = Some(setting);
@@ -468,8 +383,8 @@ fn group_len(items: &[PageItem], max: usize) -> usize {
     }
 }
 
-/// A group of items, its read, and the permit its buffer holds.
-type FetchedGroup<'a> = (&'a [PageItem], Fetched<'a>, ReadPermit);
+/// A group of items and its read.
+type FetchedGroup<'a> = (&'a [PageItem], Fetched<'a>);
 
 /// A group's read, issued: polled once so it has reached the device, and
 /// finished when the run comes to it.
@@ -587,8 +502,7 @@ fn stream_and_fold(
     stop: &AtomicBool,
     io_wait: &mut Duration,
 ) -> Result<u64, ComputeError> {
-    // The device's engine and the gate's semaphore answer through the
-    // node's runtime.
+    // The device's engine answers through the node's runtime.
     let _runtime = handle.enter();
     let mut setting = tuner.current();
     data.apply(setting);
@@ -604,14 +518,11 @@ fn stream_and_fold(
             let len = group_len(&items[next..], max_read_pages);
             let group = &items[next..next + len];
             let mut read: IssuedRead<'_> = Box::pin(maybe_done(
-                async move {
-                    let permit = data.read_gate.acquire().await;
-                    (group, data.fetch_group(group).await, permit)
-                }
-                .boxed(),
+                async move { (group, data.fetch_group(group).await) }.boxed(),
             ));
-            // One poll takes the buffer and hands the read to the device
-            // now; the waker that will wait for it is the loop's, later.
+            // One poll hands the read to the device now (it takes its
+            // buffer there); the waker that waits for it is the loop's,
+            // later.
             let _ = read
                 .as_mut()
                 .poll(&mut Context::from_waker(noop_waker_ref()));
@@ -636,7 +547,7 @@ fn stream_and_fold(
         let waited = Instant::now();
         handle.block_on(read.as_mut());
         *io_wait += waited.elapsed();
-        let Some((group, fetched, permit)) = read.as_mut().take_output() else {
+        let Some((group, fetched)) = read.as_mut().take_output() else {
             return Err(data.storage("a read finished without its pages".into()));
         };
         let pages = handle.block_on(fetched.finish(data, group));
@@ -654,10 +565,9 @@ fn stream_and_fold(
             folder.fold(item.segment, bytes)?;
             bytes_read += bytes.len() as u64;
         }
+        // The pages went back to the device's pool as they were folded:
+        // the next read issued takes that buffer again.
         folder.check_memory()?;
-        // The pages went back to the device's pool as they were folded;
-        // now the buffer's permit frees the next read, which reuses it.
-        drop(permit);
         // Counted per group, not per page: the tuner is behind a lock
         // every run on the node shares.
         let now = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
@@ -783,42 +693,5 @@ impl<'a> Folder<'a> {
             }
         }
         Ok(self.parts)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn available(gate: &ReadGate) -> usize {
-        gate.permits.available_permits()
-    }
-
-    #[tokio::test]
-    async fn the_read_gate_grows_at_once_and_shrinks_as_permits_come_back() {
-        let gate = ReadGate::new();
-        gate.resize(4);
-        assert_eq!(available(&gate), 4);
-        let a = gate.acquire().await;
-        let b = gate.acquire().await;
-        let c = gate.acquire().await;
-        assert!([&a, &b, &c].iter().all(|p| p.permit.is_some()));
-        assert_eq!(available(&gate), 1);
-        // Down to 1 with three out: the free one goes now, two as they
-        // come back, and the third back is the one the gate keeps.
-        gate.resize(1);
-        assert_eq!(available(&gate), 0);
-        drop(a);
-        drop(b);
-        assert_eq!(available(&gate), 0, "returned permits pay the debt");
-        drop(c);
-        assert_eq!(available(&gate), 1);
-        // Growing forgives a debt before it adds permits.
-        let d = gate.acquire().await;
-        gate.resize(0);
-        gate.resize(2);
-        assert_eq!(available(&gate), 1);
-        drop(d);
-        assert_eq!(available(&gate), 2);
     }
 }
