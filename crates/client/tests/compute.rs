@@ -310,9 +310,8 @@ async fn commands_have_status_limits_cancel_and_clear_errors() {
     assert!(compute.list().await.unwrap().iter().any(|s| s.id == id));
 
     // Many at once. Sixteen run together, so each node's runs (one per
-    // command) far outnumber its read gate's buffers (4 at the tuner's
-    // start): a run that held buffers while it waited for more would hang
-    // here.
+    // command) queue for its one scan lane: a run that held the lane, a
+    // thread or a buffer while it waited for another would hang here.
     let mut ids = Vec::new();
     for _ in 0..24 {
         ids.push(

@@ -43,8 +43,8 @@ pub const MAX_READ_RUN_BYTES: usize = (2 << 20) + (64 << 10);
 /// 1648, 1852 and 1987 MiB/s; with 128, at 1997-2217 from the first.
 ///
 /// Buffers are 4 MiB now (a read of 32 slots is just over one huge page)
-/// and a scan holds only the few its node's read gate allows, so 64 keep
-/// the idle memory at 256 MiB.
+/// and a scan holds only the few its read setting allows (two at 1 x 1),
+/// so 64 keep the idle memory at 256 MiB.
 const RUN_POOL_MAX_FREE: usize = 64;
 /// Seed of the nand model when the configuration gives none.
 const DEFAULT_SEED: u64 = 0x005E_ED0F_F1A5;

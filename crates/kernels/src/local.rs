@@ -436,17 +436,15 @@ pub(crate) async fn run_local(
     let scanned = tokio::task::spawn_blocking(move || {
         let _lane = lane;
         let mut folder = Folder::new(kernel.as_ref(), &run.segments, run.carry, run.memory_bytes);
-        let mut io_wait = Duration::ZERO;
-        let bytes = stream_and_fold(
-            &handle,
-            &data_in,
-            &tuner_in,
-            &items,
-            &mut folder,
+        let reader = RunReader {
+            handle: &handle,
+            data: &data_in,
+            tuner: &tuner_in,
+            items: &items,
             deadline,
-            &stop,
-            &mut io_wait,
-        )?;
+            stop: &stop,
+        };
+        let (bytes, io_wait) = reader.stream_and_fold(&mut folder)?;
         Ok::<_, ComputeError>((bytes, folder.finish()?, io_wait))
     })
     .await
@@ -481,102 +479,117 @@ fn check_one_range(segments: &[Segment]) -> Result<(), ComputeError> {
     Ok(())
 }
 
-/// Reads the run's pages in order with the tuner's setting, checks them
-/// and folds them, on this (blocking) thread; returns the bytes folded.
-///
-/// Minerva's double buffering, shaped like the fastest reader this VM has
-/// (`docs/benchmarks.md`): while one read's pages are checked and folded,
-/// the next read is at the disk and the one after it waits in the
-/// device's queue, started by the completion before it. The thread that
-/// checks a buffer folds it, while it is still in the cache, and hands it
-/// straight back: no other thread touches the bytes, and the disk writes
-/// into the same few buffers over and over.
-#[allow(clippy::too_many_arguments)]
-fn stream_and_fold(
-    handle: &tokio::runtime::Handle,
-    data: &LocalData,
-    tuner: &ReadTuner,
-    items: &[PageItem],
-    folder: &mut Folder<'_>,
+/// What a run reads, and what stops it.
+struct RunReader<'a> {
+    /// The node's runtime, which the device's engine answers through.
+    handle: &'a tokio::runtime::Handle,
+    data: &'a LocalData,
+    tuner: &'a ReadTuner,
+    /// The run's page reads, in order.
+    items: &'a [PageItem],
     deadline: Instant,
-    stop: &AtomicBool,
-    io_wait: &mut Duration,
-) -> Result<u64, ComputeError> {
-    // The device's engine answers through the node's runtime.
-    let _runtime = handle.enter();
-    let mut setting = tuner.current();
-    data.apply(setting);
-    let max_read_pages = data.device.max_read_pages() as usize;
-    let mut issued: VecDeque<IssuedRead<'_>> = VecDeque::new();
-    let mut next = 0usize;
-    let mut bytes_read = 0u64;
-    loop {
-        // Reads are as large as one device request may be; as many are
-        // issued as the setting has buffers (the one to fold next
-        // included), and the device keeps `depth` of them at the disk.
-        while next < items.len() && issued.len() < setting.buffers() {
-            let len = group_len(&items[next..], max_read_pages);
-            let group = &items[next..next + len];
-            let mut read: IssuedRead<'_> = Box::pin(maybe_done(
-                async move { (group, data.fetch_group(group).await) }.boxed(),
-            ));
-            // One poll hands the read to the device now (it takes its
-            // buffer there); the waker that waits for it is the loop's,
-            // later.
-            let _ = read
-                .as_mut()
-                .poll(&mut Context::from_waker(noop_waker_ref()));
-            issued.push_back(read);
-            next += len;
-        }
-        let Some(mut read) = issued.pop_front() else {
-            break;
-        };
-        if stop.load(Ordering::Relaxed) {
-            return Err(data.storage("the command stopped waiting for this run".into()));
-        }
-        if Instant::now() > deadline {
-            return Err(ComputeError::Limit {
-                what: "time",
-                detail: format!(
-                    "the command's time ran out while node {} read its data",
-                    data.node
-                ),
-            });
-        }
-        let waited = Instant::now();
-        handle.block_on(read.as_mut());
-        *io_wait += waited.elapsed();
-        let Some((group, fetched)) = read.as_mut().take_output() else {
-            return Err(data.storage("a read finished without its pages".into()));
-        };
-        let pages = handle.block_on(fetched.finish(data, group));
-        debug_assert_eq!(group.len(), pages.len());
-        for (item, page) in group.iter().zip(pages) {
-            let page = page?;
-            data.check_header(item, &page)?;
-            let Some(bytes) = page.data.get(item.span.clone()) else {
-                return Err(data.storage(format!(
-                    "a page of {} bytes has no bytes {:?}",
-                    page.data.len(),
-                    item.span
-                )));
+    /// Set once the command no longer waits for the run.
+    stop: &'a AtomicBool,
+}
+
+impl RunReader<'_> {
+    /// Reads the run's pages in order with the tuner's setting, checks them
+    /// and folds them, on this (blocking) thread; returns the bytes folded
+    /// and the time spent waiting for reads.
+    ///
+    /// Minerva's double buffering, shaped like the fastest reader this VM has
+    /// (`docs/benchmarks.md`): while one read's pages are checked and folded,
+    /// the next read is at the disk and the one after it waits in the
+    /// device's queue, started by the completion before it. The thread that
+    /// checks a buffer folds it, while it is still in the cache, and hands it
+    /// straight back: no other thread touches the bytes, and the disk writes
+    /// into the same few buffers over and over.
+    fn stream_and_fold(&self, folder: &mut Folder<'_>) -> Result<(u64, Duration), ComputeError> {
+        let RunReader {
+            handle,
+            data,
+            tuner,
+            items,
+            deadline,
+            stop,
+        } = *self;
+        let mut io_wait = Duration::ZERO;
+        // The device's engine answers through the node's runtime.
+        let _runtime = handle.enter();
+        let mut setting = tuner.current();
+        data.apply(setting);
+        let max_read_pages = data.device.max_read_pages() as usize;
+        let mut issued: VecDeque<IssuedRead<'_>> = VecDeque::new();
+        let mut next = 0usize;
+        let mut bytes_read = 0u64;
+        loop {
+            // Reads are as large as one device request may be; as many are
+            // issued as the setting has buffers (the one to fold next
+            // included), and the device keeps `depth` of them at the disk.
+            while next < items.len() && issued.len() < setting.buffers() {
+                let len = group_len(&items[next..], max_read_pages);
+                let group = &items[next..next + len];
+                let mut read: IssuedRead<'_> = Box::pin(maybe_done(
+                    async move { (group, data.fetch_group(group).await) }.boxed(),
+                ));
+                // One poll hands the read to the device now (it takes its
+                // buffer there); the waker that waits for it is the loop's,
+                // later.
+                let _ = read
+                    .as_mut()
+                    .poll(&mut Context::from_waker(noop_waker_ref()));
+                issued.push_back(read);
+                next += len;
+            }
+            let Some(mut read) = issued.pop_front() else {
+                break;
             };
-            folder.fold(item.segment, bytes)?;
-            bytes_read += bytes.len() as u64;
+            if stop.load(Ordering::Relaxed) {
+                return Err(data.storage("the command stopped waiting for this run".into()));
+            }
+            if Instant::now() > deadline {
+                return Err(ComputeError::Limit {
+                    what: "time",
+                    detail: format!(
+                        "the command's time ran out while node {} read its data",
+                        data.node
+                    ),
+                });
+            }
+            let waited = Instant::now();
+            handle.block_on(read.as_mut());
+            io_wait += waited.elapsed();
+            let Some((group, fetched)) = read.as_mut().take_output() else {
+                return Err(data.storage("a read finished without its pages".into()));
+            };
+            let pages = handle.block_on(fetched.finish(data, group));
+            debug_assert_eq!(group.len(), pages.len());
+            for (item, page) in group.iter().zip(pages) {
+                let page = page?;
+                data.check_header(item, &page)?;
+                let Some(bytes) = page.data.get(item.span.clone()) else {
+                    return Err(data.storage(format!(
+                        "a page of {} bytes has no bytes {:?}",
+                        page.data.len(),
+                        item.span
+                    )));
+                };
+                folder.fold(item.segment, bytes)?;
+                bytes_read += bytes.len() as u64;
+            }
+            // The pages went back to the device's pool as they were folded:
+            // the next read issued takes that buffer again.
+            folder.check_memory()?;
+            // Counted per group, not per page: the tuner is behind a lock
+            // every run on the node shares.
+            let now = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
+            if now != setting {
+                data.apply(now);
+                setting = now;
+            }
         }
-        // The pages went back to the device's pool as they were folded:
-        // the next read issued takes that buffer again.
-        folder.check_memory()?;
-        // Counted per group, not per page: the tuner is behind a lock
-        // every run on the node shares.
-        let now = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
-        if now != setting {
-            data.apply(now);
-            setting = now;
-        }
+        Ok((bytes_read, io_wait))
     }
-    Ok(bytes_read)
 }
 
 /// The kernel's side of a run: folds the segments' bytes in order, one
@@ -693,5 +706,146 @@ impl<'a> Folder<'a> {
             }
         }
         Ok(self.parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::KernelSpec;
+    use quarry_device::{BackendKind, DeviceConfig};
+
+    const PATTERN: [u8; 8] = *b"needle!!";
+
+    fn fgrep8() -> KernelSpec {
+        KernelSpec::Fgrep8 { pattern: PATTERN }
+    }
+
+    fn page(n: u32) -> PageAddr {
+        PageAddr {
+            bus: 0,
+            chip: 0,
+            block: 0,
+            page: n,
+        }
+    }
+
+    fn segment(target: u32, offset: u64, n: u32, len: u32) -> Segment {
+        Segment {
+            target,
+            offset,
+            source: Source::DevicePage {
+                page: page(n),
+                start: 0,
+                end: len,
+            },
+        }
+    }
+
+    /// A node with a mem device whose first `pages` pages hold the pattern
+    /// at a few places each; returns it and the pages' bytes.
+    async fn node_with_pages(pages: u32) -> (Arc<LocalData>, Vec<Bytes>) {
+        let config = DeviceConfig {
+            backend: BackendKind::Mem,
+            ..DeviceConfig::default()
+        };
+        let device = Device::open(&config, std::path::Path::new("unused")).expect("a mem device");
+        let size = device.geometry().page_size_bytes as usize;
+        let mut written = Vec::new();
+        for n in 0..pages {
+            let mut bytes = vec![b'.'; size];
+            for at in (0..=n as usize).map(|k| 100 + k * 999) {
+                bytes[at..at + 8].copy_from_slice(&PATTERN);
+            }
+            // Cut across the page's end, so only a join of parts finds it.
+            bytes[size - 3..].copy_from_slice(&PATTERN[..3]);
+            let bytes = Bytes::from(bytes);
+            device
+                .program_page(page(n), bytes.clone(), Bytes::new())
+                .await
+                .expect("programming a page");
+            written.push(bytes);
+        }
+        (Arc::new(LocalData::new(0, Arc::new(device), None)), written)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_folds_one_part_per_contiguous_stretch_of_a_target() {
+        let (data, pages) = node_with_pages(3).await;
+        let size = pages[0].len() as u32;
+        let tuner = Arc::new(ReadTuner::new());
+        // Target 0: pages 0 and 1 back to back; target 1: page 2.
+        let segments = vec![
+            segment(0, 0, 0, size),
+            segment(0, u64::from(size), 1, size),
+            segment(1, 0, 2, size),
+        ];
+        let run = LocalRun {
+            kernel: fgrep8(),
+            segments,
+            carry: None,
+            time_left_ms: 60_000,
+            memory_bytes: 1 << 20,
+        };
+        let answer = run_local(&data, &tuner, run).await.expect("the run");
+        assert_eq!(answer.bytes_scanned, 3 * u64::from(size));
+        let kernel = compile(&fgrep8()).expect("fgrep8");
+        let fold = |offset: u64, bytes: &[&Bytes]| {
+            bytes.iter().fold(kernel.empty(offset), |part, b| {
+                kernel.fold(part, b).expect("folding")
+            })
+        };
+        assert_eq!(
+            answer.parts,
+            vec![
+                (0, fold(0, &[&pages[0], &pages[1]])),
+                (1, fold(0, &[&pages[2]])),
+            ]
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_stops_at_its_next_read_once_nobody_waits_for_it() {
+        let (data, pages) = node_with_pages(2).await;
+        let size = pages[0].len() as u32;
+        let segments = vec![segment(0, 0, 0, size), segment(0, u64::from(size), 1, size)];
+        let (items, _) = data.plan(&segments).await.expect("a plan");
+        let handle = tokio::runtime::Handle::current();
+        let read = move |stopped: bool| {
+            let kernel = compile(&fgrep8()).expect("fgrep8");
+            let mut folder = Folder::new(kernel.as_ref(), &segments, None, 1 << 20);
+            let stop = AtomicBool::new(stopped);
+            let reader = RunReader {
+                handle: &handle,
+                data: &data,
+                tuner: &ReadTuner::new(),
+                items: &items,
+                deadline: Instant::now() + Duration::from_secs(60),
+                stop: &stop,
+            };
+            reader.stream_and_fold(&mut folder).map(|(bytes, _)| bytes)
+        };
+        let (going, stopped) = tokio::task::spawn_blocking(move || (read(false), read(true)))
+            .await
+            .expect("the reader's thread");
+        assert_eq!(going.expect("a run nobody stopped"), 2 * u64::from(size));
+        let err = stopped.expect_err("a stopped run reads nothing");
+        assert!(err.to_string().contains("stopped waiting"), "{err}");
+    }
+
+    #[test]
+    fn a_segment_short_of_its_bytes_fails_the_run() {
+        let kernel = compile(&fgrep8()).expect("fgrep8");
+        let segments = vec![segment(0, 0, 0, 100), segment(0, 100, 1, 0)];
+        let mut folder = Folder::new(kernel.as_ref(), &segments, None, 1 << 20);
+        folder.fold(0, &[b'x'; 60]).expect("folding");
+        let err = folder.finish().expect_err("40 bytes never came");
+        assert!(
+            err.to_string().contains("folded with 60 of its 100"),
+            "{err}"
+        );
+        // A segment past the run's is refused, not indexed.
+        let mut folder = Folder::new(kernel.as_ref(), &segments, None, 1 << 20);
+        assert!(folder.fold(2, b"x").is_err());
     }
 }
