@@ -93,7 +93,42 @@ struct Report {
     ratio_paired_plain_reader: f64,
     /// The adaptive tuner's last move, from the node's log.
     adaptive_choice: Option<String>,
+    /// The scan's median after each kind of read (this disk's host caches
+    /// what was read last, so what came before a scan moves its rate);
+    /// `scan_mib_per_s` is the median over all of them.
+    scan_after: Vec<(String, f64)>,
     sweep: Vec<SweepRow>,
+}
+
+const AFTER_FIO_DEEP: &str = "fio 1 MiB x 32";
+const AFTER_FIO_DEEP_HUGE: &str = "fio 1 MiB x 32, huge pages";
+const AFTER_FIO_SHALLOW: &str = "fio 2 MiB x 2, huge pages";
+const AFTER_FIO_PAGE: &str = "fio 64 KiB x 32";
+const AFTER_PLAIN: &str = "plain reader";
+const AFTER_PLAIN_UNCHECKED: &str = "plain reader, unchecked";
+
+/// The adaptive scans' rates, all together and by the read before each.
+#[derive(Default)]
+struct Scans {
+    all: Vec<f64>,
+    after: Vec<(&'static str, Vec<f64>)>,
+}
+
+impl Scans {
+    fn push(&mut self, after: &'static str, mib_per_s: f64) {
+        self.all.push(mib_per_s);
+        match self.after.iter_mut().find(|(label, _)| *label == after) {
+            Some((_, rates)) => rates.push(mib_per_s),
+            None => self.after.push((after, vec![mib_per_s])),
+        }
+    }
+
+    fn medians_after(&mut self) -> Vec<(String, f64)> {
+        self.after
+            .iter_mut()
+            .map(|(label, rates)| (label.to_string(), median(rates)))
+            .collect()
+    }
 }
 
 /// Parses `DEPTHxAHEAD,...` (or `none`).
@@ -217,7 +252,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     if let (Err(why), false) = (&huge, args.json) {
         eprintln!("  fio with huge-page buffers: unavailable ({why:#})");
     }
-    let mut scans = Vec::new();
+    let mut scans = Scans::default();
     // Each scan that followed fio's best read, over that read.
     let mut paired = Vec::new();
     let mut sweep_rows = Vec::new();
@@ -257,23 +292,23 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             let plain = fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false)?;
             fio.push(plain);
             let scan = scan_once(&runtime, &cluster, size_bytes)?;
-            scans.push(scan);
+            scans.push(AFTER_FIO_DEEP, scan);
             if huge_dir.is_some() {
                 let deep = fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, true)?;
                 fio_huge.push(deep);
                 let scan = scan_once(&runtime, &cluster, size_bytes)?;
-                scans.push(scan);
+                scans.push(AFTER_FIO_DEEP_HUGE, scan);
                 paired.push(scan / deep);
                 let shallow = fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true)?;
                 fio_shallow.push(shallow);
                 let scan = scan_once(&runtime, &cluster, size_bytes)?;
-                scans.push(scan);
+                scans.push(AFTER_FIO_SHALLOW, scan);
                 paired_shallow.push(scan / shallow);
             } else {
                 paired.push(scan / plain);
             }
             fio_page.push(fio_read(PAGE_BYTES as usize, DEEP_DEPTH, false)?);
-            scans.push(scan_once(&runtime, &cluster, size_bytes)?);
+            scans.push(AFTER_FIO_PAGE, scan_once(&runtime, &cluster, size_bytes)?);
             settle();
             let plain = crate::plain_read::read_file(&fio_file, true)?;
             if plain_crc.is_some() && plain_crc != plain.crc32c {
@@ -283,13 +318,16 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             plain_huge &= plain.huge_pages;
             plain_reads.push(plain.mib_per_s());
             let scan = scan_once(&runtime, &cluster, size_bytes)?;
-            scans.push(scan);
+            scans.push(AFTER_PLAIN, scan);
             paired_plain.push(scan / plain.mib_per_s());
             settle();
             let unchecked = crate::plain_read::read_file(&fio_file, false)?;
             plain_huge &= unchecked.huge_pages;
             plain_unchecked.push(unchecked.mib_per_s());
-            scans.push(scan_once(&runtime, &cluster, size_bytes)?);
+            scans.push(
+                AFTER_PLAIN_UNCHECKED,
+                scan_once(&runtime, &cluster, size_bytes)?,
+            );
         }
         adaptive_choice = last_tuner_move(&node_dir.join("node.log"));
         let config_path = node_dir.join("node.toml");
@@ -345,7 +383,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     drop(huge);
     cluster.stop()?;
     result?;
-    let (f, s) = (median(&mut fio), median(&mut scans));
+    let scan_after = scans.medians_after();
+    let (f, s) = (median(&mut fio), median(&mut scans.all));
     let fp = median(&mut fio_page);
     let fh = (!fio_huge.is_empty()).then(|| median(&mut fio_huge));
     let fs = (!fio_shallow.is_empty()).then(|| median(&mut fio_shallow));
@@ -378,6 +417,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         ratio_to_plain_reader: s / plain,
         ratio_paired_plain_reader: median(&mut paired_plain),
         adaptive_choice,
+        scan_after,
         sweep: sweep_rows,
     };
     if args.json {
@@ -483,6 +523,12 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
          after it, over it: {:.2})",
         report.ratio_to_plain_reader, report.ratio_paired_plain_reader
     );
+    let after: Vec<String> = report
+        .scan_after
+        .iter()
+        .map(|(label, rate)| format!("{label} {rate:.0} ({:.2})", rate / device))
+        .collect();
+    println!("adaptive scan by the read before it: {}", after.join("; "));
     if let Some(choice) = &report.adaptive_choice {
         println!("adaptive tuner's last move: {choice}");
     } else {
