@@ -29,6 +29,11 @@ use std::time::Instant;
 use io_uring::{opcode, types, IoUring};
 
 const READ_BYTES: usize = 2 << 20;
+/// Each buffer spans two huge pages, so a read of a node's 32 slots
+/// (2 MiB + 16 KiB, rounded out to 4 KiB) fits.
+const BUFFER_BYTES: usize = 4 << 20;
+/// A node's page slot: 64 KiB of data and its spare area.
+const SLOT_BYTES: usize = 66048;
 const HUGE_PAGE_SHIFT: i32 = 21;
 
 /// One read buffer on a reserved huge page, unmapped when dropped.
@@ -43,7 +48,7 @@ impl HugeBuf {
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                READ_BYTES,
+                BUFFER_BYTES,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE
                     | libc::MAP_ANONYMOUS
@@ -60,19 +65,43 @@ impl HugeBuf {
         HugeBuf { ptr: ptr.cast() }
     }
 
-    fn bytes(&self) -> &[u8] {
+    fn bytes(&self, len: usize) -> &[u8] {
+        assert!(len <= BUFFER_BYTES);
         // SAFETY: the mapping is READ_BYTES long and lives as long as self;
         // no read is in flight into a buffer whose bytes are looked at
         // (the loop only checks buffers whose completion it has taken).
-        unsafe { std::slice::from_raw_parts(self.ptr, READ_BYTES) }
+        unsafe { std::slice::from_raw_parts(self.ptr, len) }
     }
 }
 
 impl Drop for HugeBuf {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping made in `new`, once.
-        unsafe { libc::munmap(self.ptr.cast(), READ_BYTES) };
+        unsafe { libc::munmap(self.ptr.cast(), BUFFER_BYTES) };
     }
+}
+
+/// The order the file's reads go in: straight through, or with
+/// `STRIPES=N` as a striped writer leaves a device file laid out chip by
+/// chip: the file is cut into `N` regions and 16 MiB (an erase block) is
+/// read from each region in turn.
+fn read_order(reads: usize) -> Vec<usize> {
+    let stripes: usize = std::env::var("STRIPES")
+        .ok()
+        .map(|s| s.parse().expect("STRIPES is a number"))
+        .unwrap_or(1);
+    const BLOCK_READS: usize = 8;
+    let region = reads / stripes / BLOCK_READS * BLOCK_READS;
+    if stripes <= 1 || region == 0 {
+        return (0..reads).collect();
+    }
+    let mut order = Vec::with_capacity(reads);
+    for block in (0..region).step_by(BLOCK_READS) {
+        for stripe in 0..stripes {
+            order.extend((0..BLOCK_READS).map(|k| stripe * region + block + k));
+        }
+    }
+    order
 }
 
 fn main() {
@@ -94,7 +123,10 @@ fn main() {
         .custom_flags(libc::O_DIRECT)
         .open(path)
         .expect("opening FILE with O_DIRECT");
-    let reads = file.metadata().expect("FILE's size").len() as usize / READ_BYTES;
+    let file_bytes = file.metadata().expect("FILE's size").len() as usize;
+    // Slot reads need one 4 KiB more at the end than 2 MiB reads.
+    let order = read_order((file_bytes - 4096) / (32 * SLOT_BYTES).max(READ_BYTES));
+    let reads = order.len();
     let buffers: Vec<HugeBuf> = (0..depth + spares).map(|_| HugeBuf::new()).collect();
     // Free buffers, first in first out: with one spare the same two take
     // turns, with two spares a third circulates.
@@ -102,11 +134,25 @@ fn main() {
     let mut ring = IoUring::new(64).expect("io_uring");
     let fd = types::Fd(file.as_raw_fd());
     let mut next = 0usize;
+    // With SLOTS=1 the reads are where a node's are: 32 slots of 66048
+    // bytes from slot 32 * i, rounded out to 4 KiB, so each starts off any
+    // 64 KiB boundary and overlaps the one before by 4 KiB.
+    let slots = std::env::var("SLOTS").is_ok_and(|s| s == "1");
+    let span = |index: usize| -> (u64, usize) {
+        if !slots {
+            return ((order[index] * READ_BYTES) as u64, READ_BYTES);
+        }
+        let start = order[index] * 32 * SLOT_BYTES;
+        let end = start + 32 * SLOT_BYTES;
+        let (start, end) = (start / 4096 * 4096, end.div_ceil(4096) * 4096);
+        (start as u64, end - start)
+    };
     let submit = |ring: &mut IoUring, buffer: usize, index: usize| {
-        let read = opcode::Read::new(fd, buffers[buffer].ptr, READ_BYTES as u32)
-            .offset((index * READ_BYTES) as u64)
+        let (offset, len) = span(index);
+        let read = opcode::Read::new(fd, buffers[buffer].ptr, len as u32)
+            .offset(offset)
             .build()
-            .user_data(buffer as u64);
+            .user_data((buffer as u64) << 32 | len as u64);
         // SAFETY: the buffer stays mapped until the loop has taken this
         // read's completion, and no other read targets it meanwhile.
         unsafe { ring.submission().push(&read).expect("ring has room") };
@@ -119,14 +165,17 @@ fn main() {
     }
     let mut crcs = 0u32;
     let mut done = 0usize;
+    let mut bytes_read = 0usize;
     while done < reads {
         ring.submit_and_wait(1).expect("waiting for a read");
         let completions: Vec<(usize, i32)> = ring
             .completion()
             .map(|c| (c.user_data() as usize, c.result()))
             .collect();
-        for (buffer, result) in completions {
-            assert_eq!(result, READ_BYTES as i32, "a short or failed read");
+        for (tag, result) in completions {
+            let (buffer, len) = (tag >> 32, tag & 0xffff_ffff);
+            assert_eq!(result, len as i32, "a short or failed read");
+            bytes_read += len;
             done += 1;
             if spares == 0 {
                 if next < reads {
@@ -142,13 +191,13 @@ fn main() {
                 next += 1;
                 ring.submit().expect("submitting");
             }
-            crcs ^= crc32c::crc32c(buffers[buffer].bytes());
+            crcs ^= crc32c::crc32c(buffers[buffer].bytes(len));
             free.push_back(buffer);
         }
     }
     let seconds = started.elapsed().as_secs_f64();
     println!(
         "{mode} {depth}: {:.0} MiB/s (crc {crcs:08x})",
-        (reads * READ_BYTES) as f64 / f64::from(1 << 20) / seconds
+        bytes_read as f64 / f64::from(1 << 20) / seconds
     );
 }

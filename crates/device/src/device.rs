@@ -267,7 +267,8 @@ impl Drop for OpGuard<'_> {
 }
 
 /// Consecutive pages read by [`Device::fetch_pages`] and not yet checked.
-/// Their bytes are reachable only through [`check`](Self::check).
+/// Their bytes are reachable only through [`check`](Self::check) or
+/// [`check_page`](Self::check_page).
 #[must_use = "fetched pages are of use only once checked"]
 pub struct FetchedPages<'a> {
     dev: &'a Device,
@@ -277,19 +278,67 @@ pub struct FetchedPages<'a> {
 }
 
 enum Raw {
-    /// One disk request's slots, `lead` bytes into the buffer.
-    Slots { buf: PooledBuf, lead: usize },
-    /// Read page by page, each checked as it came.
-    Checked(Vec<Result<PageRead, DeviceError>>),
+    /// One disk request's slots, `lead` bytes in.
+    Slots { bytes: Bytes, lead: usize },
+    /// Read page by page, each checked as it came; each taken once.
+    Checked(Vec<Option<Result<PageRead, DeviceError>>>),
 }
 
 impl FetchedPages<'_> {
+    /// Pages fetched.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether no page was fetched.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// Checks (and corrects) each page as [`Device::read_page`] does; one
     /// page's failure does not fail the others. CPU only: no I/O.
-    pub fn check(self) -> Vec<Result<PageRead, DeviceError>> {
-        match self.raw {
-            Raw::Checked(pages) => pages,
-            Raw::Slots { buf, lead } => self.dev.check_slots(self.first, self.count, buf, lead),
+    pub fn check(mut self) -> Vec<Result<PageRead, DeviceError>> {
+        (0..self.len()).map(|i| self.check_page(i)).collect()
+    }
+
+    /// Checks (and corrects) page `i` of the run alone, as
+    /// [`Device::read_page`] does. A caller that uses each page right after
+    /// its check finds the page's bytes still in the CPU's cache from it: a
+    /// request's megabytes do not fit in one core's cache, one page does.
+    /// A page past the run is an error; so is a page asked for twice where
+    /// the backend read page by page (it hands each result over once).
+    pub fn check_page(&mut self, i: usize) -> Result<PageRead, DeviceError> {
+        let addr = || {
+            let index = self.dev.geometry.page_index(self.first) + i as u64;
+            (index < self.dev.geometry.pages()).then(|| self.dev.geometry.page_at(index))
+        };
+        let past = || DeviceError::AddressOutOfRange {
+            addr: format!("{}+{i}", self.first),
+            field: "page of the read",
+            value: i.min(u32::MAX as usize) as u32,
+            max: self.count.saturating_sub(1),
+            valid: format!("the {} pages the read fetched", self.count),
+        };
+        if i >= self.len() {
+            return Err(past());
+        }
+        match &mut self.raw {
+            Raw::Checked(pages) => pages.get_mut(i).and_then(Option::take).unwrap_or_else(|| {
+                Err(DeviceError::Uncorrectable {
+                    addr: self.first,
+                    detail: format!("page {i} of the read was taken already"),
+                })
+            }),
+            Raw::Slots { bytes, lead } => {
+                let Some(addr) = addr() else {
+                    return Err(past());
+                };
+                let slot = self.dev.ecc.layout().slot_size;
+                let at = *lead + i * slot;
+                let index = self.dev.geometry.page_index(addr);
+                self.dev
+                    .check_slot_in(addr, index, bytes.slice(at..at + slot))
+            }
         }
     }
 }
@@ -1036,11 +1085,11 @@ impl Device {
                 ),
             });
         }
-        let checked = |pages| FetchedPages {
+        let checked = |pages: Vec<Result<PageRead, DeviceError>>| FetchedPages {
             dev: self,
             first,
             count,
-            raw: Raw::Checked(pages),
+            raw: Raw::Checked(pages.into_iter().map(Some).collect()),
         };
         if count == 0 {
             return Ok(checked(Vec::new()));
@@ -1100,55 +1149,51 @@ impl Device {
             first,
             count,
             raw: Raw::Slots {
-                buf,
+                // One owner for every page's bytes: the pages are slices of it.
+                bytes: Bytes::from_owner(buf),
                 lead: span.lead,
             },
         })
     }
 
     /// Checks the slots of a multi-page read, `lead` bytes into `buf`.
-    fn check_slots(
+    /// A page's slot as it came off the disk, checked: its bytes as they
+    /// are when every CRC holds (no copy), else a copy corrected, or the
+    /// error. Reads of one request share the buffer, so it is not written.
+    fn check_slot_in(
         &self,
-        first: PageAddr,
-        count: u32,
-        mut buf: PooledBuf,
-        lead: usize,
-    ) -> Vec<Result<PageRead, DeviceError>> {
+        addr: PageAddr,
+        index: u64,
+        slot: Bytes,
+    ) -> Result<PageRead, DeviceError> {
         let layout = self.ecc.layout();
-        let slot = layout.slot_size;
-        let first_index = self.geometry.page_index(first);
-        let pages = (first_index..first_index + u64::from(count)).map(|i| self.geometry.page_at(i));
         let (page, oob_at, oob_len) = (layout.page_size, layout.oob_offset, layout.oob_size);
-        let mut outcomes = Vec::with_capacity(count as usize);
-        for (i, addr) in pages.enumerate() {
-            let index = first_index + i as u64;
-            let at = lead + i * slot;
-            let outcome = if self.skip_read_check {
-                Ok(0)
-            } else {
-                self.check_slot(
-                    addr,
-                    index,
-                    &mut buf.buf_mut().as_mut_slice()[at..at + slot],
-                )
-            };
-            outcomes.push(outcome);
+        let page_read = |slot: Bytes, corrected_bytes| PageRead {
+            data: slot.slice(..page),
+            oob: slot.slice(oob_at..oob_at + oob_len),
+            erased: false,
+            corrected_bytes,
+        };
+        if self.skip_read_check {
+            return Ok(page_read(slot, 0));
         }
-        // One owner for every page's bytes: the pages are slices of it.
-        let bytes = Bytes::from_owner(buf);
-        outcomes
-            .into_iter()
-            .enumerate()
-            .map(|(i, outcome)| {
-                let at = lead + i * slot;
-                outcome.map(|corrected_bytes| PageRead {
-                    data: bytes.slice(at..at + page),
-                    oob: bytes.slice(at + oob_at..at + oob_at + oob_len),
-                    erased: false,
-                    corrected_bytes,
+        match self.ecc.verify(&slot) {
+            Some(header) if header.page_index == index => return Ok(page_read(slot, 0)),
+            Some(header) => {
+                return Err(DeviceError::Uncorrectable {
+                    addr,
+                    detail: format!(
+                        "slot holds page #{} (misdirected write?)",
+                        header.page_index
+                    ),
                 })
-            })
-            .collect()
+            }
+            None => {}
+        }
+        // Rare: a CRC failed. Correct a copy of the slot.
+        let mut copy = slot.to_vec();
+        let corrected = self.check_slot(addr, index, &mut copy)?;
+        Ok(page_read(Bytes::from(copy), corrected))
     }
 
     fn inject_bit_errors(

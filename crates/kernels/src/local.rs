@@ -98,40 +98,34 @@ enum PageRef {
 
 /// A group of page reads whose bytes are in.
 enum Fetched<'a> {
-    /// Read and checked already (single pages, device pages).
-    Read(Vec<Result<TaggedPage, ComputeError>>),
-    /// A logical run, not yet checked (or the fetch's error).
+    /// Read and checked already (single pages, device pages); each taken
+    /// once.
+    Read(Vec<Option<Result<TaggedPage, ComputeError>>>),
+    /// A logical run, its pages checked one by one as they are taken (or
+    /// the fetch's error).
     Run(Result<quarry_volume::FetchedRun<'a>, quarry_volume::VolumeError>),
 }
 
 impl Fetched<'_> {
-    /// Checks the group's pages (CPU) and answers one result per item.
-    async fn finish(
-        self,
+    /// Page `k` of the group, checked now (CPU; a page that fails its check
+    /// is read again): the kernel that folds it next finds its bytes in the
+    /// cache.
+    async fn take(
+        &mut self,
         data: &LocalData,
-        items: &[PageItem],
-    ) -> Vec<Result<TaggedPage, ComputeError>> {
-        let run = match self {
-            Fetched::Read(pages) => return pages,
-            Fetched::Run(run) => run,
-        };
-        let pages = match run {
-            Ok(run) => run.finish_tagged().await,
-            Err(e) => Err(e),
-        };
-        match pages {
-            Ok(pages) => pages
-                .into_iter()
-                .zip(items)
-                .map(|(page, item)| data.logical_page(item, page))
-                .collect(),
-            Err(e) => {
-                let message = format!("reading {} pages: {e}", items.len());
-                items
-                    .iter()
-                    .map(|_| Err(data.storage(message.clone())))
-                    .collect()
-            }
+        k: usize,
+        item: &PageItem,
+    ) -> Result<TaggedPage, ComputeError> {
+        match self {
+            Fetched::Read(pages) => pages
+                .get_mut(k)
+                .and_then(Option::take)
+                .unwrap_or_else(|| Err(data.storage(format!("page {k} of a read taken twice")))),
+            Fetched::Run(Ok(run)) => match run.page(k).await {
+                Ok(page) => data.logical_page(item, page),
+                Err(e) => Err(data.storage(format!("reading page {k} of a run: {e}"))),
+            },
+            Fetched::Run(Err(e)) => Err(data.storage(format!("reading a run of pages: {e}"))),
         }
     }
 }
@@ -343,7 +337,7 @@ impl LocalData {
             for item in items {
                 out.push(self.read(item).await);
             }
-            return Fetched::Read(out);
+            return Fetched::Read(out.into_iter().map(Some).collect());
         };
         Fetched::Run(m.space.fetch_many(&ids).await)
     }
@@ -559,13 +553,15 @@ impl RunReader<'_> {
             let waited = Instant::now();
             handle.block_on(read.as_mut());
             io_wait += waited.elapsed();
-            let Some((group, fetched)) = read.as_mut().take_output() else {
+            let Some((group, mut fetched)) = read.as_mut().take_output() else {
                 return Err(data.storage("a read finished without its pages".into()));
             };
-            let pages = handle.block_on(fetched.finish(data, group));
-            debug_assert_eq!(group.len(), pages.len());
-            for (item, page) in group.iter().zip(pages) {
-                let page = page?;
+            // Each page is checked right before it is folded: the kernel
+            // reads it from the cache the check brought it into, where a
+            // check of the whole read first left it to memory again (a
+            // third of a core's time per read).
+            for (k, item) in group.iter().enumerate() {
+                let page = handle.block_on(fetched.take(data, k, item))?;
                 data.check_header(item, &page)?;
                 let Some(bytes) = page.data.get(item.span.clone()) else {
                     return Err(data.storage(format!(

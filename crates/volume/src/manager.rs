@@ -1573,6 +1573,12 @@ impl Inner {
         if reads.iter().any(|r| matches!(r, Err(DeviceError::Closed))) {
             return Err(VolumeError::Closed);
         }
+        let mut place = vec![None; count];
+        for (g, (_, group)) in groups.iter().enumerate() {
+            for (i, &j) in group.iter().enumerate() {
+                place[j] = Some((g, i));
+            }
+        }
         Ok(FetchedRun {
             inner: self,
             ids: ids.to_vec(),
@@ -1582,6 +1588,7 @@ impl Inner {
                 .map(|(_, group)| group)
                 .zip(reads)
                 .collect(),
+            place,
         })
     }
 
@@ -1945,6 +1952,9 @@ pub struct FetchedRun<'a> {
         Vec<usize>,
         Result<quarry_device::FetchedPages<'a>, DeviceError>,
     )>,
+    /// Where each page of `ids` is: its group and its place there (`None`:
+    /// not written).
+    place: Vec<Option<(usize, usize)>>,
 }
 
 impl FetchedRun<'_> {
@@ -1965,56 +1975,56 @@ impl FetchedRun<'_> {
     /// collection meanwhile, or damaged).
     pub async fn finish(self) -> Result<Vec<Option<Bytes>>, VolumeError> {
         let pages = self.finish_tagged().await?;
-        Ok(pages.into_iter().map(|p| p.map(|p| p.data)).collect())
+        Ok(pages.into_iter().map(|p| p.map(|t| t.data)).collect())
     }
 
-    /// [`finish`](Self::finish), with each page's tag (see
-    /// [`SpaceManager::write_run_tagged`]).
-    pub async fn finish_tagged(self) -> Result<Vec<Option<TaggedPage>>, VolumeError> {
-        let FetchedRun {
-            inner,
-            ids,
-            seqs,
-            groups,
-        } = self;
-        let mut out: Vec<Option<TaggedPage>> = vec![None; ids.len()];
-        let mut again = Vec::new();
-        for (group, fetched) in groups {
-            let Ok(fetched) = fetched else {
-                again.extend(group);
-                continue;
-            };
-            let pages = fetched.check();
-            debug_assert_eq!(pages.len(), group.len());
-            for (j, page) in group.into_iter().zip(pages) {
-                let Some(seq) = seqs[j] else {
-                    continue;
-                };
-                let checked = match page {
-                    Ok(r) if !r.erased => inner
-                        .record_of(&r)
-                        .ok()
-                        .filter(|rec| rec.page == ids[j] && rec.seq == seq)
-                        .map(|rec| TaggedPage::of(&rec, r)),
-                    _ => None,
-                };
-                match checked {
-                    Some(data) => out[j] = Some(data),
-                    None => again.push(j),
-                }
-            }
-        }
-        if !again.is_empty() {
-            let _permit = inner
-                .reads
-                .acquire()
-                .await
-                .map_err(|_| VolumeError::Closed)?;
-            for j in again {
-                out[j] = inner.read_permitted(ids[j]).await?;
-            }
+    /// [`finish`](Self::finish) with each page's owner tag.
+    pub async fn finish_tagged(mut self) -> Result<Vec<Option<TaggedPage>>, VolumeError> {
+        let mut out = Vec::with_capacity(self.len());
+        for j in 0..self.len() {
+            out.push(self.page(j).await?);
         }
         Ok(out)
+    }
+
+    /// Page `j` of the run (in the order the ids were given), checked now as
+    /// [`finish_tagged`](Self::finish_tagged) checks it: a caller that uses
+    /// each page as soon as it is checked finds its bytes still in the CPU's
+    /// cache (a run's megabytes do not fit in one core's cache, a page
+    /// does). Each page once; `Ok(None)`: not written when looked up.
+    pub async fn page(&mut self, j: usize) -> Result<Option<TaggedPage>, VolumeError> {
+        let Some(&seq) = self.seqs.get(j) else {
+            return Err(VolumeError::Config {
+                reason: format!("page {j} of a run of {} pages", self.ids.len()),
+            });
+        };
+        let Some(seq) = seq else {
+            return Ok(None);
+        };
+        let id = self.ids[j];
+        let inner = self.inner;
+        let checked = self.place[j].and_then(|(g, i)| match &mut self.groups[g].1 {
+            Ok(fetched) => match fetched.check_page(i) {
+                Ok(r) if !r.erased => inner
+                    .record_of(&r)
+                    .ok()
+                    .filter(|rec| rec.page == id && rec.seq == seq)
+                    .map(|rec| TaggedPage::of(&rec, r)),
+                _ => None,
+            },
+            Err(_) => None,
+        });
+        if let Some(page) = checked {
+            return Ok(Some(page));
+        }
+        // Moved by garbage collection since the look-up, damaged, or the
+        // request failed: read it again on its own.
+        let _permit = inner
+            .reads
+            .acquire()
+            .await
+            .map_err(|_| VolumeError::Closed)?;
+        inner.read_permitted(id).await
     }
 }
 

@@ -866,6 +866,40 @@ async fn a_fetch_answers_the_versions_it_looked_up() {
     m.verify().unwrap();
 }
 
+/// A fetched run hands its pages out one at a time, each checked when
+/// taken, in any order: what `finish` would have answered for each; a page
+/// never written is `None`, a page past the run an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetched_run_hands_out_its_pages_one_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _weak) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    let size = m.page_size();
+    let space = 4u32;
+    let written: Vec<LogicalPage> = (0..12).map(|i| LogicalPage::new(space, i)).collect();
+    let pages = written.iter().map(|&id| content(id, 1, size)).collect();
+    m.write_run(written[0], pages).await.expect("write_run");
+    let mut ids = written.clone();
+    ids.insert(5, LogicalPage::new(space, 1000));
+    let mut fetched = m.fetch_many(&ids).await.expect("fetch");
+    for (j, &id) in ids.iter().enumerate().rev() {
+        let page = fetched.page(j).await.expect("page");
+        if id.index == 1000 {
+            assert!(page.is_none(), "never written");
+        } else {
+            let page = page.expect("written");
+            assert_eq!(version_of(id, &page.data), 1, "{id}");
+        }
+    }
+    match fetched.page(ids.len()).await {
+        Err(e) => assert!(
+            e.to_string().contains(&format!("page {}", ids.len())),
+            "{e}"
+        ),
+        Ok(_) => panic!("a page past the run"),
+    }
+    m.verify().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_read_back_in_any_order_through_overwrites_gc_and_a_crash() {
     let dir = tempfile::tempdir().unwrap();
