@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster_with;
+use common::{cluster_on, cluster_with};
 use quarry_client::{
     BucketName, Chunking, Client, CommandState, Condition, Job, KernelSpec, Limits, ObjectKey,
     Outcome, Output, Request, Response, Target,
@@ -671,5 +671,73 @@ async fn matching_lines_larger_than_a_message_come_back_whole() {
     assert!(sent > 20 << 20, "the lines came back: {sent}");
     for n in nodes {
         n.shutdown().await.unwrap();
+    }
+}
+
+/// On `file` devices a node streams a scan through a ring of its own
+/// (`quarry_device::StreamReader`): what it folds is every byte of each
+/// target in order, once (the checksums equal those of the bytes), for
+/// objects of one page to many reads, chunks of one page to several reads,
+/// and fixed and content-defined chunking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_streamed_off_file_devices_fold_every_byte_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let wide = Geometry {
+        blocks_per_chip: 32,
+        pages_per_block: 64,
+        ..geometry()
+    };
+    let nodes = cluster_on(dir.path(), &[wide; 2], StorageMode::Managed, true).await;
+    let client = Client::connect(&nodes[0].local_addr().to_string())
+        .await
+        .unwrap();
+    let objects = client.objects().await.unwrap();
+    let small = bucket(&objects, "small", 4096).await;
+    let large = bucket(&objects, "large", 1 << 20).await;
+    let cdc = BucketName::new("cdc").unwrap();
+    objects
+        .create_bucket(&cdc, Chunking::fastcdc(2048, 8192, 32768).unwrap())
+        .await
+        .unwrap();
+    let compute = client.compute();
+    for (i, len) in [3_000_000usize, 1_048_577, 4096, 5].into_iter().enumerate() {
+        let data = text(len, i as u64 + 40);
+        for bucket in [&small, &large, &cdc] {
+            let key = ObjectKey::new(&format!("f{i}")).unwrap();
+            objects
+                .put_bytes(bucket, &key, &data, Condition::Always)
+                .await
+                .unwrap();
+            let target = || object(bucket.as_str(), &format!("f{i}"));
+            let (result, _) = compute
+                .run(
+                    Job::Scan(KernelSpec::Checksum),
+                    vec![target()],
+                    Limits::default(),
+                )
+                .await
+                .unwrap();
+            match &result.outcome {
+                Outcome::Scan(t) => match &t[0].output {
+                    Output::Checksum(c) => {
+                        assert_eq!(
+                            (c.bytes, c.crc32c),
+                            (len as u64, crc32c::crc32c(&data)),
+                            "{bucket}/f{i}"
+                        )
+                    }
+                    other => panic!("not a checksum: {other:?}"),
+                },
+                other => panic!("not a scan: {other:?}"),
+            }
+            let (result, _) = compute
+                .run(fgrep8(), vec![target()], Limits::default())
+                .await
+                .unwrap();
+            assert_eq!(counts(&result.outcome)[0].1, count(&data), "{bucket}/f{i}");
+        }
+    }
+    for node in nodes {
+        node.shutdown().await.unwrap();
     }
 }

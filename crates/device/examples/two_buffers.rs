@@ -24,7 +24,7 @@
 use std::collections::VecDeque;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use io_uring::{opcode, types, IoUring};
 
@@ -116,6 +116,7 @@ fn main() {
         "none" => 0,
         "touch" => 1,
         "rotate" => 2,
+        "scan" => 1,
         other => panic!("mode {other:?} is none, touch or rotate"),
     };
     let file = std::fs::OpenOptions::new()
@@ -166,6 +167,9 @@ fn main() {
     let mut crcs = 0u32;
     let mut done = 0usize;
     let mut bytes_read = 0usize;
+    let finder = memchr::memmem::Finder::new(b"ABCDEFGH");
+    let (mut crc_time, mut search_time) = (Duration::ZERO, Duration::ZERO);
+    let mut again_time = Duration::ZERO;
     while done < reads {
         ring.submit_and_wait(1).expect("waiting for a read");
         let completions: Vec<(usize, i32)> = ring
@@ -191,7 +195,25 @@ fn main() {
                 next += 1;
                 ring.submit().expect("submitting");
             }
-            crcs ^= crc32c::crc32c(buffers[buffer].bytes(len));
+            if mode == "scan" {
+                // A node's check and a kernel, page by page: the CRC brings
+                // the page into the cache, the search reads it from there.
+                for page in buffers[buffer].bytes(len).chunks(64 << 10) {
+                    let t = Instant::now();
+                    crcs ^= crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, page) as u32;
+                    let u = Instant::now();
+                    crcs ^= finder.find_iter(page).count() as u32;
+                    let v = Instant::now();
+                    if std::env::var_os("TWICE").is_some() {
+                        crcs ^= finder.find_iter(page).count() as u32;
+                        again_time += v.elapsed();
+                    }
+                    crc_time += u - t;
+                    search_time += v - u;
+                }
+            } else {
+                crcs ^= crc32c::crc32c(buffers[buffer].bytes(len));
+            }
             free.push_back(buffer);
         }
     }
@@ -200,4 +222,13 @@ fn main() {
         "{mode} {depth}: {:.0} MiB/s (crc {crcs:08x})",
         bytes_read as f64 / f64::from(1 << 20) / seconds
     );
+    if mode == "scan" {
+        let per_read = |d: Duration| d.as_secs_f64() * 1e3 / reads as f64;
+        println!(
+            "per read: CRC {:.3} ms, search {:.3} ms, again {:.3} ms",
+            per_read(crc_time),
+            per_read(search_time),
+            per_read(again_time)
+        );
+    }
 }

@@ -234,10 +234,20 @@ const READ_ALIGN_BYTES: usize = 4096;
 /// byte: the file may be no longer); `lead` is where the asked bytes start in
 /// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct AlignedSpan {
-    offset: u64,
-    len: usize,
-    lead: usize,
+pub(crate) struct AlignedSpan {
+    pub(crate) offset: u64,
+    pub(crate) len: usize,
+    pub(crate) lead: usize,
+}
+
+/// One disk request readied by [`Device::begin_run_read`]: where it reads,
+/// its buffer, and what holds the blocks and the operation count until it
+/// is dropped.
+pub(crate) struct RunRead<'a> {
+    pub(crate) span: AlignedSpan,
+    pub(crate) buf: PooledBuf,
+    pub(crate) _guard: ReadGuard<'a>,
+    pub(crate) _op: OpGuard<'a>,
 }
 
 fn aligned_span(offset: u64, len: usize, end: u64) -> AlignedSpan {
@@ -259,7 +269,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct OpGuard<'a>(&'a AtomicUsize);
+pub(crate) struct OpGuard<'a>(&'a AtomicUsize);
 impl Drop for OpGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
@@ -335,6 +345,16 @@ impl FetchedPages<'_> {
                 };
                 let slot = self.dev.ecc.layout().slot_size;
                 let at = *lead + i * slot;
+                if at + slot > bytes.len() {
+                    return Err(DeviceError::Uncorrectable {
+                        addr,
+                        detail: format!(
+                            "the read's {} bytes end before the page's slot ({at}..{})",
+                            bytes.len(),
+                            at + slot
+                        ),
+                    });
+                }
                 let index = self.dev.geometry.page_index(addr);
                 self.dev
                     .check_slot_in(addr, index, bytes.slice(at..at + slot))
@@ -345,7 +365,7 @@ impl FetchedPages<'_> {
 
 /// A read in progress on the blocks `blocks` (dense indices): an erase of
 /// one of them waits until it is dropped.
-struct ReadGuard<'a> {
+pub(crate) struct ReadGuard<'a> {
     dev: &'a Device,
     blocks: std::ops::Range<usize>,
 }
@@ -1066,9 +1086,44 @@ impl Device {
         first: PageAddr,
         count: u32,
     ) -> Result<FetchedPages<'_>, DeviceError> {
+        // Only called once the run is checked: the address is valid.
+        let pages = || {
+            let first_index = self.geometry.page_index(first);
+            (first_index..first_index + u64::from(count)).map(move |i| self.geometry.page_at(i))
+        };
+        let checked = |pages: Vec<Result<PageRead, DeviceError>>| FetchedPages {
+            dev: self,
+            first,
+            count,
+            raw: Raw::Checked(pages.into_iter().map(Some).collect()),
+        };
+        let Store::File { engine, .. } = &self.store else {
+            self.check_run(first, count)?;
+            // No disk request to save: the emulations time and copy per page
+            // (and one chip reads one page at a time).
+            return Ok(checked(self.read_each(pages()).await));
+        };
+        let Some(run) = self.begin_run_read(first, count)? else {
+            // Empty, or some page is erased or still being programmed: each
+            // page says which on its own.
+            return Ok(checked(self.read_each(pages()).await));
+        };
+        let fut = engine
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .submit_read(run.span.offset, run.buf);
+        let (buf, res) = fut.wait().await;
+        let buf = buf.ok_or(DeviceError::Closed)?;
+        res.map_err(|e| io_err(format!("reading pages {first}+{count}"), e))?;
+        Ok(self.fetched_slots(first, count, buf, run.span.lead))
+    }
+
+    /// `count` pages from `first` as one request may read them: within the
+    /// device and [`max_read_pages`](Self::max_read_pages), the device
+    /// open.
+    fn check_run(&self, first: PageAddr, count: u32) -> Result<(), DeviceError> {
         self.check_open()?;
         self.geometry.check_page(first)?;
-        let ppb = u64::from(self.geometry.pages_per_block);
         let max = self.max_read_pages();
         let first_index = self.geometry.page_index(first);
         let pages_total = self.geometry.pages();
@@ -1085,27 +1140,33 @@ impl Device {
                 ),
             });
         }
-        let checked = |pages: Vec<Result<PageRead, DeviceError>>| FetchedPages {
-            dev: self,
-            first,
-            count,
-            raw: Raw::Checked(pages.into_iter().map(Some).collect()),
-        };
+        Ok(())
+    }
+
+    /// Readies one disk request for `count` pages from `first` (checked as
+    /// [`check_run`](Self::check_run)): counted as an operation, every page
+    /// programmed and each block counting the read (an erase waits for it
+    /// until the answer is dropped), a buffer for it. `None` when the run is
+    /// empty or a page is erased or still being programmed: such a run is
+    /// read page by page.
+    pub(crate) fn begin_run_read(
+        &self,
+        first: PageAddr,
+        count: u32,
+    ) -> Result<Option<RunRead<'_>>, DeviceError> {
+        self.check_run(first, count)?;
         if count == 0 {
-            return Ok(checked(Vec::new()));
+            return Ok(None);
         }
-        let pages = || (first_index..end_index).map(|i| self.geometry.page_at(i));
-        let Store::File { engine, .. } = &self.store else {
-            // No disk request to save: the emulations time and copy per page
-            // (and one chip reads one page at a time).
-            return Ok(checked(self.read_each(pages()).await));
-        };
-        let _op = self.begin_op()?;
+        let op = self.begin_op()?;
+        let ppb = u64::from(self.geometry.pages_per_block);
+        let first_index = self.geometry.page_index(first);
+        let end_index = first_index + u64::from(count);
         // Every block the run touches must have all of its pages of the run
         // programmed; each counts the read, so an erase waits for it.
         let first_block = (first_index / ppb) as usize;
         let last_block = ((end_index - 1) / ppb) as usize;
-        let mut read_guard = ReadGuard {
+        let mut guard = ReadGuard {
             dev: self,
             blocks: first_block..first_block,
         };
@@ -1119,44 +1180,56 @@ impl Device {
                 break;
             }
             b.reads += 1;
-            read_guard.blocks.end = bi + 1;
+            guard.blocks.end = bi + 1;
         }
-        if read_guard.blocks.end != last_block + 1 {
-            // Some page is erased or still being programmed: each page says
-            // which on its own.
-            drop(read_guard);
-            drop(_op);
-            return Ok(checked(self.read_each(pages()).await));
+        if guard.blocks.end != last_block + 1 {
+            return Ok(None);
         }
         let layout = self.ecc.layout();
-        let slot = layout.slot_size;
         let span = aligned_span(
             layout.slot_offset(first_index),
-            slot * count as usize,
+            layout.slot_size * count as usize,
             layout.slot_offset(self.geometry.pages()),
         );
         let mut buf = self.run_pool.take();
         buf.buf_mut().set_len(span.len);
-        let fut = engine
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .submit_read(span.offset, buf);
-        let (buf, res) = fut.wait().await;
-        let buf = buf.ok_or(DeviceError::Closed)?;
-        res.map_err(|e| io_err(format!("reading pages {first}+{count}"), e))?;
-        Ok(FetchedPages {
+        Ok(Some(RunRead {
+            span,
+            buf,
+            _guard: guard,
+            _op: op,
+        }))
+    }
+
+    /// A run's slots as read into `buf`, `lead` bytes in, not yet checked.
+    pub(crate) fn fetched_slots(
+        &self,
+        first: PageAddr,
+        count: u32,
+        buf: PooledBuf,
+        lead: usize,
+    ) -> FetchedPages<'_> {
+        FetchedPages {
             dev: self,
             first,
             count,
             raw: Raw::Slots {
                 // One owner for every page's bytes: the pages are slices of it.
                 bytes: Bytes::from_owner(buf),
-                lead: span.lead,
+                lead,
             },
-        })
+        }
     }
 
-    /// Checks the slots of a multi-page read, `lead` bytes into `buf`.
+    /// The backing file of the `file` backend (the one a
+    /// [`StreamReader`](crate::StreamReader) reads with a ring of its own).
+    pub(crate) fn backing_file(&self) -> Option<&Arc<File>> {
+        match &self.store {
+            Store::File { file, .. } => Some(file),
+            _ => None,
+        }
+    }
+
     /// A page's slot as it came off the disk, checked: its bytes as they
     /// are when every CRC holds (no copy), else a copy corrected, or the
     /// error. Reads of one request share the buffer, so it is not written.

@@ -42,6 +42,7 @@ mod io;
 mod meta;
 mod nand;
 mod rs;
+mod stream;
 
 pub use addr::{parse_fields, AddrParseError, BlockAddr, PageAddr};
 pub use config::{BackendKind, DeviceConfig, EccMode, Preset};
@@ -57,6 +58,7 @@ pub use geometry::{
     MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES,
 };
 pub use nand::{NandTiming, EARLY_WAKE, SPIN_MARGIN};
+pub use stream::{StreamReader, MAX_STREAM_READS};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};

@@ -1221,3 +1221,80 @@ async fn reads_under_a_read_budget_all_complete() {
         .expect("program under a read budget");
     dev.close().await.expect("close");
 }
+
+/// A stream reader (the `file` backend's own ring for one thread) answers
+/// runs in the order they were issued, at any depth, what `read_pages`
+/// answers: a damaged page fails alone, a run with a page not programmed
+/// is left to `fetch_pages`, more than its bound of reads is refused, and
+/// dropping it with reads at the disk waits for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_reader_answers_runs_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = open(BackendKind::File, dir.path());
+    assert!(open(BackendKind::Mem, dir.path())
+        .stream_reader(1)
+        .is_none());
+    let ppb = dev.geometry().pages_per_block;
+    let blocks: Vec<BlockAddr> = (0..3).map(|block| BlockAddr { block, ..B }).collect();
+    let mut data = HashMap::new();
+    for b in &blocks {
+        for p in 0..ppb {
+            let d = page_data(&dev, (b.block * ppb + p) as u8);
+            dev.program_page(b.page(p), d.clone(), Bytes::from(vec![p as u8; 4]))
+                .await
+                .expect("program");
+            data.insert(b.page(p), d);
+        }
+    }
+    let off = dev.page_offset_bytes(blocks[1].page(2)).expect("offset");
+    flip_bytes(&dev, off + 100, 400);
+    let runs: Vec<(PageAddr, u32)> = blocks
+        .iter()
+        .flat_map(|b| [(b.page(0), 3), (b.page(3), ppb - 3)])
+        .collect();
+    for depth in [1, 2, 4] {
+        let mut reader = dev.stream_reader(depth).expect("file backend");
+        for &(first, count) in &runs {
+            assert!(reader.issue(first, count).expect("issue"));
+        }
+        assert_eq!(reader.len(), runs.len());
+        for &(first, count) in &runs {
+            let pages = reader.take_next().expect("read").check();
+            assert_eq!(pages.len(), count as usize);
+            for (i, page) in pages.into_iter().enumerate() {
+                let addr = first.block_addr().page(first.page + i as u32);
+                match page {
+                    Ok(r) => assert_eq!(r.data, data[&addr], "{addr} at depth {depth}"),
+                    Err(DeviceError::Uncorrectable { addr: bad, .. }) => {
+                        assert_eq!((bad, addr), (blocks[1].page(2), blocks[1].page(2)))
+                    }
+                    Err(e) => panic!("{addr}: {e}"),
+                }
+            }
+        }
+        assert!(reader.is_empty());
+        assert!(reader.take_next().is_err(), "nothing issued");
+    }
+    // A block not programmed: not read in one request.
+    let blank = BlockAddr { block: 3, ..B };
+    let mut reader = dev.stream_reader(2).expect("file backend");
+    assert!(!reader.issue(blank.page(0), 2).expect("issue"));
+    assert!(matches!(
+        reader.issue(blocks[0].page(0), dev.max_read_pages() + 1),
+        Err(DeviceError::AddressOutOfRange { .. })
+    ));
+    for _ in 0..quarry_device::MAX_STREAM_READS {
+        assert!(reader.issue(blocks[0].page(0), 2).expect("issue"));
+    }
+    assert!(matches!(
+        reader.issue(blocks[0].page(0), 2),
+        Err(DeviceError::QueueFull { .. })
+    ));
+    // Dropped with reads at the disk and waiting: they finish first, and
+    // the blocks they held can be erased after.
+    drop(reader);
+    dev.erase_block(blocks[0])
+        .await
+        .expect("erase after the reads");
+    dev.close().await.expect("close");
+}

@@ -342,6 +342,57 @@ impl LocalData {
         Fetched::Run(m.space.fetch_many(&ids).await)
     }
 
+    /// A group's read through the device's shared engine, polled once so it
+    /// has reached the device (it takes its buffer there); the waker that
+    /// waits for it is the run's, later.
+    fn issue_shared<'a>(&'a self, group: &'a [PageItem]) -> IssuedRead<'a> {
+        let mut read: IssuedRead<'a> = Box::pin(maybe_done(
+            async move { (group, self.fetch_group(group).await) }.boxed(),
+        ));
+        let _ = read
+            .as_mut()
+            .poll(&mut Context::from_waker(noop_waker_ref()));
+        read
+    }
+
+    /// A group of logical pages (a device page among them goes the shared
+    /// way) located and its device reads issued on the run's own ring.
+    fn issue_on_stream<'a>(
+        &'a self,
+        m: &'a ManagedData,
+        stream: &mut quarry_device::StreamReader<'a>,
+        group: &'a [PageItem],
+    ) -> Result<Issued<'a>, ComputeError> {
+        let ids: Option<Vec<LogicalPage>> = group
+            .iter()
+            .map(|item| match item.page {
+                PageRef::Chunk(id) | PageRef::Volume(id) => Some(id),
+                PageRef::Device(_) => None,
+            })
+            .collect();
+        let Some(ids) = ids else {
+            return Ok(Issued::Shared(self.issue_shared(group)));
+        };
+        let located = m
+            .space
+            .locate(&ids)
+            .map_err(|e| self.storage(format!("locating {} pages: {e}", ids.len())))?;
+        let mut on_stream = Vec::new();
+        for (first, count) in located.device_reads() {
+            let room = stream.len() < quarry_device::MAX_STREAM_READS;
+            let issued = room
+                && stream
+                    .issue(first, count)
+                    .map_err(|e| self.storage(format!("reading pages {first}+{count}: {e}")))?;
+            on_stream.push(issued);
+        }
+        Ok(Issued::Stream {
+            group,
+            located,
+            on_stream,
+        })
+    }
+
     fn zeros(&self, m: &ManagedData) -> Bytes {
         self.zeros
             .get_or_init(|| Bytes::from(vec![0u8; m.space.page_size()]))
@@ -384,6 +435,20 @@ type FetchedGroup<'a> = (&'a [PageItem], Fetched<'a>);
 /// finished when the run comes to it.
 type IssuedRead<'a> = Pin<Box<MaybeDone<BoxFuture<'a, FetchedGroup<'a>>>>>;
 
+/// A group's read, issued.
+enum Issued<'a> {
+    /// Through the device's shared engine.
+    Shared(IssuedRead<'a>),
+    /// On the run's own ring: the group located, and for each of its device
+    /// reads whether it went on the ring (else it is fetched when taken:
+    /// a page of it not yet programmed, or the ring full).
+    Stream {
+        group: &'a [PageItem],
+        located: quarry_volume::LocatedRun,
+        on_stream: Vec<bool>,
+    },
+}
+
 /// Sets a run's stop flag when the command stops waiting for it (its
 /// future dropped: cancelled, or past its time), so the blocking side
 /// ends at its next read instead of scanning on for nobody.
@@ -416,7 +481,8 @@ pub(crate) async fn run_local(
     let (items, _total) = data.plan(&run.segments).await?;
     let plan_ms = started.elapsed().as_secs_f64() * 1e3;
     // The lane is taken before the blocking thread, so runs that wait for
-    // it hold no thread; it goes back when the thread has stopped reading.
+    // it hold no thread; it goes back once the run's last read is in, so
+    // the next run's first read reaches the disk while this one folds.
     let lane = Arc::clone(&data.lane)
         .acquire_owned()
         .await
@@ -428,7 +494,6 @@ pub(crate) async fn run_local(
     let (data_in, tuner_in) = (Arc::clone(data), Arc::clone(tuner));
     let pages = items.len();
     let scanned = tokio::task::spawn_blocking(move || {
-        let _lane = lane;
         let mut folder = Folder::new(kernel.as_ref(), &run.segments, run.carry, run.memory_bytes);
         let reader = RunReader {
             handle: &handle,
@@ -438,7 +503,7 @@ pub(crate) async fn run_local(
             deadline,
             stop: &stop,
         };
-        let (bytes, io_wait) = reader.stream_and_fold(&mut folder)?;
+        let (bytes, io_wait) = reader.stream_and_fold(&mut folder, lane)?;
         Ok::<_, ComputeError>((bytes, folder.finish()?, io_wait))
     })
     .await
@@ -498,7 +563,12 @@ impl RunReader<'_> {
     /// checks a buffer folds it, while it is still in the cache, and hands it
     /// straight back: no other thread touches the bytes, and the disk writes
     /// into the same few buffers over and over.
-    fn stream_and_fold(&self, folder: &mut Folder<'_>) -> Result<(u64, Duration), ComputeError> {
+    /// `lane` goes back once the last read is in.
+    fn stream_and_fold(
+        &self,
+        folder: &mut Folder<'_>,
+        lane: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<(u64, Duration), ComputeError> {
         let RunReader {
             handle,
             data,
@@ -508,34 +578,37 @@ impl RunReader<'_> {
             stop,
         } = *self;
         let mut io_wait = Duration::ZERO;
+        let mut lane = Some(lane);
         // The device's engine answers through the node's runtime.
         let _runtime = handle.enter();
         let mut setting = tuner.current();
         data.apply(setting);
         let max_read_pages = data.device.max_read_pages() as usize;
-        let mut issued: VecDeque<IssuedRead<'_>> = VecDeque::new();
+        // The run's own ring, when the device has one to give: the thread
+        // that waits for a read is the one that submitted it, as with fio
+        // (`quarry_device::StreamReader`).
+        let mut stream = data
+            .managed
+            .as_ref()
+            .and_then(|m| Some((m, data.device.stream_reader(setting.depth)?)));
+        let mut issued: VecDeque<Issued<'_>> = VecDeque::new();
         let mut next = 0usize;
         let mut bytes_read = 0u64;
         loop {
             // Reads are as large as one device request may be; as many are
             // issued as the setting has buffers (the one to fold next
-            // included), and the device keeps `depth` of them at the disk.
+            // included), and `depth` of them are at the disk.
             while next < items.len() && issued.len() < setting.buffers() {
                 let len = group_len(&items[next..], max_read_pages);
                 let group = &items[next..next + len];
-                let mut read: IssuedRead<'_> = Box::pin(maybe_done(
-                    async move { (group, data.fetch_group(group).await) }.boxed(),
-                ));
-                // One poll hands the read to the device now (it takes its
-                // buffer there); the waker that waits for it is the loop's,
-                // later.
-                let _ = read
-                    .as_mut()
-                    .poll(&mut Context::from_waker(noop_waker_ref()));
+                let read = match stream.as_mut() {
+                    Some((m, stream)) if len > 1 => data.issue_on_stream(m, stream, group)?,
+                    _ => Issued::Shared(data.issue_shared(group)),
+                };
                 issued.push_back(read);
                 next += len;
             }
-            let Some(mut read) = issued.pop_front() else {
+            let Some(read) = issued.pop_front() else {
                 break;
             };
             if stop.load(Ordering::Relaxed) {
@@ -551,11 +624,41 @@ impl RunReader<'_> {
                 });
             }
             let waited = Instant::now();
-            handle.block_on(read.as_mut());
-            io_wait += waited.elapsed();
-            let Some((group, mut fetched)) = read.as_mut().take_output() else {
-                return Err(data.storage("a read finished without its pages".into()));
+            let (group, mut fetched) = match read {
+                Issued::Shared(mut read) => {
+                    handle.block_on(read.as_mut());
+                    read.as_mut()
+                        .take_output()
+                        .ok_or_else(|| data.storage("a read finished without its pages".into()))?
+                }
+                Issued::Stream {
+                    group,
+                    located,
+                    on_stream,
+                } => {
+                    let Some((m, stream)) = stream.as_mut() else {
+                        return Err(data.storage("a stream read without its stream".into()));
+                    };
+                    let reads = located
+                        .device_reads()
+                        .zip(on_stream)
+                        .map(|((first, count), on_stream)| {
+                            if on_stream {
+                                stream.take_next()
+                            } else {
+                                handle.block_on(data.device.fetch_pages(first, count))
+                            }
+                        })
+                        .collect();
+                    (group, Fetched::Run(located.fetched(&m.space, reads)))
+                }
             };
+            io_wait += waited.elapsed();
+            if issued.is_empty() && next == items.len() {
+                // Nothing left to read: the disk is the next run's while
+                // this one checks and folds its last pages.
+                drop(lane.take());
+            }
             // Each page is checked right before it is folded: the kernel
             // reads it from the cache the check brought it into, where a
             // check of the whole read first left it to memory again (a
@@ -581,6 +684,11 @@ impl RunReader<'_> {
             let now = tuner.record(group.iter().map(|item| item.span.len() as u64).sum());
             if now != setting {
                 data.apply(now);
+                if let Some((_, stream)) = stream.as_mut() {
+                    stream
+                        .set_depth(now.depth)
+                        .map_err(|e| data.storage(format!("reading pages: {e}")))?;
+                }
                 setting = now;
             }
         }
@@ -819,7 +927,12 @@ mod tests {
                 deadline: Instant::now() + Duration::from_secs(60),
                 stop: &stop,
             };
-            reader.stream_and_fold(&mut folder).map(|(bytes, _)| bytes)
+            let lane = Arc::new(tokio::sync::Semaphore::new(1))
+                .try_acquire_owned()
+                .expect("a free lane");
+            reader
+                .stream_and_fold(&mut folder, lane)
+                .map(|(bytes, _)| bytes)
         };
         let (going, stopped) = tokio::task::spawn_blocking(move || (read(false), read(true)))
             .await

@@ -892,6 +892,17 @@ impl SpaceManager {
         self.inner.fetch_many(ids).await
     }
 
+    /// [`fetch_many`](Self::fetch_many) for a reader that reads the device
+    /// itself (a [`quarry_device::StreamReader`]): where the pages are now,
+    /// as the device reads that cover them. The reader reads each
+    /// ([`LocatedRun::device_reads`]) and hands what came back to
+    /// [`LocatedRun::fetched`]. Its reads are its own to bound: they take
+    /// none of the manager's read permits.
+    pub fn locate(&self, ids: &[LogicalPage]) -> Result<LocatedRun, VolumeError> {
+        self.inner.check_open()?;
+        self.inner.locate(ids)
+    }
+
     /// Declares a logical page dead: its data is dropped, its space reclaimed
     /// by garbage collection. Durable when it returns (logged and synced).
     pub async fn trim(&self, id: LogicalPage) -> Result<(), VolumeError> {
@@ -1521,11 +1532,6 @@ impl Inner {
     /// reads their groups off the device; nothing is checked yet.
     async fn fetch_many(&self, ids: &[LogicalPage]) -> Result<FetchedRun<'_>, VolumeError> {
         let count = ids.len();
-        if count > MAX_RUN_PAGES {
-            return Err(VolumeError::Config {
-                reason: format!("a read of {count} pages (at most {MAX_RUN_PAGES} per call)"),
-            });
-        }
         // The permits bound the reads at the device; they go once the bytes
         // are in (what the caller holds after that is its own to bound).
         let permits = u32::try_from(count)
@@ -1536,6 +1542,27 @@ impl Inner {
             .acquire_many(permits)
             .await
             .map_err(|_| VolumeError::Closed)?;
+        let located = self.locate(ids)?;
+        let reads = futures::future::join_all(
+            located
+                .device_reads()
+                .map(|(first, count)| self.device.fetch_pages(first, count)),
+        )
+        .await;
+        if reads.iter().any(|r| matches!(r, Err(DeviceError::Closed))) {
+            return Err(VolumeError::Closed);
+        }
+        located.fetched_from(self, reads)
+    }
+
+    /// Where the pages `ids` are now, grouped into device reads.
+    fn locate(&self, ids: &[LogicalPage]) -> Result<LocatedRun, VolumeError> {
+        let count = ids.len();
+        if count > MAX_RUN_PAGES {
+            return Err(VolumeError::Config {
+                reason: format!("a read of {count} pages (at most {MAX_RUN_PAGES} per call)"),
+            });
+        }
         let at: Vec<Option<(u64, Phys)>> = {
             let st = self.lock();
             ids.iter().map(|id| st.current(id)).collect()
@@ -1554,7 +1581,7 @@ impl Inner {
             .filter_map(|(i, a)| a.map(|(_, p)| (p, i)))
             .collect();
         order.sort_unstable();
-        let mut groups: Vec<(Phys, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(Vec<usize>, PageAddr, u32)> = Vec::new();
         let mut rest = order.as_slice();
         while let Some(&(phys, _)) = rest.first() {
             let mut n = 1u32;
@@ -1562,32 +1589,23 @@ impl Inner {
                 n += 1;
             }
             let (group, tail) = rest.split_at(n as usize);
-            groups.push((phys, group.iter().map(|&(_, j)| j).collect()));
+            groups.push((
+                group.iter().map(|&(_, j)| j).collect(),
+                page_addr(&self.geometry, phys),
+                n,
+            ));
             rest = tail;
         }
-        let reads = futures::future::join_all(groups.iter().map(|(phys, group)| {
-            self.device
-                .fetch_pages(page_addr(&self.geometry, *phys), group.len() as u32)
-        }))
-        .await;
-        if reads.iter().any(|r| matches!(r, Err(DeviceError::Closed))) {
-            return Err(VolumeError::Closed);
-        }
         let mut place = vec![None; count];
-        for (g, (_, group)) in groups.iter().enumerate() {
+        for (g, (group, _, _)) in groups.iter().enumerate() {
             for (i, &j) in group.iter().enumerate() {
                 place[j] = Some((g, i));
             }
         }
-        Ok(FetchedRun {
-            inner: self,
+        Ok(LocatedRun {
             ids: ids.to_vec(),
             seqs: at.iter().map(|a| a.map(|(seq, _)| seq)).collect(),
-            groups: groups
-                .into_iter()
-                .map(|(_, group)| group)
-                .zip(reads)
-                .collect(),
+            groups,
             place,
         })
     }
@@ -1936,6 +1954,68 @@ impl TaggedPage {
             tag: rec.tag_in(&r.oob),
             data: r.data,
         }
+    }
+}
+
+/// Where a run of logical pages was when looked up
+/// ([`SpaceManager::locate`]): their versions, and the device reads that
+/// cover the written ones.
+pub struct LocatedRun {
+    ids: Vec<LogicalPage>,
+    /// The version of each page when it was looked up (`None`: not
+    /// written).
+    seqs: Vec<Option<u64>>,
+    /// Indices into `ids` of each device read, and where it reads.
+    groups: Vec<(Vec<usize>, PageAddr, u32)>,
+    /// Where each page of `ids` is: its group and its place there.
+    place: Vec<Option<(usize, usize)>>,
+}
+
+impl LocatedRun {
+    /// The device reads (first page, pages) that cover the run's written
+    /// pages, in the order [`fetched`](Self::fetched) takes them.
+    pub fn device_reads(&self) -> impl Iterator<Item = (PageAddr, u32)> + '_ {
+        self.groups.iter().map(|&(_, first, count)| (first, count))
+    }
+
+    /// The run with what each device read fetched (in
+    /// [`device_reads`](Self::device_reads) order; a failed read's pages are
+    /// read again, one by one, when taken).
+    pub fn fetched<'a>(
+        self,
+        manager: &'a SpaceManager,
+        reads: Vec<Result<quarry_device::FetchedPages<'a>, DeviceError>>,
+    ) -> Result<FetchedRun<'a>, VolumeError> {
+        manager.inner.check_open()?;
+        self.fetched_from(&manager.inner, reads)
+    }
+
+    fn fetched_from<'a>(
+        self,
+        inner: &'a Inner,
+        reads: Vec<Result<quarry_device::FetchedPages<'a>, DeviceError>>,
+    ) -> Result<FetchedRun<'a>, VolumeError> {
+        if reads.len() != self.groups.len() {
+            return Err(VolumeError::Config {
+                reason: format!(
+                    "{} device reads for a run located as {}",
+                    reads.len(),
+                    self.groups.len()
+                ),
+            });
+        }
+        Ok(FetchedRun {
+            inner,
+            ids: self.ids,
+            seqs: self.seqs,
+            groups: self
+                .groups
+                .into_iter()
+                .map(|(group, _, _)| group)
+                .zip(reads)
+                .collect(),
+            place: self.place,
+        })
     }
 }
 
