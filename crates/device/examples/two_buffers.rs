@@ -10,7 +10,17 @@
 //!   comes in, the next goes into the spare buffer and the thread then
 //!   computes the CRC-32C of the one that came in (what a scan must do);
 //! - `rotate DEPTH`: as `touch`, with two spare buffers taken in turn, so
-//!   one buffer more circulates.
+//!   one buffer more circulates;
+//! - `scan DEPTH`: as `touch`, but page by page (64 KiB) a CRC-32C
+//!   (`crc-fast`) and then an 8-byte pattern search, as a node checks and
+//!   folds; it prints the time of each per read (`TWICE=1` searches each
+//!   page a second time and prints that too).
+//!
+//! The reads go straight through the file, or with `STRIPES=N` 16 MiB from
+//! each of N regions in turn (a node's device file, chip by chip); with
+//! `SLOTS=1` they are shaped as a node's: 32 slots of 66048 bytes widened
+//! to 4 KiB, each starting off a 64 KiB boundary and overlapping the one
+//! before by 4 KiB.
 //!
 //! ```text
 //! echo 64 > /proc/sys/vm/nr_hugepages
@@ -67,7 +77,8 @@ impl HugeBuf {
 
     fn bytes(&self, len: usize) -> &[u8] {
         assert!(len <= BUFFER_BYTES);
-        // SAFETY: the mapping is READ_BYTES long and lives as long as self;
+        // SAFETY: the mapping is BUFFER_BYTES long (len is at most that)
+        // and lives as long as self;
         // no read is in flight into a buffer whose bytes are looked at
         // (the loop only checks buffers whose completion it has taken).
         unsafe { std::slice::from_raw_parts(self.ptr, len) }
@@ -107,7 +118,7 @@ fn read_order(reads: usize) -> Vec<usize> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(path), Some(mode), Some(depth)) = (args.get(1), args.get(2), args.get(3)) else {
-        eprintln!("usage: two_buffers FILE none|touch|rotate DEPTH");
+        eprintln!("usage: two_buffers FILE none|touch|rotate|scan DEPTH");
         std::process::exit(2);
     };
     let depth: usize = depth.parse().expect("DEPTH is a number");
@@ -117,7 +128,7 @@ fn main() {
         "touch" => 1,
         "rotate" => 2,
         "scan" => 1,
-        other => panic!("mode {other:?} is none, touch or rotate"),
+        other => panic!("mode {other:?} is none, touch, rotate or scan"),
     };
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -126,7 +137,7 @@ fn main() {
         .expect("opening FILE with O_DIRECT");
     let file_bytes = file.metadata().expect("FILE's size").len() as usize;
     // Slot reads need one 4 KiB more at the end than 2 MiB reads.
-    let order = read_order((file_bytes - 4096) / (32 * SLOT_BYTES).max(READ_BYTES));
+    let order = read_order(file_bytes.saturating_sub(4096) / (32 * SLOT_BYTES).max(READ_BYTES));
     let reads = order.len();
     let buffers: Vec<HugeBuf> = (0..depth + spares).map(|_| HugeBuf::new()).collect();
     // Free buffers, first in first out: with one spare the same two take

@@ -318,19 +318,14 @@ impl FetchedPages<'_> {
     /// A page past the run is an error; so is a page asked for twice where
     /// the backend read page by page (it hands each result over once).
     pub fn check_page(&mut self, i: usize) -> Result<PageRead, DeviceError> {
-        let addr = || {
-            let index = self.dev.geometry.page_index(self.first) + i as u64;
-            (index < self.dev.geometry.pages()).then(|| self.dev.geometry.page_at(index))
-        };
-        let past = || DeviceError::AddressOutOfRange {
-            addr: format!("{}+{i}", self.first),
-            field: "page of the read",
-            value: i.min(u32::MAX as usize) as u32,
-            max: self.count.saturating_sub(1),
-            valid: format!("the {} pages the read fetched", self.count),
-        };
         if i >= self.len() {
-            return Err(past());
+            return Err(DeviceError::AddressOutOfRange {
+                addr: format!("{}+{i}", self.first),
+                field: "page of the read",
+                value: i.min(u32::MAX as usize) as u32,
+                max: self.count.saturating_sub(1),
+                valid: format!("the {} pages the read fetched", self.count),
+            });
         }
         match &mut self.raw {
             Raw::Checked(pages) => pages.get_mut(i).and_then(Option::take).unwrap_or_else(|| {
@@ -340,9 +335,10 @@ impl FetchedPages<'_> {
                 })
             }),
             Raw::Slots { bytes, lead } => {
-                let Some(addr) = addr() else {
-                    return Err(past());
-                };
+                // The run was checked whole before it was read: its pages
+                // are on the device.
+                let index = self.dev.geometry.page_index(self.first) + i as u64;
+                let addr = self.dev.geometry.page_at(index);
                 let slot = self.dev.ecc.layout().slot_size;
                 let at = *lead + i * slot;
                 if at + slot > bytes.len() {
@@ -355,7 +351,6 @@ impl FetchedPages<'_> {
                         ),
                     });
                 }
-                let index = self.dev.geometry.page_index(addr);
                 self.dev
                     .check_slot_in(addr, index, bytes.slice(at..at + slot))
             }

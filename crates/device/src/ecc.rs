@@ -27,10 +27,11 @@
 //! **Fast path.** A read first checks the CRC-32C of every sector at once:
 //! CRC-32C is linear (`crc(a ‖ b) = shift_|b|(crc(a)) ^ crc(b)`), so the
 //! stored sector CRCs chained with [`SectorShift`] must equal the CRC of the
-//! whole data, computed in one pass. One call over 64 KiB runs at the rate
-//! of memory, where 64 calls over 1 KiB each paid their setup: a node
-//! streaming into a kernel checked a 2 MiB read in about 0.2 ms that way, a
-//! third of its CPU per read (`docs/benchmarks.md`). Only a page that fails
+//! whole data, computed in one pass. Over pages fresh from memory one
+//! `crc-fast` call per 64 KiB ran 8-11 GiB/s here, 64 `crc32c` calls per
+//! 1 KiB 7-8; on a node streaming into a kernel both are bound by memory,
+//! and its CPU per 2 MiB read stayed at about 0.5 ms (`docs/benchmarks.md`,
+//! "The reader's own ring"). Only a page that fails
 //! is checked sector by sector; a sector whose CRC does not match is run
 //! through the RS decoder and its CRC verified again after correction, so a
 //! mis-correction is reported as uncorrectable, never returned as data.
@@ -493,8 +494,6 @@ impl Ecc {
         self.parse_header(slot)
     }
 
-    /// Verifies the whole slot, correcting what the code can. On success the
-    /// slot holds the corrected data and OOB.
     /// The slot's header when every CRC holds (nothing to correct), without
     /// writing the slot; `None` when something needs [`decode`](Self::decode).
     pub(crate) fn verify(&self, slot: &[u8]) -> Option<Header> {
@@ -504,6 +503,8 @@ impl Ecc {
         self.parse_header(slot).ok()
     }
 
+    /// Verifies the whole slot, correcting what the code can. On success the
+    /// slot holds the corrected data and OOB.
     pub(crate) fn decode(&self, slot: &mut [u8]) -> Result<Decoded, String> {
         assert_eq!(slot.len(), self.layout.slot_size, "slot buffer length");
         let mut corrected = 0u32;

@@ -46,6 +46,8 @@ pub struct StreamReader<'a> {
     depth: usize,
     /// Bumped per read: a completion names its read by it.
     next_tag: u64,
+    /// Completions taken off the ring, kept to be reused.
+    reaped: Vec<(u64, i32)>,
 }
 
 struct StreamRead<'a> {
@@ -75,6 +77,7 @@ impl Device {
             at_disk: 0,
             depth: depth.clamp(1, MAX_STREAM_READS),
             next_tag: 0,
+            reaped: Vec::with_capacity(MAX_STREAM_READS),
         })
     }
 }
@@ -131,18 +134,18 @@ impl<'a> StreamReader<'a> {
     /// Its pages are not yet checked. An error when nothing is issued, or
     /// for the read's I/O error.
     pub fn take_next(&mut self) -> Result<FetchedPages<'a>, DeviceError> {
-        let Some(oldest) = self.reads.front() else {
+        if self.reads.is_empty() {
             return Err(DeviceError::Io {
                 context: "taking a read from a stream with none issued".into(),
                 source: io::Error::from(io::ErrorKind::InvalidInput),
             });
-        };
-        let tag = oldest.tag;
+        }
         while self.reads.front().is_some_and(|r| r.outcome.is_none()) {
             self.wait_and_reap()?;
         }
         let read = self.reads.pop_front().ok_or(DeviceError::Closed)?;
-        debug_assert_eq!(read.tag, tag, "reads come back in issue order");
+        // The oldest read is always at the disk: `depth` is at least 1.
+        debug_assert!(self.at_disk >= 1, "the oldest read was never sent");
         self.at_disk -= 1;
         self.start_waiting()?;
         let StreamRead {
@@ -235,13 +238,11 @@ impl<'a> StreamReader<'a> {
                 }
             }
         }
-        let completions: Vec<(u64, i32)> = self
-            .ring
-            .completion()
-            .map(|c| (c.user_data(), c.result()))
-            .collect();
+        let mut reaped = std::mem::take(&mut self.reaped);
+        reaped.clear();
+        reaped.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
         let mut again = false;
-        for (tag, result) in completions {
+        for &(tag, result) in &reaped {
             let Some(index) = self.reads.iter().position(|r| r.tag == tag) else {
                 tracing::error!(tag, "stream completion for no read");
                 continue;
@@ -264,6 +265,7 @@ impl<'a> StreamReader<'a> {
                 }
             }
         }
+        self.reaped = reaped;
         if again {
             self.submit()?;
         }

@@ -1581,7 +1581,8 @@ impl Inner {
             .filter_map(|(i, a)| a.map(|(_, p)| (p, i)))
             .collect();
         order.sort_unstable();
-        let mut groups: Vec<(Vec<usize>, PageAddr, u32)> = Vec::new();
+        let mut reads: Vec<(PageAddr, u32)> = Vec::new();
+        let mut place = vec![None; count];
         let mut rest = order.as_slice();
         while let Some(&(phys, _)) = rest.first() {
             let mut n = 1u32;
@@ -1589,23 +1590,16 @@ impl Inner {
                 n += 1;
             }
             let (group, tail) = rest.split_at(n as usize);
-            groups.push((
-                group.iter().map(|&(_, j)| j).collect(),
-                page_addr(&self.geometry, phys),
-                n,
-            ));
-            rest = tail;
-        }
-        let mut place = vec![None; count];
-        for (g, (group, _, _)) in groups.iter().enumerate() {
-            for (i, &j) in group.iter().enumerate() {
-                place[j] = Some((g, i));
+            for (i, &(_, j)) in group.iter().enumerate() {
+                place[j] = Some((reads.len(), i));
             }
+            reads.push((page_addr(&self.geometry, phys), n));
+            rest = tail;
         }
         Ok(LocatedRun {
             ids: ids.to_vec(),
             seqs: at.iter().map(|a| a.map(|(seq, _)| seq)).collect(),
-            groups,
+            reads,
             place,
         })
     }
@@ -1965,9 +1959,10 @@ pub struct LocatedRun {
     /// The version of each page when it was looked up (`None`: not
     /// written).
     seqs: Vec<Option<u64>>,
-    /// Indices into `ids` of each device read, and where it reads.
-    groups: Vec<(Vec<usize>, PageAddr, u32)>,
-    /// Where each page of `ids` is: its group and its place there.
+    /// The device reads: first page, pages.
+    reads: Vec<(PageAddr, u32)>,
+    /// Where each page of `ids` is: its read and its place there (`None`:
+    /// not written).
     place: Vec<Option<(usize, usize)>>,
 }
 
@@ -1975,7 +1970,7 @@ impl LocatedRun {
     /// The device reads (first page, pages) that cover the run's written
     /// pages, in the order [`fetched`](Self::fetched) takes them.
     pub fn device_reads(&self) -> impl Iterator<Item = (PageAddr, u32)> + '_ {
-        self.groups.iter().map(|&(_, first, count)| (first, count))
+        self.reads.iter().copied()
     }
 
     /// The run with what each device read fetched (in
@@ -1995,12 +1990,12 @@ impl LocatedRun {
         inner: &'a Inner,
         reads: Vec<Result<quarry_device::FetchedPages<'a>, DeviceError>>,
     ) -> Result<FetchedRun<'a>, VolumeError> {
-        if reads.len() != self.groups.len() {
+        if reads.len() != self.reads.len() {
             return Err(VolumeError::Config {
                 reason: format!(
                     "{} device reads for a run located as {}",
                     reads.len(),
-                    self.groups.len()
+                    self.reads.len()
                 ),
             });
         }
@@ -2008,12 +2003,7 @@ impl LocatedRun {
             inner,
             ids: self.ids,
             seqs: self.seqs,
-            groups: self
-                .groups
-                .into_iter()
-                .map(|(group, _, _)| group)
-                .zip(reads)
-                .collect(),
+            reads,
             place: self.place,
         })
     }
@@ -2027,13 +2017,10 @@ pub struct FetchedRun<'a> {
     /// The version of each page when it was looked up (`None`: not
     /// written).
     seqs: Vec<Option<u64>>,
-    /// Indices into `ids` of each device request, and what it fetched.
-    groups: Vec<(
-        Vec<usize>,
-        Result<quarry_device::FetchedPages<'a>, DeviceError>,
-    )>,
-    /// Where each page of `ids` is: its group and its place there (`None`:
-    /// not written).
+    /// What each device request fetched.
+    reads: Vec<Result<quarry_device::FetchedPages<'a>, DeviceError>>,
+    /// Where each page of `ids` is: its request and its place there
+    /// (`None`: not written).
     place: Vec<Option<(usize, usize)>>,
 }
 
@@ -2083,7 +2070,7 @@ impl FetchedRun<'_> {
         };
         let id = self.ids[j];
         let inner = self.inner;
-        let checked = self.place[j].and_then(|(g, i)| match &mut self.groups[g].1 {
+        let checked = self.place[j].and_then(|(g, i)| match &mut self.reads[g] {
             Ok(fetched) => match fetched.check_page(i) {
                 Ok(r) if !r.erased => inner
                     .record_of(&r)
@@ -2099,12 +2086,7 @@ impl FetchedRun<'_> {
         }
         // Moved by garbage collection since the look-up, damaged, or the
         // request failed: read it again on its own.
-        let _permit = inner
-            .reads
-            .acquire()
-            .await
-            .map_err(|_| VolumeError::Closed)?;
-        inner.read_permitted(id).await
+        inner.read(id).await
     }
 }
 
