@@ -585,3 +585,107 @@ impl SplitMix {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The scheduler's arbitration checked in model time, so the answers do
+    //! not depend on how busy the machine running the test is.
+
+    use super::*;
+
+    const T_CMD: Duration = Duration::from_micros(10);
+    const T_READ: Duration = Duration::from_micros(500);
+    const XFER: Duration = Duration::from_micros(400);
+
+    fn sim(buses: usize, chips_per_bus: usize, start: Instant) -> Sim {
+        Sim {
+            buses: (0..buses)
+                .map(|_| Bus {
+                    chips: (0..chips_per_bus)
+                        .map(|_| Chip {
+                            queue: VecDeque::new(),
+                            current: None,
+                            free_at: start,
+                        })
+                        .collect(),
+                    free_at: start,
+                    rr: 0,
+                })
+                .collect(),
+            t_cmd: T_CMD,
+            xfer: XFER,
+            notify: BinaryHeap::new(),
+            pending_notify: Vec::new(),
+            seq: 0,
+            inflight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Submits one read per `(bus, chip)` at `arrival`, runs the model a
+    /// second past it and returns each read's modeled end, in order.
+    fn ends(sim: &mut Sim, reads: &[(u32, u32)], arrival: Instant) -> Vec<Duration> {
+        let replies: Vec<_> = reads
+            .iter()
+            .map(|&(bus, chip)| {
+                let (reply, rx) = oneshot::channel();
+                sim.arrive(NandOp {
+                    bus,
+                    chip,
+                    kind: OpKind::Read,
+                    chip_time: T_READ,
+                    arrival,
+                    reply,
+                });
+                rx
+            })
+            .collect();
+        sim.advance(arrival + Duration::from_secs(1));
+        replies
+            .into_iter()
+            .map(|mut rx| match rx.try_recv() {
+                Ok(end) => end - arrival,
+                Err(e) => panic!("a read never completed in the model: {e}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reads_on_separate_buses_overlap_whole() {
+        let t0 = Instant::now();
+        let mut sim = sim(8, 1, t0);
+        let reads: Vec<_> = (0..8).map(|bus| (bus, 0)).collect();
+        let alone = T_CMD + T_READ + XFER;
+        assert_eq!(ends(&mut sim, &reads, t0), vec![alone; 8]);
+    }
+
+    #[test]
+    fn reads_on_one_bus_overlap_their_array_reads_and_share_the_transfers() {
+        let t0 = Instant::now();
+        let mut sim = sim(1, 4, t0);
+        let reads: Vec<_> = (0..4).map(|chip| (0, chip)).collect();
+        // Commands go out back to back, the array reads overlap, and each
+        // transfer waits for the one before it on the bus.
+        let want: Vec<_> = (1..=4u32).map(|k| T_CMD + T_READ + XFER * k).collect();
+        assert_eq!(ends(&mut sim, &reads, t0), want);
+    }
+
+    #[test]
+    fn reads_of_one_chip_run_one_after_another() {
+        let t0 = Instant::now();
+        let mut sim = sim(2, 2, t0);
+        let alone = T_CMD + T_READ + XFER;
+        let want: Vec<_> = (1..=3u32).map(|k| alone * k).collect();
+        assert_eq!(ends(&mut sim, &[(1, 1); 3], t0), want);
+    }
+
+    #[test]
+    fn a_read_arriving_later_starts_at_its_arrival() {
+        let t0 = Instant::now();
+        let mut sim = sim(1, 1, t0);
+        let later = t0 + Duration::from_millis(3);
+        assert_eq!(
+            ends(&mut sim, &[(0, 0)], later),
+            vec![T_CMD + T_READ + XFER]
+        );
+    }
+}

@@ -469,7 +469,7 @@ fn nand_device(dir: &Path, timing: NandTiming, seed: u64) -> Device {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nand_qd1_read_takes_modeled_time_and_buses_overlap() {
+async fn nand_qd1_read_takes_at_least_the_modeled_time() {
     let dir = tempfile::tempdir().expect("tempdir");
     let probe = nand_device(dir.path(), NandTiming::preset(Preset::Rfsa, 8800), 1);
     let mut timing = probe.nand_timing().expect("timing").clone();
@@ -504,8 +504,9 @@ async fn nand_qd1_read_takes_modeled_time_and_buses_overlap() {
         );
         assert!(r.data.iter().all(|&b| b == 1));
     }
-    // One read per bus at once: overlapping, so far less than 8 x one read.
-    let t = Instant::now();
+    // One read per bus at once all complete with their data. How far they
+    // overlap is checked in model time by the scheduler's own tests
+    // (`nand::tests`): wall time on a loaded 2-core machine cannot show it.
     let mut tasks = Vec::new();
     for bus in 0..8 {
         let dev = Arc::clone(&dev);
@@ -523,12 +524,6 @@ async fn nand_qd1_read_takes_modeled_time_and_buses_overlap() {
     for t in tasks {
         t.await.expect("task");
     }
-    let took = t.elapsed();
-    let serial = timing.read_device_time() * 8;
-    assert!(
-        took < serial / 2,
-        "8 reads on 8 buses took {took:?}, serial would be {serial:?}"
-    );
     dev.close().await.expect("close");
 }
 
