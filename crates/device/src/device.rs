@@ -101,31 +101,29 @@ pub fn preset_geometry(preset: Preset) -> Geometry {
     }
 }
 
-/// A page in `BlockState::pending` while its program runs; dropping it (the
-/// program's future was dropped) takes the page off the list.
+/// Pages in `BlockState::pending` while their program runs; dropping it
+/// (the program's future was dropped) takes them off the list.
 struct PendingProgram<'a> {
     block: &'a Mutex<BlockState>,
-    page: u32,
+    pages: std::ops::Range<u32>,
 }
 
 impl<'a> PendingProgram<'a> {
-    /// The program completed: takes the page off the list and hands back the
-    /// block's lock.
+    /// The program completed: takes the pages off the list and hands back
+    /// the block's lock.
     fn finish(&mut self) -> MutexGuard<'a, BlockState> {
         let mut b = lock(self.block);
-        let page = self.page;
-        b.pending.retain(|&p| p != page);
-        // Already removed: the drop that follows must not touch the list.
-        self.page = u32::MAX;
+        let pages = std::mem::take(&mut self.pages);
+        b.pending.retain(|p| !pages.contains(p));
         b
     }
 }
 
 impl Drop for PendingProgram<'_> {
     fn drop(&mut self) {
-        if self.page != u32::MAX {
-            let page = self.page;
-            lock(self.block).pending.retain(|&p| p != page);
+        if !self.pages.is_empty() {
+            let pages = std::mem::take(&mut self.pages);
+            lock(self.block).pending.retain(|p| !pages.contains(p));
         }
     }
 }
@@ -1295,23 +1293,66 @@ impl Device {
         data: Bytes,
         oob: Bytes,
     ) -> Result<(), DeviceError> {
+        self.program_pages(addr, &[(data, oob)]).await
+    }
+
+    /// The most pages one [`program_pages`](Self::program_pages) takes: as
+    /// many as one read request holds.
+    pub fn max_program_pages(&self) -> u32 {
+        self.max_read_pages()
+    }
+
+    /// Programs `pages` (data of exactly one page and OOB of at most
+    /// `oob_size_bytes` each) into consecutive pages of one block from
+    /// `first` on, in order, as [`program_page`](Self::program_page) would
+    /// one by one. On the `file` backend they go to the disk in one request:
+    /// a file written a page at a time by several chips at once lay on this
+    /// VM's host so that reading it back ran a tenth slower than a file
+    /// written in large pieces (`docs/benchmarks.md`). At most
+    /// [`max_program_pages`](Self::max_program_pages) pages. A torn request
+    /// may leave any of them written, so each page's check on reading is
+    /// what tells. On an error the pages count as programmed with unknown
+    /// contents unless nothing later was accepted in the block.
+    pub async fn program_pages(
+        &self,
+        first: PageAddr,
+        pages: &[(Bytes, Bytes)],
+    ) -> Result<(), DeviceError> {
         let arrival = Instant::now();
-        self.geometry.check_page(addr)?;
-        let l = self.ecc.layout();
-        if data.len() != l.page_size {
-            return Err(DeviceError::PageSize {
-                expected: self.geometry.page_size_bytes,
-                got: data.len(),
+        self.geometry.check_page(first)?;
+        let count = u32::try_from(pages.len()).unwrap_or(u32::MAX);
+        let max = self.max_program_pages();
+        let ppb = self.geometry.pages_per_block;
+        if count == 0 || count > max || u64::from(first.page) + u64::from(count) > u64::from(ppb) {
+            return Err(DeviceError::AddressOutOfRange {
+                addr: format!("{first}+{count}"),
+                field: "page",
+                value: (u64::from(first.page) + u64::from(count))
+                    .saturating_sub(1)
+                    .min(u64::from(u32::MAX)) as u32,
+                max: ppb - 1,
+                valid: format!(
+                    "1 to {max} consecutive pages per program, all in one block of {ppb} pages"
+                ),
             });
         }
-        if oob.len() > l.oob_size {
-            return Err(DeviceError::OobSize {
-                max: self.geometry.oob_size_bytes,
-                got: oob.len(),
-            });
+        let l = self.ecc.layout();
+        for (data, oob) in pages {
+            if data.len() != l.page_size {
+                return Err(DeviceError::PageSize {
+                    expected: self.geometry.page_size_bytes,
+                    got: data.len(),
+                });
+            }
+            if oob.len() > l.oob_size {
+                return Err(DeviceError::OobSize {
+                    max: self.geometry.oob_size_bytes,
+                    got: oob.len(),
+                });
+            }
         }
         let _op = self.begin_op()?;
-        let block = addr.block_addr();
+        let block = first.block_addr();
         let bi = self.geometry.block_index(block) as usize;
         let erase_count = {
             let mut b = lock(&self.blocks[bi]);
@@ -1324,61 +1365,78 @@ impl Device {
                     reason: "an erase is in flight".into(),
                 });
             }
-            if addr.page < b.wp {
-                return Err(DeviceError::AlreadyProgrammed { addr });
+            if first.page < b.wp {
+                return Err(DeviceError::AlreadyProgrammed { addr: first });
             }
-            if addr.page > b.wp {
+            if first.page > b.wp {
                 return Err(DeviceError::OutOfOrder {
-                    addr,
+                    addr: first,
                     expected: b.wp,
                 });
             }
-            b.wp += 1;
-            b.pending.push(addr.page);
+            b.wp += count;
+            b.pending.extend(first.page..first.page + count);
             b.erase_count
         };
-        // A caller that drops this future mid-program must not leave the page
-        // pending for ever (the block could then never be erased). The page
-        // then counts as programmed with unknown contents: the write may
-        // still land, so it must not be offered again.
+        // A caller that drops this future mid-program must not leave the
+        // pages pending for ever (the block could then never be erased). They
+        // then count as programmed with unknown contents: the write may still
+        // land, so they must not be offered again.
         let mut pending = PendingProgram {
             block: &self.blocks[bi],
-            page: addr.page,
+            pages: first.page..first.page + count,
         };
-        let index = self.geometry.page_index(addr);
-        let offset = l.slot_offset(index);
-        let result = self
-            .write_slot(addr, index, offset, &data, &oob, erase_count, arrival)
-            .await;
+        let result = self.write_slots(first, pages, erase_count, arrival).await;
         let mut b = pending.finish();
-        if result.is_err() && b.wp == addr.page + 1 {
-            // Nothing later was accepted: the page can be programmed again.
-            b.wp = addr.page;
+        if result.is_err() && b.wp == first.page + count {
+            // Nothing later was accepted: the pages can be programmed again.
+            b.wp = first.page;
         }
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn write_slot(
+    /// Encodes `pages` into the slots from `first` on and writes them: one
+    /// request on the `file` backend.
+    async fn write_slots(
         &self,
-        addr: PageAddr,
-        index: u64,
-        offset: u64,
-        data: &[u8],
-        oob: &[u8],
+        first: PageAddr,
+        pages: &[(Bytes, Bytes)],
         erase_count: u32,
         arrival: Instant,
     ) -> Result<(), DeviceError> {
-        let mut buf = self.pool.take();
-        self.ecc.encode(
-            buf.buf_mut().as_mut_slice(),
-            data,
-            oob,
-            Header {
-                erase_count,
-                page_index: index,
-            },
-        );
+        let l = self.ecc.layout();
+        let first_index = self.geometry.page_index(first);
+        let offset = l.slot_offset(first_index);
+        // One page takes a slot-sized buffer; more take a run buffer, which
+        // holds as many slots as a read request.
+        let mut buf = if pages.len() == 1 {
+            self.pool.take()
+        } else {
+            self.run_pool.take()
+        };
+        buf.buf_mut().set_len(l.slot_size * pages.len());
+        for (k, ((data, oob), slot)) in pages
+            .iter()
+            .zip(buf.buf_mut().as_mut_slice().chunks_exact_mut(l.slot_size))
+            .enumerate()
+        {
+            self.ecc.encode(
+                slot,
+                data,
+                oob,
+                Header {
+                    erase_count,
+                    page_index: first_index + k as u64,
+                },
+            );
+        }
+        let what = || {
+            if pages.len() == 1 {
+                format!("programming page {first}")
+            } else {
+                format!("programming pages {first}+{}", pages.len())
+            }
+        };
         let path = || self.backing_path.clone().unwrap_or_default();
         let map = |e: io::Error| {
             if e.raw_os_error() == Some(libc::ENOSPC) {
@@ -1387,12 +1445,14 @@ impl Device {
                     source: e,
                 }
             } else {
-                io_err(format!("programming page {addr}"), e)
+                io_err(what(), e)
             }
         };
         match &self.store {
             Store::Mem(slots) => {
-                *lock(&slots[index as usize]) = Some(buf.buf().as_slice().into());
+                for (k, slot) in buf.buf().as_slice().chunks_exact(l.slot_size).enumerate() {
+                    *lock(&slots[first_index as usize + k]) = Some(slot.into());
+                }
                 Ok(())
             }
             Store::File { engine, .. } => {
@@ -1410,10 +1470,14 @@ impl Device {
             } => {
                 file.write_all_at(buf.buf().as_slice(), offset)
                     .map_err(map)?;
-                let t_prog = self.sample(timing.t_prog_min_ns, timing.t_prog_max_ns);
-                let end = self
-                    .model(sched, addr.block_addr(), OpKind::Program, t_prog, arrival)
-                    .await?;
+                // The chip programs its pages one after another.
+                let mut end = arrival;
+                for _ in pages {
+                    let t_prog = self.sample(timing.t_prog_min_ns, timing.t_prog_max_ns);
+                    end = self
+                        .model(sched, first.block_addr(), OpKind::Program, t_prog, end)
+                        .await?;
+                }
                 spin_until(end);
                 Ok(())
             }

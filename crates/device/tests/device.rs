@@ -1293,3 +1293,104 @@ async fn a_stream_reader_answers_runs_in_order() {
         .expect("erase after the reads");
     dev.close().await.expect("close");
 }
+
+/// `program_pages` lands what `program_page` would, page by page: each page
+/// reads back with its data and OOB (in one request and one by one), the
+/// block's write pointer moves past the run and survives a reopen; a run
+/// that is empty, too long, crosses the block's end, starts anywhere but the
+/// write pointer, or has a page of the wrong size is refused and changes
+/// nothing.
+async fn multi_page_programs(backend: BackendKind) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = open(backend, dir.path());
+    let ppb = dev.geometry().pages_per_block;
+    let max = dev.max_program_pages();
+    assert!(max >= 4 && max <= ppb, "max {max}");
+    let block = BlockAddr {
+        bus: 0,
+        chip: 1,
+        block: 1,
+    };
+    let run = |seed: u8, n: u32| -> Vec<(Bytes, Bytes)> {
+        (0..n)
+            .map(|k| {
+                let tag = seed.wrapping_add(k as u8);
+                (page_data(&dev, tag), Bytes::from(vec![tag; 7]))
+            })
+            .collect()
+    };
+    let out_of_range = |r: Result<(), DeviceError>| {
+        assert!(
+            matches!(r, Err(DeviceError::AddressOutOfRange { .. })),
+            "{r:?}"
+        )
+    };
+    out_of_range(dev.program_pages(block.page(0), &[]).await);
+    out_of_range(dev.program_pages(block.page(0), &run(1, max + 1)).await);
+    out_of_range(dev.program_pages(block.page(ppb - 2), &run(1, 3)).await);
+    match dev.program_pages(block.page(1), &run(1, 2)).await {
+        Err(DeviceError::OutOfOrder { expected: 0, .. }) => {}
+        other => panic!("a run past the write pointer: {other:?}"),
+    }
+    let mut short = run(1, 2);
+    short[1].0 = short[1].0.slice(1..);
+    assert!(matches!(
+        dev.program_pages(block.page(0), &short).await,
+        Err(DeviceError::PageSize { .. })
+    ));
+    assert_eq!(dev.write_pointer(block).expect("wp"), 0, "refusals change nothing");
+
+    dev.program_pages(block.page(0), &run(10, 3))
+        .await
+        .expect("a run of three");
+    assert_eq!(dev.write_pointer(block).expect("wp"), 3);
+    assert!(matches!(
+        dev.program_pages(block.page(2), &run(1, 1)).await,
+        Err(DeviceError::AlreadyProgrammed { .. })
+    ));
+    dev.program_page(block.page(3), page_data(&dev, 13), Bytes::from(vec![13; 7]))
+        .await
+        .expect("a single page follows a run");
+    let rest = ppb - 4;
+    assert!(rest <= max);
+    dev.program_pages(block.page(4), &run(14, rest))
+        .await
+        .expect("a run to the block's end");
+    let expect = |dev: &Device, p: u32| (page_data(dev, 10 + p as u8), vec![10 + p as u8; 7]);
+    for p in 0..ppb {
+        let r = dev.read_page(block.page(p)).await.expect("read");
+        let (data, oob) = expect(&dev, p);
+        assert_eq!(r.data, data, "page {p}");
+        assert_eq!(&r.oob[..7], &oob[..], "page {p}");
+    }
+    let together = dev.read_pages(block.page(0), ppb).await.expect("read_pages");
+    for (p, r) in together.into_iter().enumerate() {
+        assert_eq!(r.expect("page").data, expect(&dev, p as u32).0, "page {p}");
+    }
+    dev.close().await.expect("close");
+    if backend == BackendKind::Mem {
+        return;
+    }
+    let dev = open(backend, dir.path());
+    assert_eq!(dev.write_pointer(block).expect("wp"), ppb);
+    for p in 0..ppb {
+        let r = dev.read_page(block.page(p)).await.expect("read");
+        assert_eq!(r.data, expect(&dev, p).0, "page {p} after a reopen");
+    }
+    dev.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_page_programs_file() {
+    multi_page_programs(BackendKind::File).await;
+}
+
+#[tokio::test]
+async fn multi_page_programs_mem() {
+    multi_page_programs(BackendKind::Mem).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_page_programs_nand() {
+    multi_page_programs(BackendKind::Nand).await;
+}
