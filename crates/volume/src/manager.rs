@@ -327,12 +327,41 @@ impl State {
         info.settled = page + 1;
     }
 
-    /// A program was refused before the device took it: give the page back.
-    fn unallocate(&mut self, phys: Phys) {
+    /// A program was refused before the device took it: give its `pages`
+    /// pages from `phys` on back.
+    fn unallocate(&mut self, phys: Phys, pages: u32) {
         let (block, page) = self.blocks.split(phys);
         let info = self.blocks.get_mut(block);
-        assert_eq!(info.written, page + 1, "only the last page is given back");
+        assert_eq!(
+            info.written,
+            page + pages,
+            "only the last pages are given back"
+        );
         info.written = page;
+    }
+
+    /// Takes up to `want` consecutive pages of `chip`'s open block (never a
+    /// new block: that is [`alloc_user`](Self::alloc_user)'s to open).
+    /// Returns the first page and how many; `None` when the chip has no open
+    /// block with room for two.
+    fn alloc_user_run(&mut self, chip: usize, want: u32) -> Option<(Phys, u32)> {
+        let ppb = self.blocks.pages_per_block();
+        let block = self.open_user[chip]?;
+        let clock = self.next_seq;
+        let info = self.blocks.get_mut(block);
+        assert_eq!(info.state, BlockState::Open);
+        let pages = want.min(ppb - info.written);
+        if pages < 2 {
+            return None;
+        }
+        assert_eq!(
+            info.settled, info.written,
+            "one program in flight per block"
+        );
+        let page = info.written;
+        info.written += pages;
+        info.last_write = clock;
+        Some((self.blocks.phys(block, page), pages))
     }
 
     /// A stream's block can take no more pages (failure or mismatch with the
@@ -767,10 +796,14 @@ impl SpaceManager {
     /// one after another while it has room, so they lie on consecutive
     /// physical pages and [`read_run`](Self::read_run) reads them back in
     /// large requests (writes of one run do not spread over chips; different
-    /// runs do). A page is installed before the next is programmed, so after
-    /// a crash the pages that survive are a prefix of the run. On an error
-    /// the pages before the failed one stay written. At most
-    /// [`MAX_RUN_PAGES`] pages.
+    /// runs do). The first page is programmed and installed before any
+    /// other, so after a crash a run with any page left has its first; the
+    /// rest go in batches of consecutive pages, one device request each
+    /// (a disk written in large pieces reads back faster), each batch
+    /// installed before the next is programmed, so what survives a crash is
+    /// a prefix of the run up to the last batch, plus any pages of that
+    /// batch that reached the disk. On an error the pages before the failed
+    /// program stay written. At most [`MAX_RUN_PAGES`] pages.
     pub async fn write_run(
         &self,
         first: LogicalPage,
@@ -1153,7 +1186,7 @@ impl Inner {
                 }
                 Err(e) => {
                     let last = e.to_string();
-                    self.program_failed(phys, Stream::User(chip), e).await?;
+                    self.program_failed(phys, 1, Stream::User(chip), e).await?;
                     drop(guard);
                     failures += 1;
                     if failures >= MAX_PROGRAM_ATTEMPTS {
@@ -1170,8 +1203,11 @@ impl Inner {
 
     /// Writes `pages` to consecutive logical pages from `first`, in order,
     /// on one chip while it has room (the chip `first`'s stretch of logical
-    /// pages names): each page is programmed and installed before the next
-    /// one starts. `tag` goes with the first page.
+    /// pages names). The first page, with `tag`, is programmed and installed
+    /// before any other: whenever a page of the run is mapped, so is the
+    /// first (the store's scan at open relies on it). The rest go in batches
+    /// of consecutive pages of the chip's open block, one device request
+    /// each, every batch installed before the next is programmed.
     async fn write_run(
         &self,
         first: LogicalPage,
@@ -1187,17 +1223,129 @@ impl Inner {
         let chip = (stretch % self.chips as u64) as usize;
         let guard = Arc::clone(&self.chip_locks[chip]).lock_owned().await;
         let mut held = Some((chip, guard));
-        for (i, data) in pages.into_iter().enumerate() {
-            let id = LogicalPage::new(first.space, first.index + i as u64);
+        let mut batch_failures = 0u32;
+        let mut next = 0usize;
+        while next < pages.len() {
+            if next > 0 && batch_failures < MAX_PROGRAM_ATTEMPTS {
+                let (written, failed) = self
+                    .write_batch(first, next, &pages[next..], &mut held)
+                    .await?;
+                batch_failures += u32::from(failed);
+                if written > 0 || failed {
+                    next += written;
+                    continue;
+                }
+            }
+            // One page: the first, after a failed batch, or where the chip's
+            // open block has no room for a batch (this one opens the next).
+            let id = LogicalPage::new(first.space, first.index + next as u64);
             let (seq, is_new) = self.admit(id)?;
-            let tag: &[u8] = if i == 0 { &tag } else { &[] };
-            let result = self.write_page(id, seq, is_new, data, tag, &mut held).await;
+            let tag: &[u8] = if next == 0 { &tag } else { &[] };
+            let result = self
+                .write_page(id, seq, is_new, pages[next].clone(), tag, &mut held)
+                .await;
             if result.is_err() {
                 self.lock().end_write(seq, is_new);
                 return result;
             }
+            next += 1;
         }
         Ok(())
+    }
+
+    /// Writes the first pages of `pages` (the run's pages from `at` on) as
+    /// one batch on the held chip's open block. Returns how many it wrote
+    /// (0 when the block has no room for two, or no chip is held) and
+    /// whether a program failed in a way that lets the caller go on (the
+    /// block was retired or sealed; the pages go elsewhere).
+    async fn write_batch(
+        &self,
+        first: LogicalPage,
+        at: usize,
+        pages: &[Bytes],
+        held: &mut Option<(usize, OwnedMutexGuard<()>)>,
+    ) -> Result<(usize, bool), VolumeError> {
+        let want = pages.len().min(self.device.max_program_pages() as usize);
+        if want < 2 {
+            return Ok((0, false));
+        }
+        let Some((chip, guard)) = held.take() else {
+            return Ok((0, false));
+        };
+        let id = |k: usize| LogicalPage::new(first.space, first.index + (at + k) as u64);
+        let mut admitted = Vec::with_capacity(want);
+        for k in 0..want {
+            match self.admit(id(k)) {
+                Ok(a) => admitted.push(a),
+                // The page that does not fit fails on its own, later.
+                Err(_) if k > 0 => break,
+                Err(e) => {
+                    *held = Some((chip, guard));
+                    return Err(e);
+                }
+            }
+        }
+        let taken = self.lock().alloc_user_run(chip, admitted.len() as u32);
+        let Some((phys, count)) = taken else {
+            let mut st = self.lock();
+            for &(seq, is_new) in &admitted {
+                st.end_write(seq, is_new);
+            }
+            drop(st);
+            *held = Some((chip, guard));
+            return Ok((0, false));
+        };
+        let count = count as usize;
+        {
+            let mut st = self.lock();
+            for &(seq, is_new) in &admitted[count..] {
+                st.end_write(seq, is_new);
+            }
+        }
+        let admitted = &admitted[..count];
+        let oob_bytes = self.geometry.oob_size_bytes as usize;
+        let run: Vec<(Bytes, Bytes)> = pages[..count]
+            .iter()
+            .zip(admitted)
+            .enumerate()
+            .map(|(k, (data, &(seq, _)))| {
+                let oob = OobRecord::spare_area(id(k), seq, data, &[], oob_bytes);
+                (data.clone(), Bytes::from(oob))
+            })
+            .collect();
+        match self.program_run(phys, &run).await {
+            Ok(()) => {
+                let wake = {
+                    let mut st = self.lock();
+                    for (k, &(seq, is_new)) in admitted.iter().enumerate() {
+                        let page = phys + k as Phys;
+                        st.settle(page);
+                        st.end_write(seq, is_new);
+                        st.install(id(k), seq, page);
+                        st.counters.user_pages += 1;
+                        st.changes_since_checkpoint += 1;
+                    }
+                    self.wants_background(&st)
+                };
+                *held = Some((chip, guard));
+                if wake {
+                    self.wake.notify_one();
+                }
+                Ok((count, false))
+            }
+            Err(e) => {
+                {
+                    let mut st = self.lock();
+                    for &(seq, is_new) in admitted {
+                        st.end_write(seq, is_new);
+                    }
+                }
+                self.program_failed(phys, count as u32, Stream::User(chip), e)
+                    .await?;
+                drop(guard);
+                Ok((0, true))
+            }
+        }
     }
 
     /// Whether the background task has work: few free blocks, a block to
@@ -1249,6 +1397,19 @@ impl Inner {
         self.device.program_page(addr, data, oob).await
     }
 
+    /// Programs consecutive pages of one block from `phys` on, in one device
+    /// call, through the fault plan (which counts it as one program).
+    async fn program_run(&self, phys: Phys, pages: &[(Bytes, Bytes)]) -> Result<(), DeviceError> {
+        let addr = page_addr(&self.geometry, phys);
+        if self.faults.program_fails(addr.block_addr()) {
+            return Err(injected(&format!(
+                "programming pages {addr}+{}",
+                pages.len()
+            )));
+        }
+        self.device.program_pages(addr, pages).await
+    }
+
     /// After a failed program of `phys` in `stream`'s open block: a media
     /// failure retires the block (its live pages are moved out later) and
     /// returns `Ok` so the caller tries another block; so does a mismatch
@@ -1257,6 +1418,7 @@ impl Inner {
     async fn program_failed(
         &self,
         phys: Phys,
+        pages: u32,
         stream: Stream,
         e: DeviceError,
     ) -> Result<(), VolumeError> {
@@ -1279,7 +1441,7 @@ impl Inner {
             self.lock().close_stream_block(block, stream, false);
             return Ok(());
         }
-        self.lock().unallocate(phys);
+        self.lock().unallocate(phys, pages);
         Err(VolumeError::device(format!("programming page {addr}"), e))
     }
 
@@ -1498,7 +1660,7 @@ impl Inner {
                 }
                 Err(e) => {
                     last = e.to_string();
-                    self.program_failed(new, Stream::Gc, e).await?;
+                    self.program_failed(new, 1, Stream::Gc, e).await?;
                 }
             }
         }

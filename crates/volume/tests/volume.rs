@@ -1099,3 +1099,62 @@ async fn tags_stay_with_their_pages_through_gc_and_a_crash() {
     m.verify().unwrap();
     m.close().await.unwrap();
 }
+
+/// A run goes to the device as its first page and then batches of
+/// consecutive pages, so it reads back in one request per block. A batch
+/// whose program fails retires its block and its pages land elsewhere:
+/// every page of the run reads back, before and after a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_batch_fails_still_lands_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultPlan::new();
+    let (m, weak) = open_faulty(
+        BackendKind::File,
+        small(),
+        dir.path(),
+        quiet(),
+        faults.clone(),
+    )
+    .await;
+    let size = m.page_size();
+    let space = 5u32;
+    let run = |from: u64| -> Vec<LogicalPage> {
+        (from..from + 40)
+            .map(|i| LogicalPage::new(space, i))
+            .collect()
+    };
+    let pages = |ids: &[LogicalPage]| ids.iter().map(|&id| content(id, 1, size)).collect();
+    // 40 pages from the start of a block: page 0, a batch of 15 filling
+    // the block, page 16 opening the next, 15 more, page 32, 7 more: six
+    // programs (a page at a time would fail at the eighth).
+    faults.fail_program_after(7);
+    let first = run(0);
+    m.write_run(first[0], pages(&first)).await.expect("run");
+    assert_eq!(
+        faults.programs_failed(),
+        0,
+        "more than 7 programs for one run"
+    );
+    let reads = m.locate(&first).expect("locate").device_reads().count();
+    assert!(
+        reads <= 3,
+        "{reads} device reads for 40 pages in 16-page blocks"
+    );
+    // The next run's first page is the seventh program; its first batch,
+    // the eighth, fails.
+    let second = run(100);
+    m.write_run(second[0], pages(&second))
+        .await
+        .expect("a failed batch is written elsewhere");
+    assert_eq!(faults.programs_failed(), 1);
+    assert_eq!(m.stats().retired_blocks, 1);
+    let mut model = Model::new();
+    for &id in first.iter().chain(&second) {
+        model.insert(id, Some(1));
+    }
+    check_model(&m, &model).await;
+    crash(m, weak).await;
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    check_model(&m, &model).await;
+    m.close().await.unwrap();
+}
