@@ -1338,7 +1338,11 @@ async fn multi_page_programs(backend: BackendKind) {
         dev.program_pages(block.page(0), &short).await,
         Err(DeviceError::PageSize { .. })
     ));
-    assert_eq!(dev.write_pointer(block).expect("wp"), 0, "refusals change nothing");
+    assert_eq!(
+        dev.write_pointer(block).expect("wp"),
+        0,
+        "refusals change nothing"
+    );
 
     dev.program_pages(block.page(0), &run(10, 3))
         .await
@@ -1363,7 +1367,10 @@ async fn multi_page_programs(backend: BackendKind) {
         assert_eq!(r.data, data, "page {p}");
         assert_eq!(&r.oob[..7], &oob[..], "page {p}");
     }
-    let together = dev.read_pages(block.page(0), ppb).await.expect("read_pages");
+    let together = dev
+        .read_pages(block.page(0), ppb)
+        .await
+        .expect("read_pages");
     for (p, r) in together.into_iter().enumerate() {
         assert_eq!(r.expect("page").data, expect(&dev, p as u32).0, "page {p}");
     }
