@@ -45,8 +45,8 @@ struct SweepRow {
     read_ahead: usize,
     mib_per_s: f64,
     ratio_to_fio: f64,
-    /// Median over the rounds of each scan's rate over the fio read just
-    /// before it.
+    /// Median over the rounds of each scan's rate over the mean of the fio
+    /// reads just before and just after it.
     ratio_paired: f64,
 }
 
@@ -75,10 +75,16 @@ struct Report {
     device_mib_per_s: f64,
     scan_mib_per_s: f64,
     ratio: f64,
-    /// Median over the rounds of each scan that followed fio's best read,
-    /// over that read: the disk's rate drifts by a fifth between minutes,
-    /// and a scan compares best with the fio read seconds before it.
+    /// Median over the rounds of each scan between two of fio's best reads,
+    /// over the mean of those two: the disk's rate drifts by a fifth
+    /// between minutes, so a scan compares best with the reads seconds
+    /// either side of it (a scan set against the read before it alone
+    /// gained or lost whatever the drift did meanwhile).
     ratio_paired: f64,
+    /// fio's best row against itself: per round, its read after the scan
+    /// over its read before it (median, smallest, largest). How far the
+    /// disk moves within one pairing, so how much one paired ratio says.
+    fio_best_over_itself: Option<[f64; 3]>,
     ratio_to_page_reads: f64,
     /// A plain reader of fio's file that checks what it reads
     /// (`crate::plain_read`): the peer that, like a scan, touches its bytes.
@@ -239,6 +245,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let mut fio_shallow = Vec::new();
     // Each scan over the shallow fio read just before it.
     let mut paired_shallow = Vec::new();
+    // fio's shallow read after each scan over the one before it.
+    let mut shallow_over_itself = Vec::new();
     // The plain reader's rates, its CRC of fio's file, whether all its
     // buffers were on huge pages, and each scan after it over it.
     let (mut plain_reads, mut plain_crc, mut plain_huge) = (Vec::new(), None, true);
@@ -303,7 +311,16 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
                 fio_shallow.push(shallow);
                 let scan = scan_once(&runtime, &cluster, size_bytes)?;
                 scans.push(AFTER_FIO_SHALLOW, scan);
-                paired_shallow.push(scan / shallow);
+                // The same read again after the scan, and a scan after it
+                // so the next fio row still follows a read of the other file.
+                let again = fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true)?;
+                fio_shallow.push(again);
+                paired_shallow.push(scan / ((shallow + again) / 2.0));
+                shallow_over_itself.push(again / shallow);
+                scans.push(
+                    AFTER_FIO_SHALLOW,
+                    scan_once(&runtime, &cluster, size_bytes)?,
+                );
             } else {
                 paired.push(scan / plain);
             }
@@ -344,18 +361,23 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             // As for the adaptive rows, one scan first: a node just started
             // maps its read buffers and connections on its first scan.
             scan_once(&runtime, &cluster, size_bytes)?;
-            // Each scan after fio's best read, which is also measured: the
-            // pinned row's ratio is to the fio reads of its own rounds.
+            // Each scan between two of fio's best reads, which are also
+            // measured: the pinned row's ratio is to the fio reads of its
+            // own rounds.
+            let best = || match huge_dir {
+                Some(_) => fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true),
+                None => fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false),
+            };
             let (mut v, mut peer, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
+            let mut before = best()?;
+            peer.push(before);
             for _ in 0..rounds {
-                let best = match huge_dir {
-                    Some(_) => fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true)?,
-                    None => fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false)?,
-                };
                 let scan = scan_once(&runtime, &cluster, size_bytes)?;
-                peer.push(best);
+                let after = best()?;
+                peer.push(after);
                 v.push(scan);
-                pairs.push(scan / best);
+                pairs.push(scan / ((before + after) / 2.0));
+                before = after;
             }
             let m = median(&mut v);
             let p = median(&mut peer);
@@ -410,6 +432,14 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         scan_mib_per_s: s,
         ratio: s / device,
         ratio_paired,
+        fio_best_over_itself: match fs {
+            Some(fs) if fs >= device && !shallow_over_itself.is_empty() => {
+                let lo = shallow_over_itself.iter().copied().fold(f64::MAX, f64::min);
+                let hi = shallow_over_itself.iter().copied().fold(f64::MIN, f64::max);
+                Some([median(&mut shallow_over_itself), lo, hi])
+            }
+            _ => None,
+        },
         ratio_to_page_reads: s / fp,
         plain_reader_mib_per_s: plain,
         plain_reader_unchecked_mib_per_s: plain_no_check,
@@ -516,8 +546,13 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     println!(
         "(medians of {rounds} round(s); scan = bytes_scanned / wall time of the command through the client; \
          each measurement follows a read of the other file; a pinned row's ratio is to the fio reads of its own rounds; \
-         paired: the median over the rounds of each scan that followed fio's best read, over that read)"
+         paired: the median over the rounds of each scan over the mean of fio's best reads just before and just after it)"
     );
+    if let Some([m, lo, hi]) = report.fio_best_over_itself {
+        println!(
+            "fio's best row over itself (its read after each scan over the one before): {m:.2} ({lo:.2}-{hi:.2})"
+        );
+    }
     println!(
         "scan / plain reader that checks its data: {:.2} (paired: the median over the rounds of the scan \
          after it, over it: {:.2})",
