@@ -26,6 +26,14 @@ async fn refused(backend: BackendKind, geometry: Geometry, dir: &std::path::Path
         .expect("the open is refused")
 }
 
+/// A quiet manager on a small `file` device, failing as `faults` says.
+async fn faulty_file(
+    dir: &std::path::Path,
+    faults: &FaultPlan,
+) -> (SpaceManager, std::sync::Weak<quarry_device::Device>) {
+    open_faulty(BackendKind::File, small(), dir, quiet(), faults.clone()).await
+}
+
 async fn check_model(m: &SpaceManager, model: &Model) {
     for (&id, want) in model {
         let got = m
@@ -442,14 +450,7 @@ async fn recovery_after_a_crash_restores_writes_and_trims() {
 async fn a_trim_whose_log_append_fails_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let faults = FaultPlan::new();
-    let (m, weak) = open_faulty(
-        BackendKind::File,
-        small(),
-        dir.path(),
-        quiet(),
-        faults.clone(),
-    )
-    .await;
+    let (m, weak) = faulty_file(dir.path(), &faults).await;
     let ids: Vec<LogicalPage> = (0..4).map(|i| LogicalPage::new(1, i)).collect();
     for &id in &ids {
         m.write(id, content(id, 1, 512)).await.unwrap();
@@ -674,14 +675,7 @@ async fn the_background_task_checkpoints_every_interval() {
 async fn failed_programs_and_erases_retire_blocks_and_keep_data() {
     let dir = tempfile::tempdir().unwrap();
     let faults = FaultPlan::new();
-    let (m, weak) = open_faulty(
-        BackendKind::File,
-        small(),
-        dir.path(),
-        quiet(),
-        faults.clone(),
-    )
-    .await;
+    let (m, weak) = faulty_file(dir.path(), &faults).await;
     let mut model = Model::new();
     random_ops(&m, &mut model, 50, 300, 500).await;
     // A program fails mid-block: the block is retired and its pages moved.
@@ -1108,14 +1102,7 @@ async fn tags_stay_with_their_pages_through_gc_and_a_crash() {
 async fn a_run_whose_batch_fails_still_lands_whole() {
     let dir = tempfile::tempdir().unwrap();
     let faults = FaultPlan::new();
-    let (m, weak) = open_faulty(
-        BackendKind::File,
-        small(),
-        dir.path(),
-        quiet(),
-        faults.clone(),
-    )
-    .await;
+    let (m, weak) = faulty_file(dir.path(), &faults).await;
     let size = m.page_size();
     let space = 5u32;
     let run = |from: u64| -> Vec<LogicalPage> {
