@@ -134,6 +134,14 @@ struct Counters {
 }
 
 /// Why garbage collection moves a block.
+/// A live page read from a block being collected, on its way to a new place.
+struct Move {
+    rec: OobRecord,
+    data: Bytes,
+    oob: Bytes,
+    old: Phys,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum MoveKind {
     Gc,
@@ -345,8 +353,37 @@ impl State {
     /// Returns the first page and how many; `None` when the chip has no open
     /// block with room for two.
     fn alloc_user_run(&mut self, chip: usize, want: u32) -> Option<(Phys, u32)> {
-        let ppb = self.blocks.pages_per_block();
         let block = self.open_user[chip]?;
+        self.take_run(block, want)
+    }
+
+    /// Takes up to `want` consecutive pages of garbage collection's open
+    /// block, sealing a full one and opening the next as
+    /// [`alloc_gc`](Self::alloc_gc) does. `None` when no block is free, or
+    /// the open block has room for one page only.
+    fn alloc_gc_run(&mut self, want: u32) -> Option<(Phys, u32)> {
+        let ppb = self.blocks.pages_per_block();
+        if let Some(b) = self.open_gc {
+            if self.blocks.get(b).written >= ppb {
+                self.blocks.set_state(b, BlockState::Sealed);
+                self.open_gc = None;
+            }
+        }
+        let block = match self.open_gc {
+            Some(b) => b,
+            None => {
+                let b = self.blocks.take_free(None, Wear::Most, self.next_seq)?;
+                self.open_gc = Some(b);
+                b
+            }
+        };
+        self.take_run(block, want)
+    }
+
+    /// Takes up to `want` consecutive pages of the open `block`, at least
+    /// two, or none.
+    fn take_run(&mut self, block: u32, want: u32) -> Option<(Phys, u32)> {
+        let ppb = self.blocks.pages_per_block();
         let clock = self.next_seq;
         let info = self.blocks.get_mut(block);
         assert_eq!(info.state, BlockState::Open);
@@ -1545,6 +1582,7 @@ impl Inner {
                     .map(|&p| read_page(&self.device, baddr.page(p))),
             )
             .await;
+            let mut moves = Vec::with_capacity(chunk.len());
             for (&p, read) in chunk.iter().zip(reads) {
                 let old = victim * self.geometry.pages_per_block + p;
                 let checked = match read {
@@ -1562,7 +1600,12 @@ impl Inner {
                     Ok((rec, data, oob)) => {
                         let current = self.lock().current(&rec.page) == Some((rec.seq, old));
                         if current {
-                            self.move_page(rec, data, oob, old, kind).await?;
+                            moves.push(Move {
+                                rec,
+                                data,
+                                oob,
+                                old,
+                            });
                         }
                     }
                     Err(why) => {
@@ -1575,6 +1618,7 @@ impl Inner {
                     }
                 }
             }
+            self.move_pages(&moves, kind).await?;
         }
         let left = self.lock().blocks.get(victim).live;
         if left > 0 || retiring {
@@ -1621,6 +1665,62 @@ impl Inner {
             }
             Err(e) => Err(VolumeError::device(format!("erasing block {baddr}"), e)),
         }
+    }
+
+    /// Copies live pages into garbage collection's open block in batches of
+    /// consecutive pages, one device request each (as a run's pages are
+    /// written, so moved data reads back as fast), and points the map at
+    /// each copy whose page is still that version. Where the open block has
+    /// no room for two, or after [`MAX_PROGRAM_ATTEMPTS`] failed batches, a
+    /// page goes alone ([`move_page`](Self::move_page)).
+    async fn move_pages(&self, moves: &[Move], kind: MoveKind) -> Result<(), VolumeError> {
+        let max = self.device.max_program_pages() as usize;
+        let mut failures = 0u32;
+        let mut at = 0usize;
+        while at < moves.len() {
+            let rest = &moves[at..];
+            let want = rest.len().min(max);
+            let taken = if want >= 2 && failures < MAX_PROGRAM_ATTEMPTS {
+                self.lock().alloc_gc_run(want as u32)
+            } else {
+                None
+            };
+            let Some((new, count)) = taken else {
+                let m = &rest[0];
+                self.move_page(m.rec, m.data.clone(), m.oob.clone(), m.old, kind)
+                    .await?;
+                at += 1;
+                continue;
+            };
+            let batch = &rest[..count as usize];
+            let run: Vec<(Bytes, Bytes)> = batch
+                .iter()
+                .map(|m| (m.data.clone(), m.oob.clone()))
+                .collect();
+            match self.program_run(new, &run).await {
+                Ok(()) => {
+                    let mut st = self.lock();
+                    for (k, m) in batch.iter().enumerate() {
+                        let page = new + k as Phys;
+                        st.settle(page);
+                        match kind {
+                            MoveKind::Gc => st.counters.gc_pages += 1,
+                            MoveKind::Wear => st.counters.wear_pages += 1,
+                        }
+                        if st.current(&m.rec.page) == Some((m.rec.seq, m.old)) {
+                            let installed = st.install(m.rec.page, m.rec.seq, page);
+                            debug_assert!(installed);
+                        }
+                    }
+                    at += batch.len();
+                }
+                Err(e) => {
+                    failures += 1;
+                    self.program_failed(new, count, Stream::Gc, e).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Copies one live page (its data and OOB record as read) into garbage

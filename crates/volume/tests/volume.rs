@@ -1145,3 +1145,53 @@ async fn a_run_whose_batch_fails_still_lands_whole() {
     check_model(&m, &model).await;
     m.close().await.unwrap();
 }
+
+/// Garbage collection moves a block's live pages in batches of
+/// consecutive pages: eight live pages take one program where a page at a
+/// time would take eight. A batch whose program fails retires the block it
+/// was going to, and the pages are moved anyway: every page reads back,
+/// before and after a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_collection_moves_live_pages_in_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FaultPlan::new();
+    let (m, weak) = faulty_file(dir.path(), &faults).await;
+    let size = m.page_size();
+    let mut model = Model::new();
+    // Two runs of 17 pages on two chips: each fills a 16-page block (sealed
+    // when its 17th page opens the next), then half of each block is
+    // trimmed.
+    for (space, from) in [(9u32, 0u64), (10, 16)] {
+        let ids: Vec<LogicalPage> = (from..from + 17)
+            .map(|i| LogicalPage::new(space, i))
+            .collect();
+        let pages = ids.iter().map(|&id| content(id, 1, size)).collect();
+        m.write_run(ids[0], pages).await.expect("run");
+        for (k, &id) in ids.iter().enumerate() {
+            if k % 2 == 0 && k < 16 {
+                m.trim(id).await.unwrap();
+                model.insert(id, None);
+            } else {
+                model.insert(id, Some(1));
+            }
+        }
+    }
+    faults.fail_program_after(1);
+    assert_eq!(m.collect_garbage(1).await.unwrap(), 1);
+    assert_eq!(m.stats().gc_pages_moved, 8);
+    assert_eq!(
+        faults.programs_failed(),
+        0,
+        "eight live pages took more than one program"
+    );
+    check_model(&m, &model).await;
+    // The second victim's batch is the program that fails.
+    assert_eq!(m.collect_garbage(1).await.unwrap(), 1);
+    assert_eq!(faults.programs_failed(), 1);
+    assert_eq!(m.stats().retired_blocks, 1);
+    check_model(&m, &model).await;
+    crash(m, weak).await;
+    let (m, _) = open(BackendKind::File, small(), dir.path(), quiet()).await;
+    check_model(&m, &model).await;
+    m.close().await.unwrap();
+}
