@@ -404,8 +404,10 @@ async fn a_silent_link_is_declared_dead() {
     }
     let up = Instant::now();
     while nodes[0].fabric.routes().links.iter().any(|l| l.peer == 5) {
+        // A bound on "eventually", wide enough for a loaded 2-core CI
+        // machine: the behaviour is that a silent link goes, not how fast.
         assert!(
-            up.elapsed() < config().dead_after * 4,
+            up.elapsed() < config().dead_after * 10,
             "a silent link still up after {:?}",
             up.elapsed()
         );
