@@ -30,8 +30,9 @@
 //! whole data, computed in one pass. Over pages fresh from memory one
 //! `crc-fast` call per 64 KiB ran 8-11 GiB/s here, 64 `crc32c` calls per
 //! 1 KiB 7-8; on a node streaming into a kernel both are bound by memory,
-//! and its CPU per 2 MiB read stayed at about 0.5 ms (`docs/benchmarks.md`,
-//! "The reader's own ring"). Only a page that fails
+//! and its CPU per 2 MiB read stayed at about 0.5 ms, 0.4 once each page
+//! was checked right before its fold (`docs/benchmarks.md`, "The reader's
+//! own ring"). Only a page that fails
 //! is checked sector by sector; a sector whose CRC does not match is run
 //! through the RS decoder and its CRC verified again after correction, so a
 //! mis-correction is reported as uncorrectable, never returned as data.

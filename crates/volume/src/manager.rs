@@ -133,7 +133,6 @@ struct Counters {
     lost: u64,
 }
 
-/// Why garbage collection moves a block.
 /// A live page read from a block being collected, on its way to a new place.
 struct Move {
     rec: OobRecord,
@@ -142,6 +141,7 @@ struct Move {
     old: Phys,
 }
 
+/// Why garbage collection moves a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum MoveKind {
     Gc,
@@ -275,7 +275,7 @@ impl State {
         if let Some(b) = self.open_user[chip] {
             let info = self.blocks.get(b);
             if info.written < ppb {
-                return Alloc::Page(self.take_page(b));
+                return Alloc::Page(self.take_pages(b, 1));
             }
             debug_assert_eq!(info.settled, ppb);
             self.blocks.set_state(b, BlockState::Sealed);
@@ -290,7 +290,7 @@ impl State {
         {
             Some(b) => {
                 self.open_user[chip] = Some(b);
-                Alloc::Page(self.take_page(b))
+                Alloc::Page(self.take_pages(b, 1))
             }
             None => Alloc::ChipEmpty,
         }
@@ -299,29 +299,40 @@ impl State {
     /// Takes the next page of garbage collection's open block; it may use
     /// the reserve down to the last free block.
     fn alloc_gc(&mut self) -> Option<Phys> {
+        let block = self.gc_block()?;
+        Some(self.take_pages(block, 1))
+    }
+
+    /// Garbage collection's open block, with room: a full one is sealed and
+    /// the most worn free block opened in its place. `None` when no block
+    /// is free.
+    fn gc_block(&mut self) -> Option<u32> {
         let ppb = self.blocks.pages_per_block();
         if let Some(b) = self.open_gc {
             if self.blocks.get(b).written < ppb {
-                return Some(self.take_page(b));
+                return Some(b);
             }
             self.blocks.set_state(b, BlockState::Sealed);
             self.open_gc = None;
         }
         let b = self.blocks.take_free(None, Wear::Most, self.next_seq)?;
         self.open_gc = Some(b);
-        Some(self.take_page(b))
+        Some(b)
     }
 
-    fn take_page(&mut self, block: u32) -> Phys {
+    /// Takes the next `pages` pages of the open `block` for one program.
+    fn take_pages(&mut self, block: u32, pages: u32) -> Phys {
         let clock = self.next_seq;
+        let ppb = self.blocks.pages_per_block();
         let info = self.blocks.get_mut(block);
         assert_eq!(info.state, BlockState::Open);
         assert_eq!(
             info.settled, info.written,
             "one program in flight per block"
         );
+        assert!(info.written + pages <= ppb, "pages past the block's end");
         let page = info.written;
-        info.written += 1;
+        info.written += pages;
         info.last_write = clock;
         self.blocks.phys(block, page)
     }
@@ -358,47 +369,19 @@ impl State {
     }
 
     /// Takes up to `want` consecutive pages of garbage collection's open
-    /// block, sealing a full one and opening the next as
-    /// [`alloc_gc`](Self::alloc_gc) does. `None` when no block is free, or
-    /// the open block has room for one page only.
+    /// block ([`gc_block`](Self::gc_block)). `None` when no block is free,
+    /// or the open block has room for one page only.
     fn alloc_gc_run(&mut self, want: u32) -> Option<(Phys, u32)> {
-        let ppb = self.blocks.pages_per_block();
-        if let Some(b) = self.open_gc {
-            if self.blocks.get(b).written >= ppb {
-                self.blocks.set_state(b, BlockState::Sealed);
-                self.open_gc = None;
-            }
-        }
-        let block = match self.open_gc {
-            Some(b) => b,
-            None => {
-                let b = self.blocks.take_free(None, Wear::Most, self.next_seq)?;
-                self.open_gc = Some(b);
-                b
-            }
-        };
+        let block = self.gc_block()?;
         self.take_run(block, want)
     }
 
     /// Takes up to `want` consecutive pages of the open `block`, at least
     /// two, or none.
     fn take_run(&mut self, block: u32, want: u32) -> Option<(Phys, u32)> {
-        let ppb = self.blocks.pages_per_block();
-        let clock = self.next_seq;
-        let info = self.blocks.get_mut(block);
-        assert_eq!(info.state, BlockState::Open);
-        let pages = want.min(ppb - info.written);
-        if pages < 2 {
-            return None;
-        }
-        assert_eq!(
-            info.settled, info.written,
-            "one program in flight per block"
-        );
-        let page = info.written;
-        info.written += pages;
-        info.last_write = clock;
-        Some((self.blocks.phys(block, page), pages))
+        let room = self.blocks.pages_per_block() - self.blocks.get(block).written;
+        let pages = want.min(room);
+        (pages >= 2).then(|| (self.take_pages(block, pages), pages))
     }
 
     /// A stream's block can take no more pages (failure or mismatch with the
@@ -1152,11 +1135,15 @@ impl Inner {
 
     /// Hands out a sequence number, counting a new page against capacity.
     fn admit(&self, id: LogicalPage) -> Result<(u64, bool), VolumeError> {
-        let mut st = self.lock();
+        self.admit_locked(&mut self.lock(), id)
+    }
+
+    /// [`admit`](Self::admit) under a lock the caller holds.
+    fn admit_locked(&self, st: &mut State, id: LogicalPage) -> Result<(u64, bool), VolumeError> {
         let is_new = st.current(&id).is_none() || st.trimming.binary_search(&id).is_ok();
         if is_new {
             if st.live + st.pending_new >= self.capacity(&st.blocks) {
-                return Err(self.no_space(&st, id));
+                return Err(self.no_space(st, id));
             }
             st.pending_new += 1;
         }
@@ -1310,36 +1297,13 @@ impl Inner {
             return Ok((0, false));
         };
         let id = |k: usize| LogicalPage::new(first.space, first.index + (at + k) as u64);
-        let mut admitted = Vec::with_capacity(want);
-        for k in 0..want {
-            match self.admit(id(k)) {
-                Ok(a) => admitted.push(a),
-                // The page that does not fit fails on its own, later.
-                Err(_) if k > 0 => break,
-                Err(e) => {
-                    *held = Some((chip, guard));
-                    return Err(e);
-                }
-            }
-        }
-        let taken = self.lock().alloc_user_run(chip, admitted.len() as u32);
-        let Some((phys, count)) = taken else {
-            let mut st = self.lock();
-            for &(seq, is_new) in &admitted {
-                st.end_write(seq, is_new);
-            }
-            drop(st);
+        let Some((phys, admitted)) = self.take_batch(chip, want as u32, id) else {
+            // Not a batch: the page goes alone.
             *held = Some((chip, guard));
             return Ok((0, false));
         };
-        let count = count as usize;
-        {
-            let mut st = self.lock();
-            for &(seq, is_new) in &admitted[count..] {
-                st.end_write(seq, is_new);
-            }
-        }
-        let admitted = &admitted[..count];
+        let count = admitted.len();
+        let admitted = &admitted[..];
         let oob_bytes = self.geometry.oob_size_bytes as usize;
         let run: Vec<(Bytes, Bytes)> = pages[..count]
             .iter()
@@ -1385,6 +1349,41 @@ impl Inner {
         }
     }
 
+    /// Up to `want` consecutive pages of `chip`'s open block for the pages
+    /// `id(0)`, `id(1)`, ..., and their admissions, under one lock: the
+    /// first page and each page's sequence number. A page that does not fit
+    /// ends the batch and gives back the pages from it on (it then goes
+    /// alone, and fails there). `None` when fewer than two are left.
+    fn take_batch(
+        &self,
+        chip: usize,
+        want: u32,
+        id: impl Fn(usize) -> LogicalPage,
+    ) -> Option<(Phys, Vec<(u64, bool)>)> {
+        let mut st = self.lock();
+        let (phys, count) = st.alloc_user_run(chip, want)?;
+        let mut admitted = Vec::with_capacity(count as usize);
+        for k in 0..count as usize {
+            let Ok(a) = self.admit_locked(&mut st, id(k)) else {
+                break;
+            };
+            admitted.push(a);
+        }
+        let kept = if admitted.len() < 2 {
+            0
+        } else {
+            admitted.len()
+        };
+        if kept < count as usize {
+            st.unallocate(phys + kept as Phys, count - kept as u32);
+            for &(seq, is_new) in &admitted[kept..] {
+                st.end_write(seq, is_new);
+            }
+            admitted.truncate(kept);
+        }
+        (kept > 0).then_some((phys, admitted))
+    }
+
     /// Whether the background task has work: few free blocks, a block to
     /// retire, or a checkpoint due.
     fn wants_background(&self, st: &State) -> bool {
@@ -1427,11 +1426,7 @@ impl Inner {
 
     /// Programs one page, through the fault plan.
     async fn program(&self, phys: Phys, data: Bytes, oob: Bytes) -> Result<(), DeviceError> {
-        let addr = page_addr(&self.geometry, phys);
-        if self.faults.program_fails(addr.block_addr()) {
-            return Err(injected(&format!("programming page {addr}")));
-        }
-        self.device.program_page(addr, data, oob).await
+        self.program_run(phys, &[(data, oob)]).await
     }
 
     /// Programs consecutive pages of one block from `phys` on, in one device
@@ -1439,10 +1434,10 @@ impl Inner {
     async fn program_run(&self, phys: Phys, pages: &[(Bytes, Bytes)]) -> Result<(), DeviceError> {
         let addr = page_addr(&self.geometry, phys);
         if self.faults.program_fails(addr.block_addr()) {
-            return Err(injected(&format!(
-                "programming pages {addr}+{}",
-                pages.len()
-            )));
+            return Err(injected(&match pages.len() {
+                1 => format!("programming page {addr}"),
+                n => format!("programming pages {addr}+{n}"),
+            }));
         }
         self.device.program_pages(addr, pages).await
     }
@@ -2263,10 +2258,8 @@ impl LocatedRun {
         }
         Ok(FetchedRun {
             inner,
-            ids: self.ids,
-            seqs: self.seqs,
+            located: self,
             reads,
-            place: self.place,
         })
     }
 }
@@ -2275,26 +2268,21 @@ impl LocatedRun {
 #[must_use = "fetched pages are of use only once finished"]
 pub struct FetchedRun<'a> {
     inner: &'a Inner,
-    ids: Vec<LogicalPage>,
-    /// The version of each page when it was looked up (`None`: not
-    /// written).
-    seqs: Vec<Option<u64>>,
-    /// What each device request fetched.
+    /// The pages, their versions and places when they were looked up.
+    located: LocatedRun,
+    /// What each of `located`'s device reads fetched.
     reads: Vec<Result<quarry_device::FetchedPages<'a>, DeviceError>>,
-    /// Where each page of `ids` is: its request and its place there
-    /// (`None`: not written).
-    place: Vec<Option<(usize, usize)>>,
 }
 
 impl FetchedRun<'_> {
     /// How many pages were asked for.
     pub fn len(&self) -> usize {
-        self.ids.len()
+        self.located.ids.len()
     }
 
     /// Whether no page was asked for.
     pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
+        self.located.ids.is_empty()
     }
 
     /// Checks every page (the device's check, then its OOB record names the
@@ -2322,17 +2310,17 @@ impl FetchedRun<'_> {
     /// cache (a run's megabytes do not fit in one core's cache, a page
     /// does). Each page once; `Ok(None)`: not written when looked up.
     pub async fn page(&mut self, j: usize) -> Result<Option<TaggedPage>, VolumeError> {
-        let Some(&seq) = self.seqs.get(j) else {
+        let Some(&seq) = self.located.seqs.get(j) else {
             return Err(VolumeError::Config {
-                reason: format!("page {j} of a run of {} pages", self.ids.len()),
+                reason: format!("page {j} of a run of {} pages", self.located.ids.len()),
             });
         };
         let Some(seq) = seq else {
             return Ok(None);
         };
-        let id = self.ids[j];
+        let id = self.located.ids[j];
         let inner = self.inner;
-        let checked = self.place[j].and_then(|(g, i)| match &mut self.reads[g] {
+        let checked = self.located.place[j].and_then(|(g, i)| match &mut self.reads[g] {
             Ok(fetched) => match fetched.check_page(i) {
                 Ok(r) if !r.erased => inner
                     .record_of(&r)
