@@ -5,6 +5,7 @@
 use std::fs;
 use std::io::Read;
 use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -170,6 +171,8 @@ pub struct LocalCluster {
     pub cluster_path: PathBuf,
     /// The members.
     pub cluster: ClusterFile,
+    /// The cluster's name in every node's configuration.
+    name: String,
     children: Vec<Child>,
 }
 
@@ -209,8 +212,14 @@ impl LocalCluster {
             }
         }
         let links = spec.topology.links(spec.nodes)?;
-        let ports = free_ports(spec.nodes as usize)?;
-        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let listeners = bind_listeners(spec.nodes as usize)?;
+        let addrs: Vec<String> = listeners
+            .iter()
+            .map(|l| Ok(l.local_addr()?.to_string()))
+            .collect::<Result<_>>()?;
+        // A name of its own, so no node of this cluster ever links with a
+        // node of another one that happens to use an address it dials.
+        let name = format!("local-{:016x}", rand::random::<u64>());
         let mut children: Vec<Child> = Vec::new();
         let mut nodes = Vec::new();
         let start = (|| -> Result<()> {
@@ -219,10 +228,19 @@ impl LocalCluster {
                 fs::create_dir_all(&node_dir)
                     .with_context(|| format!("cannot create {}", node_dir.display()))?;
                 let config_path = node_dir.join("node.toml");
-                fs::write(&config_path, node_config_toml(spec, id, &addrs, &links))
-                    .with_context(|| format!("cannot write {}", config_path.display()))?;
+                fs::write(
+                    &config_path,
+                    node_config_toml(spec, &name, id, &addrs, &links),
+                )
+                .with_context(|| format!("cannot write {}", config_path.display()))?;
                 let log_path = node_dir.join("node.log");
-                let child = spawn_node(exe, &config_path, &log_path, spec.stop_with_this_process)?;
+                let child = spawn_node(
+                    exe,
+                    &config_path,
+                    &log_path,
+                    spec.stop_with_this_process,
+                    &listeners[id as usize],
+                )?;
                 nodes.push(ClusterNode {
                     id,
                     addr: addrs[id as usize].clone(),
@@ -234,13 +252,16 @@ impl LocalCluster {
             }
             let deadline = Instant::now() + NODE_START_TIMEOUT;
             for (node, child) in nodes.iter().zip(children.iter_mut()) {
-                wait_until_serving(node, child, deadline)?;
+                wait_until_serving(node, &name, child, deadline)?;
             }
             for node in &nodes {
                 wait_until_routed(node, spec.nodes, deadline)?;
             }
             Ok(())
         })();
+        // The nodes hold their sockets now; this process must not keep them
+        // open (a killed node's port would stay bound).
+        drop(listeners);
         if let Err(e) = start {
             for child in &mut children {
                 let _ = child.kill();
@@ -253,6 +274,7 @@ impl LocalCluster {
         Ok(LocalCluster {
             cluster_path,
             cluster,
+            name,
             children,
         })
     }
@@ -293,9 +315,17 @@ impl LocalCluster {
         let (Some(config), Some(log)) = (&node.config, &node.log) else {
             bail!("node {id} was not started by this cluster");
         };
+        let listener = TcpListener::bind(&node.addr)
+            .with_context(|| format!("cannot listen on {} to restart node {id}", node.addr))?;
         // A restarted node is this process's child, like a test's cluster.
-        let mut child = spawn_node(exe, config, log, true)?;
-        wait_until_serving(&node, &mut child, Instant::now() + NODE_START_TIMEOUT)?;
+        let mut child = spawn_node(exe, config, log, true, &listener)?;
+        drop(listener);
+        wait_until_serving(
+            &node,
+            &self.name,
+            &mut child,
+            Instant::now() + NODE_START_TIMEOUT,
+        )?;
         self.cluster.nodes[index].pid = Some(child.id());
         self.children[index] = child;
         self.cluster.save(&self.cluster_path)?;
@@ -404,11 +434,14 @@ fn stop_nodes(cluster: &ClusterFile) -> Result<()> {
     Ok(())
 }
 
+/// Starts `quarry node` on `listener`, which the node inherits open: the
+/// port is never free between choosing it and the node serving on it.
 fn spawn_node(
     exe: &Path,
     config_path: &Path,
     log_path: &Path,
     stop_with_this_process: bool,
+    listener: &TcpListener,
 ) -> Result<Child> {
     let log = fs::OpenOptions::new()
         .create(true)
@@ -426,20 +459,28 @@ fn spawn_node(
         .stderr(log_err)
         // Own process group: Ctrl-C in the terminal of `quarry up --detach`
         // must not reach the nodes.
-        .process_group(0);
-    if stop_with_this_process {
-        // SAFETY: runs in the child between fork and exec, where only
-        // async-signal-safe calls are allowed; prctl(2) is one, and the
-        // closure touches no memory shared with the parent. Tested by
-        // `foreground_cluster_dies_with_its_parent` in tests/cli.rs.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        .process_group(0)
+        .env(quarry_node::LISTEN_FD_ENV, listener.as_raw_fd().to_string());
+    let listen_fd = listener.as_raw_fd();
+    // SAFETY: runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed; prctl(2) and fcntl(2) are, and the
+    // closure touches no memory shared with the parent (it copies two
+    // integers). Clearing FD_CLOEXEC affects only the child's copy of the
+    // descriptor table, so nodes started at the same time from other threads
+    // never inherit this socket. Tested by
+    // `foreground_cluster_dies_with_its_parent` in tests/cli.rs and by every
+    // local cluster (their nodes serve on the inherited sockets).
+    unsafe {
+        command.pre_exec(move || {
+            if stop_with_this_process && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let flags = libc::fcntl(listen_fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(listen_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
     if std::env::var_os("RUST_LOG").is_none() {
         command.env("RUST_LOG", "info");
@@ -474,7 +515,13 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
-fn wait_until_serving(node: &ClusterNode, child: &mut Child, deadline: Instant) -> Result<()> {
+/// Waits until `node` answers at its address as a member of `cluster`.
+fn wait_until_serving(
+    node: &ClusterNode,
+    cluster: &str,
+    child: &mut Child,
+    deadline: Instant,
+) -> Result<()> {
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             bail!(
@@ -484,7 +531,18 @@ fn wait_until_serving(node: &ClusterNode, child: &mut Child, deadline: Instant) 
             );
         }
         if let Ok(client) = BlockingClient::connect(&node.addr) {
-            if client.ping().is_ok() {
+            if let Ok(info) = client.node_info(node.id) {
+                if info.cluster != cluster || info.addr != node.addr {
+                    bail!(
+                        "the node answering at {} is node {} of cluster {:?} at {}, not node {} \
+                         of cluster {cluster:?}",
+                        node.addr,
+                        info.id,
+                        info.cluster,
+                        info.addr,
+                        node.id
+                    );
+                }
                 return Ok(());
             }
         }
@@ -539,19 +597,16 @@ pub fn log_tail(node: &ClusterNode) -> String {
     text[start..].to_string()
 }
 
-fn free_ports(count: usize) -> Result<Vec<u16>> {
-    // Hold every listener until all ports are chosen so no two nodes get the same one.
-    let listeners: Vec<TcpListener> = (0..count)
+/// A listening loopback socket on a free port for each node.
+fn bind_listeners(count: usize) -> Result<Vec<TcpListener>> {
+    (0..count)
         .map(|_| TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
-        .collect::<Result<_>>()?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
         .collect()
 }
 
 fn node_config_toml(
     spec: &LocalClusterSpec,
+    cluster: &str,
     id: u16,
     addrs: &[String],
     links: &BTreeSet<Link>,
@@ -562,7 +617,7 @@ fn node_config_toml(
         BackendKind::Nand => "nand",
     };
     let mut text = format!(
-        "# Written by `quarry up`.\nid = {id}\nlisten = \"{}\"\ndata_dir = \".\"\n\n[device]\nbackend = \"{backend}\"\n",
+        "# Written by `quarry up`.\ncluster = \"{cluster}\"\nid = {id}\nlisten = \"{}\"\ndata_dir = \".\"\n\n[device]\nbackend = \"{backend}\"\n",
         addrs[id as usize]
     );
     if let Some(preset) = spec.preset {

@@ -255,6 +255,38 @@ fn bad_node_config_is_reported_with_the_file_name() {
     );
 }
 
+#[test]
+fn a_bad_inherited_listening_socket_is_reported() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("node.toml");
+    std::fs::write(
+        &config,
+        "id = 0\nlisten = \"127.0.0.1:0\"\ndata_dir = \".\"\n[device]\nbackend = \"mem\"\n",
+    )
+    .expect("write config");
+    for (fd, why) in [
+        ("999", "not open"),
+        ("2", "standard input"),
+        ("x", "not a file"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_quarry"))
+            .args(["node", "--config", config.to_str().expect("utf-8 path")])
+            .env("QUARRY_LISTEN_FD", fd)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run quarry node");
+        assert!(
+            !out.status.success(),
+            "node started on QUARRY_LISTEN_FD={fd}"
+        );
+        let message = text(&out);
+        assert!(
+            message.contains(&format!("QUARRY_LISTEN_FD={fd}")) && message.contains(why),
+            "{message}"
+        );
+    }
+}
+
 /// Stops the cluster in a directory when dropped, so a failing assertion
 /// leaves no node processes behind.
 struct Down<'a>(&'a Path);

@@ -113,6 +113,7 @@ impl Fabric {
             neighbors: BTreeSet::new(),
         });
         let (stop, _) = watch::channel(false);
+        let max_nodes = config.max_nodes;
         let fabric = Fabric {
             inner: Arc::new(Inner {
                 local,
@@ -129,7 +130,7 @@ impl Fabric {
                 started: Instant::now(),
                 next_serial: AtomicU64::new(1),
                 stop,
-                accepted: Arc::new(tokio::sync::Semaphore::new(config.max_nodes)),
+                accepted: Arc::new(tokio::sync::Semaphore::new(max_nodes)),
             }),
         };
         for neighbor in neighbors {
@@ -568,6 +569,7 @@ impl Inner {
         let (reader, mut writer) = stream.into_split();
         let mut frames = FramedRead::with_capacity(reader, LinkCodec, 128 * 1024);
         let hello = Hello {
+            cluster: self.config.cluster.clone(),
             id: self.local.id,
             addr: self.local.addr.clone(),
             instance: self.instance,
@@ -598,6 +600,14 @@ impl Inner {
                     self.config.connect_timeout.as_millis()
                 ),
             })??;
+        if theirs.cluster != self.config.cluster {
+            return Err(FabricError::BadLinkFrame {
+                reason: format!(
+                    "node {} at {} belongs to cluster {:?}, this node to cluster {:?}",
+                    theirs.id, theirs.addr, theirs.cluster, self.config.cluster
+                ),
+            });
+        }
         if theirs.id == self.local.id {
             return Err(FabricError::BadLinkFrame {
                 reason: format!(

@@ -67,9 +67,19 @@ use quarry_proto::{NodeId, Response, Status};
 /// Most members a cluster may have; matches the Cluster answer's limit.
 pub const MAX_MEMBERS: usize = quarry_proto::MAX_CLUSTER_MEMBERS;
 
-/// Bounds and timings of the fabric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Most bytes of a cluster name.
+pub const MAX_CLUSTER_NAME_BYTES: usize = 64;
+
+/// The cluster name of a node whose configuration names none.
+pub const DEFAULT_CLUSTER_NAME: &str = "quarry";
+
+/// The fabric's cluster, bounds and timings.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FabricConfig {
+    /// The cluster this node belongs to. A link to a node of another
+    /// cluster is refused at the handshake: a node that dials an address a
+    /// stopped neighbour left behind must not join whatever listens there now.
+    pub cluster: String,
     /// Time to connect to a neighbour and finish the handshake.
     pub connect_timeout: Duration,
     /// Time a request routed from this node may take end to end.
@@ -100,6 +110,7 @@ pub struct FabricConfig {
 impl Default for FabricConfig {
     fn default() -> Self {
         FabricConfig {
+            cluster: DEFAULT_CLUSTER_NAME.to_string(),
             connect_timeout: Duration::from_millis(1500),
             request_timeout: Duration::from_secs(30),
             max_hops: 8,
@@ -118,6 +129,9 @@ impl FabricConfig {
     /// Checks every field; the error names the bad one.
     pub fn validate(&self) -> Result<(), FabricError> {
         let bad = |reason: String| Err(FabricError::InvalidConfig { reason });
+        if let Err(reason) = check_cluster_name(&self.cluster) {
+            return bad(reason);
+        }
         for (name, value) in [
             ("connect_timeout", self.connect_timeout),
             ("request_timeout", self.request_timeout),
@@ -159,6 +173,26 @@ impl FabricConfig {
         }
         Ok(())
     }
+}
+
+/// Checks a cluster name: 1 to [`MAX_CLUSTER_NAME_BYTES`] bytes of ASCII
+/// letters, digits, `-`, `_` and `.`, so it reads the same in a TOML file, a
+/// log line and an error message.
+pub fn check_cluster_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_CLUSTER_NAME_BYTES {
+        return Err(format!(
+            "cluster name {name:?} must be 1 to {MAX_CLUSTER_NAME_BYTES} bytes"
+        ));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "cluster name {name:?} holds {bad:?}; use letters, digits, '-', '_' and '.'"
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a request that would cross more than `max_hops` links.

@@ -14,7 +14,7 @@ use crate::FabricError;
 /// First two bytes of every link frame: ASCII `QL`.
 pub const LINK_MAGIC: u16 = 0x514C;
 /// Version of the link protocol spoken by this build.
-pub const LINK_VERSION: u8 = 1;
+pub const LINK_VERSION: u8 = 2;
 /// Bytes in a link frame header.
 pub const LINK_HEADER_BYTES: usize = 24;
 /// Largest payload of one fragment. Small enough that a command squeezed
@@ -266,6 +266,9 @@ impl From<std::io::Error> for FabricError {
 /// What each end of a new link says first.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hello {
+    /// The name of the sender's cluster: nodes of two clusters never link,
+    /// even when one dials an address the other now listens on.
+    pub cluster: String,
     /// The sender's node id.
     pub id: NodeId,
     /// The address it accepts connections on.
@@ -385,6 +388,7 @@ mod tests {
         let mut buf = BytesMut::new();
         encode_credit(3, 4, &mut buf);
         let hello = Hello {
+            cluster: "quarry".into(),
             id: 3,
             addr: "10.0.0.3:7400".into(),
             instance: 5,

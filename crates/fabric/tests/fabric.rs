@@ -213,6 +213,10 @@ fn assert_page(answer: Response, node: NodeId, page: u32) {
 fn error_of(answer: Response) -> (Status, String) {
     match answer {
         Response::Error { status, message } => (status, message),
+        Response::Page { data, oob, .. } => panic!(
+            "expected an error, got a page of {} bytes (oob {oob:?})",
+            data.len()
+        ),
         other => panic!("expected an error, got {other:?}"),
     }
 }
@@ -379,8 +383,10 @@ async fn a_ring_reroutes_around_a_dead_node_and_fails_fast_for_it() {
 /// The bytes of a link Hello from node `id`, built by hand as a foreign
 /// implementation would.
 fn hello_frame(id: NodeId) -> Vec<u8> {
-    let json = format!(r#"{{"id":{id},"addr":"127.0.0.1:9","instance":1,"expect":null}}"#);
-    let mut frame = vec![0x51, 0x4C, 1, 1, 0, 0, 0, 0];
+    let json = format!(
+        r#"{{"cluster":"quarry","id":{id},"addr":"127.0.0.1:9","instance":1,"expect":null}}"#
+    );
+    let mut frame = vec![0x51, 0x4C, quarry_fabric::LINK_VERSION, 1, 0, 0, 0, 0];
     frame.extend_from_slice(&[0; 12]);
     frame.extend_from_slice(&(json.len() as u32).to_be_bytes());
     frame.extend_from_slice(json.as_bytes());
@@ -448,6 +454,58 @@ async fn garbage_on_a_link_closes_that_link_only() {
     }
 }
 
+/// A node that dials a neighbour's address where a node of another cluster
+/// now listens (a stopped cluster's port taken by a new one) must not link to
+/// it, even when the ids match: that node's pages are not its neighbour's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_of_another_cluster_is_never_linked() {
+    let mut bound = listeners(2).await;
+    let (foreign_listener, foreign_addr) = bound.pop().unwrap();
+    let (home_listener, home_addr) = bound.pop().unwrap();
+    let foreign = start_with(
+        1,
+        foreign_listener,
+        &foreign_addr,
+        Vec::new(),
+        FabricConfig {
+            cluster: "other".into(),
+            ..config()
+        },
+    );
+    let home = start(
+        0,
+        home_listener,
+        &home_addr,
+        vec![NodeEntry {
+            id: 1,
+            addr: foreign_addr.clone(),
+        }],
+    );
+    // Several dials and handshakes go by; none may make a link.
+    for page in 0..3 {
+        let (status, message) = error_of(read(&home.fabric, 1, page).await);
+        assert!(
+            matches!(status, Status::UnknownNode | Status::NodeUnreachable),
+            "{status:?}: {message}"
+        );
+        tokio::time::sleep(config().retry_backoff).await;
+    }
+    assert!(home.fabric.routes().links.is_empty());
+    assert!(foreign.fabric.routes().links.is_empty());
+    // A hand-made handshake naming another cluster is refused the same way.
+    let mut stranger = tokio::net::TcpStream::connect(&home_addr).await.unwrap();
+    let json = r#"{"cluster":"other","id":5,"addr":"127.0.0.1:9","instance":1,"expect":null}"#;
+    let mut frame = vec![0x51, 0x4C, quarry_fabric::LINK_VERSION, 1, 0, 0, 0, 0];
+    frame.extend_from_slice(&[0; 12]);
+    frame.extend_from_slice(&(json.len() as u32).to_be_bytes());
+    frame.extend_from_slice(json.as_bytes());
+    stranger.write_all(&frame).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(home.fabric.routes().links.is_empty());
+    home.stop();
+    foreign.stop();
+}
+
 #[tokio::test]
 async fn bad_configuration_is_refused_with_the_reason() {
     let local = NodeEntry {
@@ -480,10 +538,20 @@ async fn bad_configuration_is_refused_with_the_reason() {
         dead_after: Duration::from_millis(10),
         ..config()
     };
-    let error = Fabric::start(local, Vec::new(), silly, handler(0))
+    let error = Fabric::start(local.clone(), Vec::new(), silly, handler(0))
         .err()
         .unwrap();
     assert!(error.to_string().contains("dead_after"), "{error}");
+    for name in ["", "has space", &"x".repeat(65)] {
+        let unnamed = FabricConfig {
+            cluster: name.to_string(),
+            ..config()
+        };
+        let error = Fabric::start(local.clone(), Vec::new(), unnamed, handler(0))
+            .err()
+            .unwrap();
+        assert!(error.to_string().contains("cluster name"), "{error}");
+    }
 }
 
 /// Virtual channels and rotating priority: a requester asking for one page
@@ -565,6 +633,7 @@ impl FakeNode {
         };
         let mut buf = bytes::BytesMut::new();
         let hello = Hello {
+            cluster: "quarry".into(),
             id,
             addr: format!("fake-{id}:1"),
             instance: 1,

@@ -13,6 +13,7 @@ use crate::NodeError;
 /// One node's configuration, read from TOML:
 ///
 /// ```toml
+/// cluster = "lab"             # nodes of other clusters are refused links
 /// id = 0
 /// listen = "127.0.0.1:7400"
 /// data_dir = "node0"          # relative to the config file's folder
@@ -25,6 +26,11 @@ use crate::NodeError;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
+    /// The cluster's name, the same on every member (default `quarry`). The
+    /// fabric refuses links with nodes of any other cluster, so two clusters
+    /// on one network never mix even when one reuses the other's addresses.
+    #[serde(default = "default_cluster_name")]
+    pub cluster: String,
     /// This node's id, unique in the cluster.
     pub id: NodeId,
     /// Listen address, `host:port` (port 0 picks a free port).
@@ -48,6 +54,10 @@ pub struct NodeConfig {
     /// How the node reads its data into kernels (the `[compute]` table).
     #[serde(default)]
     pub compute: ComputeConfig,
+}
+
+fn default_cluster_name() -> String {
+    quarry_fabric::DEFAULT_CLUSTER_NAME.to_string()
 }
 
 /// The `[compute]` table: how local runs read pages into kernels.
@@ -210,9 +220,10 @@ impl NodeLimits {
         }
     }
 
-    /// The fabric's configuration.
-    pub fn fabric_config(&self) -> FabricConfig {
+    /// The fabric's configuration for a node of `cluster`.
+    pub fn fabric_config(&self, cluster: &str) -> FabricConfig {
         FabricConfig {
+            cluster: cluster.to_string(),
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             max_hops: self.max_hops,
@@ -280,8 +291,14 @@ impl NodeConfig {
         Ok(config)
     }
 
+    /// The fabric's configuration: this node's cluster and its limits.
+    pub fn fabric_config(&self) -> FabricConfig {
+        self.limits.fabric_config(&self.cluster)
+    }
+
     /// Checks addresses, peer ids and limits; the error says what is wrong.
     pub fn validate(&self) -> Result<(), String> {
+        quarry_fabric::check_cluster_name(&self.cluster)?;
         check_addr("listen address", &self.listen)?;
         if self.id == quarry_proto::ENTRY_NODE {
             return Err(format!(
@@ -326,7 +343,7 @@ impl NodeConfig {
             .validate()
             .map_err(|e| format!("limits: {e}"))?;
         limits
-            .fabric_config()
+            .fabric_config(&self.cluster)
             .validate()
             .map_err(|e| format!("limits: {e}"))?;
         Ok(())

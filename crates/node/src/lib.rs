@@ -38,9 +38,11 @@
 #![deny(missing_docs)]
 
 mod config;
+mod listener;
 mod node;
 
 pub use config::{NodeConfig, NodeLimits, PeerConfig, StorageConfig, StorageMode};
+pub use listener::{inherited_listener, LISTEN_FD_ENV};
 pub use node::{run, run_blocking, Node, NodeHandle};
 
 use std::path::PathBuf;
@@ -54,6 +56,14 @@ pub enum NodeError {
     Config {
         /// The configuration file.
         path: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The listening socket handed over in `QUARRY_LISTEN_FD` is unusable.
+    #[error("cannot use the listening socket inherited in QUARRY_LISTEN_FD={fd}: {reason}")]
+    InheritedListener {
+        /// The variable's value.
+        fd: String,
         /// What was wrong.
         reason: String,
     },

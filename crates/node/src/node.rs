@@ -22,6 +22,7 @@ use crate::{NodeConfig, NodeError, StorageMode};
 /// storage when it has one, and its identity.
 struct LocalService {
     id: NodeId,
+    cluster: String,
     addr: String,
     started: Instant,
     device: Arc<Device>,
@@ -167,6 +168,7 @@ impl LocalService {
             },
             Request::NodeInfo(_) => Response::NodeInfo(Box::new(NodeInfo {
                 id: self.id,
+                cluster: self.cluster.clone(),
                 addr: self.addr.clone(),
                 uptime_secs: self.started.elapsed().as_secs(),
                 device: self.device.info(),
@@ -342,6 +344,7 @@ impl Node {
         );
         let local = Arc::new(LocalService {
             id: config.id,
+            cluster: config.cluster.clone(),
             addr: advertised.clone(),
             started: Instant::now(),
             device: device.clone(),
@@ -358,7 +361,7 @@ impl Node {
                 addr: advertised,
             },
             neighbors,
-            config.limits.fabric_config(),
+            config.fabric_config(),
             handler,
         )
         .map_err(NodeError::Fabric)?;
@@ -560,9 +563,22 @@ async fn is_link(stream: &tokio::net::TcpStream, timeout: Duration) -> std::io::
 }
 
 /// Starts the node described by `config` and serves until SIGTERM or SIGINT,
-/// then shuts down cleanly (logging "shutting down").
+/// then shuts down cleanly (logging "shutting down"). Serves on the
+/// listening socket inherited in `QUARRY_LISTEN_FD` when there is one (see
+/// [`inherited_listener`](crate::inherited_listener)), else binds
+/// `config.listen`.
 pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
-    let handle = Node::start(config).await?;
+    let handle = match crate::inherited_listener(&config.listen)? {
+        Some(listener) => {
+            tracing::info!(listen = %config.listen, "serving on the socket inherited from the starting process");
+            let listener = TcpListener::from_std(listener).map_err(|source| NodeError::Bind {
+                addr: config.listen.clone(),
+                source,
+            })?;
+            Node::start_with_listener(config, listener).await?
+        }
+        None => Node::start(config).await?,
+    };
     wait_for_signal().await?;
     tracing::info!(id = handle.id(), "shutting down");
     handle.shutdown().await?;

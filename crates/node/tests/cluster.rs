@@ -33,6 +33,7 @@ async fn cluster_of(kind: TopologyKind, n: u16, dir: &Path) -> Vec<NodeHandle> {
     for (id, listener) in listeners.into_iter().enumerate() {
         let id = id as NodeId;
         let config = NodeConfig {
+            cluster: "test".into(),
             id,
             listen: addrs[usize::from(id)].clone(),
             data_dir: dir.join(format!("node{id}")),

@@ -43,6 +43,21 @@ fn full_config_loads_with_relative_data_dir() {
     assert_eq!(config.peers.len(), 2);
     assert_eq!(config.limits.max_hops, 3);
     assert_eq!(config.limits.max_in_flight, 1024);
+    assert_eq!(config.cluster, "quarry", "the default cluster name");
+}
+
+#[test]
+fn the_cluster_name_is_checked() {
+    let base = "id = 0\nlisten = \"127.0.0.1:7400\"\ndata_dir = \"d\"\n";
+    let config = load_text(&format!("cluster = \"lab-2.east\"\n{base}")).unwrap();
+    assert_eq!(config.cluster, "lab-2.east");
+    for bad in ["", "two words", "slash/y"] {
+        let err = load_text(&format!("cluster = \"{bad}\"\n{base}")).unwrap_err();
+        assert!(
+            err.contains("node.toml") && err.contains("cluster name"),
+            "{bad:?}: {err}"
+        );
+    }
 }
 
 #[test]

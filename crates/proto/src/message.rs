@@ -94,6 +94,8 @@ pub struct NodeEntry {
 pub struct NodeInfo {
     /// The node's id.
     pub id: NodeId,
+    /// The cluster it belongs to (its configuration's `cluster`).
+    pub cluster: String,
     /// Its listen address.
     pub addr: String,
     /// Seconds since it started.

@@ -64,6 +64,7 @@ fn responses() -> Vec<Response> {
         },
         Response::NodeInfo(Box::new(NodeInfo {
             id: 2,
+            cluster: "quarry".into(),
             addr: "127.0.0.1:7402".into(),
             uptime_secs: 99,
             device: DeviceInfo {

@@ -56,6 +56,7 @@ pub async fn cluster_on(
     for (id, listener) in listeners.into_iter().enumerate() {
         let id = id as NodeId;
         let config = NodeConfig {
+            cluster: "test".into(),
             id,
             listen: addrs[usize::from(id)].clone(),
             data_dir: dir.join(format!("node{id}")),
