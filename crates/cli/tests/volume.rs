@@ -1,10 +1,11 @@
 //! `quarry volume ...` run as a user would, against three `quarry node`
-//! processes in managed storage mode (configured here, since `quarry up`
-//! starts raw nodes).
+//! processes in managed storage mode.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+
+use quarry_cli::{LocalCluster, LocalClusterSpec, Topology};
+use quarry_device::{BackendKind, EccMode, Geometry};
 
 fn quarry(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quarry"))
@@ -24,80 +25,32 @@ fn text(output: &Output) -> String {
     )
 }
 
-/// The node processes; killed (and reaped) when dropped, so a failing
-/// assertion leaves none behind.
-struct Nodes(Vec<Child>);
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for child in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Starts `n` managed `mem` nodes under `dir` (a full mesh) and writes
-/// `dir/.quarry/cluster.toml`.
-fn managed_cluster(dir: &Path, n: u16) -> Nodes {
-    let ports: Vec<u16> = {
-        let listeners: Vec<_> = (0..n)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
-            .collect();
-        listeners
-            .iter()
-            .map(|l| l.local_addr().expect("addr").port())
-            .collect()
+/// Starts `n` managed `mem` nodes under `dir/.quarry` (a full mesh), which
+/// writes `dir/.quarry/cluster.toml`; they stop when the cluster is dropped,
+/// so a failing assertion leaves none behind.
+fn managed_cluster(dir: &Path, n: u16) -> LocalCluster {
+    let spec = LocalClusterSpec {
+        nodes: n,
+        dir: dir.join(".quarry"),
+        backend: BackendKind::Mem,
+        preset: None,
+        geometry: Some(Geometry {
+            buses: 2,
+            chips_per_bus: 2,
+            blocks_per_chip: 64,
+            pages_per_block: 32,
+            page_size_bytes: 4096,
+            oob_size_bytes: 64,
+        }),
+        direct_io: false,
+        topology: Topology::default(),
+        stop_with_this_process: true,
+        managed: true,
+        ecc: EccMode::Rs,
     };
-    let mut nodes = Nodes(Vec::new());
-    let mut cluster = String::new();
-    for id in 0..n {
-        let node_dir = dir.join(format!("node-{id}"));
-        std::fs::create_dir_all(&node_dir).expect("node dir");
-        let mut config = format!(
-            "id = {id}\nlisten = \"127.0.0.1:{}\"\ndata_dir = \".\"\n\n[device]\nbackend = \"mem\"\n\
-             \n[device.geometry]\nbuses = 2\nchips_per_bus = 2\nblocks_per_chip = 64\n\
-             pages_per_block = 32\npage_size_bytes = 4096\noob_size_bytes = 64\n\
-             \n[storage]\nmode = \"managed\"\n",
-            ports[usize::from(id)]
-        );
-        for peer in (0..n).filter(|p| *p != id) {
-            config.push_str(&format!(
-                "\n[[peers]]\nid = {peer}\naddr = \"127.0.0.1:{}\"\n",
-                ports[usize::from(peer)]
-            ));
-        }
-        let config_path = node_dir.join("node.toml");
-        std::fs::write(&config_path, config).expect("write config");
-        let log = std::fs::File::create(node_dir.join("node.log")).expect("log");
-        let child = Command::new(env!("CARGO_BIN_EXE_quarry"))
-            .args(["node", "--config", config_path.to_str().expect("utf-8")])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start node");
-        nodes.0.push(child);
-        cluster.push_str(&format!(
-            "[[nodes]]\nid = {id}\naddr = \"127.0.0.1:{}\"\n\n",
-            ports[usize::from(id)]
-        ));
-    }
-    std::fs::create_dir_all(dir.join(".quarry")).expect("cluster dir");
-    std::fs::write(dir.join(".quarry/cluster.toml"), cluster).expect("cluster file");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let up = format!("{n} of {n} nodes up");
-    loop {
-        let status = quarry(dir, &["status"]);
-        if text(&status).contains(&up) {
-            return nodes;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cluster did not come up: {}",
-            text(&status)
-        );
-        std::thread::sleep(Duration::from_millis(200));
+    match LocalCluster::start(&spec, Path::new(env!("CARGO_BIN_EXE_quarry"))) {
+        Ok(cluster) => cluster,
+        Err(e) => panic!("cluster did not start: {e:#}"),
     }
 }
 
