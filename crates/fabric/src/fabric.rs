@@ -299,6 +299,32 @@ fn decode_frame(mut buf: BytesMut) -> Result<quarry_proto::Frame, String> {
 
 /// Requests that change nothing, so one that failed because a link died may
 /// be sent again on another path.
+/// Withdraws a request whose requester stopped waiting for it: frees its tag
+/// and tells the next node to drop it, which passes that on to the node
+/// running it, so the work stops there too.
+struct Withdraw<'a> {
+    link: &'a Arc<Link>,
+    stream: u32,
+}
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        // None: the stream already ended (answered, or failed with its link).
+        if lock(&self.link.outbound).remove(self.stream).is_some() {
+            self.link.send_abort(Kind::AbortRequest, self.stream);
+        }
+    }
+}
+
+/// Drops `up`'s record of a stream forwarded on its behalf, once the
+/// stream has ended downstream.
+fn forget_forward(up: &Link, up_stream: u32) {
+    let mut inbound = lock(&up.inbound);
+    if matches!(inbound.get(&up_stream), Some(Inbound::Forward { .. })) {
+        inbound.remove(&up_stream);
+    }
+}
+
 fn is_idempotent(request: &Request) -> bool {
     match request {
         Request::Call(call) => call.idempotent,
@@ -405,7 +431,20 @@ impl Inner {
                 last_failure = format!("link to node {} closed", link.peer);
                 continue;
             }
-            match tokio::time::timeout_at(deadline, answer).await {
+            // From here until the answer is in, a requester that stops
+            // waiting (a cancelled command, a timeout) withdraws the request.
+            let withdraw = Withdraw {
+                link: &link,
+                stream,
+            };
+            let waited = tokio::time::timeout_at(deadline, answer).await;
+            if matches!(waited, Ok(Ok(Ok(_)))) {
+                // The whole answer arrived and its stream is closed.
+                std::mem::forget(withdraw);
+            } else {
+                drop(withdraw);
+            }
+            match waited {
                 Ok(Ok(Ok(bytes))) => {
                     let answer = match decode_frame(bytes)
                         .and_then(|frame| decode_response(&frame).map_err(|e| e.to_string()))
@@ -440,7 +479,6 @@ impl Inner {
                 Ok(Ok(Err(reason))) => last_failure = reason,
                 Ok(Err(_)) => last_failure = format!("link to node {} closed", link.peer),
                 Err(_) => {
-                    lock(&link.outbound).remove(stream);
                     return error(
                         Status::Timeout,
                         format!(
@@ -836,18 +874,23 @@ impl Inner {
                 }
             }
         }
+        // Nobody is left to take the answers to the peer's requests: the
+        // ones passing through stop further on, the ones running here stop.
         let inbound: Vec<Inbound> = lock(&link.inbound).drain().map(|(_, v)| v).collect();
         for entry in inbound {
             if let Inbound::Forward { down, down_stream } = entry {
-                lock(&down.outbound).remove(down_stream);
-                down.send_abort(Kind::AbortRequest, down_stream);
+                if lock(&down.outbound).remove(down_stream).is_some() {
+                    down.send_abort(Kind::AbortRequest, down_stream);
+                }
             }
         }
+        link.stop_all_local();
     }
 
     /// Tells `up` its stream failed: an error answer if nothing of the answer
     /// went back yet, else an abort of the half-sent answer.
     fn fail_upstream(&self, up: &Arc<Link>, up_stream: u32, started: bool, why: &str) {
+        forget_forward(up, up_stream);
         if started {
             up.send_abort(Kind::AbortResponse, up_stream);
         } else {
@@ -911,9 +954,11 @@ impl Inner {
             Kind::AbortRequest => {
                 let entry = lock(&link.inbound).remove(&header.stream);
                 if let Some(Inbound::Forward { down, down_stream }) = entry {
-                    lock(&down.outbound).remove(down_stream);
-                    down.send_abort(Kind::AbortRequest, down_stream);
+                    if lock(&down.outbound).remove(down_stream).is_some() {
+                        down.send_abort(Kind::AbortRequest, down_stream);
+                    }
                 }
+                link.stop_local(header.stream);
                 Ok(())
             }
             Kind::AbortResponse => {
@@ -923,6 +968,7 @@ impl Inner {
                         let _ = reply.send(Err(format!("node {} broke off the answer", link.peer)));
                     }
                     Some(Pending::Forward { up, up_stream, .. }) => {
+                        forget_forward(&up, up_stream);
                         up.send_abort(Kind::AbortResponse, up_stream);
                     }
                     None => {}
@@ -989,7 +1035,7 @@ impl Inner {
                     if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
                         drop(inbound);
                         let job = self.clone().serve_local(link.clone(), header, buf, permit);
-                        link.run_local(Box::pin(job));
+                        link.run_local(stream, Box::pin(job));
                     }
                 }
             }
@@ -999,9 +1045,9 @@ impl Inner {
                 let mut forwarded = header;
                 forwarded.stream = down_stream;
                 forwarded.hops = header.hops.saturating_add(1);
-                if header.is_last() {
-                    inbound.remove(&stream);
-                }
+                // The entry stays after the request's last fragment, until
+                // its answer ends: an abort from upstream must still find
+                // the stream downstream.
                 let sent = down.send(OutFragment {
                     header: forwarded,
                     payload,
@@ -1011,13 +1057,16 @@ impl Inner {
                     // The next link died under the stream. Unless its
                     // failure was already reported upstream, report it now,
                     // and drop the rest of the request.
-                    if !header.is_last() {
+                    if header.is_last() {
+                        inbound.remove(&stream);
+                    } else {
                         inbound.insert(stream, Inbound::Discard);
                     }
                     drop(inbound);
-                    if let Some(Pending::Forward { dest, started, .. }) =
-                        lock(&down.outbound).remove(down_stream)
-                    {
+                    // Taken out first: fail_upstream locks this link's
+                    // inbound table, never while down's outbound is held.
+                    let removed = lock(&down.outbound).remove(down_stream);
+                    if let Some(Pending::Forward { dest, started, .. }) = removed {
                         let why = format!(
                             "{} is unreachable: link from node {} to node {} closed",
                             self.name(dest),
@@ -1146,12 +1195,16 @@ impl Inner {
             } => {
                 *started = true;
                 let up = up.clone();
+                let up_stream = *up_stream;
                 let mut forwarded = header;
-                forwarded.stream = *up_stream;
+                forwarded.stream = up_stream;
                 if header.is_last() {
                     outbound.remove(header.stream);
                 }
                 drop(outbound);
+                if header.is_last() {
+                    forget_forward(&up, up_stream);
+                }
                 up.send(OutFragment {
                     header: forwarded,
                     payload,
@@ -1187,9 +1240,18 @@ impl Inner {
                     }
                     .routes(),
                 )),
-                Ok(request) => (self.handler)(request).await,
+                Ok(request) => {
+                    // A request that changes something runs to its end once
+                    // started, withdrawn or not: dropping it half-way could
+                    // leave half a change. One that only reads stops.
+                    if !is_idempotent(&request) {
+                        link.keep_local(header.stream);
+                    }
+                    (self.handler)(request).await
+                }
             },
         };
+        link.keep_local(header.stream);
         drop(permit);
         let mut answer_header = LinkHeader::control(Kind::Response, 0);
         answer_header.stream = header.stream;

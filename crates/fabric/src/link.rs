@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use futures::future::BoxFuture;
+use futures::future::{AbortHandle, Abortable, BoxFuture, FutureExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 use quarry_proto::NodeId;
 use tokio::io::AsyncWriteExt;
@@ -233,6 +233,9 @@ pub(crate) struct Link {
     /// (NAND takes a block's pages only in order, and a client that sends
     /// them in order must see them programmed in order).
     local_jobs: mpsc::UnboundedSender<BoxFuture<'static, ()>>,
+    /// The peer's requests queued or running here that its withdrawal may
+    /// still stop, by stream (at most one per local permit).
+    stoppable: Mutex<HashMap<u32, AbortHandle>>,
     /// Fragments received per channel whose buffer space is not yet freed.
     held: [AtomicU32; 2],
     closed: AtomicBool,
@@ -272,6 +275,7 @@ impl Link {
             inbound: Mutex::new(HashMap::new()),
             local_permits: Arc::new(Semaphore::new(max_streams)),
             local_jobs,
+            stoppable: Mutex::new(HashMap::new()),
             held: [AtomicU32::new(0), AtomicU32::new(0)],
             closed: AtomicBool::new(false),
             closed_notify: Notify::new(),
@@ -281,11 +285,35 @@ impl Link {
         (link, jobs)
     }
 
-    /// Queues a request of the peer to run here.
-    pub fn run_local(&self, job: BoxFuture<'static, ()>) {
+    /// Queues the peer's request on `stream` to run here. Until the job
+    /// calls [`Link::keep_local`], [`Link::stop_local`] drops it.
+    pub fn run_local(&self, stream: u32, job: BoxFuture<'static, ()>) {
+        let (handle, registration) = AbortHandle::new_pair();
+        lock(&self.stoppable).insert(stream, handle);
+        let job = Abortable::new(job, registration).map(|_| ()).boxed();
         // Fails only once the runner has stopped with the link; the request
         // is then dropped with it.
         let _ = self.local_jobs.send(job);
+    }
+
+    /// Makes the job on `stream` run to its end from here on.
+    pub fn keep_local(&self, stream: u32) {
+        lock(&self.stoppable).remove(&stream);
+    }
+
+    /// Drops the job on `stream`, if it may still be stopped.
+    pub fn stop_local(&self, stream: u32) {
+        if let Some(handle) = lock(&self.stoppable).remove(&stream) {
+            handle.abort();
+        }
+    }
+
+    /// Drops every job that may still be stopped (the link is gone, and with
+    /// it whoever waited for the answers).
+    pub fn stop_all_local(&self) {
+        for (_, handle) in lock(&self.stoppable).drain() {
+            handle.abort();
+        }
     }
 
     /// Runs the peer's requests for this node: each is polled first in the

@@ -1,6 +1,7 @@
 //! Fabrics of several nodes over real loopback links: discovery, hop-by-hop
 //! forwarding of multi-fragment pages, hot plug, failure and reroute.
 
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -104,11 +105,22 @@ fn start_with(
     neighbors: Vec<NodeEntry>,
     config: FabricConfig,
 ) -> TestNode {
+    start_serving(id, listener, addr, neighbors, config, handler(id))
+}
+
+fn start_serving(
+    id: NodeId,
+    listener: TcpListener,
+    addr: &str,
+    neighbors: Vec<NodeEntry>,
+    config: FabricConfig,
+    handler: LocalHandler,
+) -> TestNode {
     let local = NodeEntry {
         id,
         addr: addr.to_string(),
     };
-    let fabric = Fabric::start(local, neighbors, config, handler(id)).unwrap();
+    let fabric = Fabric::start(local, neighbors, config, handler).unwrap();
     let acceptor = fabric.clone();
     let accept = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -120,6 +132,15 @@ fn start_with(
 
 /// Starts `ids.len()` nodes linked as `kind`; each dials its higher-id neighbours.
 async fn cluster(kind: TopologyKind, count: u16) -> (Vec<TestNode>, Vec<String>) {
+    cluster_serving(kind, count, &handler).await
+}
+
+/// [`cluster`] with each node's requests served by `serve(id)`.
+async fn cluster_serving(
+    kind: TopologyKind,
+    count: u16,
+    serve: &dyn Fn(NodeId) -> LocalHandler,
+) -> (Vec<TestNode>, Vec<String>) {
     let ids: Vec<NodeId> = (0..count).collect();
     let links = links_of(kind, &ids);
     let bound = listeners(count as usize).await;
@@ -135,7 +156,14 @@ async fn cluster(kind: TopologyKind, count: u16) -> (Vec<TestNode>, Vec<String>)
                 addr: addrs[b as usize].clone(),
             })
             .collect();
-        nodes.push(start(id, listener, &addr, neighbors));
+        nodes.push(start_serving(
+            id,
+            listener,
+            &addr,
+            neighbors,
+            config(),
+            serve(id),
+        ));
     }
     // Wait until every node's table is the one the whole topology gives,
     // not just some route to everyone.
@@ -504,6 +532,135 @@ async fn a_node_of_another_cluster_is_never_linked() {
     assert!(home.fabric.routes().links.is_empty());
     home.stop();
     foreign.stop();
+}
+
+/// What a node's slow service calls went through.
+#[derive(Default)]
+struct CallLog {
+    started: AtomicUsize,
+    /// Dropped before their end.
+    stopped: AtomicUsize,
+    finished: AtomicUsize,
+}
+
+/// Counts into `stopped` when dropped unless disarmed.
+struct Stopped(Arc<CallLog>, bool);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.stopped.fetch_add(1, AtomicOrdering::SeqCst);
+        }
+    }
+}
+
+/// Service calls take `call_time`; everything else is the usual handler.
+fn slow_calls(id: NodeId, log: Arc<CallLog>, call_time: Duration) -> LocalHandler {
+    let usual = handler(id);
+    Arc::new(move |request| {
+        let log = log.clone();
+        let usual = usual.clone();
+        Box::pin(async move {
+            if !matches!(request, Request::Call(_)) {
+                return usual(request).await;
+            }
+            log.started.fetch_add(1, AtomicOrdering::SeqCst);
+            let mut guard = Stopped(log.clone(), true);
+            tokio::time::sleep(call_time).await;
+            guard.1 = false;
+            log.finished.fetch_add(1, AtomicOrdering::SeqCst);
+            Response::Done
+        })
+    })
+}
+
+fn call(node: NodeId, idempotent: bool) -> Request {
+    Request::Call(Box::new(quarry_proto::ServiceCall {
+        node,
+        service: quarry_proto::Service::Compute,
+        idempotent,
+        body: Bytes::from_static(b"scan"),
+    }))
+}
+
+async fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} never happened");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A requester that stops waiting (a cancelled command, a timeout) withdraws
+/// its request: a read stops where it runs, one hop away or two; a call that
+/// changes something runs to its end once started, so it never stops half-done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_read_stops_where_it_runs_and_a_started_write_does_not() {
+    let logs: Vec<Arc<CallLog>> = (0..3).map(|_| Arc::new(CallLog::default())).collect();
+    let serve = |id: NodeId| {
+        let time = if id == 2 {
+            Duration::from_secs(30)
+        } else {
+            Duration::from_millis(600)
+        };
+        slow_calls(id, logs[usize::from(id)].clone(), time)
+    };
+    let (nodes, _) = cluster_serving(TopologyKind::Line, 3, &serve).await;
+    let entry = &nodes[0].fabric;
+    // Two hops: 0 -> 1 -> 2, withdrawn once it runs at node 2.
+    let waiting = entry.route(2, call(2, true), 0, 7);
+    let started = eventually("the read starting at node 2", || {
+        logs[2].started.load(AtomicOrdering::SeqCst) == 1
+    });
+    tokio::select! {
+        answer = waiting => panic!("a 30 s call answered: {answer:?}"),
+        () = started => {}
+    }
+    eventually("the withdrawn read stopping at node 2", || {
+        logs[2].stopped.load(AtomicOrdering::SeqCst) == 1
+    })
+    .await;
+    // One hop.
+    let waiting = entry.route(1, call(1, true), 0, 7);
+    let started = eventually("the read starting at node 1", || {
+        logs[1].started.load(AtomicOrdering::SeqCst) == 1
+    });
+    tokio::select! {
+        answer = waiting => panic!("answered before it was withdrawn: {answer:?}"),
+        () = started => {}
+    }
+    eventually("the withdrawn read stopping at node 1", || {
+        logs[1].stopped.load(AtomicOrdering::SeqCst) == 1
+    })
+    .await;
+    // A write withdrawn after it started still finishes.
+    let waiting = entry.route(1, call(1, false), 0, 7);
+    let started = eventually("the write starting at node 1", || {
+        logs[1].started.load(AtomicOrdering::SeqCst) == 2
+    });
+    tokio::select! {
+        answer = waiting => panic!("answered before it was withdrawn: {answer:?}"),
+        () = started => {}
+    }
+    eventually("the withdrawn write finishing at node 1", || {
+        logs[1].finished.load(AtomicOrdering::SeqCst) == 1
+    })
+    .await;
+    assert_eq!(
+        logs[1].stopped.load(AtomicOrdering::SeqCst),
+        1,
+        "only the read"
+    );
+    // The streams are gone from every table: the links still carry requests.
+    assert_page(read(entry, 2, 5).await, 2, 5);
+    assert_eq!(
+        entry.route(1, call(1, true), 0, 7).await,
+        Response::Done,
+        "a call that is waited for is answered"
+    );
+    for node in nodes {
+        node.stop();
+    }
 }
 
 #[tokio::test]
