@@ -17,7 +17,11 @@
 //!   next link and its answer mapped back to the requester's stream (two-layer
 //!   tags, BlueDBM §3.3); fragments are passed on as they arrive, so hops
 //!   overlap (BlueDBM §7.3); each link sends one fragment per requester flow
-//!   in turn (rotating priority, RFSA §IV.A).
+//!   in turn (rotating priority, RFSA §IV.A). A request whose requester
+//!   stops waiting is withdrawn at every hop, and stops where it runs if it
+//!   only reads;
+//! - **cluster identity**: a link's handshake names the cluster, and a node
+//!   of another cluster is refused even when its id fits.
 //!
 //! Failures come back as [`quarry_proto::Response::Error`] answers naming the
 //! node and the reason (unknown id, no live path, timeout, busy, hop limit),
