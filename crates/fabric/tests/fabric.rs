@@ -607,41 +607,35 @@ async fn a_withdrawn_read_stops_where_it_runs_and_a_started_write_does_not() {
     };
     let (nodes, _) = cluster_serving(TopologyKind::Line, 3, &serve).await;
     let entry = &nodes[0].fabric;
-    // Two hops: 0 -> 1 -> 2, withdrawn once it runs at node 2.
-    let waiting = entry.route(2, call(2, true), 0, 7);
-    let started = eventually("the read starting at node 2", || {
-        logs[2].started.load(AtomicOrdering::SeqCst) == 1
-    });
-    tokio::select! {
-        answer = waiting => panic!("a 30 s call answered: {answer:?}"),
-        () = started => {}
-    }
+    // Sends `request` to `node` and stops waiting once the call has started
+    // there for the `nth` time.
+    let withdraw_once_started = |node: NodeId, request: Request, nth: usize| {
+        let log = logs[usize::from(node)].clone();
+        async move {
+            let waiting = entry.route(node, request, 0, 7);
+            let started = eventually("the call starting", || {
+                log.started.load(AtomicOrdering::SeqCst) == nth
+            });
+            tokio::select! {
+                answer = waiting => panic!("answered before it was withdrawn: {answer:?}"),
+                () = started => {}
+            }
+        }
+    };
+    // Two hops: 0 -> 1 -> 2.
+    withdraw_once_started(2, call(2, true), 1).await;
     eventually("the withdrawn read stopping at node 2", || {
         logs[2].stopped.load(AtomicOrdering::SeqCst) == 1
     })
     .await;
     // One hop.
-    let waiting = entry.route(1, call(1, true), 0, 7);
-    let started = eventually("the read starting at node 1", || {
-        logs[1].started.load(AtomicOrdering::SeqCst) == 1
-    });
-    tokio::select! {
-        answer = waiting => panic!("answered before it was withdrawn: {answer:?}"),
-        () = started => {}
-    }
+    withdraw_once_started(1, call(1, true), 1).await;
     eventually("the withdrawn read stopping at node 1", || {
         logs[1].stopped.load(AtomicOrdering::SeqCst) == 1
     })
     .await;
     // A write withdrawn after it started still finishes.
-    let waiting = entry.route(1, call(1, false), 0, 7);
-    let started = eventually("the write starting at node 1", || {
-        logs[1].started.load(AtomicOrdering::SeqCst) == 2
-    });
-    tokio::select! {
-        answer = waiting => panic!("answered before it was withdrawn: {answer:?}"),
-        () = started => {}
-    }
+    withdraw_once_started(1, call(1, false), 2).await;
     eventually("the withdrawn write finishing at node 1", || {
         logs[1].finished.load(AtomicOrdering::SeqCst) == 1
     })
