@@ -394,8 +394,10 @@ async fn a_ring_reroutes_around_a_dead_node_and_fails_fast_for_it() {
         message.contains("node 1 (at 127.0.0.1:") && message.contains("unreachable"),
         "{message}"
     );
+    // Failing fast means on the route wait, not the request timeout: the
+    // bound is the latter, so a loaded machine does not fail the test.
     assert!(
-        asked.elapsed() < config().route_wait + Duration::from_secs(2),
+        asked.elapsed() < config().request_timeout,
         "took {:?}",
         asked.elapsed()
     );

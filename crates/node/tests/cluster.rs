@@ -219,8 +219,10 @@ async fn dead_node_is_reported_within_bounded_time() {
         message.starts_with(&format!("node 2 (at {dead_addr}) is unreachable")),
         "{message}"
     );
-    // The route wait (1 s by default) bounds it.
-    assert!(started.elapsed() < Duration::from_secs(3));
+    // The route wait (1 s by default) bounds it, far below the request
+    // timeout (30 s) it would otherwise take; the bound leaves a loaded
+    // machine room.
+    assert!(started.elapsed() < Duration::from_secs(10));
     // The rest of the cluster still works.
     assert!(matches!(
         via0.call(Request::NodeInfo(1)).await.unwrap(),
