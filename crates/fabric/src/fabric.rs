@@ -311,7 +311,7 @@ impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
         // None: the stream already ended (answered, or failed with its link).
         if lock(&self.link.outbound).remove(self.stream).is_some() {
-            self.link.send_abort(Kind::AbortRequest, self.stream);
+            self.link.withdraw_request(self.stream);
         }
     }
 }
@@ -880,7 +880,7 @@ impl Inner {
         for entry in inbound {
             if let Inbound::Forward { down, down_stream } = entry {
                 if lock(&down.outbound).remove(down_stream).is_some() {
-                    down.send_abort(Kind::AbortRequest, down_stream);
+                    down.withdraw_request(down_stream);
                 }
             }
         }
@@ -955,7 +955,7 @@ impl Inner {
                 let entry = lock(&link.inbound).remove(&header.stream);
                 if let Some(Inbound::Forward { down, down_stream }) = entry {
                     if lock(&down.outbound).remove(down_stream).is_some() {
-                        down.send_abort(Kind::AbortRequest, down_stream);
+                        down.withdraw_request(down_stream);
                     }
                 }
                 link.stop_local(header.stream);

@@ -85,6 +85,36 @@ impl FlowQueues {
         self.order.clear();
         self.flows.drain().flat_map(|(_, queue)| queue).collect()
     }
+
+    /// Takes out the queued request fragments of `stream`, keeping every
+    /// other fragment in its order.
+    fn take_request(&mut self, stream: u32) -> Vec<OutFragment> {
+        let mut taken = Vec::new();
+        for queue in self.flows.values_mut() {
+            if !queue
+                .iter()
+                .any(|f| f.header.stream == stream && f.header.kind == Kind::Request)
+            {
+                continue;
+            }
+            for fragment in std::mem::take(queue) {
+                if fragment.header.stream == stream && fragment.header.kind == Kind::Request {
+                    taken.push(fragment);
+                } else {
+                    queue.push_back(fragment);
+                }
+            }
+        }
+        if !taken.is_empty() {
+            // A flow left with nothing queued leaves the rotation too: the
+            // writer takes a flow in the order without a queue for an empty
+            // channel.
+            self.flows.retain(|_, queue| !queue.is_empty());
+            let flows = &self.flows;
+            self.order.retain(|flow| flows.contains_key(flow));
+        }
+        taken
+    }
 }
 
 struct Outbox {
@@ -503,6 +533,29 @@ impl Link {
         true
     }
 
+    /// Withdraws the request on `stream`: takes its fragments still queued
+    /// here (freeing the receive slots upstream that forwarded ones hold) and
+    /// sends the peer an abort, unless the peer never got any of it. An abort
+    /// therefore never overtakes its request's first fragment.
+    pub fn withdraw_request(&self, stream: u32) {
+        let taken: Vec<OutFragment> = {
+            let mut out = lock(&self.out);
+            out.queues
+                .iter_mut()
+                .flat_map(|queues| queues.take_request(stream))
+                .collect()
+        };
+        let first_unsent = taken.iter().any(|f| f.header.is_first());
+        for fragment in taken {
+            if let Some(release) = fragment.release {
+                release.run();
+            }
+        }
+        if !first_unsent {
+            self.send_abort(Kind::AbortRequest, stream);
+        }
+    }
+
     pub fn send_abort(&self, kind: Kind, stream: u32) -> bool {
         let mut header = LinkHeader::control(kind, 0);
         header.stream = stream;
@@ -703,5 +756,67 @@ mod tests {
         });
         assert!(!down.send(late), "a closed link takes nothing");
         assert_eq!(upstream.held[1].load(Ordering::Acquire), 0);
+    }
+
+    fn request(flow: u32, stream: u32, first: bool) -> OutFragment {
+        let mut fragment = fragment(flow, stream);
+        fragment.header.kind = Kind::Request;
+        fragment.header.flags = if first { flags::FIRST } else { 0 };
+        fragment
+    }
+
+    fn queued_aborts(link: &Link) -> usize {
+        lock(&link.out).control.len()
+    }
+
+    #[test]
+    fn a_withdrawn_request_leaves_the_queues_and_is_aborted_only_if_it_began() {
+        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, 8, 16);
+        let upstream = Arc::new(upstream);
+        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, 8, 16);
+        // Flow 1 queues stream 10 whole (forwarded: each holds a slot
+        // upstream) between two fragments of stream 11; flow 2 queues one
+        // answer fragment for stream 10, which is not the request's.
+        down.send(request(1, 11, true));
+        for first in [true, false, false] {
+            upstream.receive(Channel::Data).unwrap();
+            let mut forwarded = request(1, 10, first);
+            forwarded.release = Some(Release {
+                link: upstream.clone(),
+                channel: Channel::Data,
+            });
+            down.send(forwarded);
+        }
+        down.send(request(1, 11, false));
+        down.send(fragment(2, 10));
+        down.withdraw_request(10);
+        assert_eq!(
+            upstream.held[1].load(Ordering::Acquire),
+            0,
+            "the slots upstream are free"
+        );
+        assert_eq!(queued_aborts(&down), 0, "the peer never got any of it");
+        let left: Vec<(u32, u32, Kind)> = {
+            let mut out = lock(&down.out);
+            std::iter::from_fn(|| out.queues[Channel::Data.index()].pop())
+                .map(|f| (f.header.flow, f.header.stream, f.header.kind))
+                .collect()
+        };
+        assert_eq!(
+            left,
+            vec![
+                (1, 11, Kind::Request),
+                (2, 10, Kind::Response),
+                (1, 11, Kind::Request)
+            ],
+            "the rest keep their order and their turns"
+        );
+        // A request whose first fragment went out is aborted.
+        down.send(request(3, 12, false));
+        down.withdraw_request(12);
+        assert_eq!(queued_aborts(&down), 1);
+        assert!(lock(&down.out).queues[Channel::Data.index()]
+            .pop()
+            .is_none());
     }
 }
