@@ -327,13 +327,18 @@ pub fn grep(args: &GrepArgs) -> Result<()> {
             writeln!(out, "{}", result_json(&result, sent))?;
         } else {
             let names = (many || args.with_filename) && !args.no_filename;
-            out.write_all(&format_grep(
+            let printed = format_grep(
                 outputs,
                 args.count,
                 args.line_number,
                 args.byte_offset,
                 names,
-            ))?;
+            );
+            out.write_all(&printed.stdout)?;
+            out.flush()?;
+            for target in &printed.binary_matches {
+                eprintln!("quarry grep: {target}: binary file matches");
+            }
         }
         out.flush()?;
         if !any {
@@ -343,15 +348,36 @@ pub fn grep(args: &GrepArgs) -> Result<()> {
     })
 }
 
-/// What GNU grep prints for these outputs.
+/// GNU grep 3.8 reads a file in pieces of 96 KiB (its first read, and every
+/// later one while lines are shorter than a page) and treats the data as
+/// binary from the piece that holds its first NUL byte on.
+const GNU_GREP_READ_BYTES: u64 = 96 * 1024;
+
+/// What GNU grep prints for a set of outputs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GrepPrint {
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// The targets whose matching lines it withheld as binary data; it says
+    /// "binary file matches" for each on standard error.
+    pub binary_matches: Vec<String>,
+}
+
+/// What GNU grep prints for these outputs. Lines of binary data are
+/// withheld as GNU grep withholds them: from the 96 KiB piece of the target
+/// that holds its first NUL byte on, no line is printed, and a target with a
+/// match there is named in [`GrepPrint::binary_matches`]. (GNU grep also
+/// reads NULs as line ends from there on, which can change a count of lines
+/// that hold NULs; counts here are of newline-ended lines.)
 pub fn format_grep(
     outputs: &[TargetOutput],
     count: bool,
     line_number: bool,
     byte_offset: bool,
     names: bool,
-) -> Vec<u8> {
+) -> GrepPrint {
     let mut out = Vec::new();
+    let mut binary_matches = Vec::new();
     for t in outputs {
         let Output::Grep(g) = &t.output else { continue };
         if count {
@@ -362,7 +388,13 @@ pub fn format_grep(
             out.extend_from_slice(format!("{}\n", g.matching_lines).as_bytes());
             continue;
         }
+        let binary_from = g.first_nul.map(|at| at - at % GNU_GREP_READ_BYTES);
         for line in &g.lines {
+            let newline_at = line.byte_offset + line.text.len() as u64;
+            if binary_from.is_some_and(|from| newline_at >= from) {
+                binary_matches.push(t.target.clone());
+                break;
+            }
             if names {
                 out.extend_from_slice(t.target.as_bytes());
                 out.push(b':');
@@ -377,7 +409,10 @@ pub fn format_grep(
             out.push(b'\n');
         }
     }
-    out
+    GrepPrint {
+        stdout: out,
+        binary_matches,
+    }
 }
 
 /// `quarry wc`.
@@ -606,6 +641,7 @@ fn target_json(t: &TargetOutput) -> Value {
         Output::Count(n) => json!({ "count": n }),
         Output::Grep(g) => json!({
             "matching_lines": g.matching_lines,
+            "first_nul": g.first_nul,
             "lines": g.lines.iter().map(|l| json!({
                 "line_number": l.line_number,
                 "byte_offset": l.byte_offset,

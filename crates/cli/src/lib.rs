@@ -40,7 +40,7 @@ pub use args::{
 };
 pub use compute_cmd::{
     format_grep, format_wc, parse_job, parse_target, result_json, CommandOptions, ExitStatus,
-    GrepArgs, RunArgs, WcArgs,
+    GrepArgs, GrepPrint, RunArgs, WcArgs,
 };
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,

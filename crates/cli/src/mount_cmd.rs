@@ -284,7 +284,16 @@ fn format_answer(kernel: &str, outputs: &[TargetOutput], args: &[String]) -> Res
                 .sum();
             format!("{n}\n").into_bytes()
         }
-        "grep" | "egrep" | "fgrep" => format_grep(outputs, false, false, false, true),
+        "grep" | "egrep" | "fgrep" => {
+            // One stream only: the note GNU grep sends to standard error
+            // follows the lines.
+            let printed = format_grep(outputs, false, false, false, true);
+            let mut out = printed.stdout;
+            for target in printed.binary_matches {
+                out.extend_from_slice(format!("{target}: binary file matches\n").as_bytes());
+            }
+            out
+        }
         "wc" => format_wc(outputs, true, true, true).into_bytes(),
         "histogram" => {
             let k: usize = args

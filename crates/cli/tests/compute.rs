@@ -231,6 +231,53 @@ fn grep_and_wc_near_the_data_print_what_gnu_grep_and_wc_print() {
         assert!(v["bytes_sent_to_client"].as_u64().unwrap() > 0);
     }
 
+    // Binary data (a NUL byte), as GNU grep prints it: lines before the
+    // 96 KiB piece holding the first NUL, then "binary file matches" on
+    // standard error instead of the rest.
+    let lines = |from: usize, to: usize| -> Vec<u8> {
+        (from..to)
+            .flat_map(|i| format!("would line {i}\n").into_bytes())
+            .collect()
+    };
+    let mut late = lines(0, 9000);
+    late.extend_from_slice(b"x\0y would\n");
+    late.extend(lines(9000, 12_000));
+    let mut early = b"ELF\0\x01\x02 would\n".to_vec();
+    early.extend(lines(0, 100));
+    let mut clean_then_late = lines(0, 20_000);
+    clean_then_late.extend_from_slice(b"tail\0");
+    for (name, data) in [
+        ("late.bin", late),
+        ("early.bin", early),
+        ("end.bin", clean_then_late),
+    ] {
+        let path = format!("txt/{name}");
+        std::fs::write(d.join(&path), &data).unwrap();
+        let put = quarry(d, &["put", &path, &path]);
+        assert!(put.status.success(), "{}", text(&put));
+        for flags in [vec!["-n", "would"], vec!["-c", "would"], vec!["zebra"]] {
+            let mut ours_args = vec!["grep"];
+            ours_args.extend(&flags);
+            ours_args.push(&path);
+            let mut gnu_args = flags.clone();
+            gnu_args.push(&path);
+            let Some(gnu) = tool(d, "grep", &gnu_args) else {
+                return;
+            };
+            let ours = quarry(d, &ours_args);
+            assert!(
+                ours.stdout == gnu.stdout,
+                "quarry {ours_args:?}: {} bytes out, grep {} bytes",
+                ours.stdout.len(),
+                gnu.stdout.len()
+            );
+            assert_eq!(ours.status.code(), gnu.status.code(), "{ours_args:?}");
+            let said =
+                |o: &Output| String::from_utf8_lossy(&o.stderr).contains("binary file matches");
+            assert_eq!(said(&ours), said(&gnu), "{ours_args:?}: {}", text(&ours));
+        }
+    }
+
     // Nothing matched: grep's exit status 1, no output.
     let none = quarry(d, &["grep", "zebra", "txt/a.txt"]);
     assert_eq!(none.status.code(), Some(1), "{}", text(&none));

@@ -24,6 +24,11 @@ pub struct GrepOutput {
     pub matching_lines: u64,
     /// The matching lines in target order, when the spec asked for them.
     pub lines: Vec<MatchLine>,
+    /// The offset of the target's first NUL byte, looked for when lines
+    /// were asked for: GNU grep treats data holding one as binary and
+    /// prints no lines from there on.
+    #[serde(default)]
+    pub first_nul: Option<u64>,
 }
 
 /// One matching line.

@@ -244,9 +244,31 @@ fn only_counts_unless_lines_are_asked_for() {
         out,
         GrepOutput {
             matching_lines: 2,
-            lines: vec![]
+            lines: vec![],
+            first_nul: None,
         }
     );
+}
+
+/// Lines asked for, the kernel reports the target's first NUL byte (GNU
+/// grep's sign of binary data), wherever the ranges and blocks are cut.
+#[test]
+fn the_first_nul_is_found_across_every_split() {
+    let text = b"ab\ncd\0ef\ngh\0\nb";
+    let k = compile(&spec("b", GrepSyntax::Fixed, false)).unwrap();
+    let want = grep_out(run_whole(&*k, text));
+    assert_eq!(want.first_nul, Some(5));
+    let mut rng = StdRng::seed_from_u64(9);
+    for a in 0..=text.len() {
+        for b in a..=text.len() {
+            for block in [1, 2, usize::MAX] {
+                let got = grep_out(run_split(&*k, text, &[a, b], block, &mut rng));
+                assert_eq!(got, want, "split {a} {b} in blocks of {block}");
+            }
+        }
+    }
+    let clean = grep_out(run_whole(&*k, b"ab\nb\n"));
+    assert_eq!(clean.first_nul, None);
 }
 
 #[test]

@@ -40,6 +40,10 @@ pub struct GrepPart {
     lines: Vec<MatchLine>,
     /// The bytes after the last newline (empty when there is none).
     tail: Vec<u8>,
+    /// The offset in the target of the range's first NUL byte, looked for
+    /// only when lines are wanted (a count needs no binary handling here).
+    #[serde(default)]
+    first_nul: Option<u64>,
 }
 
 impl GrepPart {
@@ -204,6 +208,8 @@ impl Grep {
                 right_start: right.start,
             });
         }
+        // The left range comes first in the target.
+        left.first_nul = left.first_nul.or(right.first_nul);
         if right.newlines == 0 {
             if left.newlines == 0 {
                 left.head.extend_from_slice(&right.head);
@@ -287,11 +293,15 @@ impl ScanKernel for Grep {
             count: 0,
             lines: Vec::new(),
             tail: Vec::new(),
+            first_nul: None,
         })
     }
 
     fn fold(&self, state: Part, bytes: &[u8]) -> Result<Part, KernelError> {
         let mut p = part(state)?;
+        if self.want_lines && p.first_nul.is_none() {
+            p.first_nul = memchr::memchr(0, bytes).map(|i| p.end + i as u64);
+        }
         let Some(first) = memchr::memchr(b'\n', bytes) else {
             if p.newlines == 0 {
                 p.head.extend_from_slice(bytes);
@@ -370,6 +380,7 @@ impl ScanKernel for Grep {
         Ok(Output::Grep(GrepOutput {
             matching_lines: count,
             lines,
+            first_nul: whole.first_nul.map(|at| at - whole.start),
         }))
     }
 }
