@@ -305,11 +305,16 @@ fn decode_frame(mut buf: BytesMut) -> Result<quarry_proto::Frame, String> {
 struct Withdraw<'a> {
     link: &'a Arc<Link>,
     stream: u32,
+    /// The whole answer arrived: nothing to withdraw.
+    answered: bool,
 }
 
 impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
-        // None: the stream already ended (answered, or failed with its link).
+        if self.answered {
+            return;
+        }
+        // None: the stream already ended (failed with its link).
         if lock(&self.link.outbound).remove(self.stream).is_some() {
             self.link.withdraw_request(self.stream);
         }
@@ -433,17 +438,15 @@ impl Inner {
             }
             // From here until the answer is in, a requester that stops
             // waiting (a cancelled command, a timeout) withdraws the request.
-            let withdraw = Withdraw {
+            let mut withdraw = Withdraw {
                 link: &link,
                 stream,
+                answered: false,
             };
             let waited = tokio::time::timeout_at(deadline, answer).await;
-            if matches!(waited, Ok(Ok(Ok(_)))) {
-                // The whole answer arrived and its stream is closed.
-                std::mem::forget(withdraw);
-            } else {
-                drop(withdraw);
-            }
+            // A whole answer closed the stream; anything else withdraws it.
+            withdraw.answered = matches!(waited, Ok(Ok(Ok(_))));
+            drop(withdraw);
             match waited {
                 Ok(Ok(Ok(bytes))) => {
                     let answer = match decode_frame(bytes)
