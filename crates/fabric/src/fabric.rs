@@ -297,8 +297,6 @@ fn decode_frame(mut buf: BytesMut) -> Result<quarry_proto::Frame, String> {
     }
 }
 
-/// Requests that change nothing, so one that failed because a link died may
-/// be sent again on another path.
 /// Withdraws a request whose requester stopped waiting for it: frees its tag
 /// and tells the next node to drop it, which passes that on to the node
 /// running it, so the work stops there too.
@@ -330,6 +328,9 @@ fn forget_forward(up: &Link, up_stream: u32) {
     }
 }
 
+/// Requests that change nothing, so one that failed because a link died may
+/// be sent again on another path, and one whose requester gave up may be
+/// dropped half-way where it runs.
 fn is_idempotent(request: &Request) -> bool {
     match request {
         Request::Call(call) => call.idempotent,
