@@ -659,6 +659,32 @@ async fn a_withdrawn_read_stops_where_it_runs_and_a_started_write_does_not() {
     }
 }
 
+/// When the link a read came in on goes down, nobody is left to take its
+/// answer: it stops where it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_whose_requester_is_gone_stops() {
+    let log = Arc::new(CallLog::default());
+    let serve = |id: NodeId| slow_calls(id, log.clone(), Duration::from_secs(30));
+    let (mut nodes, _) = cluster_serving(TopologyKind::Line, 2, &serve).await;
+    let entry = nodes.remove(0);
+    let fabric = entry.fabric.clone();
+    let waiting = tokio::spawn(async move { fabric.route(1, call(1, true), 0, 7).await });
+    eventually("the read starting at node 1", || {
+        log.started.load(AtomicOrdering::SeqCst) == 1
+    })
+    .await;
+    // The requesting node goes away with its request still waiting.
+    entry.stop();
+    eventually("the orphaned read stopping at node 1", || {
+        log.stopped.load(AtomicOrdering::SeqCst) == 1
+    })
+    .await;
+    waiting.abort();
+    for node in nodes {
+        node.stop();
+    }
+}
+
 #[tokio::test]
 async fn bad_configuration_is_refused_with_the_reason() {
     let local = NodeEntry {
