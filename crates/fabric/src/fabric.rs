@@ -60,7 +60,36 @@ struct Inner {
     stop: watch::Sender<bool>,
     /// Bounds the links (and handshakes) other nodes open to this one.
     accepted: Arc<tokio::sync::Semaphore>,
+    /// When each reason for refusing an incoming link was last logged as a
+    /// warning: a misconfigured node redials every retry backoff, and one
+    /// warning a minute says as much as one per attempt.
+    refusals_logged: std::sync::Mutex<BTreeMap<String, Instant>>,
 }
+
+/// Whether refusing a link for `reason` at `now` is worth a warning: not
+/// if the same reason was warned of within the interval. Remembers at most
+/// [`MAX_REFUSALS_LOGGED`] reasons; past that, every new one is warned of.
+fn refusal_due_warning(logged: &mut BTreeMap<String, Instant>, reason: &str, now: Instant) -> bool {
+    if logged
+        .get(reason)
+        .is_some_and(|at| now.duration_since(*at) < REFUSAL_WARNING_INTERVAL)
+    {
+        return false;
+    }
+    if logged.len() >= MAX_REFUSALS_LOGGED && !logged.contains_key(reason) {
+        logged.retain(|_, at| now.duration_since(*at) < REFUSAL_WARNING_INTERVAL);
+        if logged.len() >= MAX_REFUSALS_LOGGED {
+            return true;
+        }
+    }
+    logged.insert(reason.to_string(), now);
+    true
+}
+
+/// Distinct refusal reasons remembered for rate-limiting their warnings.
+const MAX_REFUSALS_LOGGED: usize = 64;
+/// How often one refusal reason is logged as a warning.
+const REFUSAL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 
 struct State {
     links: BTreeMap<NodeId, Arc<Link>>,
@@ -131,6 +160,7 @@ impl Fabric {
                 next_serial: AtomicU64::new(1),
                 stop,
                 accepted: Arc::new(tokio::sync::Semaphore::new(max_nodes)),
+                refusals_logged: std::sync::Mutex::new(BTreeMap::new()),
             }),
         };
         for neighbor in neighbors {
@@ -170,7 +200,12 @@ impl Fabric {
                 .map(|a| a.to_string())
                 .unwrap_or_default();
             if let Err(e) = inner.clone().run_link(stream, None).await {
-                tracing::warn!(%peer, "link refused: {e}");
+                let reason = e.to_string();
+                if inner.warn_of_refusal(&reason) {
+                    tracing::warn!(%peer, "link refused: {reason}");
+                } else {
+                    tracing::debug!(%peer, "link refused: {reason}");
+                }
             }
         });
     }
@@ -366,6 +401,12 @@ impl Inner {
         }
     }
 
+    /// Whether a refusal for `reason` is due a warning (else it is logged
+    /// quietly); see [`Inner::refusals_logged`].
+    fn warn_of_refusal(&self, reason: &str) -> bool {
+        refusal_due_warning(&mut lock(&self.refusals_logged), reason, Instant::now())
+    }
+
     fn stopped(&self) -> bool {
         *self.stop.borrow()
     }
@@ -556,6 +597,10 @@ impl Inner {
     /// Dials `neighbor` whenever there is no live link to it.
     async fn dial_loop(self: Arc<Self>, neighbor: NodeEntry) {
         let mut stop = self.stop.subscribe();
+        // A refused handshake is a configuration problem (another cluster,
+        // another node at the address): said once as a warning, then
+        // quietly on every retry until the reason changes.
+        let mut last_refusal = String::new();
         loop {
             if *stop.borrow() {
                 return;
@@ -580,9 +625,17 @@ impl Inner {
                         // it to be registered or to fail.
                         // Not cancelled on stop: shutdown closes the link,
                         // which ends it cleanly through link_down.
-                        let result = inner.run_link(stream, Some(id)).await;
-                        if let Err(e) = result {
-                            tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "link: {e}");
+                        match inner.run_link(stream, Some(id)).await {
+                            Err(e) => {
+                                let reason = e.to_string();
+                                if reason != last_refusal {
+                                    tracing::warn!(peer = neighbor.id, addr = %neighbor.addr, "no link: {reason}");
+                                    last_refusal = reason;
+                                } else {
+                                    tracing::debug!(peer = neighbor.id, addr = %neighbor.addr, "no link: {reason}");
+                                }
+                            }
+                            Ok(()) => last_refusal.clear(),
                         }
                     }
                     Ok(Err(e)) => {
@@ -1305,6 +1358,35 @@ impl Inner {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_is_warned_of_once_a_minute_and_the_memory_is_bounded() {
+        let mut logged = BTreeMap::new();
+        let start = Instant::now();
+        assert!(refusal_due_warning(&mut logged, "other cluster", start));
+        let later = start + Duration::from_millis(500);
+        assert!(!refusal_due_warning(&mut logged, "other cluster", later));
+        assert!(refusal_due_warning(&mut logged, "wrong id", later));
+        let after_a_minute = start + REFUSAL_WARNING_INTERVAL;
+        assert!(refusal_due_warning(
+            &mut logged,
+            "other cluster",
+            after_a_minute
+        ));
+        for i in 0..3 * MAX_REFUSALS_LOGGED {
+            assert!(refusal_due_warning(
+                &mut logged,
+                &format!("reason {i}"),
+                after_a_minute
+            ));
+            assert!(logged.len() <= MAX_REFUSALS_LOGGED);
         }
     }
 }
