@@ -248,6 +248,7 @@ impl Fabric {
                     peer: link.peer,
                     addr: link.peer_addr.clone(),
                     in_flight: link.in_flight() as u32,
+                    inbound: lock(&link.inbound).len() as u32,
                 })
                 .collect(),
             routes: state

@@ -659,6 +659,85 @@ async fn a_withdrawn_read_stops_where_it_runs_and_a_started_write_does_not() {
     }
 }
 
+/// A forwarding node keeps each stream's mapping until its answer ends; a
+/// mapping that outlived its stream would fill the forwarder's table (here
+/// 2 x 4 streams) and close the link. Hundreds of answered, and withdrawn,
+/// requests through it leave it serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarder_forgets_every_stream_it_forwarded() {
+    let tight = || FabricConfig {
+        max_streams_per_link: 4,
+        ..config()
+    };
+    let mut bound = listeners(3).await;
+    let addrs: Vec<String> = bound.iter().map(|(_, a)| a.clone()).collect();
+    let (l2, _) = bound.pop().unwrap();
+    let (l1, _) = bound.pop().unwrap();
+    let (l0, _) = bound.pop().unwrap();
+    let entry = |id: NodeId| NodeEntry {
+        id,
+        addr: addrs[usize::from(id)].clone(),
+    };
+    let log = Arc::new(CallLog::default());
+    let far = start_serving(
+        2,
+        l2,
+        &addrs[2],
+        Vec::new(),
+        tight(),
+        slow_calls(2, log.clone(), Duration::from_secs(30)),
+    );
+    let middle = start_serving(1, l1, &addrs[1], vec![entry(2)], tight(), handler(1));
+    let near = start_serving(0, l0, &addrs[0], vec![entry(1)], tight(), handler(0));
+    assert!(
+        near.fabric
+            .wait_for_routes(&[1, 2], Duration::from_secs(5))
+            .await
+    );
+    for page in 0..300 {
+        assert_page(read(&near.fabric, 2, page).await, 2, page);
+    }
+    for round in 0..20 {
+        let reads = (0..4).map(|i| read(&near.fabric, 2, round * 4 + i));
+        for (i, answer) in futures::future::join_all(reads)
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            assert_page(answer, 2, round * 4 + i as u32);
+        }
+    }
+    for n in 1..=40 {
+        let waiting = near.fabric.route(2, call(2, true), 0, 7);
+        let started = eventually("the call starting", || {
+            log.started.load(AtomicOrdering::SeqCst) == n
+        });
+        tokio::select! {
+            answer = waiting => panic!("answered before it was withdrawn: {answer:?}"),
+            () = started => {}
+        }
+    }
+    eventually("every withdrawn call stopping", || {
+        log.stopped.load(AtomicOrdering::SeqCst) == 40
+    })
+    .await;
+    assert_page(read(&near.fabric, 2, 7).await, 2, 7);
+    // Every stream has ended: the forwarder holds none of them.
+    eventually("the forwarder's tables emptying", || {
+        middle.fabric.routes().links.iter().all(|l| l.inbound == 0)
+            && near.fabric.routes().links.iter().all(|l| l.in_flight == 0)
+    })
+    .await;
+    assert_eq!(
+        middle.fabric.routes().links.len(),
+        2,
+        "both links stayed up"
+    );
+    for node in [near, middle, far] {
+        node.stop();
+    }
+}
+
 /// When the link a read came in on goes down, nobody is left to take its
 /// answer: it stops where it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

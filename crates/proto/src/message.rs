@@ -124,6 +124,10 @@ pub struct LinkEntry {
     pub addr: String,
     /// Requests this node has in flight on the link right now.
     pub in_flight: u32,
+    /// Requests of the neighbour's open on the link right now: arriving,
+    /// running here, or passing through to a node further on.
+    #[serde(default)]
+    pub inbound: u32,
 }
 
 /// What `Routes` answers: one node's links and routing table.

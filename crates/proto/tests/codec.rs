@@ -100,6 +100,7 @@ fn responses() -> Vec<Response> {
                 peer: 2,
                 addr: "127.0.0.1:7402".into(),
                 in_flight: 3,
+                inbound: 2,
             }],
             routes: vec![RouteEntry {
                 dest: 3,
