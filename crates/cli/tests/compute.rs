@@ -33,6 +33,22 @@ fn tool(dir: &Path, program: &str, args: &[&str]) -> Option<Output> {
     }
 }
 
+/// `quarry PROGRAM FLAGS... TARGETS...` and the local `PROGRAM FLAGS...
+/// TARGETS...` on the same names (objects there, files here); `None` if the
+/// local tool is missing.
+fn ours_and_theirs(
+    d: &Path,
+    program: &str,
+    flags: &[&str],
+    targets: &[&str],
+) -> Option<(Output, Output)> {
+    let theirs_args: Vec<&str> = flags.iter().chain(targets).copied().collect();
+    let theirs = tool(d, program, &theirs_args)?;
+    let mut ours_args = vec![program];
+    ours_args.extend(&theirs_args);
+    Some((quarry(d, &ours_args), theirs))
+}
+
 fn text(output: &Output) -> String {
     format!(
         "{}{}",
@@ -170,19 +186,13 @@ fn grep_and_wc_near_the_data_print_what_gnu_grep_and_wc_print() {
             assert_eq!(ours.stdout, rg.stdout);
         }
         for flags in [vec![], vec!["-l"], vec!["-w"], vec!["-c"], vec!["-l", "-c"]] {
-            let mut ours_args = vec!["wc"];
-            ours_args.extend(&flags);
-            ours_args.extend(&files);
-            let mut gnu_args = flags.clone();
-            gnu_args.extend(&files);
-            let Some(gnu) = tool(d, "wc", &gnu_args) else {
+            let Some((ours, gnu)) = ours_and_theirs(d, "wc", &flags, &files) else {
                 return;
             };
-            let ours = quarry(d, &ours_args);
             assert_eq!(
                 String::from_utf8_lossy(&ours.stdout),
                 String::from_utf8_lossy(&gnu.stdout),
-                "quarry {ours_args:?}: {}",
+                "quarry wc {flags:?}: {}",
                 String::from_utf8_lossy(&ours.stderr)
             );
             // And one file.
@@ -256,25 +266,19 @@ fn grep_and_wc_near_the_data_print_what_gnu_grep_and_wc_print() {
         let put = quarry(d, &["put", &path, &path]);
         assert!(put.status.success(), "{}", text(&put));
         for flags in [vec!["-n", "would"], vec!["-c", "would"], vec!["zebra"]] {
-            let mut ours_args = vec!["grep"];
-            ours_args.extend(&flags);
-            ours_args.push(&path);
-            let mut gnu_args = flags.clone();
-            gnu_args.push(&path);
-            let Some(gnu) = tool(d, "grep", &gnu_args) else {
+            let Some((ours, gnu)) = ours_and_theirs(d, "grep", &flags, &[&path]) else {
                 return;
             };
-            let ours = quarry(d, &ours_args);
             assert!(
                 ours.stdout == gnu.stdout,
-                "quarry {ours_args:?}: {} bytes out, grep {} bytes",
+                "quarry grep {flags:?} {path}: {} bytes out, grep {} bytes",
                 ours.stdout.len(),
                 gnu.stdout.len()
             );
-            assert_eq!(ours.status.code(), gnu.status.code(), "{ours_args:?}");
+            assert_eq!(ours.status.code(), gnu.status.code(), "{flags:?} {path}");
             let said =
                 |o: &Output| String::from_utf8_lossy(&o.stderr).contains("binary file matches");
-            assert_eq!(said(&ours), said(&gnu), "{ours_args:?}: {}", text(&ours));
+            assert_eq!(said(&ours), said(&gnu), "{flags:?} {path}: {}", text(&ours));
         }
     }
 
