@@ -223,6 +223,65 @@ fn counts_and_lines_match_the_real_tools() {
     }
 }
 
+/// Binary data: GNU grep reads NULs as line ends once it has seen one, so a
+/// line holding NULs counts as its matching pieces. The kernel's counts
+/// equal `grep -c` (binary handling on, no `-a`) for every pattern, and the
+/// lines it reports count the same, wherever the ranges are cut.
+#[test]
+fn counts_of_binary_data_match_gnu_grep() {
+    let mut vocab: Vec<&[u8]> = VOCAB.to_vec();
+    vocab.extend_from_slice(&[b"\0", b"a\0b", b"\0\0", b"needle\0", b"\0foo"]);
+    let mut rng = StdRng::seed_from_u64(0x6e756c);
+    for round in 0..4 {
+        let n = rng.gen_range(1..300);
+        let mut text = random_text(&mut rng, &vocab, n);
+        if round == 0 {
+            // The first NUL far from the start, past GNU grep's first read.
+            let mut long = random_text(&mut rng, VOCAB, 4000);
+            long.extend_from_slice(&text);
+            text = long;
+        }
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&text).unwrap();
+        file.flush().unwrap();
+        for &(syntax, pattern) in PATTERNS {
+            let ic = rng.gen_bool(0.3);
+            let flag = match syntax {
+                GrepSyntax::Fixed => "-F",
+                GrepSyntax::Basic => "-G",
+                GrepSyntax::Extended => "-E",
+            };
+            let mut args = vec![flag, "-c"];
+            if ic {
+                args.push("-i");
+            }
+            let Some(gnu) = tool("grep", &[&args[..], &["-e", pattern]].concat(), file.path())
+            else {
+                return;
+            };
+            for lines in [false, true] {
+                let k = compile(&KernelSpec::Grep(GrepSpec {
+                    pattern: pattern.into(),
+                    syntax,
+                    ignore_case: ic,
+                    lines,
+                }))
+                .unwrap();
+                let whole = grep_out(run_whole(&*k, &text));
+                assert_eq!(
+                    format!("{}\n", whole.matching_lines),
+                    String::from_utf8_lossy(&gnu),
+                    "round {round}: grep {args:?} -e {pattern:?} (lines: {lines})"
+                );
+                let cuts = random_cuts(&mut rng, text.len());
+                let block = random_block(&mut rng);
+                let got = grep_out(run_split(&*k, &text, &cuts, block, &mut rng));
+                assert_eq!(got, whole, "{pattern:?} cuts {cuts:?} block {block}");
+            }
+        }
+    }
+}
+
 fn which(name: &str) -> bool {
     std::process::Command::new(name)
         .arg("--version")

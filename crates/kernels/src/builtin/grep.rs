@@ -4,6 +4,13 @@
 //! POSIX patterns are translated to the syntax of Rust's regex crate (see
 //! [`translate`]) and run by ripgrep's own matcher and searcher, over bytes
 //! (no Unicode: the C locale matches byte by byte).
+//!
+//! Binary data is counted as GNU grep counts it: once GNU grep sees a NUL
+//! byte it reads every NUL from there on as a line end, so a line holding
+//! NULs counts as the pieces between them that match. Every line holding a
+//! NUL lies past the point GNU grep decides the data is binary (that point
+//! is at or before the first NUL), so the rule needs no global view: each
+//! line is judged by its own bytes.
 
 use grep_matcher::{LineMatchKind, Matcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
@@ -66,6 +73,11 @@ pub(crate) struct Grep {
     /// engine's search for the same literal runs at half its speed here.
     literal: Option<memchr::memmem::Finder<'static>>,
     want_lines: bool,
+    /// The pattern has no line anchors and cannot match an empty line, so a
+    /// piece of a line can match only if the whole line does: only matching
+    /// lines need looking at for NULs. Otherwise every block is first
+    /// searched for a NUL.
+    pieces_match_within: bool,
 }
 
 impl Grep {
@@ -96,11 +108,64 @@ impl Grep {
         let literal =
             (spec.syntax == GrepSyntax::Fixed && !spec.ignore_case && !spec.pattern.is_empty())
                 .then(|| memchr::memmem::Finder::new(spec.pattern.as_bytes()).into_owned());
+        let anchored = match spec.syntax {
+            GrepSyntax::Fixed => false,
+            GrepSyntax::Basic | GrepSyntax::Extended => has_line_anchors(&pattern),
+        };
+        let matches_empty = matcher.is_match(b"").unwrap_or(true);
         Ok(Grep {
             matcher,
             literal,
             want_lines: spec.lines,
+            pieces_match_within: !anchored && !matches_empty,
         })
+    }
+
+    fn is_match(&self, bytes: &[u8]) -> bool {
+        self.matcher.is_match(bytes).unwrap_or(false)
+    }
+
+    /// How many lines GNU grep counts in `line` (without its newline): one
+    /// if it matches, or, when it holds NULs, its matching pieces.
+    fn count_of(&self, line: &[u8]) -> u64 {
+        if memchr::memchr(0, line).is_none() {
+            return u64::from(self.is_match(line));
+        }
+        line.split(|&b| b == 0)
+            .filter(|piece| self.is_match(piece))
+            .count() as u64
+    }
+
+    /// [`Grep::count_of`] for a line already known to match as a whole.
+    fn count_of_matching(&self, line: &[u8]) -> u64 {
+        if memchr::memchr(0, line).is_none() {
+            return 1;
+        }
+        self.count_of(line)
+    }
+
+    /// Judges the complete lines of `slice` one at a time (each ending in a
+    /// newline), for a block whose NULs could make a piece of a line match
+    /// where the whole does not.
+    fn lines_one_by_one(
+        &self,
+        slice: &[u8],
+        rel: u64,
+        offset: u64,
+        count: &mut u64,
+        lines: &mut Vec<MatchLine>,
+    ) {
+        let mut start = 0usize;
+        for (i, end) in memchr::memchr_iter(b'\n', slice).enumerate() {
+            self.line(
+                &slice[start..end],
+                rel + i as u64,
+                offset + start as u64,
+                count,
+                lines,
+            );
+            start = end + 1;
+        }
     }
 
     /// Finds the matching lines of `slice`, whose first line is line `rel`
@@ -113,6 +178,10 @@ impl Grep {
         count: &mut u64,
         lines: &mut Vec<MatchLine>,
     ) {
+        if !self.pieces_match_within && memchr::memchr(0, slice).is_some() {
+            self.lines_one_by_one(slice, rel, offset, count, lines);
+            return;
+        }
         if !self.want_lines {
             *count += self.count_matching_lines(slice);
             return;
@@ -125,7 +194,7 @@ impl Grep {
             .line_number(self.want_lines)
             .build();
         let mut sink = Collect {
-            want_lines: self.want_lines,
+            grep: self,
             rel,
             offset,
             count,
@@ -169,8 +238,8 @@ impl Grep {
             // after it.
             let start = memchr::memrchr(b'\n', &slice[at..pos]).map_or(at, |i| at + i + 1);
             let end = memchr::memchr(b'\n', &slice[pos..]).map_or(slice.len(), |i| pos + i);
-            if confirmed || self.matcher.is_match(&slice[start..end]).unwrap_or(false) {
-                count += 1;
+            if confirmed || self.is_match(&slice[start..end]) {
+                count += self.count_of_matching(&slice[start..end]);
             }
             at = end + 1;
         }
@@ -188,10 +257,11 @@ impl Grep {
         count: &mut u64,
         lines: &mut Vec<MatchLine>,
     ) {
-        if !self.matcher.is_match(line).unwrap_or(false) {
+        let matching = self.count_of(line);
+        if matching == 0 {
             return;
         }
-        *count += 1;
+        *count += matching;
         if self.want_lines {
             lines.push(MatchLine {
                 line_number: rel,
@@ -248,7 +318,7 @@ impl Grep {
 }
 
 struct Collect<'a> {
-    want_lines: bool,
+    grep: &'a Grep,
     rel: u64,
     offset: u64,
     count: &'a mut u64,
@@ -259,10 +329,14 @@ impl Sink for Collect<'_> {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
-        *self.count += 1;
-        if self.want_lines {
-            let text = m.bytes();
-            let text = text.strip_suffix(b"\n").unwrap_or(text);
+        let text = m.bytes();
+        let text = text.strip_suffix(b"\n").unwrap_or(text);
+        let matching = self.grep.count_of_matching(text);
+        if matching == 0 {
+            return Ok(true);
+        }
+        *self.count += matching;
+        if self.grep.want_lines {
             self.lines.push(MatchLine {
                 line_number: self.rel + m.line_number().unwrap_or(1) - 1,
                 byte_offset: self.offset + m.absolute_byte_offset(),
@@ -383,6 +457,33 @@ impl ScanKernel for Grep {
             first_nul: whole.first_nul.map(|at| at - whole.start),
         }))
     }
+}
+
+/// Whether a translated pattern holds a line or text anchor (`^`, `$`),
+/// which could match at a NUL once GNU grep reads NULs as line ends. A
+/// pattern that does not parse counts as anchored.
+fn has_line_anchors(pattern: &str) -> bool {
+    use regex_syntax::hir::Look;
+    let parsed = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .multi_line(true)
+        .build()
+        .parse(pattern);
+    let Ok(hir) = parsed else {
+        return true;
+    };
+    let looks = hir.properties().look_set();
+    [
+        Look::Start,
+        Look::End,
+        Look::StartLF,
+        Look::EndLF,
+        Look::StartCRLF,
+        Look::EndCRLF,
+    ]
+    .into_iter()
+    .any(|look| looks.contains(look))
 }
 
 /// Translates a POSIX regular expression, basic (`grep`) or extended
