@@ -367,8 +367,7 @@ pub struct GrepPrint {
 /// withheld as GNU grep withholds them: from the 96 KiB piece of the target
 /// that holds its first NUL byte on, no line is printed, and a target with a
 /// match there is named in [`GrepPrint::binary_matches`]. (GNU grep also
-/// reads NULs as line ends from there on, which can change a count of lines
-/// that hold NULs; counts here are of newline-ended lines.)
+/// reads NULs as line ends from there on; the kernel counts that way.)
 pub fn format_grep(
     outputs: &[TargetOutput],
     count: bool,

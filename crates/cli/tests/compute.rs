@@ -252,7 +252,8 @@ fn grep_and_wc_near_the_data_print_what_gnu_grep_and_wc_print() {
     let mut late = lines(0, 9000);
     late.extend_from_slice(b"x\0y would\n");
     late.extend(lines(9000, 12_000));
-    let mut early = b"ELF\0\x01\x02 would\n".to_vec();
+    // A line holding NULs counts as its matching pieces (here two).
+    let mut early = b"ELF\0\x01\x02 would\nwould\0would\n".to_vec();
     early.extend(lines(0, 100));
     let mut clean_then_late = lines(0, 20_000);
     clean_then_late.extend_from_slice(b"tail\0");
