@@ -93,6 +93,11 @@ const REFUSAL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 
 struct State {
     links: BTreeMap<NodeId, Arc<Link>>,
+    /// Links replaced by a preferred one to the same peer (both ends dialled
+    /// each other), kept open until the streams on them end: closing one at
+    /// once would fail requests the peer sends on it before it has switched
+    /// to the new link too. At most [`FabricConfig::max_nodes`].
+    retired: Vec<(Arc<Link>, Instant)>,
     db: LinkStateDb,
     table: RoutingTable,
     sequence: u64,
@@ -151,6 +156,7 @@ impl Fabric {
                 handler,
                 state: RwLock::new(State {
                     links: BTreeMap::new(),
+                    retired: Vec::new(),
                     db,
                     table: RoutingTable::default(),
                     sequence: instance,
@@ -293,7 +299,12 @@ impl Fabric {
     /// Closes every link and stops dialling.
     pub fn shutdown(&self) {
         let _ = self.inner.stop.send(true);
-        let links: Vec<Arc<Link>> = self.inner.read().links.values().cloned().collect();
+        let links: Vec<Arc<Link>> = {
+            let mut state = self.inner.write();
+            let mut links: Vec<Arc<Link>> = state.links.values().cloned().collect();
+            links.extend(state.retired.drain(..).map(|(link, _)| link));
+            links
+        };
         for link in links {
             self.inner.link_down(&link, "this node is shutting down");
         }
@@ -788,14 +799,26 @@ impl Inner {
                     // Both ends dialled each other: both keep the link the
                     // lower id dialled. A peer that restarted replaces its
                     // old link.
-                    let keep_existing = existing.peer_instance == link.peer_instance
-                        && existing.dialer != link.dialer
-                        && existing.dialer < link.dialer;
+                    let same_run = existing.peer_instance == link.peer_instance;
+                    let keep_existing =
+                        same_run && existing.dialer != link.dialer && existing.dialer < link.dialer;
                     if keep_existing {
                         return false;
                     }
-                    existing.close();
-                    replaced = Some(existing);
+                    if same_run {
+                        // The peer makes the same choice; each end retires
+                        // the other link once it has switched.
+                        if state.retired.len() >= self.config.max_nodes {
+                            let (oldest, _) = state.retired.remove(0);
+                            oldest.close();
+                            replaced = Some(oldest);
+                        }
+                        state.retired.push((existing, Instant::now()));
+                    } else {
+                        // A restarted peer: its old link is dead.
+                        existing.close();
+                        replaced = Some(existing);
+                    }
                 }
             }
             state.links.insert(link.peer, link.clone());
@@ -1318,6 +1341,31 @@ impl Inner {
         link.send_message(answer_header, encode_answer(&answer));
     }
 
+    /// Closes the retired links that carry no stream any more (after a
+    /// grace of `dead_after`, so the peer has switched to the new link), or
+    /// that have been retired for the longest a stream may take.
+    fn close_retired_links(&self) {
+        let done: Vec<Arc<Link>> = {
+            let mut state = self.write();
+            let grace = self.config.dead_after;
+            let longest = self.config.request_timeout * 2;
+            let mut done = Vec::new();
+            state.retired.retain(|(link, since)| {
+                let age = since.elapsed();
+                let idle = link.in_flight() == 0 && lock(&link.inbound).is_empty();
+                let finished = link.is_closed() || (idle && age >= grace) || age >= longest;
+                if finished {
+                    done.push(link.clone());
+                }
+                !finished
+            });
+            done
+        };
+        for link in done {
+            self.link_down(&link, "replaced by a newer link");
+        }
+    }
+
     /// Declares silent links dead and drops forwarded streams whose answer is
     /// long overdue, so no table grows with a peer that stopped answering.
     async fn housekeeping(self: Arc<Self>) {
@@ -1328,6 +1376,7 @@ impl Inner {
                 _ = tokio::time::sleep(tick) => {}
                 _ = stop.changed() => return,
             }
+            self.close_retired_links();
             let links: Vec<Arc<Link>> = self.read().links.values().cloned().collect();
             for link in links {
                 let silent = link.silent_for();
