@@ -376,6 +376,30 @@ impl State {
         self.take_run(block, want)
     }
 
+    /// A user page's version `seq` is programmed at `page`: settles it, ends
+    /// its write and points the map at it.
+    fn land_user(&mut self, id: LogicalPage, seq: u64, is_new: bool, page: Phys) {
+        self.settle(page);
+        self.end_write(seq, is_new);
+        self.install(id, seq, page);
+        self.counters.user_pages += 1;
+        self.changes_since_checkpoint += 1;
+    }
+
+    /// A moved page's copy at `page` is programmed: settles it, counts it,
+    /// and points the map at it if the page is still the version moved.
+    fn land_move(&mut self, m: &Move, page: Phys, kind: MoveKind) {
+        self.settle(page);
+        match kind {
+            MoveKind::Gc => self.counters.gc_pages += 1,
+            MoveKind::Wear => self.counters.wear_pages += 1,
+        }
+        if self.current(&m.rec.page) == Some((m.rec.seq, m.old)) {
+            let installed = self.install(m.rec.page, m.rec.seq, page);
+            debug_assert!(installed);
+        }
+    }
+
     /// Takes up to `want` consecutive pages of the open `block`, at least
     /// two, or none.
     fn take_run(&mut self, block: u32, want: u32) -> Option<(Phys, u32)> {
@@ -1195,11 +1219,7 @@ impl Inner {
                 Ok(()) => {
                     let wake = {
                         let mut st = self.lock();
-                        st.settle(phys);
-                        st.end_write(seq, is_new);
-                        st.install(id, seq, phys);
-                        st.counters.user_pages += 1;
-                        st.changes_since_checkpoint += 1;
+                        st.land_user(id, seq, is_new, phys);
                         self.wants_background(&st)
                     };
                     *held = Some((chip, guard));
@@ -1303,11 +1323,10 @@ impl Inner {
             return Ok((0, false));
         };
         let count = admitted.len();
-        let admitted = &admitted[..];
         let oob_bytes = self.geometry.oob_size_bytes as usize;
         let run: Vec<(Bytes, Bytes)> = pages[..count]
             .iter()
-            .zip(admitted)
+            .zip(&admitted)
             .enumerate()
             .map(|(k, (data, &(seq, _)))| {
                 let oob = OobRecord::spare_area(id(k), seq, data, &[], oob_bytes);
@@ -1319,12 +1338,7 @@ impl Inner {
                 let wake = {
                     let mut st = self.lock();
                     for (k, &(seq, is_new)) in admitted.iter().enumerate() {
-                        let page = phys + k as Phys;
-                        st.settle(page);
-                        st.end_write(seq, is_new);
-                        st.install(id(k), seq, page);
-                        st.counters.user_pages += 1;
-                        st.changes_since_checkpoint += 1;
+                        st.land_user(id(k), seq, is_new, phys + k as Phys);
                     }
                     self.wants_background(&st)
                 };
@@ -1337,7 +1351,7 @@ impl Inner {
             Err(e) => {
                 {
                     let mut st = self.lock();
-                    for &(seq, is_new) in admitted {
+                    for &(seq, is_new) in &admitted {
                         st.end_write(seq, is_new);
                     }
                 }
@@ -1681,9 +1695,7 @@ impl Inner {
                 None
             };
             let Some((new, count)) = taken else {
-                let m = &rest[0];
-                self.move_page(m.rec, m.data.clone(), m.oob.clone(), m.old, kind)
-                    .await?;
+                self.move_page(&rest[0], kind).await?;
                 at += 1;
                 continue;
             };
@@ -1696,16 +1708,7 @@ impl Inner {
                 Ok(()) => {
                     let mut st = self.lock();
                     for (k, m) in batch.iter().enumerate() {
-                        let page = new + k as Phys;
-                        st.settle(page);
-                        match kind {
-                            MoveKind::Gc => st.counters.gc_pages += 1,
-                            MoveKind::Wear => st.counters.wear_pages += 1,
-                        }
-                        if st.current(&m.rec.page) == Some((m.rec.seq, m.old)) {
-                            let installed = st.install(m.rec.page, m.rec.seq, page);
-                            debug_assert!(installed);
-                        }
+                        st.land_move(m, new + k as Phys, kind);
                     }
                     at += batch.len();
                 }
@@ -1721,14 +1724,7 @@ impl Inner {
     /// Copies one live page (its data and OOB record as read) into garbage
     /// collection's open block and points the map at the copy (if the page is
     /// still that version).
-    async fn move_page(
-        &self,
-        rec: OobRecord,
-        data: Bytes,
-        oob: Bytes,
-        old: Phys,
-        kind: MoveKind,
-    ) -> Result<(), VolumeError> {
+    async fn move_page(&self, m: &Move, kind: MoveKind) -> Result<(), VolumeError> {
         let mut last = String::new();
         for _ in 0..MAX_PROGRAM_ATTEMPTS {
             let Some(new) = self.lock().alloc_gc() else {
@@ -1739,18 +1735,9 @@ impl Inner {
                     reserved_blocks: self.reserve,
                 });
             };
-            match self.program(new, data.clone(), oob.clone()).await {
+            match self.program(new, m.data.clone(), m.oob.clone()).await {
                 Ok(()) => {
-                    let mut st = self.lock();
-                    st.settle(new);
-                    match kind {
-                        MoveKind::Gc => st.counters.gc_pages += 1,
-                        MoveKind::Wear => st.counters.wear_pages += 1,
-                    }
-                    if st.current(&rec.page) == Some((rec.seq, old)) {
-                        let installed = st.install(rec.page, rec.seq, new);
-                        debug_assert!(installed);
-                    }
+                    self.lock().land_move(m, new, kind);
                     return Ok(());
                 }
                 Err(e) => {
@@ -1760,7 +1747,7 @@ impl Inner {
             }
         }
         Err(VolumeError::ProgramFailed {
-            page: rec.page,
+            page: m.rec.page,
             attempts: MAX_PROGRAM_ATTEMPTS,
             last,
         })
