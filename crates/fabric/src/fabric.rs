@@ -1116,7 +1116,7 @@ impl Inner {
                     if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
                         drop(inbound);
                         let job = self.clone().serve_local(link.clone(), header, buf, permit);
-                        link.run_local(stream, Box::pin(job));
+                        link.run_local(stream, job);
                     }
                 }
             }

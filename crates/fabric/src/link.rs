@@ -3,6 +3,7 @@
 //! it to where their other end is.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -317,7 +318,7 @@ impl Link {
 
     /// Queues the peer's request on `stream` to run here. Until the job
     /// calls [`Link::keep_local`], [`Link::stop_local`] drops it.
-    pub fn run_local(&self, stream: u32, job: BoxFuture<'static, ()>) {
+    pub fn run_local(&self, stream: u32, job: impl Future<Output = ()> + Send + 'static) {
         let (handle, registration) = AbortHandle::new_pair();
         lock(&self.stoppable).insert(stream, handle);
         let job = Abortable::new(job, registration).map(|_| ()).boxed();
