@@ -243,7 +243,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     let mut fio_page = Vec::new();
     let mut fio_huge = Vec::new();
     let mut fio_shallow = Vec::new();
-    // Each scan over the shallow fio read just before it.
+    // Each scan over the mean of the shallow fio reads either side of it.
     let mut paired_shallow = Vec::new();
     // fio's shallow read after each scan over the one before it.
     let mut shallow_over_itself = Vec::new();
