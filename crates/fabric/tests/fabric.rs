@@ -934,6 +934,68 @@ impl FakeNode {
     }
 }
 
+/// When both ends dial each other, the link kept replaces the other one,
+/// which is retired, not closed: a request the peer sent on it before it
+/// switched (or sends while switching) is still answered there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_link_still_answers_what_was_sent_on_it() {
+    let (nodes, addrs) = cluster(TopologyKind::Line, 2).await;
+    // Node 7 links to node 1, then links again in the same run: the second
+    // link replaces the first at node 1.
+    let mut first = FakeNode::join(&addrs[1], 7, 1).await;
+    assert!(
+        nodes[1]
+            .fabric
+            .wait_for_routes(&[7], Duration::from_secs(5))
+            .await
+    );
+    let _second = FakeNode::join(&addrs[1], 7, 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut request = bytes::BytesMut::new();
+    quarry_proto::encode_request(0, 1, &Request::ReadPage(addr(1, 9)), &mut request).unwrap();
+    let header = LinkHeader {
+        kind: LinkKind::Request,
+        channel: Channel::Control,
+        flags: link_flags::FIRST | link_flags::LAST,
+        hops: 1,
+        stream: 0x31,
+        dest: 1,
+        origin: 7,
+        flow: 5,
+        len_bytes: request.len() as u32,
+    };
+    first.send(header, &request).await;
+    let mut answer = Vec::new();
+    loop {
+        let next = first.next(LinkKind::Response).await;
+        assert_eq!(next.header.stream, 0x31);
+        answer.extend_from_slice(&next.payload);
+        if next.header.is_last() {
+            break;
+        }
+    }
+    let mut want = bytes::BytesMut::new();
+    quarry_proto::encode_response(
+        0,
+        &Response::Page {
+            data: page_of(1, 9),
+            oob: Bytes::from(vec![1u8; 16]),
+            erased: false,
+            corrected_bytes: 0,
+        },
+        &mut want,
+    )
+    .unwrap();
+    assert_eq!(
+        answer,
+        want.to_vec(),
+        "the page, whole, on the retired link"
+    );
+    for node in nodes {
+        node.stop();
+    }
+}
+
 /// Hop-by-hop streaming and tag renaming, seen on the wire: a request from
 /// node 7 to node 8 crosses a real node 1 under a tag of node 1's choosing,
 /// and the first fragment of the answer is passed back to node 7 before node 8
