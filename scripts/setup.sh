@@ -6,6 +6,22 @@
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
+# /dev/null must be the null device. This machine has been seen with a regular
+# file there (left by whatever rebuilt its file tree), and then a build breaks
+# in a way that names neither: build scripts write their probes' errors into
+# the file, and cargo's next `rustc -` reads them back as source. So the device
+# is checked before anything writes to it, and made again when we are root.
+if [ ! -c /dev/null ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "setup: /dev/null is not the null device; making it again" >&2
+    rm -f /dev/null
+    mknod -m 666 /dev/null c 1 3
+  else
+    echo "setup: /dev/null is not the null device (ls -l /dev/null); as root: rm /dev/null && mknod -m 666 /dev/null c 1 3" >&2
+    exit 1
+  fi
+fi
+
 need=()
 command -v fio >/dev/null 2>&1 || need+=(fio)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
