@@ -741,3 +741,113 @@ async fn scans_streamed_off_file_devices_fold_every_byte_in_order() {
         node.shutdown().await.unwrap();
     }
 }
+
+/// Emulated NAND of BlueDBM's timing, one bus and one chip per node, so a
+/// node streams at one bus's 25 MB/s: a run of 8192 pages of 32 KiB, the
+/// most one run holds, takes `RUN_PAGES` x the page's modeled read time,
+/// about 11 s. Nothing is written: erased pages cost the same modeled time,
+/// and the sparse backing files stay empty.
+fn slow_nand() -> quarry_device::DeviceConfig {
+    quarry_device::DeviceConfig {
+        backend: quarry_device::BackendKind::Nand,
+        preset: Some(quarry_device::Preset::Bluedbm),
+        geometry: Some(Geometry {
+            buses: 1,
+            chips_per_bus: 1,
+            blocks_per_chip: 128,
+            pages_per_block: 64,
+            page_size_bytes: 32 * 1024,
+            oob_size_bytes: 64,
+        }),
+        preallocate: Some(false),
+        seed: Some(7),
+        ..quarry_device::DeviceConfig::default()
+    }
+}
+
+/// Pages of one node's run in [`slow_nand`] (its whole device).
+const RUN_PAGES: u64 = 128 * 64;
+
+/// A cancelled command stops where its runs are, not only at the node where
+/// it entered: every node's run of it ends (its request leaves the node's
+/// link) and its scan lane is free for the next command, long before the
+/// runs would have ended by themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_command_stops_at_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = slow_nand();
+    let nodes = common::cluster_of(dir.path(), &vec![device.clone(); 4], StorageMode::Raw).await;
+    let entry = 1usize;
+    let client = Client::connect(&nodes[entry].local_addr().to_string())
+        .await
+        .unwrap();
+    let compute = client.compute();
+    let timing = quarry_device::NandTiming::preset(quarry_device::Preset::Bluedbm, 32 * 1024 + 64);
+    let natural = timing.read_device_time_min() * RUN_PAGES as u32;
+    // Half a run's modeled time: a run that went on after the cancel, or a
+    // lane still held by one, cannot be done by then.
+    let bound = natural / 2;
+
+    let whole = Target::Linear {
+        first_page: 0,
+        pages: 4 * RUN_PAGES,
+    };
+    let id = compute
+        .submit(fgrep8(), vec![whole], Limits::default())
+        .await
+        .unwrap();
+    // Requests of the entry each node has taken to run: the command's runs.
+    let runs_from_entry = |node: &quarry_node::NodeHandle| -> u32 {
+        node.fabric()
+            .routes()
+            .links
+            .iter()
+            .filter(|l| usize::from(l.peer) == entry)
+            .map(|l| l.local)
+            .sum()
+    };
+    let others: Vec<_> = (0..4).filter(|&n| n != entry).collect();
+    let started = tokio::time::Instant::now();
+    while !others.iter().all(|&n| runs_from_entry(&nodes[n]) > 0) {
+        assert!(
+            started.elapsed() < bound,
+            "the runs did not reach every node: {:?}",
+            compute.status(id).await
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = compute.status(id).await.unwrap();
+    assert_eq!(status.state, CommandState::Running, "{status:?}");
+
+    let cancelled_at = tokio::time::Instant::now();
+    let status = compute.cancel(id).await.unwrap();
+    assert_eq!(status.state, CommandState::Cancelled);
+    while let Some(&busy) = others.iter().find(|&&n| runs_from_entry(&nodes[n]) > 0) {
+        assert!(
+            cancelled_at.elapsed() < bound,
+            "node {busy} still runs the cancelled command {:?} after the cancel \
+             (a run takes {natural:?} by itself)",
+            cancelled_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Every node's lane, the entry's own included, is free: one page of each
+    // node is read within the bound.
+    let one_page_each = Target::Linear {
+        first_page: 0,
+        pages: 4,
+    };
+    let limits = Limits {
+        time_ms: bound.as_millis() as u64,
+        ..Limits::default()
+    };
+    let (result, _) = compute
+        .run(fgrep8(), vec![one_page_each], limits)
+        .await
+        .unwrap_or_else(|e| panic!("a command after the cancel: {e}"));
+    assert_eq!(counts(&result.outcome)[0].1, 0);
+    assert_eq!(result.bytes_scanned, 4 * 32 * 1024);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}

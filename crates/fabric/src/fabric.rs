@@ -255,6 +255,7 @@ impl Fabric {
                     addr: link.peer_addr.clone(),
                     in_flight: link.in_flight() as u32,
                     inbound: lock(&link.inbound).len() as u32,
+                    local: link.local_requests() as u32,
                 })
                 .collect(),
             routes: state

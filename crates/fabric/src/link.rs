@@ -260,6 +260,8 @@ pub(crate) struct Link {
     pub inbound: Mutex<HashMap<u32, Inbound>>,
     /// Requests of the peer running on this node at once.
     pub local_permits: Arc<Semaphore>,
+    /// How many `local_permits` there are.
+    local_slots: usize,
     /// Requests of the peer to run on this node, started in arrival order
     /// (NAND takes a block's pages only in order, and a client that sends
     /// them in order must see them programmed in order).
@@ -305,6 +307,7 @@ impl Link {
             outbound: Mutex::new(TagTable::new(max_streams)),
             inbound: Mutex::new(HashMap::new()),
             local_permits: Arc::new(Semaphore::new(max_streams)),
+            local_slots: max_streams,
             local_jobs,
             stoppable: Mutex::new(HashMap::new()),
             held: [AtomicU32::new(0), AtomicU32::new(0)],
@@ -314,6 +317,13 @@ impl Link {
             last_heard_ms: AtomicU64::new(0),
         };
         (link, jobs)
+    }
+
+    /// Requests of the peer that hold a slot here: arriving, waiting,
+    /// running or answering.
+    pub fn local_requests(&self) -> usize {
+        self.local_slots
+            .saturating_sub(self.local_permits.available_permits())
     }
 
     /// Queues the peer's request on `stream` to run here. Until the job

@@ -128,6 +128,11 @@ pub struct LinkEntry {
     /// running here, or passing through to a node further on.
     #[serde(default)]
     pub inbound: u32,
+    /// Requests of the neighbour taken to run on this node right now:
+    /// arriving, waiting to start, running or answering. A cancelled
+    /// command's requests leave this count, as the ones that end do.
+    #[serde(default)]
+    pub local: u32,
 }
 
 /// What `Routes` answers: one node's links and routing table.

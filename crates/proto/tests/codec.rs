@@ -101,6 +101,7 @@ fn responses() -> Vec<Response> {
                 addr: "127.0.0.1:7402".into(),
                 in_flight: 3,
                 inbound: 2,
+                local: 1,
             }],
             routes: vec![RouteEntry {
                 dest: 3,

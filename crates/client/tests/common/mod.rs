@@ -43,7 +43,29 @@ pub async fn cluster_on(
     mode: StorageMode,
     file_backed: bool,
 ) -> Vec<NodeHandle> {
-    let n = geometries.len() as NodeId;
+    let devices: Vec<DeviceConfig> = geometries
+        .iter()
+        .map(|g| DeviceConfig {
+            backend: if file_backed {
+                BackendKind::File
+            } else {
+                BackendKind::Mem
+            },
+            geometry: Some(*g),
+            ..DeviceConfig::default()
+        })
+        .collect();
+    cluster_of(dir, &devices, mode).await
+}
+
+/// Starts `devices.len()` nodes, node `i` on device `devices[i]`, in storage
+/// mode `mode`, all linked to all.
+pub async fn cluster_of(
+    dir: &Path,
+    devices: &[DeviceConfig],
+    mode: StorageMode,
+) -> Vec<NodeHandle> {
+    let n = devices.len() as NodeId;
     let mut listeners = Vec::new();
     for _ in 0..n {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind"));
@@ -60,15 +82,7 @@ pub async fn cluster_on(
             id,
             listen: addrs[usize::from(id)].clone(),
             data_dir: dir.join(format!("node{id}")),
-            device: DeviceConfig {
-                backend: if file_backed {
-                    BackendKind::File
-                } else {
-                    BackendKind::Mem
-                },
-                geometry: Some(geometries[usize::from(id)]),
-                ..DeviceConfig::default()
-            },
+            device: devices[usize::from(id)].clone(),
             peers: (0..n)
                 .filter(|p| *p != id)
                 .map(|p| PeerConfig {
