@@ -6,21 +6,30 @@
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
-# /dev/null must be the null device. This machine has been seen with a regular
-# file there (left by whatever rebuilt its file tree), and then a build breaks
-# in a way that names neither: build scripts write their probes' errors into
-# the file, and cargo's next `rustc -` reads them back as source. So the device
-# is checked before anything writes to it, and made again when we are root.
-if [ ! -c /dev/null ]; then
+# The device nodes the build and the tests use must be devices. This machine
+# has been seen with a regular file at /dev/null (left by whatever rebuilt its
+# file tree), and then a build breaks in a way that names neither: build
+# scripts write their probes' errors into the file, and cargo's next `rustc -`
+# reads them back as source. So each is checked before anything writes to it,
+# and made again when we are root. /dev/fuse is only mended, never made: where
+# it is missing the kernel has no FUSE, and the mount tests say so.
+ensure_device() { # PATH MAJOR MINOR MODE [only-if-present]
+  local path=$1 major=$2 minor=$3 mode=$4
+  [ -c "$path" ] && return 0
+  if [ "${5:-}" = only-if-present ] && [ ! -e "$path" ]; then return 0; fi
   if [ "$(id -u)" -eq 0 ]; then
-    echo "setup: /dev/null is not the null device; making it again" >&2
-    rm -f /dev/null
-    mknod -m 666 /dev/null c 1 3
+    echo "setup: $path is not the device it should be; making it again" >&2
+    rm -f "$path"
+    mknod -m "$mode" "$path" c "$major" "$minor"
   else
-    echo "setup: /dev/null is not the null device (ls -l /dev/null); as root: rm /dev/null && mknod -m 666 /dev/null c 1 3" >&2
+    echo "setup: $path is not the device it should be (ls -l $path); as root: rm $path && mknod -m $mode $path c $major $minor" >&2
     exit 1
   fi
-fi
+}
+ensure_device /dev/null 1 3 666
+ensure_device /dev/zero 1 5 666
+ensure_device /dev/urandom 1 9 666
+ensure_device /dev/fuse 10 229 666 only-if-present
 
 need=()
 command -v fio >/dev/null 2>&1 || need+=(fio)

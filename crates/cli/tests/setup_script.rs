@@ -1,6 +1,7 @@
 //! `scripts/setup.sh`, which both README commands run first, leaves the
 //! machine able to build: in particular it finds a regular file where the null
-//! device should be and makes the device again.
+//! device (or another device the build and tests use) should be and makes the
+//! device again.
 //!
 //! Why this matters: a CI run once failed at `cargo test`'s first step with
 //! "failed to run `rustc` to learn about target-specific information". The
@@ -45,21 +46,23 @@ fn in_private_namespace(script: &str) -> std::process::Output {
 }
 
 #[test]
-fn setup_makes_the_null_device_again_where_a_regular_file_stands() {
+fn setup_makes_the_devices_again_where_regular_files_stand() {
     if let Some(reason) = no_namespace_reason() {
         eprintln!("SKIPPED: {reason}; this test needs a private mount namespace");
         return;
     }
-    // The regular file holds what broke CI, so a read of it would show.
+    // /dev/null holds what broke CI, so a read of it would show.
     let output = in_private_namespace(
         r#"set -e
         mount -t tmpfs tmpfs /dev
         printf 'error[E0554]: junk\n' > /dev/null
+        touch /dev/zero /dev/urandom /dev/fuse
         test -f /dev/null
         source "$SETUP"
-        stat -c '%F %t:%T %a' /dev/null
+        stat -c '%n %F %t:%T %a' /dev/null /dev/zero /dev/urandom /dev/fuse
         printf 'written\n' > /dev/null
-        printf 'read:%s\n' "$(wc -c < /dev/null)""#,
+        printf 'read:%s\n' "$(wc -c < /dev/null)"
+        printf 'zero:%s\n' "$(head -c 4 /dev/zero | od -An -tx1 | tr -d ' ')""#,
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -68,26 +71,60 @@ fn setup_makes_the_null_device_again_where_a_regular_file_stands() {
         "stdout: {stdout}\nstderr: {stderr}"
     );
     assert_eq!(
-        stdout, "character special file 1:3 666\nread:0\n",
+        stdout,
+        "/dev/null character special file 1:3 666\n\
+         /dev/zero character special file 1:5 666\n\
+         /dev/urandom character special file 1:9 666\n\
+         /dev/fuse character special file a:e5 666\n\
+         read:0\n\
+         zero:00000000\n",
         "stderr: {stderr}"
     );
-    assert!(
-        stderr.contains("/dev/null is not the null device"),
-        "setup should say what it mended; stderr: {stderr}"
-    );
+    for device in ["null", "zero", "urandom", "fuse"] {
+        assert!(
+            stderr.contains(&format!("/dev/{device} is not the device it should be")),
+            "setup should say what it mended; stderr: {stderr}"
+        );
+    }
 }
 
 #[test]
-fn setup_leaves_a_good_null_device_alone_and_quiet() {
+fn setup_makes_no_fuse_device_where_there_is_none() {
     if let Some(reason) = no_namespace_reason() {
         eprintln!("SKIPPED: {reason}; this test needs a private mount namespace");
         return;
     }
     let output = in_private_namespace(
         r#"set -e
-        before=$(stat -c '%i %Z' /dev/null)
+        mount -t tmpfs tmpfs /dev
+        mknod -m 666 /dev/null c 1 3
+        mknod -m 666 /dev/zero c 1 5
+        mknod -m 666 /dev/urandom c 1 9
         source "$SETUP"
-        test "$before" = "$(stat -c '%i %Z' /dev/null)" && echo same"#,
+        test ! -e /dev/fuse && echo none"#,
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert_eq!(stdout, "none\n", "stderr: {stderr}");
+}
+
+#[test]
+fn setup_leaves_good_devices_alone_and_quiet() {
+    if let Some(reason) = no_namespace_reason() {
+        eprintln!("SKIPPED: {reason}; this test needs a private mount namespace");
+        return;
+    }
+    let output = in_private_namespace(
+        r#"set -e
+        devices="/dev/null /dev/zero /dev/urandom"
+        [ -e /dev/fuse ] && devices="$devices /dev/fuse"
+        before=$(stat -c '%i %Z' $devices)
+        source "$SETUP"
+        test "$before" = "$(stat -c '%i %Z' $devices)" && echo same"#,
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -96,5 +133,5 @@ fn setup_leaves_a_good_null_device_alone_and_quiet() {
         "stdout: {stdout}\nstderr: {stderr}"
     );
     assert_eq!(stdout, "same\n", "stderr: {stderr}");
-    assert!(!stderr.contains("/dev/null"), "stderr: {stderr}");
+    assert!(!stderr.contains("/dev/"), "stderr: {stderr}");
 }
