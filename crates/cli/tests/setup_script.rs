@@ -36,23 +36,32 @@ fn no_namespace_reason() -> Option<String> {
     }
 }
 
-/// Runs `script` under bash in a fresh private mount namespace.
-fn in_private_namespace(script: &str) -> std::process::Output {
-    Command::new("unshare")
+/// Runs `script` under bash (with `$SETUP` naming the script under test) in
+/// a fresh private mount namespace; its stdout and stderr once it succeeded,
+/// or None (said on stderr) where no such namespace can be had.
+fn in_private_namespace(script: &str) -> Option<(String, String)> {
+    if let Some(reason) = no_namespace_reason() {
+        eprintln!("SKIPPED: {reason}; this test needs a private mount namespace");
+        return None;
+    }
+    let output = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "bash", "-c", script])
         .env("SETUP", setup_script())
         .output()
-        .expect("unshare runs (checked before)")
+        .expect("unshare runs (checked before)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    Some((stdout, stderr))
 }
 
 #[test]
 fn setup_makes_the_devices_again_where_regular_files_stand() {
-    if let Some(reason) = no_namespace_reason() {
-        eprintln!("SKIPPED: {reason}; this test needs a private mount namespace");
-        return;
-    }
     // /dev/null holds what broke CI, so a read of it would show.
-    let output = in_private_namespace(
+    let Some((stdout, stderr)) = in_private_namespace(
         r#"set -e
         mount -t tmpfs tmpfs /dev
         printf 'error[E0554]: junk\n' > /dev/null
@@ -63,13 +72,9 @@ fn setup_makes_the_devices_again_where_regular_files_stand() {
         printf 'written\n' > /dev/null
         printf 'read:%s\n' "$(wc -c < /dev/null)"
         printf 'zero:%s\n' "$(head -c 4 /dev/zero | od -An -tx1 | tr -d ' ')""#,
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
+    ) else {
+        return;
+    };
     assert_eq!(
         stdout,
         "/dev/null character special file 1:3 666\n\
@@ -90,11 +95,7 @@ fn setup_makes_the_devices_again_where_regular_files_stand() {
 
 #[test]
 fn setup_makes_no_fuse_device_where_there_is_none() {
-    if let Some(reason) = no_namespace_reason() {
-        eprintln!("SKIPPED: {reason}; this test needs a private mount namespace");
-        return;
-    }
-    let output = in_private_namespace(
+    let Some((stdout, stderr)) = in_private_namespace(
         r#"set -e
         mount -t tmpfs tmpfs /dev
         mknod -m 666 /dev/null c 1 3
@@ -102,36 +103,24 @@ fn setup_makes_no_fuse_device_where_there_is_none() {
         mknod -m 666 /dev/urandom c 1 9
         source "$SETUP"
         test ! -e /dev/fuse && echo none"#,
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
+    ) else {
+        return;
+    };
     assert_eq!(stdout, "none\n", "stderr: {stderr}");
 }
 
 #[test]
 fn setup_leaves_good_devices_alone_and_quiet() {
-    if let Some(reason) = no_namespace_reason() {
-        eprintln!("SKIPPED: {reason}; this test needs a private mount namespace");
-        return;
-    }
-    let output = in_private_namespace(
+    let Some((stdout, stderr)) = in_private_namespace(
         r#"set -e
         devices="/dev/null /dev/zero /dev/urandom"
         [ -e /dev/fuse ] && devices="$devices /dev/fuse"
         before=$(stat -c '%i %Z' $devices)
         source "$SETUP"
         test "$before" = "$(stat -c '%i %Z' $devices)" && echo same"#,
-    );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout: {stdout}\nstderr: {stderr}"
-    );
+    ) else {
+        return;
+    };
     assert_eq!(stdout, "same\n", "stderr: {stderr}");
     assert!(!stderr.contains("/dev/"), "stderr: {stderr}");
 }
