@@ -360,10 +360,8 @@ impl Drop for Withdraw<'_> {
         if self.answered {
             return;
         }
-        // None: the stream already ended (failed with its link).
-        if lock(&self.link.outbound).remove(self.stream).is_some() {
-            self.link.withdraw_request(self.stream);
-        }
+        // A stream that already ended (failed with its link) has no tag left.
+        self.link.withdraw(self.stream);
     }
 }
 
@@ -961,9 +959,7 @@ impl Inner {
         let inbound: Vec<Inbound> = lock(&link.inbound).drain().map(|(_, v)| v).collect();
         for entry in inbound {
             if let Inbound::Forward { down, down_stream } = entry {
-                if lock(&down.outbound).remove(down_stream).is_some() {
-                    down.withdraw_request(down_stream);
-                }
+                down.withdraw(down_stream);
             }
         }
         link.stop_all_local();
@@ -1036,9 +1032,7 @@ impl Inner {
             Kind::AbortRequest => {
                 let entry = lock(&link.inbound).remove(&header.stream);
                 if let Some(Inbound::Forward { down, down_stream }) = entry {
-                    if lock(&down.outbound).remove(down_stream).is_some() {
-                        down.withdraw_request(down_stream);
-                    }
+                    down.withdraw(down_stream);
                 }
                 link.stop_local(header.stream);
                 Ok(())
@@ -1353,7 +1347,11 @@ impl Inner {
             let mut done = Vec::new();
             state.retired.retain(|(link, since)| {
                 let age = since.elapsed();
-                let idle = link.in_flight() == 0 && lock(&link.inbound).is_empty();
+                // Requests of the peer running here answer on this link
+                // too: closing it would drop them, or lose a write's answer.
+                let idle = link.in_flight() == 0
+                    && lock(&link.inbound).is_empty()
+                    && link.local_requests() == 0;
                 let finished = link.is_closed() || (idle && age >= grace) || age >= longest;
                 if finished {
                     done.push(link.clone());

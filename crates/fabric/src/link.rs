@@ -544,6 +544,15 @@ impl Link {
         true
     }
 
+    /// Withdraws this node's request on `stream` if it still waits for its
+    /// answer: frees its tag (a late answer then finds none) and
+    /// [`Link::withdraw_request`]s it.
+    pub fn withdraw(&self, stream: u32) {
+        if lock(&self.outbound).remove(stream).is_some() {
+            self.withdraw_request(stream);
+        }
+    }
+
     /// Withdraws the request on `stream`: takes its fragments still queued
     /// here (freeing the receive slots upstream that forwarded ones hold) and
     /// sends the peer an abort, unless the peer never got any of it. An abort

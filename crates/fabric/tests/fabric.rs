@@ -932,6 +932,59 @@ impl FakeNode {
         buf.extend_from_slice(payload);
         self.writer.write_all(&buf).await.unwrap();
     }
+
+    /// Sends `request`, whole in one fragment, to node `dest` on `stream`.
+    async fn ask(&mut self, stream: u32, dest: NodeId, request: &Request) {
+        let mut encoded = bytes::BytesMut::new();
+        quarry_proto::encode_request(0, 1, request, &mut encoded).unwrap();
+        let header = LinkHeader {
+            kind: LinkKind::Request,
+            channel: Channel::Control,
+            flags: link_flags::FIRST | link_flags::LAST,
+            hops: 1,
+            stream,
+            dest,
+            origin: 7,
+            flow: 5,
+            len_bytes: encoded.len() as u32,
+        };
+        self.send(header, &encoded).await;
+    }
+
+    /// The whole answer on `stream`, encoded.
+    async fn answer(&mut self, stream: u32) -> Vec<u8> {
+        let mut answer = Vec::new();
+        loop {
+            let next = self.next(LinkKind::Response).await;
+            assert_eq!(next.header.stream, stream);
+            answer.extend_from_slice(&next.payload);
+            if next.header.is_last() {
+                return answer;
+            }
+        }
+    }
+}
+
+fn encoded(response: &Response) -> Vec<u8> {
+    let mut out = bytes::BytesMut::new();
+    quarry_proto::encode_response(0, response, &mut out).unwrap();
+    out.to_vec()
+}
+
+/// Node 7 (a fake) links to node 1 of `nodes`, then links again in the same
+/// run, so the second link replaces the first at node 1; the first is
+/// returned.
+async fn link_twice(nodes: &[TestNode], addrs: &[String]) -> (FakeNode, FakeNode) {
+    let first = FakeNode::join(&addrs[1], 7, 1).await;
+    assert!(
+        nodes[1]
+            .fabric
+            .wait_for_routes(&[7], Duration::from_secs(5))
+            .await
+    );
+    let second = FakeNode::join(&addrs[1], 7, 1).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    (first, second)
 }
 
 /// When both ends dial each other, the link kept replaces the other one,
@@ -940,57 +993,44 @@ impl FakeNode {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replaced_link_still_answers_what_was_sent_on_it() {
     let (nodes, addrs) = cluster(TopologyKind::Line, 2).await;
-    // Node 7 links to node 1, then links again in the same run: the second
-    // link replaces the first at node 1.
-    let mut first = FakeNode::join(&addrs[1], 7, 1).await;
-    assert!(
-        nodes[1]
-            .fabric
-            .wait_for_routes(&[7], Duration::from_secs(5))
-            .await
-    );
-    let _second = FakeNode::join(&addrs[1], 7, 1).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let mut request = bytes::BytesMut::new();
-    quarry_proto::encode_request(0, 1, &Request::ReadPage(addr(1, 9)), &mut request).unwrap();
-    let header = LinkHeader {
-        kind: LinkKind::Request,
-        channel: Channel::Control,
-        flags: link_flags::FIRST | link_flags::LAST,
-        hops: 1,
-        stream: 0x31,
-        dest: 1,
-        origin: 7,
-        flow: 5,
-        len_bytes: request.len() as u32,
-    };
-    first.send(header, &request).await;
-    let mut answer = Vec::new();
-    loop {
-        let next = first.next(LinkKind::Response).await;
-        assert_eq!(next.header.stream, 0x31);
-        answer.extend_from_slice(&next.payload);
-        if next.header.is_last() {
-            break;
-        }
-    }
-    let mut want = bytes::BytesMut::new();
-    quarry_proto::encode_response(
-        0,
-        &Response::Page {
-            data: page_of(1, 9),
-            oob: Bytes::from(vec![1u8; 16]),
-            erased: false,
-            corrected_bytes: 0,
-        },
-        &mut want,
-    )
-    .unwrap();
+    let (mut first, _second) = link_twice(&nodes, &addrs).await;
+    first.ask(0x31, 1, &Request::ReadPage(addr(1, 9))).await;
+    let want = encoded(&Response::Page {
+        data: page_of(1, 9),
+        oob: Bytes::from(vec![1u8; 16]),
+        erased: false,
+        corrected_bytes: 0,
+    });
     assert_eq!(
-        answer,
-        want.to_vec(),
+        first.answer(0x31).await,
+        want,
         "the page, whole, on the retired link"
     );
+    for node in nodes {
+        node.stop();
+    }
+}
+
+/// A retired link stays open while a request of the peer runs here, however
+/// long past the grace it idles otherwise: closing it would lose the
+/// answer, and a write's answer says whether the write happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_link_stays_open_while_a_request_of_the_peer_runs_here() {
+    let log = Arc::new(CallLog::default());
+    // Three times the grace a retired link idles before it closes.
+    let call_time = config().dead_after * 3;
+    let (nodes, addrs) = cluster_serving(TopologyKind::Line, 2, &|id| {
+        slow_calls(id, log.clone(), call_time)
+    })
+    .await;
+    let (mut first, _second) = link_twice(&nodes, &addrs).await;
+    first.ask(0x32, 1, &call(1, false)).await;
+    assert_eq!(
+        first.answer(0x32).await,
+        encoded(&Response::Done),
+        "the write's answer on the retired link"
+    );
+    assert_eq!(log.finished.load(AtomicOrdering::SeqCst), 1);
     for node in nodes {
         node.stop();
     }

@@ -124,8 +124,9 @@ pub struct LinkEntry {
     pub addr: String,
     /// Requests this node has in flight on the link right now.
     pub in_flight: u32,
-    /// Requests of the neighbour's open on the link right now: arriving,
-    /// running here, or passing through to a node further on.
+    /// Requests of the neighbour's open on the link right now: still
+    /// arriving, or passed on to a node further on and not yet answered.
+    /// Those running here are counted in `local`.
     #[serde(default)]
     pub inbound: u32,
     /// Requests of the neighbour taken to run on this node right now:

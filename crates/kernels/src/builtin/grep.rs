@@ -131,9 +131,7 @@ impl Grep {
         if memchr::memchr(0, line).is_none() {
             return u64::from(self.is_match(line));
         }
-        line.split(|&b| b == 0)
-            .filter(|piece| self.is_match(piece))
-            .count() as u64
+        self.matching_pieces(line)
     }
 
     /// [`Grep::count_of`] for a line already known to match as a whole.
@@ -141,7 +139,14 @@ impl Grep {
         if memchr::memchr(0, line).is_none() {
             return 1;
         }
-        self.count_of(line)
+        self.matching_pieces(line)
+    }
+
+    /// The pieces between the NULs of `line` that match.
+    fn matching_pieces(&self, line: &[u8]) -> u64 {
+        line.split(|&b| b == 0)
+            .filter(|piece| self.is_match(piece))
+            .count() as u64
     }
 
     /// Judges the complete lines of `slice` one at a time (each ending in a
