@@ -933,8 +933,9 @@ impl FakeNode {
         self.writer.write_all(&buf).await.unwrap();
     }
 
-    /// Sends `request`, whole in one fragment, to node `dest` on `stream`.
-    async fn ask(&mut self, stream: u32, dest: NodeId, request: &Request) {
+    /// Sends `request`, whole in one fragment, to node `dest` on `stream`;
+    /// returns the request's bytes as sent.
+    async fn ask(&mut self, stream: u32, dest: NodeId, request: &Request) -> Vec<u8> {
         let mut encoded = bytes::BytesMut::new();
         quarry_proto::encode_request(0, 1, request, &mut encoded).unwrap();
         let header = LinkHeader {
@@ -949,6 +950,7 @@ impl FakeNode {
             len_bytes: encoded.len() as u32,
         };
         self.send(header, &encoded).await;
+        encoded.to_vec()
     }
 
     /// The whole answer on `stream`, encoded.
@@ -1058,20 +1060,7 @@ async fn a_forwarding_node_renames_tags_and_streams_fragments_on() {
     }
 
     // Node 7 asks node 8 for a page, under its own stream tag 0x77.
-    let mut request = bytes::BytesMut::new();
-    quarry_proto::encode_request(0, 1, &Request::ReadPage(addr(8, 3)), &mut request).unwrap();
-    let header = LinkHeader {
-        kind: LinkKind::Request,
-        channel: Channel::Control,
-        flags: link_flags::FIRST | link_flags::LAST,
-        hops: 1,
-        stream: 0x77,
-        dest: 8,
-        origin: 7,
-        flow: 5,
-        len_bytes: request.len() as u32,
-    };
-    entry.send(header, &request).await;
+    let request = entry.ask(0x77, 8, &Request::ReadPage(addr(8, 3))).await;
     let arrived = target.next(LinkKind::Request).await;
     assert_eq!(arrived.header.dest, 8);
     assert_eq!(arrived.header.hops, 2, "node 1 counted its hop");
