@@ -37,6 +37,17 @@ pub fn quarry_exe() -> Result<PathBuf> {
 }
 
 /// `quarry up`.
+/// The per-page code `quarry up` gives a backend when none is asked for:
+/// parity where bits flip (emulated NAND), CRC alone over a disk or DRAM
+/// that correct their own errors (`docs/benchmarks.md`, "At a glance":
+/// RS parity was a quarter of a put's CPU on the file backend).
+fn default_ecc(device: DeviceArg) -> EccArg {
+    match device {
+        DeviceArg::Nand => EccArg::Rs,
+        DeviceArg::File | DeviceArg::Mem => EccArg::Crc,
+    }
+}
+
 pub fn up(args: &UpArgs) -> Result<()> {
     let spec = LocalClusterSpec {
         nodes: args.nodes,
@@ -48,7 +59,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
         topology: topology_of(args)?,
         stop_with_this_process: !args.detach,
         managed: args.storage == StorageArg::Managed,
-        ecc: match args.ecc {
+        ecc: match args.ecc.unwrap_or_else(|| default_ecc(args.device)) {
             EccArg::Rs => quarry_device::EccMode::Rs,
             EccArg::Crc => quarry_device::EccMode::Crc,
         },
