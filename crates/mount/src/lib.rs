@@ -18,10 +18,10 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use quarry_mount::{mount, MountOptions};
-//! use quarry_store::MemObjectStore;
+//! use quarry_store::mem_object_store;
 //!
 //! let rt = tokio::runtime::Runtime::new()?;
-//! let store = Arc::new(rt.block_on(MemObjectStore::in_memory([1, 2, 3, 4]))?);
+//! let store = Arc::new(rt.block_on(mem_object_store([1, 2, 3, 4]))?);
 //! let handle = mount(store, None, "/mnt/quarry", MountOptions::default())?;
 //!
 //! std::fs::create_dir("/mnt/quarry/photos")?; // a new bucket
