@@ -21,11 +21,11 @@
 //! use quarry_store_api::{BucketName, Chunking, Fingerprint, ObjectKey, Placement};
 //!
 //! let data = vec![7u8; 10_000];
-//! // Fixed 4 KiB chunks: two whole ones and a tail.
+//! // Fixed 4 KiB chunks, as (offset, length): two whole ones and a tail.
 //! let cuts = Chunking::fixed(4096)?.split(&data);
-//! assert_eq!(cuts, vec![(0, 4096), (4096, 8192), (8192, 10_000)]);
+//! assert_eq!(cuts, vec![(0, 4096), (4096, 4096), (8192, 1808)]);
 //! // The same bytes have the same name, so they are stored once.
-//! let (a, b) = (&data[cuts[0].0..cuts[0].1], &data[cuts[1].0..cuts[1].1]);
+//! let (a, b) = (&data[..4096], &data[4096..8192]);
 //! assert_eq!(Fingerprint::of(a), Fingerprint::of(b));
 //! // Where things live is computed, not looked up.
 //! let placement = Placement::new([1, 2, 3, 4])?;
