@@ -10,7 +10,7 @@
 //! [`DIR_MARKER`] object when made empty by `mkdir`), renames (copy, then
 //! delete), and the errno each store error becomes. It does not own the
 //! store: it talks to it through [`ObjectBackend`], implemented here for
-//! `quarry_store::ObjectStore`. Given a [`KernelRunner`], it also shows
+//! `quarry_store_api::ObjectStore`. Given a [`KernelRunner`], it also shows
 //! BlueDBM's virtual files: `.quarry/KERNEL/input` takes a kernel's
 //! arguments and reading `.quarry/KERNEL/output` runs it near the data.
 //! `docs/mount.md` has the semantics and limits.
