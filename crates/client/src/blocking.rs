@@ -1,6 +1,6 @@
 use bytes::Bytes;
-use quarry_device::PageRead;
-use quarry_fabric::LinearSpace;
+use quarry_proto::LinearSpace;
+use quarry_proto::PageRead;
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo, RoutesInfo};
 
 use crate::{Client, ClientError, ClusterFile};

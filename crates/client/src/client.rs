@@ -1,7 +1,7 @@
 use std::future::Future;
 
 use bytes::Bytes;
-use quarry_device::PageRead;
+use quarry_proto::PageRead;
 use quarry_proto::{
     GlobalBlockAddr, GlobalPageAddr, NodeEntry, NodeId, NodeInfo, Request, Response, RoutesInfo,
     Session, SessionLimits,

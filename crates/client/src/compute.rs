@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use quarry_kernels::{
+use quarry_kernels_api::{
     decode, encode, CommandId, CommandResult, CommandStatus, ComputeAnswer, ComputeCall, Job,
     Limits, Target, MAX_AWAIT_MS, MAX_RESULT_SLICE_BYTES,
 };
@@ -191,11 +191,11 @@ impl Compute {
     ) -> Result<(CommandResult, u64), ClientError> {
         let status = self.wait(id, timeout).await?;
         match status.state {
-            quarry_kernels::CommandState::Done => self.result(id).await,
-            quarry_kernels::CommandState::Failed { reason } => Err(ClientError::Compute(format!(
-                "command {id} failed: {reason}"
-            ))),
-            quarry_kernels::CommandState::Cancelled => {
+            quarry_kernels_api::CommandState::Done => self.result(id).await,
+            quarry_kernels_api::CommandState::Failed { reason } => Err(ClientError::Compute(
+                format!("command {id} failed: {reason}"),
+            )),
+            quarry_kernels_api::CommandState::Cancelled => {
                 Err(ClientError::Compute(format!("command {id} was cancelled")))
             }
             other => Err(ClientError::Compute(format!(

@@ -1,6 +1,6 @@
 use std::path::PathBuf;
 
-use quarry_fabric::LinearSpaceError;
+use quarry_proto::LinearSpaceError;
 use quarry_proto::{GlobalPageAddr, ProtoError, Status};
 
 /// Everything a client call can fail with; each message names what was wrong.
@@ -77,10 +77,10 @@ pub enum ClientError {
     },
     /// An object store operation failed.
     #[error(transparent)]
-    Store(#[from] quarry_store::StoreError),
+    Store(#[from] quarry_store_api::StoreError),
     /// A block volume operation failed.
     #[error(transparent)]
-    Volume(#[from] quarry_volume::BlockVolumeError),
+    Volume(#[from] quarry_volume_api::BlockVolumeError),
     /// A local runtime could not be built (blocking client).
     #[error("cannot start the client runtime: {0}")]
     Runtime(std::io::Error),

@@ -48,18 +48,18 @@ pub use compute::Compute;
 pub use error::ClientError;
 pub use linear::{MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH};
 pub use objects::{Objects, StoreCalls};
-pub use quarry_fabric::{LinearSpace, LinearSpaceError};
-pub use quarry_kernels::{
+pub use quarry_kernels_api::{
     CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec, GrepSyntax, Job,
     KernelSpec, Limits, MatchLine, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput,
     WcOutput, WcSpec,
 };
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
-pub use quarry_store::{
+pub use quarry_proto::{LinearSpace, LinearSpaceError};
+pub use quarry_store_api::{
     BucketConfig, BucketName, BucketUsage, Chunking, Condition, Manifest, ObjectKey, StoreError,
     Usage,
 };
-pub use quarry_volume::{
+pub use quarry_volume_api::{
     BlockVolumeError, MemberStatus, NodeSpace, VolumeDef, VolumeListing, VolumeStatus,
     VolumeSummary, MAX_RANGE_BYTES,
 };

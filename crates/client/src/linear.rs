@@ -6,9 +6,9 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use quarry_device::PageRead;
-use quarry_fabric::{LinearSpace, LinearSpaceError};
+use quarry_proto::PageRead;
 use quarry_proto::{GlobalPageAddr, Request, Response};
+use quarry_proto::{LinearSpace, LinearSpaceError};
 
 use crate::client::{expect_done, page_of};
 use crate::{Client, ClientError, Completion};

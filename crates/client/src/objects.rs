@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use quarry_proto::{NodeId, Request, Response, Service, ServiceCall};
-use quarry_store::{ObjectStore, RemoteNode, StoreError, StoreTransport};
+use quarry_store_api::{ObjectStore, RemoteNode, StoreError, StoreTransport};
 
 use crate::{Client, ClientError};
 
@@ -18,7 +18,7 @@ impl StoreTransport for StoreCalls {
         node: NodeId,
         idempotent: bool,
         body: Bytes,
-    ) -> quarry_store::Result<Bytes> {
+    ) -> quarry_store_api::Result<Bytes> {
         let request = Request::Call(Box::new(ServiceCall {
             node,
             service: Service::Store,

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use quarry_proto::{NodeId, Request, Response, Service, ServiceCall, Status, MAX_BODY_BYTES};
-use quarry_volume::{
+use quarry_volume_api::{
     BlockVolume, BlockVolumeError, BlockVolumes, VolumeTransport, MAX_CALL_DATA_BYTES,
 };
 
@@ -13,7 +13,8 @@ use crate::{Client, ClientError};
 // of pages; a read answer the same pages and a flag byte per page (at most
 // MAX_PAGES_PER_CALL). Both must fit one protocol body with the call's head.
 const _: () = assert!(
-    MAX_CALL_DATA_BYTES as u64 + quarry_volume::MAX_PAGES_PER_CALL + 256 <= MAX_BODY_BYTES as u64
+    MAX_CALL_DATA_BYTES as u64 + quarry_volume_api::MAX_PAGES_PER_CALL + 256
+        <= MAX_BODY_BYTES as u64
 );
 
 /// Carries encoded volume calls over a [`Client`]'s connection.

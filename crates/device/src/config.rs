@@ -2,30 +2,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Geometry;
-
-/// Which medium holds the pages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    /// A regular file or block device (O_DIRECT where possible).
-    #[default]
-    File,
-    /// DRAM; nothing survives a restart.
-    Mem,
-    /// An emulated NAND array with a timing and bit-error model.
-    Nand,
-}
-
-/// Flash chips described by the seed papers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Preset {
-    /// BlueDBM's SLC boards.
-    Bluedbm,
-    /// RFSA's MLC boards.
-    Rfsa,
-}
+use crate::{BackendKind, Geometry, Preset};
 
 /// How to build a node's device. Deserialized from the `[device]` table of a
 /// node's TOML configuration.

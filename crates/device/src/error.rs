@@ -121,3 +121,30 @@ pub enum DeviceError {
     #[error("device is closed")]
     Closed,
 }
+
+impl From<quarry_geometry::GeometryError> for DeviceError {
+    fn from(e: quarry_geometry::GeometryError) -> Self {
+        use quarry_geometry::GeometryError as G;
+        match e {
+            G::InvalidGeometry { reason } => DeviceError::InvalidGeometry { reason },
+            G::AddressOutOfRange {
+                addr,
+                field,
+                value,
+                max,
+                valid,
+            } => DeviceError::AddressOutOfRange {
+                addr,
+                field,
+                value,
+                max,
+                valid,
+            },
+            // GeometryError is non-exhaustive; a kind added there reads as
+            // an unusable geometry until the device names it.
+            other => DeviceError::InvalidGeometry {
+                reason: other.to_string(),
+            },
+        }
+    }
+}

@@ -31,21 +31,18 @@
 //! ```
 #![deny(missing_docs)]
 
-mod addr;
 mod buf;
 mod config;
 mod device;
 mod ecc;
 mod error;
-mod geometry;
 mod io;
 mod meta;
 mod nand;
 mod rs;
 mod stream;
 
-pub use addr::{parse_fields, AddrParseError, BlockAddr, PageAddr};
-pub use config::{BackendKind, DeviceConfig, EccMode, Preset};
+pub use config::{DeviceConfig, EccMode};
 pub use device::{
     preset_geometry, Device, FetchedPages, OpenOptions, DEFAULT_MAX_INFLIGHT, MAX_READ_RUN_BYTES,
 };
@@ -53,55 +50,15 @@ pub use ecc::{
     SlotLayout, ECC_CORRECTABLE_BYTES, ECC_MAX_DATA_BYTES, ECC_PARITY_BYTES, HEADER_BYTES,
 };
 pub use error::DeviceError;
-pub use geometry::{
-    Geometry, MAX_BLOCKS_PER_CHIP, MAX_BUSES, MAX_CHIPS_PER_BUS, MAX_OOB_SIZE_BYTES,
-    MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES,
-};
 pub use nand::{NandTiming, EARLY_WAKE, SPIN_MARGIN};
 pub use stream::{StreamReader, MAX_STREAM_READS};
-
-use bytes::Bytes;
-use serde::{Deserialize, Serialize};
-
-/// What a page read returns.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PageRead {
-    /// Exactly `page_size_bytes` of data (all 0xFF for an erased page).
-    pub data: Bytes,
-    /// Exactly `oob_size_bytes` of OOB (all 0xFF for an erased page).
-    pub oob: Bytes,
-    /// True when the page has not been programmed since its block was erased.
-    pub erased: bool,
-    /// Bytes the error-correcting code repaired on this read.
-    pub corrected_bytes: u32,
-}
-
-/// A summary of the device for `quarry status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeviceInfo {
-    /// Backend in use.
-    pub backend: BackendKind,
-    /// Preset, if any.
-    pub preset: Option<Preset>,
-    /// Geometry.
-    pub geometry: Geometry,
-    /// Whether O_DIRECT is in effect (file backend).
-    pub direct_io: bool,
-    /// Blocks in the bad-block table.
-    pub bad_blocks: Vec<BlockAddr>,
-    /// Smallest erase count over good blocks.
-    pub erase_count_min: u32,
-    /// Largest erase count over good blocks.
-    pub erase_count_max: u32,
-    /// Mean erase count over good blocks.
-    pub erase_count_mean: f64,
-    /// Pages currently programmed.
-    pub programmed_pages: u64,
-    /// What moves the bytes: `io_uring` or `threads` (file backend), `memory`,
-    /// or `nand-emulator`.
-    #[serde(default)]
-    pub io_engine: String,
-}
+// The addresses, the geometry and the summaries live in the bottom crate,
+// which the wire formats share; named here as they always were.
+pub use quarry_geometry::{
+    parse_fields, AddrParseError, BackendKind, BlockAddr, DeviceInfo, Geometry, GeometryError,
+    PageAddr, PageRead, Preset, MAX_BLOCKS_PER_CHIP, MAX_BUSES, MAX_CHIPS_PER_BUS,
+    MAX_OOB_SIZE_BYTES, MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES,
+};
 
 #[cfg(test)]
 mod send_sync {

@@ -51,13 +51,14 @@
 #![deny(missing_docs)]
 
 mod fabric;
-mod linear;
 mod link;
 mod topology;
 mod wire;
 
 pub use fabric::{Fabric, LocalHandler};
-pub use linear::{LinearSpace, LinearSpaceError};
+// The linear space is arithmetic a client shares; it lives with the wire
+// format and is named here as it always was.
+pub use quarry_proto::{LinearSpace, LinearSpaceError};
 pub use topology::{links_of, Link, LinkAdvert, LinkStateDb, Route, RoutingTable, TopologyKind};
 pub use wire::{
     decode_json, encode_json, flags as link_flags, Channel, Hello, Kind as LinkKind, LinkCodec,

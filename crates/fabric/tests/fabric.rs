@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use quarry_device::PageAddr;
 use quarry_fabric::{
     decode_json, encode_json, link_flags, links_of, Channel, Fabric, FabricConfig, Hello,
     LinkAdvert, LinkCodec, LinkFrame, LinkHeader, LinkKind, LinkStateDb, LocalHandler,
     RoutingTable, TopologyKind, FRAGMENT_BYTES,
 };
+use quarry_proto::PageAddr;
 use quarry_proto::{GlobalPageAddr, NodeEntry, NodeId, Request, Response, Status};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;

@@ -101,3 +101,9 @@ impl ComputeError {
         }
     }
 }
+
+impl From<quarry_kernels_api::Malformed> for ComputeError {
+    fn from(e: quarry_kernels_api::Malformed) -> Self {
+        ComputeError::Malformed(e.0)
+    }
+}

@@ -25,15 +25,31 @@ mod builtin;
 mod engine;
 mod engine_error;
 mod error;
-mod job;
 mod local;
-mod output;
+mod peer_wire;
 mod peers;
 mod plan;
 mod scan;
-mod spec;
 mod tuner;
-mod wire;
+
+// The spec, job, output and client-facing message types live in
+// quarry-kernels-api, which a client links without the kernels (and their
+// regex engines); these modules keep the paths this crate names them by.
+mod job {
+    pub use quarry_kernels_api::*;
+}
+mod output {
+    pub use quarry_kernels_api::*;
+}
+mod spec {
+    pub use quarry_kernels_api::*;
+}
+mod wire {
+    pub use crate::peer_wire::{
+        ComputeAnswer, ComputeCall, LocalAnswer, LocalRun, Segment, Source,
+    };
+    pub use quarry_kernels_api::*;
+}
 
 pub use builtin::{ChecksumPart, Fgrep8Part, GrepPart, WcPart};
 pub use engine::{

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use quarry_mount::{run_until_signal, MountOptions};
-use quarry_store::MemObjectStore;
+use quarry_store::mem_object_store;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .ok_or("usage: mem_mount MOUNT_DIR")?;
     let rt = tokio::runtime::Runtime::new()?;
-    let store = Arc::new(rt.block_on(MemObjectStore::in_memory([1, 2, 3, 4]))?);
+    let store = Arc::new(rt.block_on(mem_object_store([1, 2, 3, 4]))?);
     run_until_signal(store, None, dir, MountOptions::default())?;
     Ok(())
 }

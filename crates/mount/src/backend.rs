@@ -5,7 +5,7 @@
 use std::future::Future;
 
 use bytes::Bytes;
-use quarry_store::{
+use quarry_store_api::{
     BucketName, Chunking, Condition, Manifest, ObjectKey, ObjectStore, Result, StoreNode,
 };
 use tokio::io::AsyncRead;
@@ -35,7 +35,7 @@ impl From<&Manifest> for ObjectMeta {
 }
 
 /// An object store as the mount uses it. Every method has the meaning of
-/// the `quarry_store::ObjectStore` method of the same name (see
+/// the `quarry_store_api::ObjectStore` method of the same name (see
 /// `docs/store.md`); errors are the store's, so the mount can map them to
 /// errno values.
 ///

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 
 use bytes::Bytes;
 use fuser::{Errno, FileAttr, FileHandle, FileType, INodeNo, RenameFlags, ReplyDirectory};
-use quarry_store::{BucketName, Condition, ObjectKey, StoreError};
+use quarry_store_api::{BucketName, Condition, ObjectKey, StoreError};
 
 use crate::backend::{ObjectBackend, ObjectMeta};
 use crate::error::{store_errno, FsResult};

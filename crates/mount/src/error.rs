@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use fuser::Errno;
-use quarry_store::StoreError;
+use quarry_store_api::StoreError;
 
 /// What can go wrong setting up, running or tearing down a mount. (Errors
 /// of single file operations go to the calling program as errno values,

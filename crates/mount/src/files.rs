@@ -13,7 +13,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 use fuser::{Errno, FileAttr, FileHandle, INodeNo, OpenAccMode, OpenFlags, TimeOrNow};
-use quarry_store::{BucketName, Condition, ObjectKey, StoreError};
+use quarry_store_api::{BucketName, Condition, ObjectKey, StoreError};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::task::JoinHandle;
 
@@ -95,7 +95,7 @@ impl Window {
     }
 }
 
-type Fetch = quarry_store::Result<(ObjectMeta, Bytes)>;
+type Fetch = quarry_store_api::Result<(ObjectMeta, Bytes)>;
 
 struct Prefetch {
     offset: u64,
@@ -771,7 +771,7 @@ impl<B: ObjectBackend> Mount<B> {
         bucket: &BucketName,
         key: &ObjectKey,
         condition: Condition,
-    ) -> quarry_store::Result<ObjectMeta> {
+    ) -> quarry_store_api::Result<ObjectMeta> {
         let file = sp.file.try_clone()?;
         let size = sp.size_bytes;
         let backend = &self.backend;

@@ -14,7 +14,7 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use quarry_store::{BucketName, StoreError};
+use quarry_store_api::{BucketName, StoreError};
 
 use crate::backend::{ObjectBackend, ObjectMeta};
 use crate::error::{store_errno, FsResult, MountError, Result};

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use fuser::Errno;
-use quarry_store::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN};
+use quarry_store_api::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN};
 
 use crate::error::FsResult;
 use crate::kernel_files::FIRST_HASHED_INO;

@@ -10,7 +10,7 @@
 //! [`DIR_MARKER`] object when made empty by `mkdir`), renames (copy, then
 //! delete), and the errno each store error becomes. It does not own the
 //! store: it talks to it through [`ObjectBackend`], implemented here for
-//! `quarry_store::ObjectStore`. Given a [`KernelRunner`], it also shows
+//! `quarry_store_api::ObjectStore`. Given a [`KernelRunner`], it also shows
 //! BlueDBM's virtual files: `.quarry/KERNEL/input` takes a kernel's
 //! arguments and reading `.quarry/KERNEL/output` runs it near the data.
 //! `docs/mount.md` has the semantics and limits.
@@ -18,10 +18,10 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use quarry_mount::{mount, MountOptions};
-//! use quarry_store::MemObjectStore;
+//! use quarry_store::mem_object_store;
 //!
 //! let rt = tokio::runtime::Runtime::new()?;
-//! let store = Arc::new(rt.block_on(MemObjectStore::in_memory([1, 2, 3, 4]))?);
+//! let store = Arc::new(rt.block_on(mem_object_store([1, 2, 3, 4]))?);
 //! let handle = mount(store, None, "/mnt/quarry", MountOptions::default())?;
 //!
 //! std::fs::create_dir("/mnt/quarry/photos")?; // a new bucket

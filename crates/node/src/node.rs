@@ -2,7 +2,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quarry_device::Device;
+use quarry_device::{Device, DeviceError};
 use quarry_fabric::{check_hops, Fabric, LocalHandler, LINK_MAGIC};
 use quarry_kernels::{Engine, LocalData, ManagedData};
 use quarry_proto::{
@@ -154,17 +154,17 @@ impl LocalService {
                     erased: read.erased,
                     corrected_bytes: read.corrected_bytes,
                 },
-                Err(e) => Response::from_device_error(&e),
+                Err(e) => device_error_answer(&e),
             },
             Request::ProgramPage { addr, data, oob } => {
                 match self.device.program_page(addr.page, data, oob).await {
                     Ok(()) => Response::Done,
-                    Err(e) => Response::from_device_error(&e),
+                    Err(e) => device_error_answer(&e),
                 }
             }
             Request::EraseBlock(addr) => match self.device.erase_block(addr.block).await {
                 Ok(()) => Response::Done,
-                Err(e) => Response::from_device_error(&e),
+                Err(e) => device_error_answer(&e),
             },
             Request::NodeInfo(_) => Response::NodeInfo(Box::new(NodeInfo {
                 id: self.id,
@@ -584,6 +584,32 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     handle.shutdown().await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The status a device error maps to: the wire names each NAND rule the
+/// device enforces, so a client can tell a page already programmed from a
+/// failing disk.
+fn device_status(error: &DeviceError) -> Status {
+    use DeviceError as E;
+    match error {
+        E::AddressOutOfRange { .. } => Status::AddressOutOfRange,
+        E::AlreadyProgrammed { .. } => Status::AlreadyProgrammed,
+        E::OutOfOrder { .. } => Status::OutOfOrder,
+        E::BadBlock { .. } => Status::BadBlock,
+        E::Uncorrectable { .. } => Status::Uncorrectable,
+        E::PageSize { .. } | E::OobSize { .. } => Status::BadRequest,
+        E::NoSpace { .. } => Status::NoSpace,
+        E::BlockBusy { .. } | E::QueueFull { .. } => Status::Busy,
+        _ => Status::Internal,
+    }
+}
+
+/// An error answer for a device failure, carrying the device's message.
+fn device_error_answer(error: &DeviceError) -> Response {
+    Response::Error {
+        status: device_status(error),
+        message: error.to_string(),
+    }
 }
 
 /// [`run`] on a runtime of its own, for a binary's `main`.

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use bytes::Bytes;
-use quarry_device::PageAddr;
+use quarry_proto::PageAddr;
 use quarry_proto::{serve_connection, GlobalPageAddr, Request, Response, Session, SessionLimits};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

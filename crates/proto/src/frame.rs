@@ -2,7 +2,7 @@
 //! frames. Message bodies are in `wire.rs`.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use quarry_device::{MAX_OOB_SIZE_BYTES, MAX_PAGE_SIZE_BYTES};
+use quarry_geometry::{MAX_OOB_SIZE_BYTES, MAX_PAGE_SIZE_BYTES};
 use tokio_util::codec::Decoder;
 
 use crate::{ProtoError, Tag, PROTOCOL_VERSION};

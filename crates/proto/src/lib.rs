@@ -34,6 +34,7 @@
 mod codec;
 mod error;
 mod frame;
+mod linear;
 mod message;
 mod server;
 mod session;
@@ -45,12 +46,18 @@ pub use frame::{
     Frame, FrameCodec, FrameHeader, HEADER_LEN_BYTES, MAGIC, MAX_ADDR_BYTES, MAX_BODY_BYTES,
     MAX_CLUSTER_MEMBERS, MAX_ERROR_MESSAGE_BYTES,
 };
+pub use linear::{LinearSpace, LinearSpaceError};
 pub use message::{
     GlobalBlockAddr, GlobalPageAddr, LinkEntry, NodeEntry, NodeId, NodeInfo, Request, Response,
     RouteEntry, RoutesInfo, Service, ServiceCall, Status, Tag,
 };
 pub use server::{serve_connection, serve_connection_with, Incoming};
 pub use session::{Session, SessionLimits, MAX_IN_FLIGHT_LIMIT};
+// The addresses, geometry and summaries the messages carry, from the
+// bottom crate, so that users of the wire format need name no other.
+pub use quarry_geometry::{
+    AddrParseError, BackendKind, BlockAddr, DeviceInfo, Geometry, PageAddr, PageRead, Preset,
+};
 pub use wire::{
     check_request, decode_request, decode_response, encode_request, encode_response, opcode,
     request_opcode,

@@ -2,7 +2,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use bytes::Bytes;
-use quarry_device::{parse_fields, AddrParseError, BlockAddr, DeviceInfo, PageAddr};
+use quarry_geometry::{parse_fields, AddrParseError, BlockAddr, DeviceInfo, PageAddr};
 use serde::{Deserialize, Serialize};
 
 /// A node's identity in the cluster (unique per cluster).
@@ -314,31 +314,5 @@ impl Status {
             14 => HopLimitExceeded,
             _ => return None,
         })
-    }
-
-    /// The status a device error maps to.
-    pub fn of_device_error(error: &quarry_device::DeviceError) -> Status {
-        use quarry_device::DeviceError as E;
-        match error {
-            E::AddressOutOfRange { .. } => Status::AddressOutOfRange,
-            E::AlreadyProgrammed { .. } => Status::AlreadyProgrammed,
-            E::OutOfOrder { .. } => Status::OutOfOrder,
-            E::BadBlock { .. } => Status::BadBlock,
-            E::Uncorrectable { .. } => Status::Uncorrectable,
-            E::PageSize { .. } | E::OobSize { .. } => Status::BadRequest,
-            E::NoSpace { .. } => Status::NoSpace,
-            E::BlockBusy { .. } | E::QueueFull { .. } => Status::Busy,
-            _ => Status::Internal,
-        }
-    }
-}
-
-impl Response {
-    /// An error answer for a device failure, carrying the device's message.
-    pub fn from_device_error(error: &quarry_device::DeviceError) -> Response {
-        Response::Error {
-            status: Status::of_device_error(error),
-            message: error.to_string(),
-        }
     }
 }

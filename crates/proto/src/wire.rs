@@ -2,7 +2,7 @@
 //! programs, erases) and JSON for the rare, structured ones (NodeInfo, Cluster).
 
 use bytes::{BufMut, Bytes, BytesMut};
-use quarry_device::{BlockAddr, PageAddr, MAX_OOB_SIZE_BYTES, MAX_PAGE_SIZE_BYTES};
+use quarry_geometry::{BlockAddr, PageAddr, MAX_OOB_SIZE_BYTES, MAX_PAGE_SIZE_BYTES};
 
 use crate::frame::{
     Frame, FrameHeader, HEADER_LEN_BYTES, MAX_ADDR_BYTES, MAX_BODY_BYTES, MAX_CLUSTER_MEMBERS,

@@ -2,8 +2,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
-use quarry_device::{BackendKind, BlockAddr, DeviceInfo, Geometry, PageAddr};
 use quarry_proto::*;
+use quarry_proto::{BackendKind, BlockAddr, DeviceInfo, Geometry, PageAddr};
 use tokio_util::codec::Decoder;
 
 fn page(node: NodeId) -> GlobalPageAddr {

@@ -6,11 +6,11 @@
 use std::fmt;
 use std::time::Instant;
 
-use crate::chunking::Chunking;
-use crate::cluster::MemObjectStore;
-use crate::error::Result;
-use crate::name::{BucketName, ObjectKey};
-use crate::node::Condition;
+use crate::mem::mem_object_store;
+use quarry_store_api::Chunking;
+use quarry_store_api::Condition;
+use quarry_store_api::Result;
+use quarry_store_api::{BucketName, ObjectKey};
 
 /// How the copy differs from the original.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +123,7 @@ pub async fn dedup(config: &DedupConfig) -> Result<DedupReport> {
     for &chunking in &config.chunkings {
         for edit in [Edit::Overwrite, Edit::Insert] {
             let copy = edited(&original, edit, config.region_bytes, config.seed);
-            let store = MemObjectStore::in_memory(0..config.nodes).await?;
+            let store = mem_object_store(0..config.nodes).await?;
             let bucket = BucketName::new("bench")?;
             store.create_bucket(&bucket, chunking).await?;
             let started = Instant::now();

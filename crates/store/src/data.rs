@@ -7,20 +7,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use crate::error::{Result, StoreError};
-use crate::fingerprint::Fingerprint;
-
-/// Where a chunk's bytes are: `pages` consecutive logical pages of a volume
-/// space, from `first_page` (the volume layer's `LogicalPage { space, index }`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ChunkLocation {
-    /// The volume space.
-    pub space: u32,
-    /// Its first logical page.
-    pub first_page: u64,
-    /// How many pages it spans.
-    pub pages: u32,
-}
+use quarry_store_api::{ChunkLocation, Fingerprint};
+use quarry_store_api::{Result, StoreError};
 
 /// The bytes of chunks on one node: write an extent, read it, trim it.
 ///

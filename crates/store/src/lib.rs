@@ -27,10 +27,10 @@
 //! reasoning.
 //!
 //! ```
-//! use quarry_store::{BucketName, Chunking, Condition, MemObjectStore, ObjectKey};
+//! use quarry_store::{mem_object_store, BucketName, Chunking, Condition, ObjectKey};
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-//! let store = MemObjectStore::in_memory([1, 2, 3, 4]).await?;
+//! let store = mem_object_store([1, 2, 3, 4]).await?;
 //! let bucket = BucketName::new("photos")?;
 //! store.create_bucket(&bucket, Chunking::fixed(4096)?).await?;
 //!
@@ -58,36 +58,28 @@
 #![deny(missing_docs)]
 
 pub mod bench;
-mod chunking;
-mod cluster;
 mod data;
-mod error;
-mod fingerprint;
-mod manifest;
-mod name;
+mod mem;
 mod node;
-mod placement;
 mod records;
-mod remote;
 mod table;
-mod usage;
 mod volume_backed;
 
-pub use chunking::{AsyncChunker, Chunk, Chunker, Chunking, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
-pub use cluster::{MemObjectStore, ObjectStore, OrphanReport, DEFAULT_PUT_DEADLINE_MS};
-pub use data::{ChunkLocation, ChunkStore, MemChunkStore};
-pub use error::{Result, StoreError};
-pub use fingerprint::Fingerprint;
-pub use manifest::{
-    ChunkRef, ChunkSlice, Manifest, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_MANIFEST_CHUNKS,
+pub use data::{ChunkStore, MemChunkStore};
+pub use mem::{mem_object_store, MemObjectStore};
+pub use node::{NodeStore, Recovery};
+// What a client shares with the nodes lives in quarry-store-api, which a
+// client links without this crate; named here as it always was.
+pub use quarry_store_api::{
+    bucket_point, manifest_point, serve_call, AsyncChunker, BucketConfig, BucketName, BucketUsage,
+    Chunk, ChunkInfo, ChunkLocation, ChunkPut, ChunkRef, ChunkRelease, ChunkSlice, Chunker,
+    Chunking, Condition, Fingerprint, Manifest, ManifestPut, NodeId, ObjectKey, ObjectStore,
+    OrphanReport, Placement, RemoteNode, Result, StoreError, StoreNode, StoreTransport, Usage,
+    DEFAULT_PUT_DEADLINE_MS, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_BUCKET_LEN,
+    MAX_CHUNK_SIZE, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN, MAX_MANIFEST_CHUNKS, MAX_PAGE_ITEMS,
+    MIN_CHUNK_SIZE,
 };
-pub use name::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN};
-pub use node::{ChunkInfo, ChunkPut, ChunkRelease, Condition, ManifestPut, NodeStore, Recovery};
-pub use placement::{bucket_point, manifest_point, NodeId, Placement};
-pub use records::BucketConfig;
-pub use remote::{serve_call, RemoteNode, StoreNode, StoreTransport, MAX_PAGE_ITEMS};
 pub use table::{Batch, MemTableStore, Op, Table, TableStore};
-pub use usage::{BucketUsage, Usage};
 pub use volume_backed::{
     open_volume_node, ChunkPageSpan, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore,
     VolumeNodeStore, VolumeObjectStore, VolumeStoreConfig, VolumeTableConfig, VolumeTableStats,

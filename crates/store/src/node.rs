@@ -4,21 +4,24 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::chunking::check_chunk_len;
-use crate::data::{ChunkLocation, ChunkStore};
-use crate::error::{Result, StoreError};
-use crate::fingerprint::Fingerprint;
-use crate::manifest::Manifest;
-use crate::name::{BucketName, ObjectKey};
-use crate::placement::NodeId;
-use crate::records::{manifest_key, manifest_prefix, BucketConfig, ChunkRecord, KeyRecord};
+use crate::data::ChunkStore;
+use crate::records::{manifest_key, manifest_prefix, ChunkRecord, KeyRecord};
 use crate::table::{Batch, Table, TableStore};
-use crate::usage::Usage;
+use quarry_store_api::check_chunk_len;
+use quarry_store_api::Fingerprint;
+use quarry_store_api::Manifest;
+use quarry_store_api::NodeId;
+use quarry_store_api::Usage;
+use quarry_store_api::{
+    now_ms, BucketConfig, ChunkInfo, ChunkPut, ChunkRelease, Condition, ManifestPut, StoreNode,
+    MAX_PAGE_ITEMS,
+};
+use quarry_store_api::{BucketName, ObjectKey};
+use quarry_store_api::{Result, StoreError};
 
 /// Lock stripes per table: a put or release holds the stripe of its
 /// fingerprint (or key) across read, change and commit, so two updates of
@@ -26,85 +29,6 @@ use crate::usage::Usage;
 const STRIPES: usize = 1024;
 /// Records per page of a full-table scan.
 const SCAN_PAGE: usize = 1024;
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-/// When a put or delete applies.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Condition {
-    /// Always.
-    #[default]
-    Always,
-    /// Only if the object does not exist.
-    IfAbsent,
-    /// Only if the object's current version is this one.
-    IfVersion(u64),
-}
-
-impl Condition {
-    pub(crate) fn check(
-        self,
-        bucket: &BucketName,
-        key: &ObjectKey,
-        current: Option<u64>,
-    ) -> Result<()> {
-        let expected = match self {
-            Condition::Always => return Ok(()),
-            Condition::IfAbsent => None,
-            Condition::IfVersion(v) => Some(v),
-        };
-        if expected == current {
-            Ok(())
-        } else {
-            Err(StoreError::VersionMismatch {
-                bucket: bucket.to_string(),
-                key: key.to_string(),
-                expected,
-                current,
-            })
-        }
-    }
-}
-
-/// What [`NodeStore::put_chunk`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkPut {
-    /// True if the bytes were written (first copy); false if an existing
-    /// chunk gained a reference.
-    pub stored: bool,
-    /// The reference count afterwards.
-    pub refcount: u64,
-}
-
-/// What [`NodeStore::release_chunk`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkRelease {
-    /// The reference count afterwards.
-    pub refcount: u64,
-    /// At zero: the extent that was freed (and trimmed).
-    pub freed: Option<ChunkLocation>,
-}
-
-/// A chunk table entry, as seen from outside.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChunkInfo {
-    /// Where its bytes are.
-    pub location: ChunkLocation,
-    /// Its length.
-    pub len: u32,
-    /// Total references.
-    pub refcount: u64,
-    /// References per bucket.
-    pub refs: BTreeMap<BucketName, u64>,
-    /// When a reference was last added (ms since the epoch).
-    pub touched_unix_ms: u64,
-}
 
 impl From<ChunkRecord> for ChunkInfo {
     fn from(r: ChunkRecord) -> Self {
@@ -116,15 +40,6 @@ impl From<ChunkRecord> for ChunkInfo {
             touched_unix_ms: r.touched_unix_ms,
         }
     }
-}
-
-/// What [`NodeStore::put_manifest`] did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ManifestPut {
-    /// The manifest as committed (with its version).
-    pub manifest: Manifest,
-    /// The version it replaced: the caller must release its chunks.
-    pub replaced: Option<Manifest>,
 }
 
 /// What [`NodeStore::open`] found and repaired.
@@ -809,5 +724,91 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
     /// This node's space figures (kept up to date with every commit).
     pub fn usage(&self) -> Usage {
         self.usage.lock().expect("usage lock").clone()
+    }
+}
+
+impl<T: TableStore, C: ChunkStore> StoreNode for NodeStore<T, C> {
+    fn id(&self) -> NodeId {
+        NodeStore::id(self)
+    }
+    async fn put_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> Result<ChunkPut> {
+        // In this process the caller hashed these very bytes.
+        self.put_hashed_chunk(bucket, fingerprint, data).await
+    }
+    async fn release_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+    ) -> Result<ChunkRelease> {
+        NodeStore::release_chunk(self, bucket, fingerprint).await
+    }
+    async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
+        NodeStore::read_chunk(self, fingerprint).await
+    }
+    async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
+        NodeStore::get_manifest(self, bucket, key).await
+    }
+    async fn put_manifest(&self, manifest: Manifest, condition: Condition) -> Result<ManifestPut> {
+        NodeStore::put_manifest(self, manifest, condition).await
+    }
+    async fn delete_manifest(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        condition: Condition,
+    ) -> Result<Manifest> {
+        NodeStore::delete_manifest(self, bucket, key, condition).await
+    }
+    async fn list_manifests(
+        &self,
+        bucket: &BucketName,
+        prefix: &str,
+        after: Option<&ObjectKey>,
+        limit: usize,
+    ) -> Result<Vec<Manifest>> {
+        let limit = limit.min(MAX_PAGE_ITEMS);
+        NodeStore::list_manifests(self, bucket, prefix, after, limit).await
+    }
+    async fn create_bucket(&self, bucket: &BucketName, config: BucketConfig) -> Result<()> {
+        NodeStore::create_bucket(self, bucket, config).await
+    }
+    async fn bucket(&self, bucket: &BucketName) -> Result<Option<BucketConfig>> {
+        NodeStore::bucket(self, bucket).await
+    }
+    async fn delete_bucket(&self, bucket: &BucketName) -> Result<()> {
+        NodeStore::delete_bucket(self, bucket).await
+    }
+    async fn buckets(&self) -> Result<Vec<(BucketName, BucketConfig)>> {
+        NodeStore::buckets(self).await
+    }
+    async fn usage(&self) -> Result<Usage> {
+        Ok(NodeStore::usage(self))
+    }
+    async fn manifests_page(
+        &self,
+        cursor: Option<Vec<u8>>,
+        limit: usize,
+    ) -> Result<(Vec<Manifest>, Option<Vec<u8>>)> {
+        NodeStore::manifests_page(self, cursor, limit.min(MAX_PAGE_ITEMS)).await
+    }
+    async fn chunks_page(
+        &self,
+        after: Option<Fingerprint>,
+        limit: usize,
+    ) -> Result<Vec<(Fingerprint, ChunkInfo)>> {
+        NodeStore::chunks_page(self, after, limit.min(MAX_PAGE_ITEMS)).await
+    }
+    async fn lower_refs(
+        &self,
+        fingerprint: Fingerprint,
+        expected: BTreeMap<BucketName, u64>,
+        touched_before_ms: u64,
+    ) -> Result<Option<ChunkRelease>> {
+        NodeStore::lower_refs(self, fingerprint, &expected, touched_before_ms).await
     }
 }

@@ -2,49 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::chunking::Chunking;
-use crate::data::ChunkLocation;
-use crate::error::{Result, StoreError};
-use crate::manifest::{Manifest, Reader};
-use crate::name::{BucketName, ObjectKey};
-
-const RECORD_FORMAT: u8 = 1;
-
-fn seal(mut out: Vec<u8>) -> Vec<u8> {
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
-}
-
-/// Checks the trailing CRC-32C and the format byte; returns the body after it.
-fn open<'a>(what: &'static str, bytes: &'a [u8]) -> Result<Reader<'a>> {
-    let bad = |reason: String| StoreError::Malformed { what, reason };
-    if bytes.len() < 5 {
-        return Err(bad(format!("{} bytes, too short", bytes.len())));
-    }
-    let (body, tail) = bytes.split_at(bytes.len() - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes(tail.try_into().expect("4")) {
-        return Err(bad("checksum does not match".into()));
-    }
-    if body[0] != RECORD_FORMAT {
-        return Err(bad(format!(
-            "format {}; this build reads {RECORD_FORMAT}",
-            body[0]
-        )));
-    }
-    Reader::after(what, body, 1)
-}
-
-fn finish(what: &'static str, r: &Reader<'_>) -> Result<()> {
-    if r.done() {
-        Ok(())
-    } else {
-        Err(StoreError::Malformed {
-            what,
-            reason: format!("{} bytes trail the record", r.left()),
-        })
-    }
-}
+use quarry_store_api::ChunkLocation;
+use quarry_store_api::{
+    finish_record as finish, open_record as open, seal_record as seal, Manifest, RECORD_FORMAT,
+};
+use quarry_store_api::{BucketName, ObjectKey};
+use quarry_store_api::{Result, StoreError};
 
 /// A chunk table entry: where the chunk is, how long, and who refers to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -186,64 +149,10 @@ pub(crate) fn manifest_prefix(bucket: &BucketName, prefix: &str) -> Vec<u8> {
     k
 }
 
-/// A bucket's settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BucketConfig {
-    /// How new objects are cut.
-    pub chunking: Chunking,
-    /// When the bucket was made (ms since the epoch).
-    pub created_unix_ms: u64,
-}
-
-impl BucketConfig {
-    /// `format:u8=1 kind:u8 a:u32 b:u32 c:u32 created:u64 crc32c:u32`
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let (kind, a, b, c) = match self.chunking {
-            Chunking::Fixed { size } => (0u8, size, 0, 0),
-            Chunking::FastCdc { min, avg, max } => (1u8, min, avg, max),
-        };
-        let mut out = vec![RECORD_FORMAT, kind];
-        for v in [a, b, c] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out.extend_from_slice(&self.created_unix_ms.to_le_bytes());
-        seal(out)
-    }
-
-    pub(crate) fn decode(bytes: &[u8]) -> Result<Self> {
-        const WHAT: &str = "bucket record";
-        let mut r = open(WHAT, bytes)?;
-        let kind = r.u8()?;
-        let (a, b, c) = (r.u32()?, r.u32()?, r.u32()?);
-        let created_unix_ms = r.u64()?;
-        finish(WHAT, &r)?;
-        let chunking = match kind {
-            0 => Chunking::Fixed { size: a },
-            1 => Chunking::FastCdc {
-                min: a,
-                avg: b,
-                max: c,
-            },
-            k => {
-                return Err(StoreError::Malformed {
-                    what: WHAT,
-                    reason: format!("unknown chunking {k}"),
-                })
-            }
-        };
-        chunking.validate()?;
-        Ok(Self {
-            chunking,
-            created_unix_ms,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fingerprint::Fingerprint;
-    use crate::manifest::ChunkRef;
+    use quarry_store_api::{ChunkRef, Chunking, Fingerprint};
 
     #[test]
     fn records_round_trip_and_reject_damage() {
@@ -291,12 +200,6 @@ mod tests {
         }
         assert!(KeyRecord::decode(&[]).is_err());
         assert!(KeyRecord::decode(&[7]).is_err());
-
-        let c = BucketConfig {
-            chunking: Chunking::DEFAULT_FASTCDC,
-            created_unix_ms: 77,
-        };
-        assert_eq!(BucketConfig::decode(&c.encode()).unwrap(), c);
     }
 
     #[test]

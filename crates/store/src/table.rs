@@ -9,7 +9,7 @@ use std::sync::RwLock;
 
 use bytes::Bytes;
 
-use crate::error::{Result, StoreError};
+use quarry_store_api::{Result, StoreError};
 
 /// The tables of one node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -20,7 +20,7 @@ fn k(key: &str) -> ObjectKey {
 }
 
 async fn store(ids: &[u16]) -> quarry_store::MemObjectStore {
-    let s = quarry_store::MemObjectStore::in_memory(ids.iter().copied())
+    let s = quarry_store::mem_object_store(ids.iter().copied())
         .await
         .unwrap();
     s.create_bucket(&b("data"), Chunking::fixed(1024).unwrap())

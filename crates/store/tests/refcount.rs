@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use quarry_store::{
-    BucketName, Chunking, Condition, Fingerprint, MemChunkStore, MemObjectStore, MemTableStore,
-    NodeStore, ObjectKey, StoreError,
+    mem_object_store, BucketName, Chunking, Condition, Fingerprint, MemChunkStore, MemObjectStore,
+    MemTableStore, NodeStore, ObjectKey, StoreError,
 };
 
 type MemNode = NodeStore<Arc<MemTableStore>, Arc<MemChunkStore>>;
@@ -189,7 +189,7 @@ async fn assert_counts_exact(store: &MemObjectStore) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_object_puts_and_deletes_keep_counts_exact() {
-    let store = Arc::new(MemObjectStore::in_memory([1, 2, 3, 4]).await.unwrap());
+    let store = Arc::new(mem_object_store([1, 2, 3, 4]).await.unwrap());
     for (bucket, chunking) in [
         ("fixed", Chunking::fixed(1024).unwrap()),
         ("cdc", Chunking::fastcdc(256, 1024, 4096).unwrap()),
@@ -260,7 +260,7 @@ async fn concurrent_object_puts_and_deletes_keep_counts_exact() {
 
 #[tokio::test]
 async fn algorithm_1_cases_same_key() {
-    let store = MemObjectStore::in_memory([1, 2]).await.unwrap();
+    let store = mem_object_store([1, 2]).await.unwrap();
     let bucket = b("kv");
     store
         .create_bucket(&bucket, Chunking::fixed(4096).unwrap())
@@ -311,7 +311,7 @@ async fn algorithm_1_cases_same_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_deletes_of_one_object_release_once() {
-    let store = Arc::new(MemObjectStore::in_memory([1, 2, 3]).await.unwrap());
+    let store = Arc::new(mem_object_store([1, 2, 3]).await.unwrap());
     let bucket = b("d");
     store
         .create_bucket(&bucket, Chunking::fixed(1024).unwrap())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quarry_mount::{mount, MountHandle, MountOptions};
-use quarry_store::MemObjectStore;
+use quarry_store::{mem_object_store, MemObjectStore};
 
 /// Whether `/dev/fuse` can be opened; prints why not (the test then
 /// returns early, counted as passed: the machine cannot mount).
@@ -42,7 +42,7 @@ pub fn mem_store() -> (tokio::runtime::Runtime, Arc<MemObjectStore>) {
         .build()
         .expect("runtime");
     let store = rt
-        .block_on(MemObjectStore::in_memory([1, 2, 3, 4]))
+        .block_on(mem_object_store([1, 2, 3, 4]))
         .expect("in-memory store");
     (rt, Arc::new(store))
 }

@@ -10,10 +10,11 @@ use bytes::{Bytes, BytesMut};
 use quarry_volume::{LogicalPage, SpaceManager, TaggedPage};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error};
-use crate::chunking::{check_chunk_len, MAX_CHUNK_SIZE};
-use crate::data::{ChunkLocation, ChunkStore};
-use crate::error::{Result, StoreError};
-use crate::fingerprint::Fingerprint;
+use crate::data::ChunkStore;
+use quarry_store_api::ChunkLocation;
+use quarry_store_api::Fingerprint;
+use quarry_store_api::{check_chunk_len, MAX_CHUNK_SIZE};
+use quarry_store_api::{Result, StoreError};
 
 /// The space chunks live in unless configured otherwise.
 pub const DEFAULT_CHUNK_SPACE: u32 = 1;

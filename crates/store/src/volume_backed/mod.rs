@@ -13,9 +13,9 @@ use bytes::Bytes;
 use quarry_volume::{LogicalPage, SpaceManager, VolumeError};
 use tokio::task::JoinSet;
 
-use crate::error::{Result, StoreError};
 use crate::node::{NodeStore, Recovery};
-use crate::placement::NodeId;
+use quarry_store_api::NodeId;
+use quarry_store_api::{Result, StoreError};
 
 pub use chunks::{
     ChunkPageSpan, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore, CHUNK_HEADER_BYTES,

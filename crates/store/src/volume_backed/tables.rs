@@ -9,9 +9,9 @@ use quarry_volume::{LogicalPage, SpaceManager};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
-use crate::error::{Result, StoreError};
-use crate::manifest::Reader;
 use crate::table::{record_bytes, Batch, Op, Table, TableMap, TableStore};
+use quarry_store_api::RecordReader as Reader;
+use quarry_store_api::{Result, StoreError};
 
 /// The space of the table log unless configured otherwise.
 pub const DEFAULT_LOG_SPACE: u32 = 2;

@@ -70,29 +70,20 @@
 //! # }).unwrap();
 //! ```
 
-mod def;
-mod error;
 mod registry;
 mod serve;
-mod view;
-mod wire;
 
-/// A node's id, as in the fabric and the wire protocol (`quarry_proto::NodeId`).
-pub type NodeId = u16;
+use quarry_proto::NodeId;
 
-pub use def::{
-    member_pages, runs, stripe, validate_members, validate_name, NodeSpace, Run, VolumeDef,
-    MAX_VOLUMES_PER_NODE, MAX_VOLUME_ID, MAX_VOLUME_MEMBERS, MAX_VOLUME_NAME_BYTES,
-    MAX_VOLUME_PAGES, VOLUME_SPACE_BASE,
+// The definitions, the call encoding and the caller's view live in
+// quarry-volume-api, which a client links without the space manager.
+pub use quarry_volume_api::{
+    answer_error, max_pages_per_call, member_pages, runs, stripe, validate_members, validate_name,
+    BlockVolume, BlockVolumeError, BlockVolumes, MemberStatus, NodeSpace, Run, VolumeDef,
+    VolumeListing, VolumeStatus, VolumeSummary, VolumeTransport, ADD_CALL_MAX_BYTES,
+    DEFAULT_MAX_IN_FLIGHT_CALLS, MAX_ADDS_PER_CALL, MAX_CALL_DATA_BYTES, MAX_IN_FLIGHT_CALLS,
+    MAX_PAGES_PER_CALL, MAX_RANGE_BYTES, MAX_VOLUMES_PER_NODE, MAX_VOLUME_ID, MAX_VOLUME_MEMBERS,
+    MAX_VOLUME_NAME_BYTES, MAX_VOLUME_PAGES, VOLUME_SPACE_BASE,
 };
-pub use error::BlockVolumeError;
 pub use registry::{VolumeRegistry, REGISTRY_FILE};
 pub use serve::serve_volume_call;
-pub use view::{
-    BlockVolume, BlockVolumes, MemberStatus, VolumeListing, VolumeStatus, VolumeSummary,
-    VolumeTransport, DEFAULT_MAX_IN_FLIGHT_CALLS, MAX_IN_FLIGHT_CALLS, MAX_RANGE_BYTES,
-};
-pub use wire::{
-    answer_error, max_pages_per_call, ADD_CALL_MAX_BYTES, MAX_ADDS_PER_CALL, MAX_CALL_DATA_BYTES,
-    MAX_PAGES_PER_CALL,
-};

@@ -19,8 +19,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 
-use super::def::{VolumeDef, MAX_VOLUMES_PER_NODE};
-use super::wire::{Reader, VolumeFields, Writer, MIN_DEF_BYTES};
+use quarry_volume_api::{
+    VolumeDef, VolumeFields, VolumeReader as Reader, VolumeWriter as Writer, MAX_VOLUMES_PER_NODE,
+    MIN_DEF_BYTES,
+};
+
 use super::{BlockVolumeError, NodeId};
 use crate::{meta, LogicalPage, SpaceManager, VolumeError};
 

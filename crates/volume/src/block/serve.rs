@@ -3,12 +3,13 @@
 use bytes::Bytes;
 use futures::stream::{self, StreamExt};
 
-use super::def::{NodeSpace, VolumeDef};
-use super::registry::{storage_error, trim_pages, Entry, VolumeRegistry, TRIM_BATCH_PAGES};
-use super::wire::{
-    encode_error, max_pages_per_call, Op, Reader, VolumeFields, Writer, ADD_OP_BYTES, ANSWER_OK,
-    MAX_ADDS_PER_CALL, PAGE_DATA, PAGE_UNWRITTEN,
+use quarry_volume_api::{
+    encode_error, max_pages_per_call, NodeSpace, VolumeDef, VolumeFields, VolumeOp as Op,
+    VolumeReader as Reader, VolumeWriter as Writer, ADD_OP_BYTES, ANSWER_OK, MAX_ADDS_PER_CALL,
+    PAGE_DATA, PAGE_UNWRITTEN,
 };
+
+use super::registry::{storage_error, trim_pages, Entry, VolumeRegistry, TRIM_BATCH_PAGES};
 use super::BlockVolumeError;
 use crate::{LogicalPage, SpaceManager};
 

@@ -14,17 +14,15 @@ use bytes::{Bytes, BytesMut};
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
+use crate::bucket::BucketConfig;
 use crate::chunking::{AsyncChunker, Chunking};
-use crate::data::MemChunkStore;
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::manifest::{ChunkRef, Manifest};
 use crate::name::{BucketName, ObjectKey};
-use crate::node::{now_ms, Condition, NodeStore};
+use crate::ops::{now_ms, Condition};
 use crate::placement::{NodeId, Placement};
-use crate::records::BucketConfig;
 use crate::remote::{StoreNode, MAX_PAGE_ITEMS};
-use crate::table::MemTableStore;
 use crate::usage::Usage;
 
 /// Default longest time from a put's first chunk reference to its manifest
@@ -50,26 +48,6 @@ pub struct OrphanReport {
     /// a delete racing with the collector can list a chunk here falsely, so
     /// it is reported for a second look, not repaired.
     pub dangling: Vec<Fingerprint>,
-}
-
-/// An [`ObjectStore`] whose nodes keep everything in memory.
-pub type MemObjectStore = ObjectStore<NodeStore<Arc<MemTableStore>, Arc<MemChunkStore>>>;
-
-impl MemObjectStore {
-    /// A store over nodes `ids`, each with in-memory tables and 8 KiB pages.
-    pub async fn in_memory(ids: impl IntoIterator<Item = NodeId>) -> Result<Self> {
-        let mut nodes = Vec::new();
-        for id in ids {
-            let (node, _) = NodeStore::open(
-                id,
-                Arc::new(MemTableStore::new()),
-                Arc::new(MemChunkStore::default()),
-            )
-            .await?;
-            nodes.push(Arc::new(node));
-        }
-        Self::new(nodes)
-    }
 }
 
 /// Objects over a set of nodes.

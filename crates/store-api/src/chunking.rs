@@ -306,10 +306,7 @@ impl<R: AsyncRead + Unpin> AsyncChunker<R> {
 
 /// A chunk is 1 ..= [`MAX_CHUNK_SIZE`] bytes: anything else is refused
 /// wherever chunk bytes are taken in.
-pub(crate) fn check_chunk_len(
-    fingerprint: crate::fingerprint::Fingerprint,
-    data: &[u8],
-) -> Result<()> {
+pub fn check_chunk_len(fingerprint: crate::fingerprint::Fingerprint, data: &[u8]) -> Result<()> {
     if data.is_empty() || data.len() > MAX_CHUNK_SIZE as usize {
         return Err(StoreError::InvalidChunk {
             fingerprint,

@@ -66,12 +66,13 @@ impl Usage {
         self.chunks += other.chunks;
     }
 
-    pub(crate) fn bucket(&mut self, b: &BucketName) -> &mut BucketUsage {
+    /// `b`'s figures, to change (zeros if it had none).
+    pub fn bucket(&mut self, b: &BucketName) -> &mut BucketUsage {
         self.buckets.entry(b.clone()).or_default()
     }
 
     /// Drops `b`'s figures if they are all zero (after a decrease).
-    pub(crate) fn prune(&mut self, b: &BucketName) {
+    pub fn prune(&mut self, b: &BucketName) {
         if self.buckets.get(b) == Some(&BucketUsage::default()) {
             self.buckets.remove(b);
         }

@@ -153,7 +153,8 @@ impl Manifest {
         &self.chunks
     }
 
-    pub(crate) fn set_version(&mut self, version: u64) {
+    /// Sets the version: the node holding the key numbers each commit.
+    pub fn set_version(&mut self, version: u64) {
         self.version = version;
     }
 
@@ -352,7 +353,7 @@ impl Manifest {
 /// protocol's field codec, whose errors become [`StoreError::Malformed`]
 /// naming `what`, never a panic. The store's own fields are read by
 /// methods added here and in `remote.rs`.
-pub(crate) struct Reader<'a>(pub(crate) ByteReader<'a>);
+pub struct Reader<'a>(pub ByteReader<'a>);
 
 impl<'a> std::ops::Deref for Reader<'a> {
     type Target = ByteReader<'a>;
@@ -369,29 +370,33 @@ impl std::ops::DerefMut for Reader<'_> {
 
 impl<'a> Reader<'a> {
     /// Reads `buf` from its start.
-    pub(crate) fn new(what: &'static str, buf: &'a [u8]) -> Self {
+    pub fn new(what: &'static str, buf: &'a [u8]) -> Self {
         Reader(ByteReader::new(what, buf))
     }
     /// Reads `buf` from byte `skip` (a header already checked).
-    pub(crate) fn after(what: &'static str, buf: &'a [u8], skip: usize) -> Result<Self> {
+    pub fn after(what: &'static str, buf: &'a [u8], skip: usize) -> Result<Self> {
         let mut r = Reader::new(what, buf);
         r.take(skip)?;
         Ok(r)
     }
     /// An error about this encoding.
-    pub(crate) fn malformed(&self, reason: String) -> StoreError {
+    pub fn malformed(&self, reason: String) -> StoreError {
         self.0.malformed(reason).into()
     }
-    pub(crate) fn u8(&mut self) -> Result<u8> {
+    /// A little-endian `u8`.
+    pub fn u8(&mut self) -> Result<u8> {
         Ok(self.0.u8()?)
     }
-    pub(crate) fn u16(&mut self) -> Result<u16> {
+    /// A little-endian `u16`.
+    pub fn u16(&mut self) -> Result<u16> {
         Ok(self.0.u16()?)
     }
-    pub(crate) fn u32(&mut self) -> Result<u32> {
+    /// A little-endian `u32`.
+    pub fn u32(&mut self) -> Result<u32> {
         Ok(self.0.u32()?)
     }
-    pub(crate) fn u64(&mut self) -> Result<u64> {
+    /// A little-endian `u64`.
+    pub fn u64(&mut self) -> Result<u64> {
         Ok(self.0.u64()?)
     }
 }

@@ -30,7 +30,7 @@ pub const MAX_PAGES_PER_CALL: u64 = 4096;
 pub const MAX_ADDS_PER_CALL: usize = 16_384;
 /// Bytes of one add in an `AddU64` call: local page u64, offset in the
 /// page u32, delta u64.
-pub(crate) const ADD_OP_BYTES: usize = 8 + 4 + 8;
+pub const ADD_OP_BYTES: usize = 8 + 4 + 8;
 /// Bytes of an `AddU64` call before its adds, at most: op, the longest
 /// name, instance, count.
 const ADD_CALL_HEAD_MAX_BYTES: usize = 1 + 1 + MAX_VOLUME_NAME_BYTES + 8 + 4;
@@ -45,7 +45,7 @@ pub fn max_pages_per_call(page_size_bytes: u32) -> u64 {
 
 /// The fewest bytes an encoded definition takes (a one-letter name, one
 /// member): what a count of definitions is checked against.
-pub(crate) const MIN_DEF_BYTES: usize = 4 + 8 + 2 + 8 + 4 + 8 + 2 + 2;
+pub const MIN_DEF_BYTES: usize = 4 + 8 + 2 + 8 + 4 + 8 + 2 + 2;
 
 /// Decodes the status of a volume answer from node `node`: `Ok` for a
 /// success answer, the error it carries otherwise (for transports that log
@@ -57,19 +57,28 @@ pub fn answer_error(node: NodeId, answer: &Bytes) -> Result<(), BlockVolumeError
 /// The volume call opcodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub(crate) enum Op {
+pub enum Op {
+    /// Define a volume on a member.
     Define = 1,
+    /// Delete a volume's definition and pages.
     Delete = 2,
+    /// List the volumes a node holds.
     List = 3,
+    /// A volume's definition and the node's space.
     Info = 4,
+    /// Read pages.
     Read = 5,
+    /// Write pages.
     Write = 6,
+    /// Drop pages (they read as zeros).
     Trim = 7,
+    /// Add to `u64` counters in place.
     AddU64 = 8,
 }
 
 impl Op {
-    pub(crate) fn from_u8(b: u8) -> Option<Op> {
+    /// The opcode of a byte, if it names one.
+    pub fn from_u8(b: u8) -> Option<Op> {
         Some(match b {
             1 => Op::Define,
             2 => Op::Delete,
@@ -84,19 +93,21 @@ impl Op {
     }
 }
 
-/// Status byte of an answer.
-pub(crate) const ANSWER_OK: u8 = 0;
-pub(crate) const ANSWER_ERROR: u8 = 1;
-/// Per-page flags of a read answer.
-pub(crate) const PAGE_UNWRITTEN: u8 = 0;
-pub(crate) const PAGE_DATA: u8 = 1;
+/// Status byte of an answer that succeeded.
+pub const ANSWER_OK: u8 = 0;
+/// Status byte of an error answer (an encoded error follows).
+pub const ANSWER_ERROR: u8 = 1;
+/// Flag of a page in a read answer: never written (it reads as zeros).
+pub const PAGE_UNWRITTEN: u8 = 0;
+/// Flag of a page in a read answer: its data follows.
+pub const PAGE_DATA: u8 = 1;
 
 /// The writer of volume calls and answers: the protocol's field codec,
 /// with the volume fields of [`VolumeFields`].
-pub(crate) type Writer = ByteWriter;
+pub type Writer = ByteWriter;
 
 /// The volume's own fields, written on top of the protocol's field codec.
-pub(crate) trait VolumeFields {
+pub trait VolumeFields {
     /// A volume name: callers validate names first, so it fits a `u8`
     /// length; a longer one is cut (and then refused by the decoder).
     fn name(&mut self, name: &str) -> &mut Self;
@@ -153,7 +164,7 @@ impl From<CodecError> for BlockVolumeError {
 /// A decoder over a volume message: the protocol's field codec (every read
 /// checks the bytes left), the message for zero-copy slices, and the
 /// volume's own fields.
-pub(crate) struct Reader<'a> {
+pub struct Reader<'a> {
     fields: ByteReader<'a>,
     buf: &'a Bytes,
 }
@@ -172,21 +183,23 @@ impl std::ops::DerefMut for Reader<'_> {
 }
 
 impl<'a> Reader<'a> {
-    pub(crate) fn new(what: &'static str, buf: &'a Bytes) -> Self {
+    /// A reader over `buf`; `what` names the message in errors.
+    pub fn new(what: &'static str, buf: &'a Bytes) -> Self {
         Reader {
             fields: ByteReader::new(what, buf),
             buf,
         }
     }
-    pub(crate) fn malformed(&self, reason: String) -> BlockVolumeError {
+    /// The error for a malformed message, naming it and `reason`.
+    pub fn malformed(&self, reason: String) -> BlockVolumeError {
         self.fields.malformed(reason).into()
     }
     /// `n` bytes as a zero-copy slice of the message.
-    pub(crate) fn bytes(&mut self, n: usize) -> Result<Bytes, BlockVolumeError> {
+    pub fn bytes(&mut self, n: usize) -> Result<Bytes, BlockVolumeError> {
         Ok(self.fields.slice_of(self.buf, n)?)
     }
     /// A volume name, checked against the naming rules.
-    pub(crate) fn name(&mut self) -> Result<String, BlockVolumeError> {
+    pub fn name(&mut self) -> Result<String, BlockVolumeError> {
         let len = usize::from(self.u8()?);
         let b = self.take(len)?;
         let name = std::str::from_utf8(b)
@@ -195,13 +208,14 @@ impl<'a> Reader<'a> {
         validate_name(&name)?;
         Ok(name)
     }
-    pub(crate) fn str(&mut self) -> Result<String, BlockVolumeError> {
+    /// A UTF-8 string of at most `u16::MAX` bytes.
+    pub fn str(&mut self) -> Result<String, BlockVolumeError> {
         let len = usize::from(self.u16()?);
         let b = self.take(len)?;
         String::from_utf8(b.to_vec()).map_err(|_| self.malformed("a string is not UTF-8".into()))
     }
     /// A definition, checked against every rule.
-    pub(crate) fn def(&mut self) -> Result<VolumeDef, BlockVolumeError> {
+    pub fn def(&mut self) -> Result<VolumeDef, BlockVolumeError> {
         let id = self.u32()?;
         let instance = self.u64()?;
         let name = self.name()?;
@@ -228,7 +242,8 @@ impl<'a> Reader<'a> {
         def.validate()?;
         Ok(def)
     }
-    pub(crate) fn node_space(&mut self) -> Result<NodeSpace, BlockVolumeError> {
+    /// A node's space report.
+    pub fn node_space(&mut self) -> Result<NodeSpace, BlockVolumeError> {
         Ok(NodeSpace {
             node: self.u16()?,
             page_size_bytes: self.u32()?,
@@ -237,7 +252,7 @@ impl<'a> Reader<'a> {
         })
     }
     /// Reads an answer's status byte; an error answer becomes its error.
-    pub(crate) fn answer_status(&mut self, node: NodeId) -> Result<(), BlockVolumeError> {
+    pub fn answer_status(&mut self, node: NodeId) -> Result<(), BlockVolumeError> {
         match self.u8()? {
             ANSWER_OK => Ok(()),
             ANSWER_ERROR => Err(decode_error(self, node)?),
@@ -268,7 +283,7 @@ mod kind {
 }
 
 /// Encodes an error answer.
-pub(crate) fn encode_error(e: &BlockVolumeError) -> Bytes {
+pub fn encode_error(e: &BlockVolumeError) -> Bytes {
     use BlockVolumeError as E;
     let mut w = Writer::starting(ANSWER_ERROR);
     match e {

@@ -22,10 +22,9 @@
 
 use std::fmt::Write as _;
 
-use quarry_device::{Geometry, PageAddr};
-use quarry_proto::{GlobalPageAddr, NodeId};
+use quarry_geometry::{Geometry, PageAddr};
 
-use crate::MAX_MEMBERS;
+use crate::{GlobalPageAddr, NodeId, MAX_CLUSTER_MEMBERS as MAX_MEMBERS};
 
 /// Why a linear space could not be built, or why an address has no
 /// counterpart in it. Every message names the node, page or address at fault.
@@ -40,7 +39,7 @@ pub enum LinearSpaceError {
     TooManyMembers {
         /// Members given.
         count: usize,
-        /// [`MAX_MEMBERS`].
+        /// [`MAX_CLUSTER_MEMBERS`](crate::MAX_CLUSTER_MEMBERS).
         limit: usize,
     },
     /// The same node id was listed twice.
@@ -101,8 +100,7 @@ pub enum LinearSpaceError {
 /// bus `r % B`; `r /= B`, chip `r % C`; `r /= C`, page `r % P`; block `r / P`.
 ///
 /// ```
-/// use quarry_device::Geometry;
-/// use quarry_fabric::LinearSpace;
+/// use quarry_proto::{Geometry, LinearSpace};
 ///
 /// let geometry = Geometry { buses: 2, chips_per_bus: 2, ..Geometry::default() };
 /// let space = LinearSpace::new(vec![(7, geometry), (3, geometry)]).unwrap();
@@ -126,7 +124,7 @@ pub struct LinearSpace {
 
 impl LinearSpace {
     /// Builds the space from the members and their geometries, in any order.
-    /// Errors: no members, more than [`MAX_MEMBERS`], a repeated id, an
+    /// Errors: no members, more than [`MAX_CLUSTER_MEMBERS`](crate::MAX_CLUSTER_MEMBERS), a repeated id, an
     /// invalid geometry, or a geometry that differs from the lowest id's (the
     /// error names the first such node by id and every differing field).
     pub fn new(

@@ -1,6 +1,6 @@
 use serde::{Deserialize, Serialize};
 
-use crate::{BlockAddr, DeviceError, PageAddr};
+use crate::{BlockAddr, GeometryError, PageAddr};
 
 /// Largest page the device accepts; bounds every page buffer in the system.
 pub const MAX_PAGE_SIZE_BYTES: u32 = 64 * 1024;
@@ -51,10 +51,10 @@ impl Default for Geometry {
 
 impl Geometry {
     /// Checks every dimension against its bound; the error names the field.
-    pub fn validate(&self) -> Result<(), DeviceError> {
+    pub fn validate(&self) -> Result<(), GeometryError> {
         let check = |field: &'static str, value: u32, min: u32, max: u32| {
             if value < min || value > max {
-                Err(DeviceError::InvalidGeometry {
+                Err(GeometryError::InvalidGeometry {
                     reason: format!("{field} = {value}, must be in {min}..={max}"),
                 })
             } else {
@@ -83,7 +83,7 @@ impl Geometry {
         )?;
         check("oob_size_bytes", self.oob_size_bytes, 0, MAX_OOB_SIZE_BYTES)?;
         if !self.page_size_bytes.is_multiple_of(512) {
-            return Err(DeviceError::InvalidGeometry {
+            return Err(GeometryError::InvalidGeometry {
                 reason: format!(
                     "page_size_bytes = {} must be a multiple of 512",
                     self.page_size_bytes
@@ -115,7 +115,7 @@ impl Geometry {
 
     /// Returns an error naming the offending field and the valid range when the
     /// page address lies outside this geometry.
-    pub fn check_page(&self, addr: PageAddr) -> Result<(), DeviceError> {
+    pub fn check_page(&self, addr: PageAddr) -> Result<(), GeometryError> {
         self.check_block(addr.block_addr())?;
         if addr.page >= self.pages_per_block {
             return Err(self.out_of_range(
@@ -129,7 +129,7 @@ impl Geometry {
     }
 
     /// Block-level counterpart of [`Geometry::check_page`].
-    pub fn check_block(&self, addr: BlockAddr) -> Result<(), DeviceError> {
+    pub fn check_block(&self, addr: BlockAddr) -> Result<(), GeometryError> {
         let text = addr.to_string();
         if addr.bus >= self.buses {
             return Err(self.out_of_range("bus", addr.bus, self.buses, text));
@@ -149,8 +149,8 @@ impl Geometry {
         value: u32,
         count: u32,
         addr: String,
-    ) -> DeviceError {
-        DeviceError::AddressOutOfRange {
+    ) -> GeometryError {
+        GeometryError::AddressOutOfRange {
             addr,
             field,
             value,

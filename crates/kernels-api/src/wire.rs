@@ -4,14 +4,10 @@
 //! naming what was wrong, and the protocol's frame limit bounds every
 //! length before decoding starts.
 
-use quarry_device::PageAddr;
 use quarry_proto::NodeId;
 use serde::{Deserialize, Serialize};
 
-use crate::engine_error::ComputeError;
 use crate::job::{CommandId, CommandStatus, Job, Limits, Target};
-use crate::scan::Part;
-use crate::spec::KernelSpec;
 
 /// Most bytes of a result one [`ComputeCall::Result`] answer carries: the
 /// rest of a frame's 4 MiB + 64 KiB is left for the answer's head.
@@ -29,9 +25,12 @@ pub const MAX_RMW_OPS: usize = 1 << 20;
 /// waiting longer calls again.
 pub const MAX_AWAIT_MS: u64 = 30_000;
 
-/// A call to the compute service.
+/// A call to the compute service. `L` is what [`ComputeCall::RunLocal`]
+/// carries: a run of kernel parts that only nodes send one another
+/// (`quarry-kernels` names it); a client never sends one and keeps the
+/// default, [`PeerOnly`]. The parameter leaves the encoding as it is.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum ComputeCall {
+pub enum ComputeCall<L = PeerOnly> {
     /// Start a command at this node (it becomes the command's entry node,
     /// where partial results merge). `members` are the nodes objects are
     /// placed over (the client's configured cluster); empty means the
@@ -78,98 +77,19 @@ pub enum ComputeCall {
     /// Every command this node holds, oldest first.
     List,
     /// Run a kernel over data this node holds (sent by an entry node).
-    RunLocal(LocalRun),
+    RunLocal(L),
 }
 
-/// A kernel over segments of this node's data.
+/// A node-to-node message in a client's view of the compute service: no
+/// value of it exists, so a client cannot send one, and an answer that
+/// carries one does not decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PeerOnly {}
+
+/// A compute service answer. `A` is what [`ComputeAnswer::Local`] carries,
+/// as `L` of [`ComputeCall`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LocalRun {
-    /// The kernel.
-    pub kernel: KernelSpec,
-    /// The segments, in target order.
-    pub segments: Vec<Segment>,
-    /// For a kernel that must see a target in order: the part of the
-    /// target's bytes before the first segment (the segments are then one
-    /// contiguous range of one target).
-    pub carry: Option<Part>,
-    /// Time left for this run.
-    pub time_left_ms: u64,
-    /// Memory its parts may hold.
-    pub memory_bytes: u64,
-}
-
-/// Bytes of one target held by one node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Segment {
-    /// Which of the command's targets (resolved) they belong to.
-    pub target: u32,
-    /// Offset of the first byte in the target.
-    pub offset: u64,
-    /// Where the bytes are.
-    pub source: Source,
-}
-
-/// Where a segment's bytes are on a node.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Source {
-    /// Bytes `start..end` of a chunk of the object store.
-    Chunk {
-        /// The chunk's fingerprint.
-        fingerprint: [u8; 32],
-        /// Its length, as the manifest says.
-        len: u32,
-        /// First byte.
-        start: u32,
-        /// End byte (exclusive).
-        end: u32,
-    },
-    /// Bytes `start..end` of a local page of a block volume's space.
-    VolumePage {
-        /// The volume's space on the node.
-        space: u32,
-        /// The local page.
-        page: u64,
-        /// First byte.
-        start: u32,
-        /// End byte (exclusive).
-        end: u32,
-    },
-    /// Bytes `start..end` of a raw device page.
-    DevicePage {
-        /// The page.
-        page: PageAddr,
-        /// First byte.
-        start: u32,
-        /// End byte (exclusive).
-        end: u32,
-    },
-}
-
-impl Source {
-    /// How many bytes the segment covers.
-    pub fn len_bytes(&self) -> u64 {
-        let (start, end) = match self {
-            Source::Chunk { start, end, .. }
-            | Source::VolumePage { start, end, .. }
-            | Source::DevicePage { start, end, .. } => (*start, *end),
-        };
-        u64::from(end.saturating_sub(start))
-    }
-}
-
-/// What a local run answers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LocalAnswer {
-    /// Parts in segment order, each with its target; adjacent segments of
-    /// one target are folded into one part.
-    pub parts: Vec<(u32, Part)>,
-    /// Bytes read from the device.
-    pub bytes_scanned: u64,
-}
-
-/// A compute service answer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum ComputeAnswer {
+pub enum ComputeAnswer<A = PeerOnly> {
     /// The submitted command's number.
     Submitted {
         /// The command.
@@ -187,7 +107,7 @@ pub enum ComputeAnswer {
         bytes: Vec<u8>,
     },
     /// A local run's parts.
-    Local(LocalAnswer),
+    Local(A),
     /// The call failed.
     Failed(Failure),
 }
@@ -225,8 +145,14 @@ pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
     postcard::to_stdvec(message).expect("postcard encodes every compute message")
 }
 
+/// A compute message that did not decode: what it was meant to be, its
+/// length and what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed compute message: {0}")]
+pub struct Malformed(pub String);
+
 /// Decodes a message; `what` names it in the error.
-pub fn decode<'a, T: Deserialize<'a>>(what: &str, bytes: &'a [u8]) -> Result<T, ComputeError> {
+pub fn decode<'a, T: Deserialize<'a>>(what: &str, bytes: &'a [u8]) -> Result<T, Malformed> {
     postcard::from_bytes(bytes)
-        .map_err(|e| ComputeError::Malformed(format!("{what} of {} bytes: {e}", bytes.len())))
+        .map_err(|e| Malformed(format!("{what} of {} bytes: {e}", bytes.len())))
 }

@@ -15,16 +15,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::chunking::MAX_CHUNK_SIZE;
-use crate::data::{ChunkLocation, ChunkStore};
+use crate::bucket::BucketConfig;
+use crate::chunking::{check_chunk_len, MAX_CHUNK_SIZE};
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::manifest::{Manifest, Reader};
 use crate::name::{BucketName, ObjectKey};
-use crate::node::{ChunkInfo, ChunkPut, ChunkRelease, Condition, ManifestPut, NodeStore};
+use crate::ops::{ChunkInfo, ChunkLocation, ChunkPut, ChunkRelease, Condition, ManifestPut};
 use crate::placement::NodeId;
-use crate::records::BucketConfig;
-use crate::table::TableStore;
 use crate::usage::{BucketUsage, Usage};
 use quarry_proto::ByteWriter;
 
@@ -136,92 +134,6 @@ pub trait StoreNode: Send + Sync + 'static {
         expected: BTreeMap<BucketName, u64>,
         touched_before_ms: u64,
     ) -> impl Future<Output = Result<Option<ChunkRelease>>> + Send;
-}
-
-impl<T: TableStore, C: ChunkStore> StoreNode for NodeStore<T, C> {
-    fn id(&self) -> NodeId {
-        NodeStore::id(self)
-    }
-    async fn put_chunk(
-        &self,
-        bucket: &BucketName,
-        fingerprint: Fingerprint,
-        data: Bytes,
-    ) -> Result<ChunkPut> {
-        // In this process the caller hashed these very bytes.
-        self.put_hashed_chunk(bucket, fingerprint, data).await
-    }
-    async fn release_chunk(
-        &self,
-        bucket: &BucketName,
-        fingerprint: Fingerprint,
-    ) -> Result<ChunkRelease> {
-        NodeStore::release_chunk(self, bucket, fingerprint).await
-    }
-    async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
-        NodeStore::read_chunk(self, fingerprint).await
-    }
-    async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
-        NodeStore::get_manifest(self, bucket, key).await
-    }
-    async fn put_manifest(&self, manifest: Manifest, condition: Condition) -> Result<ManifestPut> {
-        NodeStore::put_manifest(self, manifest, condition).await
-    }
-    async fn delete_manifest(
-        &self,
-        bucket: &BucketName,
-        key: &ObjectKey,
-        condition: Condition,
-    ) -> Result<Manifest> {
-        NodeStore::delete_manifest(self, bucket, key, condition).await
-    }
-    async fn list_manifests(
-        &self,
-        bucket: &BucketName,
-        prefix: &str,
-        after: Option<&ObjectKey>,
-        limit: usize,
-    ) -> Result<Vec<Manifest>> {
-        let limit = limit.min(MAX_PAGE_ITEMS);
-        NodeStore::list_manifests(self, bucket, prefix, after, limit).await
-    }
-    async fn create_bucket(&self, bucket: &BucketName, config: BucketConfig) -> Result<()> {
-        NodeStore::create_bucket(self, bucket, config).await
-    }
-    async fn bucket(&self, bucket: &BucketName) -> Result<Option<BucketConfig>> {
-        NodeStore::bucket(self, bucket).await
-    }
-    async fn delete_bucket(&self, bucket: &BucketName) -> Result<()> {
-        NodeStore::delete_bucket(self, bucket).await
-    }
-    async fn buckets(&self) -> Result<Vec<(BucketName, BucketConfig)>> {
-        NodeStore::buckets(self).await
-    }
-    async fn usage(&self) -> Result<Usage> {
-        Ok(NodeStore::usage(self))
-    }
-    async fn manifests_page(
-        &self,
-        cursor: Option<Vec<u8>>,
-        limit: usize,
-    ) -> Result<(Vec<Manifest>, Option<Vec<u8>>)> {
-        NodeStore::manifests_page(self, cursor, limit.min(MAX_PAGE_ITEMS)).await
-    }
-    async fn chunks_page(
-        &self,
-        after: Option<Fingerprint>,
-        limit: usize,
-    ) -> Result<Vec<(Fingerprint, ChunkInfo)>> {
-        NodeStore::chunks_page(self, after, limit.min(MAX_PAGE_ITEMS)).await
-    }
-    async fn lower_refs(
-        &self,
-        fingerprint: Fingerprint,
-        expected: BTreeMap<BucketName, u64>,
-        touched_before_ms: u64,
-    ) -> Result<Option<ChunkRelease>> {
-        NodeStore::lower_refs(self, fingerprint, &expected, touched_before_ms).await
-    }
 }
 
 impl<N: StoreNode> StoreNode for Arc<N> {
@@ -721,20 +633,14 @@ fn decode_error(r: &mut Reader<'_>, node: NodeId) -> Result<StoreError> {
 
 /// Runs one encoded store call against a node's store and encodes its
 /// answer (errors included: the answer is always bytes to send back).
-pub async fn serve_call<T: TableStore, C: ChunkStore>(
-    node: &NodeStore<T, C>,
-    call: Bytes,
-) -> Bytes {
+pub async fn serve_call<N: StoreNode>(node: &N, call: Bytes) -> Bytes {
     match serve(node, call).await {
         Ok(answer) => Bytes::from(answer),
         Err(e) => Bytes::from(encode_error(&e)),
     }
 }
 
-async fn serve<T: TableStore, C: ChunkStore>(
-    node: &NodeStore<T, C>,
-    call: Bytes,
-) -> Result<Vec<u8>> {
+async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<u8>> {
     let mut r = Reader::new("store call", &call);
     let op_byte = r.u8()?;
     let op =
@@ -746,7 +652,17 @@ async fn serve<T: TableStore, C: ChunkStore>(
             let fp = r.fingerprint()?;
             let data = r.bytes(&call)?;
             r.end()?;
-            // Across the fabric the bytes are hashed again (NodeStore::put_chunk).
+            // Bytes from elsewhere are hashed again: a node never files data
+            // under a fingerprint it does not hash to (every object naming
+            // that fingerprint would read the wrong bytes).
+            check_chunk_len(fp, &data)?;
+            let actual = Fingerprint::of(&data);
+            if actual != fp {
+                return Err(StoreError::FingerprintMismatch {
+                    claimed: fp,
+                    actual,
+                });
+            }
             let put = node.put_chunk(&bucket, fp, data).await?;
             w.flag(put.stored).u64(put.refcount);
         }
@@ -831,7 +747,7 @@ async fn serve<T: TableStore, C: ChunkStore>(
         }
         Op::Usage => {
             r.end()?;
-            let u = node.usage();
+            let u = node.usage().await?;
             w.u32(u.buckets.len() as u32);
             for (b, bu) in &u.buckets {
                 w.bucket(b).bucket_usage(bu);
@@ -874,7 +790,7 @@ async fn serve<T: TableStore, C: ChunkStore>(
             let expected = r.refs()?;
             let before = r.u64()?;
             r.end()?;
-            match node.lower_refs(fp, &expected, before).await? {
+            match node.lower_refs(fp, expected, before).await? {
                 None => w.u8(0),
                 Some(rel) => w.u8(1).release(&rel),
             };
