@@ -22,6 +22,7 @@ use crate::manifest::{ChunkRef, Manifest};
 use crate::name::{BucketName, ObjectKey};
 use crate::ops::{now_ms, Condition};
 use crate::placement::{NodeId, Placement};
+use crate::put_pipeline::ChunkPuts;
 use crate::remote::{StoreNode, MAX_PAGE_ITEMS};
 use crate::usage::Usage;
 
@@ -193,63 +194,19 @@ impl<N: StoreNode> ObjectStore<N> {
             condition.check(bucket, key, current.as_ref().map(Manifest::version))?;
         }
         let mut chunker = AsyncChunker::new(source, config.chunking)?;
-        // Every chunk whose put succeeded, in object order once sorted by
-        // index: what a failure must release.
-        let mut taken: Vec<(usize, ChunkRef)> = Vec::new();
+        // Every chunk whose put succeeded: what a failure must release.
+        let mut taken: Vec<ChunkRef> = Vec::new();
         let mut commit_sent = false;
         let started = Instant::now();
         let result = async {
-            let mut refs: Vec<ChunkRef> = Vec::new();
-            let mut in_flight = FuturesUnordered::new();
-            let mut in_flight_bytes: u64 = 0;
-            let mut first_error: Option<StoreError> = None;
-            loop {
-                // Chunks go out while the bytes in flight stay under the
-                // bound; the next chunk is read and hashed while earlier
-                // ones are on their way.
-                while first_error.is_none()
-                    && (in_flight.is_empty() || in_flight_bytes < self.in_flight_bytes)
-                {
-                    let Some(chunk) = chunker.next_chunk().await? else {
-                        break;
-                    };
-                    if refs.len() == crate::MAX_MANIFEST_CHUNKS {
-                        first_error = Some(StoreError::TooManyChunks {
-                            limit: crate::MAX_MANIFEST_CHUNKS,
-                        });
-                        break;
-                    }
-                    // Hashed once, here: the fingerprint places the chunk; a
-                    // node in this process takes it as computed from these
-                    // bytes, a node across the fabric hashes them again.
-                    let fingerprint = Fingerprint::of(&chunk.data);
-                    let len = chunk.data.len() as u32;
-                    let chunk_ref = ChunkRef { fingerprint, len };
-                    let index = refs.len();
-                    refs.push(chunk_ref);
-                    in_flight_bytes += u64::from(len);
-                    let node = self.chunk_node(&fingerprint);
-                    in_flight.push(async move {
-                        let put = node.put_chunk(bucket, fingerprint, chunk.data).await;
-                        (index, chunk_ref, put)
-                    });
-                }
-                let Some((index, chunk_ref, put)) = in_flight.next().await else {
-                    break;
-                };
-                in_flight_bytes -= u64::from(chunk_ref.len);
-                match put {
-                    Ok(_) => taken.push((index, chunk_ref)),
-                    Err(e) => {
-                        // Wait for the rest in flight, so every reference
-                        // taken is known and released.
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
-            if let Some(e) = first_error {
-                return Err(e);
-            }
+            let node_of = |fp: &Fingerprint| self.chunk_node(fp);
+            let puts = ChunkPuts {
+                bucket,
+                node_of: &node_of,
+                in_flight_bytes_max: self.in_flight_bytes,
+                chunks_max: crate::MAX_MANIFEST_CHUNKS,
+            };
+            let refs = puts.run(&mut chunker, &mut taken).await?;
             debug_assert_eq!(taken.len(), refs.len());
             let elapsed_ms = started.elapsed().as_millis() as u64;
             if elapsed_ms > self.put_deadline_ms {
@@ -287,8 +244,7 @@ impl<N: StoreNode> ObjectStore<N> {
             // them could leave a committed manifest naming freed chunks.
             Err(e @ StoreError::Transport { .. }) if commit_sent => Err(e),
             Err(e) => {
-                let refs: Vec<ChunkRef> = taken.into_iter().map(|(_, r)| r).collect();
-                self.release_all(bucket, &refs).await;
+                self.release_all(bucket, &taken).await;
                 Err(e)
             }
         }

@@ -45,6 +45,7 @@ mod manifest;
 mod name;
 mod ops;
 mod placement;
+mod put_pipeline;
 mod remote;
 mod usage;
 
@@ -55,7 +56,7 @@ pub use chunking::{
 };
 pub use cluster::{ObjectStore, OrphanReport, DEFAULT_PUT_DEADLINE_MS};
 pub use error::{Result, StoreError};
-pub use fingerprint::Fingerprint;
+pub use fingerprint::{chunk_crc32c, Fingerprint};
 pub use manifest::{
     ChunkRef, ChunkSlice, Manifest, Reader as RecordReader, MANIFEST_FORMAT_VERSION,
     MANIFEST_MAGIC, MAX_MANIFEST_CHUNKS,

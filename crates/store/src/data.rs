@@ -10,6 +10,16 @@ use bytes::Bytes;
 use quarry_store_api::{ChunkLocation, Fingerprint};
 use quarry_store_api::{Result, StoreError};
 
+/// What a chunk read checks the bytes against before returning them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkCheck {
+    /// The CRC-32C of the whole chunk ([`quarry_store_api::chunk_crc32c`]),
+    /// kept in its record since it was filed.
+    Crc32c(u32),
+    /// Its SHA-256 fingerprint: for records written before they kept a CRC.
+    Sha256,
+}
+
 /// The bytes of chunks on one node: write an extent, read it, trim it.
 ///
 /// What an implementation must guarantee (the volume-backed one included):
@@ -41,12 +51,14 @@ pub trait ChunkStore: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ChunkLocation>> + Send;
 
     /// Reads the first `len` bytes of the chunk `fingerprint` at `location`;
-    /// an error if the extent there holds another chunk (or none).
+    /// an error if the extent there holds another chunk (or none), or if
+    /// the whole chunk's bytes fail `check`.
     fn read(
         &self,
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
+        check: ChunkCheck,
     ) -> impl Future<Output = Result<Bytes>> + Send;
 
     /// Declares the location's pages dead.
@@ -69,8 +81,9 @@ impl<C: ChunkStore> ChunkStore for std::sync::Arc<C> {
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
+        check: ChunkCheck,
     ) -> impl Future<Output = Result<Bytes>> + Send {
-        (**self).read(fingerprint, location, len)
+        (**self).read(fingerprint, location, len, check)
     }
     fn trim(&self, location: ChunkLocation) -> impl Future<Output = Result<()>> + Send {
         (**self).trim(location)
@@ -151,13 +164,23 @@ impl ChunkStore for MemChunkStore {
         Ok(location)
     }
 
+    /// Memory holds what was written, so `check` has nothing to find; it
+    /// is applied all the same, so a caller's wrong CRC shows here too.
     async fn read(
         &self,
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
+        check: ChunkCheck,
     ) -> Result<Bytes> {
         let extents = self.extents.lock().expect("extents lock");
+        if let Some((l, f, data)) = extents.get(&location.first_page) {
+            if *l == location && f == fingerprint {
+                verify(fingerprint, data, check).map_err(|reason| {
+                    StoreError::Backend(format!("chunk at {location:?}: {reason}"))
+                })?;
+            }
+        }
         match extents.get(&location.first_page) {
             Some((l, f, data))
                 if *l == location && f == fingerprint && data.len() >= len as usize =>
@@ -192,6 +215,33 @@ impl ChunkStore for MemChunkStore {
     }
 }
 
+/// Checks a whole chunk's bytes; the error says what did not match.
+pub(crate) fn verify(
+    fingerprint: &Fingerprint,
+    data: &[u8],
+    check: ChunkCheck,
+) -> std::result::Result<(), String> {
+    match check {
+        ChunkCheck::Crc32c(expected) => {
+            let actual = quarry_store_api::chunk_crc32c(data);
+            if actual != expected {
+                return Err(format!(
+                    "the bytes have CRC-32C {actual:08x}, the record says {expected:08x}"
+                ));
+            }
+        }
+        ChunkCheck::Sha256 => {
+            let actual = Fingerprint::of(data);
+            if actual != *fingerprint {
+                return Err(format!(
+                    "the bytes hash to {actual}, the header names {fingerprint}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,15 +252,25 @@ mod tests {
         let data = Bytes::from_static(b"chunk bytes");
         let fp = Fingerprint::of(&data);
         let loc = store.write(&fp, data.clone()).await.unwrap();
-        assert_eq!(store.read(&fp, loc, 5).await.unwrap(), data.slice(..5));
+        assert_eq!(
+            store.read(&fp, loc, 5, ChunkCheck::Sha256).await.unwrap(),
+            data.slice(..5)
+        );
         let other = Fingerprint::of(b"another chunk");
-        let e = store.read(&other, loc, 5).await.unwrap_err().to_string();
+        let e = store
+            .read(&other, loc, 5, ChunkCheck::Sha256)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("holds chunk"), "{e}");
         assert!(
-            store.read(&fp, loc, 100).await.is_err(),
+            store.read(&fp, loc, 100, ChunkCheck::Sha256).await.is_err(),
             "longer than the chunk"
         );
         store.trim(loc).await.unwrap();
-        assert!(store.read(&fp, loc, 5).await.is_err(), "trimmed");
+        assert!(
+            store.read(&fp, loc, 5, ChunkCheck::Sha256).await.is_err(),
+            "trimmed"
+        );
     }
 }

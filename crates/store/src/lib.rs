@@ -65,19 +65,19 @@ mod records;
 mod table;
 mod volume_backed;
 
-pub use data::{ChunkStore, MemChunkStore};
+pub use data::{ChunkCheck, ChunkStore, MemChunkStore};
 pub use mem::{mem_object_store, MemObjectStore};
 pub use node::{NodeStore, Recovery};
 // What a client shares with the nodes lives in quarry-store-api, which a
 // client links without this crate; named here as it always was.
 pub use quarry_store_api::{
-    bucket_point, manifest_point, serve_call, AsyncChunker, BucketConfig, BucketName, BucketUsage,
-    Chunk, ChunkInfo, ChunkLocation, ChunkPut, ChunkRef, ChunkRelease, ChunkSlice, Chunker,
-    Chunking, Condition, Fingerprint, Manifest, ManifestPut, NodeId, ObjectKey, ObjectStore,
-    OrphanReport, Placement, RemoteNode, Result, StoreError, StoreNode, StoreTransport, Usage,
-    DEFAULT_PUT_DEADLINE_MS, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_BUCKET_LEN,
-    MAX_CHUNK_SIZE, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN, MAX_MANIFEST_CHUNKS, MAX_PAGE_ITEMS,
-    MIN_CHUNK_SIZE,
+    bucket_point, chunk_crc32c, manifest_point, serve_call, AsyncChunker, BucketConfig, BucketName,
+    BucketUsage, Chunk, ChunkInfo, ChunkLocation, ChunkPut, ChunkRef, ChunkRelease, ChunkSlice,
+    Chunker, Chunking, Condition, Fingerprint, Manifest, ManifestPut, NodeId, ObjectKey,
+    ObjectStore, OrphanReport, Placement, RemoteNode, Result, StoreError, StoreNode,
+    StoreTransport, Usage, DEFAULT_PUT_DEADLINE_MS, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC,
+    MAX_BUCKET_LEN, MAX_CHUNK_SIZE, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN, MAX_MANIFEST_CHUNKS,
+    MAX_PAGE_ITEMS, MIN_CHUNK_SIZE,
 };
 pub use table::{Batch, MemTableStore, Op, Table, TableStore};
 pub use volume_backed::{

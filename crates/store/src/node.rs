@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::data::ChunkStore;
+use crate::data::{ChunkCheck, ChunkStore};
 use crate::records::{manifest_key, manifest_prefix, ChunkRecord, KeyRecord};
 use crate::table::{Batch, Table, TableStore};
 use quarry_store_api::check_chunk_len;
@@ -307,12 +307,16 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             });
         }
         let len = data.len() as u32;
+        // Taken before the write, of the bytes as they came: a read checks
+        // the same bytes against it, at a tenth of what hashing costs.
+        let data_crc32c = quarry_store_api::chunk_crc32c(&data);
         let location = self.data.write(&fingerprint, data).await?;
         let rec = ChunkRecord {
             location,
             len,
             refs: BTreeMap::from([(bucket.clone(), 1)]),
             touched_unix_ms: now_ms(),
+            data_crc32c: Some(data_crc32c),
         };
         let mut batch = Batch::new();
         batch.put(Table::Chunks, fingerprint.0.to_vec(), rec.encode());
@@ -490,7 +494,14 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             .chunk_record(&fingerprint)
             .await?
             .ok_or(StoreError::ChunkMissing(fingerprint))?;
-        match self.data.read(&fingerprint, rec.location, rec.len).await {
+        let check = rec
+            .data_crc32c
+            .map_or(ChunkCheck::Sha256, ChunkCheck::Crc32c);
+        match self
+            .data
+            .read(&fingerprint, rec.location, rec.len, check)
+            .await
+        {
             Ok(b) => Ok(b),
             // Released between the lookup and the read (the chunk store
             // refuses the location if another chunk took it since).

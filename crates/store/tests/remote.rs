@@ -22,6 +22,9 @@ struct Loopback {
     down: AtomicU16,
     /// Manifest commits are applied but their answers lost.
     lose_commit_answers: std::sync::atomic::AtomicBool,
+    /// Chunk puts (op 1) and chunk reads' answers (op 3) have their last
+    /// byte, one of the chunk's, flipped on the way.
+    damage_chunks: std::sync::atomic::AtomicBool,
 }
 
 impl StoreTransport for Loopback {
@@ -37,7 +40,24 @@ impl StoreTransport for Loopback {
         let n = self.nodes.get(&node).ok_or(StoreError::UnknownNode(node))?;
         // Opcode 5 is the manifest commit (see docs/store.md, "Calls").
         let is_commit = body.first() == Some(&5);
-        let answer = serve_call(n, body).await;
+        let op = body.first().copied();
+        let damage = self.damage_chunks.load(Ordering::Relaxed);
+        let flip_last = |b: Bytes| {
+            let mut b = b.to_vec();
+            if let Some(last) = b.last_mut() {
+                *last ^= 0x20;
+            }
+            Bytes::from(b)
+        };
+        let body = if damage && op == Some(1) {
+            flip_last(body)
+        } else {
+            body
+        };
+        let mut answer = serve_call(n, body).await;
+        if damage && op == Some(3) && answer.first() == Some(&0) {
+            answer = flip_last(answer);
+        }
         if is_commit && self.lose_commit_answers.load(Ordering::Relaxed) {
             return Err(StoreError::Transport {
                 node,
@@ -65,6 +85,7 @@ async fn cluster() -> (ObjectStore<RemoteNode<Loopback>>, Arc<Loopback>) {
         sent_bytes: AtomicU64::new(0),
         down: AtomicU16::new(0),
         lose_commit_answers: Default::default(),
+        damage_chunks: Default::default(),
     });
     let remote = [1, 2, 3, 4].map(|id| Arc::new(RemoteNode::new(id, transport.clone())));
     (ObjectStore::new(remote).unwrap(), transport)
@@ -275,4 +296,43 @@ async fn a_commit_whose_answer_is_lost_keeps_its_chunks() {
     let (m, got) = s.get(&b, &k).await.unwrap();
     assert_eq!(m.version(), 1);
     assert_eq!(&got[..], &data[..]);
+}
+
+/// Chunk bytes are hashed once, by the writer; the CRC-32C that travels
+/// with them finds damage on the way in either direction: a damaged put is
+/// refused before anything is filed, a damaged read is an error, never data.
+#[tokio::test]
+async fn chunk_bytes_damaged_on_the_way_are_refused_both_ways() {
+    let (s, transport) = cluster().await;
+    let b = BucketName::new("b").unwrap();
+    s.create_bucket(&b, Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    let data = bytes(20_000, 11);
+    let k = ObjectKey::new("k").unwrap();
+
+    transport.damage_chunks.store(true, Ordering::Relaxed);
+    let err = s
+        .put_bytes(&b, &k, &data, Condition::Always)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("arrived damaged"), "{err}");
+    assert!(err.contains("CRC-32C"), "{err}");
+    for (id, n) in &transport.nodes {
+        assert_eq!(
+            NodeStore::usage(&**n).stored_bytes,
+            0,
+            "node {id} filed damaged bytes"
+        );
+    }
+
+    transport.damage_chunks.store(false, Ordering::Relaxed);
+    s.put_bytes(&b, &k, &data, Condition::Always).await.unwrap();
+    transport.damage_chunks.store(true, Ordering::Relaxed);
+    let err = s.get(&b, &k).await.unwrap_err().to_string();
+    assert!(err.contains("arrived damaged"), "{err}");
+    transport.damage_chunks.store(false, Ordering::Relaxed);
+    let (_, got) = s.get(&b, &k).await.unwrap();
+    assert_eq!(&got[..], &data[..], "nothing stored was changed");
 }

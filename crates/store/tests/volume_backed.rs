@@ -11,9 +11,10 @@ use bytes::Bytes;
 use common::*;
 use quarry_device::BackendKind;
 use quarry_store::{
-    open_volume_node, Batch, BucketName, ChunkLocation, ChunkStore, Chunking, Condition,
-    Fingerprint, NodeId, ObjectKey, ObjectStore, Recovery, StoreError, Table, TableStore,
-    VolumeChunkConfig, VolumeChunkStore, VolumeObjectStore, VolumeTableConfig, VolumeTableStore,
+    open_volume_node, Batch, BucketName, ChunkCheck, ChunkLocation, ChunkStore, Chunking,
+    Condition, Fingerprint, NodeId, ObjectKey, ObjectStore, Recovery, StoreError, Table,
+    TableStore, VolumeChunkConfig, VolumeChunkStore, VolumeObjectStore, VolumeTableConfig,
+    VolumeTableStore,
 };
 use quarry_volume::{LogicalPage, SpaceManager};
 
@@ -645,17 +646,44 @@ async fn chunk_reads_check_the_length_and_the_fingerprint() {
     let fp = Fingerprint::of(&data);
     let loc = chunks.write(&fp, data.clone()).await.unwrap();
     assert_eq!(loc.pages, 5, "5000 bytes on 1 KiB pages");
-    assert_eq!(chunks.read(&fp, loc, 5000).await.unwrap(), data);
-    assert_eq!(chunks.read(&fp, loc, 100).await.unwrap(), data.slice(..100));
-    let err = chunks.read(&fp, loc, 5001).await.unwrap_err().to_string();
+    assert_eq!(
+        chunks
+            .read(&fp, loc, 5000, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
+        data
+    );
+    let crc = quarry_store::chunk_crc32c(&data);
+    let read = chunks.read(&fp, loc, 5000, ChunkCheck::Crc32c(crc)).await;
+    assert_eq!(read.unwrap(), data);
+    let err = chunks.read(&fp, loc, 5000, ChunkCheck::Crc32c(!crc)).await;
+    assert!(err.unwrap_err().to_string().contains("CRC-32C"));
+    assert_eq!(
+        chunks
+            .read(&fp, loc, 100, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
+        data.slice(..100)
+    );
+    let err = chunks
+        .read(&fp, loc, 5001, ChunkCheck::Sha256)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("header says 5000 bytes"), "{err}");
     let wrong = ChunkLocation { pages: 4, ..loc };
-    assert!(chunks.read(&fp, wrong, 5000).await.is_err());
+    assert!(chunks
+        .read(&fp, wrong, 5000, ChunkCheck::Sha256)
+        .await
+        .is_err());
     let shifted = ChunkLocation {
         first_page: loc.first_page + 1,
         ..loc
     };
-    assert!(chunks.read(&fp, shifted, 10).await.is_err());
+    assert!(chunks
+        .read(&fp, shifted, 10, ChunkCheck::Sha256)
+        .await
+        .is_err());
     assert_eq!(chunks.extents().await.unwrap(), vec![(loc, fp)]);
 
     // Other bytes under the extent: an error, never those bytes.
@@ -664,12 +692,27 @@ async fn chunk_reads_check_the_length_and_the_fingerprint() {
         .write(page, Bytes::from(vec![0; 1024]))
         .await
         .unwrap();
-    let err = chunks.read(&fp, loc, 5000).await.unwrap_err().to_string();
+    let err = chunks
+        .read(&fp, loc, 5000, ChunkCheck::Sha256)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("hash to"), "{err}");
+    // The record's CRC finds the same damage (a tenth of the cost of hashing).
+    let crc = ChunkCheck::Crc32c(quarry_store::chunk_crc32c(&data));
+    let err = chunks
+        .read(&fp, loc, 5000, crc)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("CRC-32C"), "{err}");
 
     chunks.trim(loc).await.unwrap();
     assert!(volume.pages_in(chunks.space()).is_empty());
-    assert!(chunks.read(&fp, loc, 5000).await.is_err());
+    assert!(chunks
+        .read(&fp, loc, 5000, ChunkCheck::Sha256)
+        .await
+        .is_err());
     chunks.trim(loc).await.unwrap(); // idempotent
     assert!(chunks.extents().await.unwrap().is_empty());
     assert_eq!(chunks.stats().pages, 0);
@@ -696,16 +739,32 @@ async fn a_reused_location_is_never_read_as_its_old_chunk() {
     let chunks = open().await.unwrap();
     chunks.write(&fa, a.clone()).await.unwrap();
     let loc_b = chunks.write(&fb, b.clone()).await.unwrap();
-    assert_eq!(chunks.read(&fb, loc_b, 3000).await.unwrap(), b);
+    assert_eq!(
+        chunks
+            .read(&fb, loc_b, 3000, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
+        b
+    );
     chunks.trim(loc_b).await.unwrap();
     drop(chunks);
 
     let chunks = open().await.unwrap();
     let loc_c = chunks.write(&fc, c.clone()).await.unwrap();
     assert_eq!(loc_c, loc_b, "the cursor restarts after the highest extent");
-    let err = chunks.read(&fb, loc_b, 3000).await.unwrap_err().to_string();
+    let err = chunks
+        .read(&fb, loc_b, 3000, ChunkCheck::Sha256)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("holds chunk"), "{err}");
-    assert_eq!(chunks.read(&fc, loc_c, 3000).await.unwrap(), c);
+    assert_eq!(
+        chunks
+            .read(&fc, loc_c, 3000, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
+        c
+    );
     volume.close().await.unwrap();
 }
 
@@ -803,10 +862,22 @@ async fn chunks_name_themselves_in_their_first_pages_tag() {
     extents.sort_by_key(|(l, _)| l.first_page);
     assert_eq!(extents, vec![(loc, fp), (odd_loc, odd_fp)]);
     assert_eq!(chunks.stats().headerless_runs_at_open, 0);
-    assert_eq!(chunks.read(&fp, loc, 4096).await.unwrap(), data);
-    assert_eq!(chunks.read(&odd_fp, odd_loc, 2049).await.unwrap(), odd);
+    assert_eq!(
+        chunks
+            .read(&fp, loc, 4096, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
+        data
+    );
+    assert_eq!(
+        chunks
+            .read(&odd_fp, odd_loc, 2049, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
+        odd
+    );
     let err = chunks
-        .read(&odd_fp, loc, 2049)
+        .read(&odd_fp, loc, 2049, ChunkCheck::Sha256)
         .await
         .unwrap_err()
         .to_string();
@@ -843,7 +914,10 @@ async fn chunks_with_in_page_headers_still_read() {
         .unwrap();
     assert_eq!(chunks.extents().await.unwrap(), vec![(old_loc, old_fp)]);
     assert_eq!(
-        chunks.read(&old_fp, old_loc, 3000).await.unwrap(),
+        chunks
+            .read(&old_fp, old_loc, 3000, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
         Bytes::from(old.clone())
     );
     let spans = chunks.page_spans(old_loc, 3000, 0..3000).unwrap();
@@ -862,7 +936,13 @@ async fn chunks_with_in_page_headers_still_read() {
         chunks.page_spans(new_loc, 3000, 0..10).unwrap()[0].bytes,
         0..10
     );
-    assert_eq!(chunks.read(&new_fp, new_loc, 3000).await.unwrap(), new);
+    assert_eq!(
+        chunks
+            .read(&new_fp, new_loc, 3000, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
+        new
+    );
     volume.close().await.unwrap();
 
     // A spare area with no room for a tag: headers go before the bytes.
@@ -891,6 +971,12 @@ async fn chunks_with_in_page_headers_still_read() {
         .await
         .unwrap();
     assert_eq!(chunks.extents().await.unwrap(), vec![(loc, fp)]);
-    assert_eq!(chunks.read(&fp, loc, 4096).await.unwrap(), data);
+    assert_eq!(
+        chunks
+            .read(&fp, loc, 4096, ChunkCheck::Sha256)
+            .await
+            .unwrap(),
+        data
+    );
     volume.close().await.unwrap();
 }

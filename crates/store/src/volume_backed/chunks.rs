@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use quarry_volume::{LogicalPage, SpaceManager, TaggedPage};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error};
-use crate::data::ChunkStore;
+use crate::data::{ChunkCheck, ChunkStore};
 use quarry_store_api::ChunkLocation;
 use quarry_store_api::Fingerprint;
 use quarry_store_api::{check_chunk_len, MAX_CHUNK_SIZE};
@@ -309,8 +309,9 @@ struct Inner {
 ///   are on flash. On a failure it trims what it wrote.
 /// - `read` checks the header against the location, the length and the
 ///   fingerprint the caller expects (so a location trimmed and handed to
-///   another chunk is never read as the old one), and the SHA-256 of the
-///   bytes against it: a mismatch is an error, never data.
+///   another chunk is never read as the old one), and the bytes against
+///   the check the caller names (the CRC-32C its record kept, or the
+///   SHA-256 for records from before): a mismatch is an error, never data.
 /// - `trim` trims the extent's pages with one `trim_many`, the header page
 ///   last (so a torn trim leaves a header covering what is left). A
 ///   location this store does not hold is ignored (trims are idempotent).
@@ -711,6 +712,7 @@ impl Inner {
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
+        check: ChunkCheck,
     ) -> Result<Bytes> {
         let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
         if location.space != self.space || location.pages == 0 {
@@ -765,13 +767,7 @@ impl Inner {
                 h.len
             )));
         }
-        let actual = Fingerprint::of(&data);
-        if actual != h.fingerprint {
-            return Err(bad(format!(
-                "the bytes hash to {actual}, the header names {}",
-                h.fingerprint
-            )));
-        }
+        crate::data::verify(&h.fingerprint, &data, check).map_err(bad)?;
         Ok(data.slice(..len as usize))
     }
 }
@@ -790,8 +786,9 @@ impl ChunkStore for VolumeChunkStore {
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
+        check: ChunkCheck,
     ) -> Result<Bytes> {
-        self.inner.read(fingerprint, location, len).await
+        self.inner.read(fingerprint, location, len, check).await
     }
 
     async fn trim(&self, location: ChunkLocation) -> Result<()> {
