@@ -680,6 +680,7 @@ impl Inner {
             addr: self.local.addr.clone(),
             instance: self.instance,
             expect,
+            receive: self.config.receive_limits(),
         };
         let handshake = async {
             let mut buf = BytesMut::new();
@@ -712,6 +713,11 @@ impl Inner {
                     "node {} at {} belongs to cluster {:?}, this node to cluster {:?}",
                     theirs.id, theirs.addr, theirs.cluster, self.config.cluster
                 ),
+            });
+        }
+        if let Err(reason) = theirs.receive.check() {
+            return Err(FabricError::BadLinkFrame {
+                reason: format!("node {} at {} announced {reason}", theirs.id, theirs.addr),
             });
         }
         if theirs.id == self.local.id {
@@ -753,7 +759,8 @@ impl Inner {
             theirs.addr.clone(),
             theirs.instance,
             dialer,
-            self.config.window_fragments,
+            self.config.receive_limits(),
+            theirs.receive,
             self.config.max_streams_per_link,
         );
         let link = Arc::new(link);
@@ -1021,11 +1028,11 @@ impl Inner {
                 Ok(())
             }
             Kind::Request => {
-                link.receive(header.channel)?;
+                link.receive(header.channel, payload.len())?;
                 self.on_request_fragment(link, header, payload)
             }
             Kind::Response => {
-                link.receive(header.channel)?;
+                link.receive(header.channel, payload.len())?;
                 self.on_response_fragment(link, header, payload);
                 Ok(())
             }

@@ -62,7 +62,8 @@ pub use quarry_proto::{LinearSpace, LinearSpaceError};
 pub use topology::{links_of, Link, LinkAdvert, LinkStateDb, Route, RoutingTable, TopologyKind};
 pub use wire::{
     decode_json, encode_json, flags as link_flags, Channel, Hello, Kind as LinkKind, LinkCodec,
-    LinkFrame, LinkHeader, FRAGMENT_BYTES, LINK_HEADER_BYTES, LINK_MAGIC, LINK_VERSION,
+    LinkFrame, LinkHeader, ReceiveLimits, FRAGMENT_BYTES, LINK_HEADER_BYTES, LINK_MAGIC,
+    LINK_VERSION, MAX_DATA_FRAGMENT_BYTES,
 };
 
 use std::time::Duration;
@@ -101,9 +102,17 @@ pub struct FabricConfig {
     /// How long a request waits for a route to its node to appear (a link
     /// coming up or a reroute) before it fails as unreachable.
     pub route_wait: Duration,
-    /// Receive buffer of each virtual channel of each link, in fragments
-    /// (credits); bounds the memory a link can hold.
+    /// Receive buffer of the control channel of each link, in fragments
+    /// (credits) of at most [`FRAGMENT_BYTES`].
     pub window_fragments: u32,
+    /// Size of the data channel's fragments (what this node receives; its
+    /// peers cut data to it). Large enough that per-fragment work vanishes
+    /// beside the bytes (`docs/benchmarks.md`, "Fragments"), small enough
+    /// that a flow waits at most one fragment per competing flow.
+    pub data_fragment_bytes: u32,
+    /// Receive buffer of the data channel of each link, bytes: with the
+    /// control window, it bounds the memory a link can hold.
+    pub data_window_bytes: u32,
     /// Requests in flight on one link in each direction.
     pub max_streams_per_link: usize,
     /// Most nodes this node keeps adverts of, and most links other nodes may
@@ -124,13 +133,31 @@ impl Default for FabricConfig {
             dead_after: Duration::from_millis(1000),
             route_wait: Duration::from_millis(1000),
             window_fragments: 128,
+            data_fragment_bytes: DEFAULT_DATA_FRAGMENT_BYTES,
+            data_window_bytes: DEFAULT_DATA_WINDOW_BYTES,
             max_streams_per_link: 4096,
             max_nodes: MAX_MEMBERS,
         }
     }
 }
 
+/// Default size of data-channel fragments: where a one-hop bulk read stops
+/// getting faster (`docs/benchmarks.md`, "Fragments").
+pub const DEFAULT_DATA_FRAGMENT_BYTES: u32 = 64 * 1024;
+/// Default data-channel receive buffer per link: 4 MiB, a millisecond of
+/// loopback at full speed, so credits come back before they run out.
+pub const DEFAULT_DATA_WINDOW_BYTES: u32 = 4 << 20;
+
 impl FabricConfig {
+    /// What this node announces it can receive on each link.
+    pub fn receive_limits(&self) -> ReceiveLimits {
+        ReceiveLimits {
+            data_fragment_bytes: self.data_fragment_bytes,
+            control_window_fragments: self.window_fragments,
+            data_window_fragments: self.data_window_bytes / self.data_fragment_bytes.max(1),
+        }
+    }
+
     /// Checks every field; the error names the bad one.
     pub fn validate(&self) -> Result<(), FabricError> {
         let bad = |reason: String| Err(FabricError::InvalidConfig { reason });
@@ -159,6 +186,12 @@ impl FabricConfig {
             return bad(format!(
                 "window_fragments = {}, must be in 2..=4096",
                 self.window_fragments
+            ));
+        }
+        if let Err(reason) = self.receive_limits().check() {
+            return bad(format!(
+                "data_fragment_bytes = {}, data_window_bytes = {}: {reason}",
+                self.data_fragment_bytes, self.data_window_bytes
             ));
         }
         if !(1..=65536).contains(&self.max_streams_per_link) {

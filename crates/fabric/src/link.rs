@@ -15,7 +15,7 @@ use quarry_proto::NodeId;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
-use crate::wire::{encode_credit, flags, Channel, Kind, LinkHeader, FRAGMENT_BYTES};
+use crate::wire::{encode_credit, flags, Channel, Kind, LinkHeader, ReceiveLimits};
 use crate::FabricError;
 
 /// Largest write the link's writer gathers before it writes.
@@ -253,7 +253,10 @@ pub(crate) struct Link {
     /// The node that dialled; when both ends dial each other, the link dialled
     /// by the lower id is kept.
     pub dialer: NodeId,
-    window: u32,
+    /// What this end buffers of the peer's fragments (it announced these).
+    receive_limits: ReceiveLimits,
+    /// What the peer buffers of this end's fragments (it announced these).
+    send_limits: ReceiveLimits,
     out: Mutex<Outbox>,
     writer_wake: Notify,
     pub outbound: Mutex<TagTable>,
@@ -284,7 +287,8 @@ impl Link {
         peer_addr: String,
         peer_instance: u64,
         dialer: NodeId,
-        window: u32,
+        receive_limits: ReceiveLimits,
+        send_limits: ReceiveLimits,
         max_streams: usize,
     ) -> (Link, mpsc::UnboundedReceiver<BoxFuture<'static, ()>>) {
         // Unbounded in type only: a job exists per held permit, at most
@@ -296,9 +300,10 @@ impl Link {
             peer_addr,
             peer_instance,
             dialer,
-            window,
+            receive_limits,
+            send_limits,
             out: Mutex::new(Outbox {
-                credits: [window; 2],
+                credits: Channel::ALL.map(|c| send_limits.window(c)),
                 queues: [FlowQueues::default(), FlowQueues::default()],
                 control: VecDeque::new(),
                 credit_return: [0; 2],
@@ -426,15 +431,26 @@ impl Link {
         Duration::from_millis(now_ms.saturating_sub(self.last_heard_ms.load(Ordering::Relaxed)))
     }
 
-    /// Counts a received fragment against its channel's window; a peer that
-    /// sends beyond its credits breaks the protocol.
-    pub fn receive(&self, channel: Channel) -> Result<(), FabricError> {
-        let held = self.held[channel.index()].fetch_add(1, Ordering::AcqRel) + 1;
-        if held > self.window {
+    /// Counts a received fragment of `len_bytes` against its channel's
+    /// window; a peer that sends beyond its credits, or a fragment larger
+    /// than this end announced, breaks the protocol.
+    pub fn receive(&self, channel: Channel, len_bytes: usize) -> Result<(), FabricError> {
+        let largest = self.receive_limits.fragment_bytes(channel);
+        if len_bytes > largest {
             return Err(FabricError::BadLinkFrame {
                 reason: format!(
-                    "node {} sent {held} {channel:?} fragments against a window of {}",
-                    self.peer, self.window
+                    "node {} sent a {channel:?} fragment of {len_bytes} bytes; this node takes at most {largest}",
+                    self.peer
+                ),
+            });
+        }
+        let window = self.receive_limits.window(channel);
+        let held = self.held[channel.index()].fetch_add(1, Ordering::AcqRel) + 1;
+        if held > window {
+            return Err(FabricError::BadLinkFrame {
+                reason: format!(
+                    "node {} sent {held} {channel:?} fragments against a window of {window}",
+                    self.peer
                 ),
             });
         }
@@ -458,20 +474,22 @@ impl Link {
         // is owed. Waking the writer per freed slot would double the system
         // calls of every forwarded fragment. The sender always keeps at least
         // three quarters of its window, so it never stalls waiting for them.
-        if owed >= (self.window / 4).max(1) {
+        if owed >= (self.receive_limits.window(channel) / 4).max(1) {
             self.writer_wake.notify_one();
         }
     }
 
     pub fn add_credits(&self, control: u32, data: u32) -> Result<(), FabricError> {
         let mut out = lock(&self.out);
-        for (index, more) in [control, data].into_iter().enumerate() {
+        for (channel, more) in Channel::ALL.into_iter().zip([control, data]) {
+            let index = channel.index();
+            let window = self.send_limits.window(channel);
             let credits = out.credits[index].saturating_add(more);
-            if credits > self.window {
+            if credits > window {
                 return Err(FabricError::BadLinkFrame {
                     reason: format!(
-                        "node {} returned credits beyond the window of {}",
-                        self.peer, self.window
+                        "node {} returned {channel:?} credits beyond the window of {window}",
+                        self.peer
                     ),
                 });
             }
@@ -500,14 +518,15 @@ impl Link {
     /// stream.
     pub fn send_message(&self, mut header: LinkHeader, message: Bytes) -> bool {
         header.channel = Channel::for_message(message.len());
-        let count = message.len().div_ceil(FRAGMENT_BYTES).max(1);
+        let fragment_bytes = self.send_limits.fragment_bytes(header.channel);
+        let count = message.len().div_ceil(fragment_bytes).max(1);
         let mut out = lock(&self.out);
         if self.is_closed() {
             return false;
         }
         for index in 0..count {
-            let start = index * FRAGMENT_BYTES;
-            let end = (start + FRAGMENT_BYTES).min(message.len());
+            let start = index * fragment_bytes;
+            let end = (start + fragment_bytes).min(message.len());
             let mut h = header;
             h.flags = 0;
             if index == 0 {
@@ -599,7 +618,8 @@ impl Link {
     where
         W: tokio::io::AsyncWrite + Unpin,
     {
-        let mut batch = BytesMut::with_capacity(WRITE_BATCH_BYTES + FRAGMENT_BYTES);
+        let largest = self.send_limits.fragment_bytes(Channel::Data);
+        let mut batch = BytesMut::with_capacity(WRITE_BATCH_BYTES + largest);
         let mut releases = Vec::new();
         loop {
             if self.is_closed() {
@@ -739,25 +759,63 @@ mod tests {
         assert_eq!(table.len(), 0);
     }
 
+    /// Windows of `window` fragments on both channels, 4 KiB data fragments.
+    fn limits(window: u32) -> ReceiveLimits {
+        ReceiveLimits {
+            data_fragment_bytes: 4096,
+            control_window_fragments: window,
+            data_window_fragments: window,
+        }
+    }
+
+    #[test]
+    fn fragments_larger_than_announced_break_the_link() {
+        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, limits(8), limits(8), 16);
+        link.receive(Channel::Data, 4096).unwrap();
+        let error = link.receive(Channel::Data, 4097).unwrap_err().to_string();
+        assert!(error.contains("takes at most 4096"), "{error}");
+        let error = link
+            .receive(Channel::Control, 2049)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("takes at most 2048"), "{error}");
+    }
+
+    #[test]
+    fn data_is_cut_to_the_size_the_peer_announced() {
+        let theirs = ReceiveLimits {
+            data_fragment_bytes: 3000,
+            ..limits(8)
+        };
+        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, limits(8), theirs, 16);
+        let header = LinkHeader::control(Kind::Response, 0);
+        assert!(link.send_message(header, Bytes::from(vec![7u8; 7000])));
+        let mut out = lock(&link.out);
+        let queue = &mut out.queues[Channel::Data.index()];
+        let sizes: Vec<u32> =
+            std::iter::from_fn(|| queue.pop().map(|f| f.header.len_bytes)).collect();
+        assert_eq!(sizes, vec![3000, 3000, 1000]);
+    }
+
     #[test]
     fn credits_bound_what_a_peer_may_send_and_return() {
-        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, 2, 16);
-        link.receive(Channel::Data).unwrap();
-        link.receive(Channel::Data).unwrap();
-        let error = link.receive(Channel::Data).unwrap_err().to_string();
+        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, limits(2), limits(2), 16);
+        link.receive(Channel::Data, 10).unwrap();
+        link.receive(Channel::Data, 10).unwrap();
+        let error = link.receive(Channel::Data, 10).unwrap_err().to_string();
         assert!(error.contains("against a window of 2"), "{error}");
         // The control channel has its own window.
-        link.receive(Channel::Control).unwrap();
+        link.receive(Channel::Control, 10).unwrap();
         let error = link.add_credits(0, 1).unwrap_err().to_string();
         assert!(error.contains("beyond the window"), "{error}");
     }
 
     #[test]
     fn a_closed_link_frees_the_slots_of_what_it_held() {
-        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, 4, 16);
+        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, limits(4), limits(4), 16);
         let upstream = Arc::new(upstream);
-        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, 4, 16);
-        upstream.receive(Channel::Data).unwrap();
+        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, limits(4), limits(4), 16);
+        upstream.receive(Channel::Data, 10).unwrap();
         let mut queued = fragment(3, 1);
         queued.release = Some(Release {
             link: upstream.clone(),
@@ -769,7 +827,7 @@ mod tests {
         assert_eq!(upstream.held[1].load(Ordering::Acquire), 0);
         assert_eq!(lock(&upstream.out).credit_return, [0, 1]);
         let mut late = fragment(3, 2);
-        upstream.receive(Channel::Data).unwrap();
+        upstream.receive(Channel::Data, 10).unwrap();
         late.release = Some(Release {
             link: upstream.clone(),
             channel: Channel::Data,
@@ -791,15 +849,15 @@ mod tests {
 
     #[test]
     fn a_withdrawn_request_leaves_the_queues_and_is_aborted_only_if_it_began() {
-        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, 8, 16);
+        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, limits(8), limits(8), 16);
         let upstream = Arc::new(upstream);
-        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, 8, 16);
+        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, limits(8), limits(8), 16);
         // Flow 1 queues stream 10 whole (forwarded: each holds a slot
         // upstream) between two fragments of stream 11; flow 2 queues one
         // answer fragment for stream 10, which is not the request's.
         down.send(request(1, 11, true));
         for first in [true, false, false] {
-            upstream.receive(Channel::Data).unwrap();
+            upstream.receive(Channel::Data, 10).unwrap();
             let mut forwarded = request(1, 10, first);
             forwarded.release = Some(Release {
                 link: upstream.clone(),

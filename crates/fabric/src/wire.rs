@@ -17,10 +17,13 @@ pub const LINK_MAGIC: u16 = 0x514C;
 pub const LINK_VERSION: u8 = 2;
 /// Bytes in a link frame header.
 pub const LINK_HEADER_BYTES: usize = 24;
-/// Largest payload of one fragment. Small enough that a command squeezed
-/// between two bulk transfers waits for at most one fragment per competing
-/// flow on each hop; large enough that the per-fragment header is 1% of it.
+/// Largest payload of one control-channel fragment, and so the largest
+/// message the control channel carries: commands and small answers.
 pub const FRAGMENT_BYTES: usize = 2048;
+/// Largest payload of one data-channel fragment any link accepts. Each link
+/// cuts data into fragments of the size its receiver announced in its
+/// [`Hello`] (`FabricConfig::data_fragment_bytes`), at most this.
+pub const MAX_DATA_FRAGMENT_BYTES: usize = 1 << 20;
 /// Largest payload of a control message (hello, advert); adverts list at
 /// most [`crate::MAX_MEMBERS`] neighbours.
 pub const MAX_CONTROL_PAYLOAD_BYTES: usize = 64 * 1024;
@@ -199,11 +202,12 @@ impl LinkHeader {
         let origin = bytes.get_u16();
         let flow = bytes.get_u32();
         let len_bytes = bytes.get_u32();
-        let limit = match kind {
-            Kind::Request | Kind::Response => FRAGMENT_BYTES,
-            Kind::Hello | Kind::Advert => MAX_CONTROL_PAYLOAD_BYTES,
-            Kind::Credit => 8,
-            Kind::Keepalive | Kind::AbortRequest | Kind::AbortResponse => 0,
+        let limit = match (kind, channel) {
+            (Kind::Request | Kind::Response, Channel::Control) => FRAGMENT_BYTES,
+            (Kind::Request | Kind::Response, Channel::Data) => MAX_DATA_FRAGMENT_BYTES,
+            (Kind::Hello | Kind::Advert, _) => MAX_CONTROL_PAYLOAD_BYTES,
+            (Kind::Credit, _) => 8,
+            (Kind::Keepalive | Kind::AbortRequest | Kind::AbortResponse, _) => 0,
         };
         if len_bytes as usize > limit {
             return Err(bad(format!(
@@ -279,6 +283,75 @@ pub struct Hello {
     /// The node id the sender expects at the other end, when it dialled a
     /// configured neighbour.
     pub expect: Option<NodeId>,
+    /// What the sender accepts: the size of the data fragments it takes and
+    /// its receive window per channel, in fragments. The other end cuts
+    /// data to that size and starts with that many credits. A Hello
+    /// without it is from an implementation that predates it, which takes
+    /// 2 KiB fragments and 128 of each.
+    #[serde(default)]
+    pub receive: ReceiveLimits,
+}
+
+/// What one end of a link can receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReceiveLimits {
+    /// Largest data-channel fragment, bytes.
+    pub data_fragment_bytes: u32,
+    /// Control-channel fragments buffered at once.
+    pub control_window_fragments: u32,
+    /// Data-channel fragments buffered at once.
+    pub data_window_fragments: u32,
+}
+
+impl Default for ReceiveLimits {
+    /// What a peer that announces nothing takes: the limits of the link
+    /// protocol before fragments had sizes of their own.
+    fn default() -> Self {
+        ReceiveLimits {
+            data_fragment_bytes: FRAGMENT_BYTES as u32,
+            control_window_fragments: 128,
+            data_window_fragments: 128,
+        }
+    }
+}
+
+impl ReceiveLimits {
+    /// Checks limits a peer announced; the error says which is out of range.
+    pub fn check(&self) -> Result<(), String> {
+        let fragment = self.data_fragment_bytes as usize;
+        if !(FRAGMENT_BYTES..=MAX_DATA_FRAGMENT_BYTES).contains(&fragment) {
+            return Err(format!(
+                "data fragments of {fragment} bytes, not in {FRAGMENT_BYTES}..={MAX_DATA_FRAGMENT_BYTES}"
+            ));
+        }
+        for (name, window) in [
+            ("control", self.control_window_fragments),
+            ("data", self.data_window_fragments),
+        ] {
+            if !(2..=4096).contains(&window) {
+                return Err(format!(
+                    "a {name} window of {window} fragments, not in 2..=4096"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The window of `channel`, in fragments.
+    pub fn window(&self, channel: Channel) -> u32 {
+        match channel {
+            Channel::Control => self.control_window_fragments,
+            Channel::Data => self.data_window_fragments,
+        }
+    }
+
+    /// The largest fragment of `channel`, bytes.
+    pub fn fragment_bytes(&self, channel: Channel) -> usize {
+        match channel {
+            Channel::Control => FRAGMENT_BYTES,
+            Channel::Data => self.data_fragment_bytes as usize,
+        }
+    }
 }
 
 /// Encodes a control frame whose payload is `value` as JSON.
@@ -370,8 +443,15 @@ mod tests {
             (Box::new(|b| b[3] = 42), "unknown kind 42"),
             (Box::new(|b| b[4] = 5), "unknown channel 5"),
             (
-                Box::new(|b| b[20..24].copy_from_slice(&4096u32.to_be_bytes())),
+                Box::new(|b| {
+                    b[4] = Channel::Control as u8;
+                    b[20..24].copy_from_slice(&4096u32.to_be_bytes());
+                }),
                 "exceeds limit 2048",
+            ),
+            (
+                Box::new(|b| b[20..24].copy_from_slice(&(2u32 << 20).to_be_bytes())),
+                "exceeds limit 1048576",
             ),
         ];
         for (corrupt, expected) in cases {
@@ -393,6 +473,11 @@ mod tests {
             addr: "10.0.0.3:7400".into(),
             instance: 5,
             expect: Some(2),
+            receive: ReceiveLimits {
+                data_fragment_bytes: 65536,
+                control_window_fragments: 128,
+                data_window_fragments: 64,
+            },
         };
         encode_json(Kind::Hello, &hello, &mut buf).unwrap();
         let credit = LinkCodec.decode(&mut buf).unwrap().unwrap();

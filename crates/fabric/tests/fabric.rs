@@ -896,6 +896,7 @@ impl FakeNode {
             addr: format!("fake-{id}:1"),
             instance: 1,
             expect: Some(neighbor),
+            receive: FabricConfig::default().receive_limits(),
         };
         encode_json(LinkKind::Hello, &hello, &mut buf).unwrap();
         let advert = LinkAdvert {

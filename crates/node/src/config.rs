@@ -188,8 +188,13 @@ pub struct NodeLimits {
     pub link_dead_after_ms: u64,
     /// How long a request waits for a route to its node to (re)appear.
     pub route_wait_ms: u64,
-    /// Receive buffer per virtual channel per link, in 2 KiB fragments.
+    /// Receive buffer of each link's control channel, in 2 KiB fragments.
     pub link_window_fragments: u32,
+    /// Size of the fragments bulk data crosses a link in (what this node
+    /// receives; its neighbours cut to it).
+    pub link_data_fragment_bytes: u32,
+    /// Receive buffer of each link's data channel, bytes.
+    pub link_data_window_bytes: u32,
 }
 
 impl Default for NodeLimits {
@@ -206,6 +211,8 @@ impl Default for NodeLimits {
             link_dead_after_ms: 1000,
             route_wait_ms: 1000,
             link_window_fragments: 128,
+            link_data_fragment_bytes: quarry_fabric::DEFAULT_DATA_FRAGMENT_BYTES,
+            link_data_window_bytes: quarry_fabric::DEFAULT_DATA_WINDOW_BYTES,
         }
     }
 }
@@ -232,6 +239,8 @@ impl NodeLimits {
             dead_after: Duration::from_millis(self.link_dead_after_ms),
             route_wait: Duration::from_millis(self.route_wait_ms),
             window_fragments: self.link_window_fragments,
+            data_fragment_bytes: self.link_data_fragment_bytes,
+            data_window_bytes: self.link_data_window_bytes,
             max_streams_per_link: self.max_in_flight.max(1024),
             max_nodes: quarry_fabric::MAX_MEMBERS,
         }
