@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 use tokio_util::codec::{Decoder, FramedRead};
 
-use crate::link::{lock, Inbound, Link, OutFragment, Pending, Release};
+use crate::link::{lock, Inbound, Link, LinkLimits, OutFragment, Pending, Release};
 use crate::topology::{LinkAdvert, LinkStateDb, RoutingTable};
 use crate::wire::{
     decode_credit, decode_json, encode_json, Channel, Hello, Kind, LinkCodec, LinkFrame, LinkHeader,
@@ -759,8 +759,10 @@ impl Inner {
             theirs.addr.clone(),
             theirs.instance,
             dialer,
-            self.config.receive_limits(),
-            theirs.receive,
+            LinkLimits {
+                receive: self.config.receive_limits(),
+                send: theirs.receive,
+            },
             self.config.max_streams_per_link,
         );
         let link = Arc::new(link);

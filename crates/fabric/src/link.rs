@@ -243,6 +243,16 @@ impl TagTable {
     }
 }
 
+/// What each end of a link buffers of the other's fragments, as the two
+/// ends announced them in their handshakes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LinkLimits {
+    /// What this end takes.
+    pub receive: ReceiveLimits,
+    /// What the peer takes.
+    pub send: ReceiveLimits,
+}
+
 /// One live link to a neighbour.
 pub(crate) struct Link {
     /// Unique among this process's links.
@@ -287,10 +297,13 @@ impl Link {
         peer_addr: String,
         peer_instance: u64,
         dialer: NodeId,
-        receive_limits: ReceiveLimits,
-        send_limits: ReceiveLimits,
+        limits: LinkLimits,
         max_streams: usize,
     ) -> (Link, mpsc::UnboundedReceiver<BoxFuture<'static, ()>>) {
+        let LinkLimits {
+            receive: receive_limits,
+            send: send_limits,
+        } = limits;
         // Unbounded in type only: a job exists per held permit, at most
         // `max_streams`.
         let (local_jobs, jobs) = mpsc::unbounded_channel();
@@ -768,9 +781,16 @@ mod tests {
         }
     }
 
+    fn both(window: u32) -> LinkLimits {
+        LinkLimits {
+            receive: limits(window),
+            send: limits(window),
+        }
+    }
+
     #[test]
     fn fragments_larger_than_announced_break_the_link() {
-        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, limits(8), limits(8), 16);
+        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, both(8), 16);
         link.receive(Channel::Data, 4096).unwrap();
         let error = link.receive(Channel::Data, 4097).unwrap_err().to_string();
         assert!(error.contains("takes at most 4096"), "{error}");
@@ -787,7 +807,18 @@ mod tests {
             data_fragment_bytes: 3000,
             ..limits(8)
         };
-        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, limits(8), theirs, 16);
+        let (link, _jobs) = Link::new(
+            1,
+            7,
+            "peer".into(),
+            1,
+            0,
+            LinkLimits {
+                receive: limits(8),
+                send: theirs,
+            },
+            16,
+        );
         let header = LinkHeader::control(Kind::Response, 0);
         assert!(link.send_message(header, Bytes::from(vec![7u8; 7000])));
         let mut out = lock(&link.out);
@@ -799,7 +830,7 @@ mod tests {
 
     #[test]
     fn credits_bound_what_a_peer_may_send_and_return() {
-        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, limits(2), limits(2), 16);
+        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, both(2), 16);
         link.receive(Channel::Data, 10).unwrap();
         link.receive(Channel::Data, 10).unwrap();
         let error = link.receive(Channel::Data, 10).unwrap_err().to_string();
@@ -812,9 +843,9 @@ mod tests {
 
     #[test]
     fn a_closed_link_frees_the_slots_of_what_it_held() {
-        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, limits(4), limits(4), 16);
+        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, both(4), 16);
         let upstream = Arc::new(upstream);
-        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, limits(4), limits(4), 16);
+        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, both(4), 16);
         upstream.receive(Channel::Data, 10).unwrap();
         let mut queued = fragment(3, 1);
         queued.release = Some(Release {
@@ -849,9 +880,9 @@ mod tests {
 
     #[test]
     fn a_withdrawn_request_leaves_the_queues_and_is_aborted_only_if_it_began() {
-        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, limits(8), limits(8), 16);
+        let (upstream, _jobs) = Link::new(1, 1, "up".into(), 1, 0, both(8), 16);
         let upstream = Arc::new(upstream);
-        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, limits(8), limits(8), 16);
+        let (down, _jobs) = Link::new(2, 2, "down".into(), 1, 0, both(8), 16);
         // Flow 1 queues stream 10 whole (forwarded: each holds a slot
         // upstream) between two fragments of stream 11; flow 2 queues one
         // answer fragment for stream 10, which is not the request's.
