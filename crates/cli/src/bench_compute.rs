@@ -385,6 +385,7 @@ fn wc_spec() -> KernelSpec {
         words: false,
         word: Some(WORD.as_bytes().to_vec()),
         top: None,
+        locale: quarry_client::WcLocale::C,
     })
 }
 

@@ -52,7 +52,7 @@ pub use quarry_fabric::{LinearSpace, LinearSpaceError};
 pub use quarry_kernels::{
     CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec, GrepSyntax, Job,
     KernelSpec, Limits, MatchLine, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput,
-    WcOutput, WcSpec,
+    WcLocale, WcOutput, WcSpec,
 };
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_store::{
