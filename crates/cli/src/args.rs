@@ -153,6 +153,13 @@ pub struct UpArgs {
     /// Device backend of every node.
     #[arg(long, value_enum, default_value = "file")]
     pub device: DeviceArg,
+    /// Data each node holds (K, M, G, T suffixes: 512M, 8G). Default for
+    /// `file` and `nand`: an eighth of the disk free under --dir, shared by
+    /// the nodes, at least 512M and at most 16G a node (what the cluster in
+    /// --dir was made with, when it exists); `mem`: 512M. The device files
+    /// take disk space as data arrives, not up front.
+    #[arg(long, value_name = "SIZE")]
+    pub capacity: Option<String>,
     /// Chip preset (sets the geometry; the timing model for `nand`).
     #[arg(long, value_enum)]
     pub preset: Option<PresetArg>,

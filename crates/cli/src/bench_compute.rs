@@ -136,6 +136,7 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
         backend: BackendKind::Mem,
         preset: None,
         geometry: Some(geometry),
+        capacity_bytes: None,
         direct_io: false,
         topology: Topology::default(),
         stop_with_this_process: true,

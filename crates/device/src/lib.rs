@@ -47,7 +47,8 @@ mod stream;
 pub use addr::{parse_fields, AddrParseError, BlockAddr, PageAddr};
 pub use config::{BackendKind, DeviceConfig, EccMode, Preset};
 pub use device::{
-    preset_geometry, Device, FetchedPages, OpenOptions, DEFAULT_MAX_INFLIGHT, MAX_READ_RUN_BYTES,
+    geometry_of, preset_geometry, Device, FetchedPages, OpenOptions, DEFAULT_MAX_INFLIGHT,
+    MAX_READ_RUN_BYTES,
 };
 pub use ecc::{
     SlotLayout, ECC_CORRECTABLE_BYTES, ECC_MAX_DATA_BYTES, ECC_PARITY_BYTES, HEADER_BYTES,
@@ -55,7 +56,7 @@ pub use ecc::{
 pub use error::DeviceError;
 pub use geometry::{
     Geometry, MAX_BLOCKS_PER_CHIP, MAX_BUSES, MAX_CHIPS_PER_BUS, MAX_OOB_SIZE_BYTES,
-    MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES,
+    MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES, MIN_BLOCKS_PER_CHIP_FOR_CAPACITY,
 };
 pub use nand::{NandTiming, EARLY_WAKE, SPIN_MARGIN};
 pub use stream::{StreamReader, MAX_STREAM_READS};
