@@ -74,11 +74,35 @@ const CLASS: [u8; 256] = {
     t
 };
 
+/// Classes of the Basic Multilingual Plane (where nearly all text lies),
+/// a byte per code point, spread out from the ranges at compile time: a
+/// lookup instead of a search per character (the search alone ran at
+/// about two thirds of GNU wc's rate on mixed-script text).
+static BMP_CLASS: [u8; 0x1_0000] = {
+    let mut t = [NEUTRAL; 0x1_0000];
+    let mut i = 0;
+    while i < UTF8_CLASS_STARTS.len() {
+        let (start, class) = UTF8_CLASS_STARTS[i];
+        let end = if i + 1 < UTF8_CLASS_STARTS.len() {
+            UTF8_CLASS_STARTS[i + 1].0
+        } else {
+            0x11_0000
+        };
+        let mut cp = start;
+        while cp < end && cp < 0x1_0000 {
+            t[cp as usize] = class;
+            cp += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
 /// A character's class in a UTF-8 locale.
 fn char_class(c: char) -> u8 {
     let cp = c as u32;
-    if cp < 0x80 {
-        return CLASS[cp as usize];
+    if let Some(&class) = BMP_CLASS.get(cp as usize) {
+        return class;
     }
     // The table starts at 0, so the entry before the first start past `cp`
     // always exists.
