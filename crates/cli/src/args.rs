@@ -82,8 +82,9 @@ pub enum Command {
     /// matched).
     Grep(crate::compute_cmd::GrepArgs),
     /// Count lines, words and bytes near the data; prints what GNU wc
-    /// prints for the same bytes. --word counts one word, --top K the most
-    /// frequent words.
+    /// prints for the same bytes in this locale (C, or UTF-8 where Unicode
+    /// spaces separate words too; from LC_ALL, LC_CTYPE, LANG). --word
+    /// counts one word, --top K the most frequent words.
     Wc(crate::compute_cmd::WcArgs),
     /// Run any kernel near the data and print its result as JSON.
     Run(crate::compute_cmd::RunArgs),
