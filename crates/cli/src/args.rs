@@ -82,8 +82,9 @@ pub enum Command {
     /// matched).
     Grep(crate::compute_cmd::GrepArgs),
     /// Count lines, words and bytes near the data; prints what GNU wc
-    /// prints for the same bytes. --word counts one word, --top K the most
-    /// frequent words.
+    /// prints for the same bytes in this locale (C, or UTF-8 where Unicode
+    /// spaces separate words too; from LC_ALL, LC_CTYPE, LANG). --word
+    /// counts one word, --top K the most frequent words.
     Wc(crate::compute_cmd::WcArgs),
     /// Run any kernel near the data and print its result as JSON.
     Run(crate::compute_cmd::RunArgs),
@@ -153,6 +154,13 @@ pub struct UpArgs {
     /// Device backend of every node.
     #[arg(long, value_enum, default_value = "file")]
     pub device: DeviceArg,
+    /// Data each node holds (K, M, G, T suffixes: 512M, 8G). Default for
+    /// `file` and `nand`: an eighth of the disk free under --dir, shared by
+    /// the nodes, at least 512M and at most 16G a node (what the cluster in
+    /// --dir was made with, when it exists); `mem`: 512M. The device files
+    /// take disk space as data arrives, not up front.
+    #[arg(long, value_name = "SIZE")]
+    pub capacity: Option<String>,
     /// Chip preset (sets the geometry; the timing model for `nand`).
     #[arg(long, value_enum)]
     pub preset: Option<PresetArg>,

@@ -142,6 +142,7 @@ fn bench_backend(
         backend,
         preset: (backend == BackendKind::Nand).then(|| preset_of(args.preset)),
         geometry,
+        capacity_bytes: None,
         direct_io: true,
         topology: Topology::default(),
         stop_with_this_process: true,

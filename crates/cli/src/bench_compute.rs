@@ -136,6 +136,7 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
         backend: BackendKind::Mem,
         preset: None,
         geometry: Some(geometry),
+        capacity_bytes: None,
         direct_io: false,
         topology: Topology::default(),
         stop_with_this_process: true,
@@ -385,6 +386,7 @@ fn wc_spec() -> KernelSpec {
         words: false,
         word: Some(WORD.as_bytes().to_vec()),
         top: None,
+        locale: quarry_client::WcLocale::C,
     })
 }
 

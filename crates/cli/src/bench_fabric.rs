@@ -558,6 +558,7 @@ impl Bed {
             backend,
             preset: (backend == BackendKind::Nand).then_some(Preset::Bluedbm),
             geometry: Some(plan.geometry),
+            capacity_bytes: None,
             direct_io: true,
             topology: Topology::Shape(topology),
             stop_with_this_process: true,

@@ -83,6 +83,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
         backend: BackendKind::File,
         preset: None,
         geometry: Some(geometry),
+        capacity_bytes: None,
         direct_io: true,
         topology: Topology::default(),
         stop_with_this_process: true,

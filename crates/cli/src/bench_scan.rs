@@ -98,6 +98,7 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
                 words: false,
                 word: None,
                 top: None,
+                locale: quarry_kernels::WcLocale::C,
             }),
             peer: PeerKind::WcLines,
         },

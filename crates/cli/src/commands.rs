@@ -49,12 +49,15 @@ fn default_ecc(device: DeviceArg) -> EccArg {
 }
 
 pub fn up(args: &UpArgs) -> Result<()> {
+    let (capacity_bytes, why) = node_capacity(args)?;
+    println!("capacity: {why}");
     let spec = LocalClusterSpec {
         nodes: args.nodes,
         dir: args.dir.clone(),
         backend: backend_of(args.device),
         preset: args.preset.map(preset_of),
         geometry: None,
+        capacity_bytes,
         direct_io: true,
         topology: topology_of(args)?,
         stop_with_this_process: !args.detach,
@@ -99,6 +102,130 @@ pub fn up(args: &UpArgs) -> Result<()> {
     })?;
     println!("stopping");
     cluster.stop()
+}
+
+/// The default share of the free disk under `--dir` a new cluster may
+/// grow into: an eighth, so that the cluster filling up leaves the disk
+/// most of its room (the device files are sparse: they take space only as
+/// data arrives, so the share is a ceiling, not an allocation).
+const DEFAULT_DISK_SHARE_DIVISOR: u64 = 8;
+/// The most a node gets by default. Each page written costs the node's
+/// space manager an entry in its map (about 100 bytes of memory per 8 KiB
+/// page, ~200 MiB at 16 GiB) and its recovery scan after a crash reads the
+/// spare areas of every written page, so an unasked-for default stays
+/// within what a laptop holds in memory and scans in seconds.
+const DEFAULT_MAX_NODE_CAPACITY_BYTES: u64 = 16 << 30;
+/// The least a node gets by default: the old fixed size, so a nearly full
+/// disk still gets a usable cluster (the files are sparse).
+const DEFAULT_MIN_NODE_CAPACITY_BYTES: u64 = 512 << 20;
+
+/// The capacity of each node of `quarry up` and why it is that: `--capacity`,
+/// else what the cluster in `--dir` was made with, else for a device on
+/// disk a share of the free space there (`None`: the geometry's own, for
+/// `mem`).
+pub fn node_capacity(args: &UpArgs) -> Result<(Option<u64>, String)> {
+    let base = match args.preset {
+        Some(p) => quarry_device::preset_geometry(preset_of(p)),
+        None => quarry_device::Geometry::default(),
+    };
+    let row = base.chips() * u64::from(base.pages_per_block) * u64::from(base.page_size_bytes);
+    let sized = |bytes: u64| base.with_capacity(bytes).map(|g| g.capacity_bytes());
+    if let Some(text) = &args.capacity {
+        let bytes = crate::volume_cmd::parse_size(text)
+            .map_err(|e| anyhow::anyhow!("--capacity {text:?}: {e}"))?;
+        let Ok(bytes) = sized(bytes) else {
+            bail!(
+                "--capacity {text:?}: a node of this geometry holds {} to {}, in steps of {}",
+                human_bytes(row * u64::from(quarry_device::MIN_BLOCKS_PER_CHIP_FOR_CAPACITY)),
+                human_bytes(row * u64::from(quarry_device::MAX_BLOCKS_PER_CHIP)),
+                human_bytes(row)
+            );
+        };
+        return Ok((
+            Some(bytes),
+            format!("{} per node (--capacity)", human_bytes(bytes)),
+        ));
+    }
+    if let Some(made) = existing_capacity(&args.dir)? {
+        let shown = made.map_or(human_bytes(base.capacity_bytes()), human_bytes);
+        return Ok((made, format!("{shown} per node, as this cluster was made")));
+    }
+    if args.device == DeviceArg::Mem {
+        let shown = human_bytes(base.capacity_bytes());
+        return Ok((
+            None,
+            format!("{shown} per node in memory (--capacity SIZE to choose)"),
+        ));
+    }
+    let free = free_bytes_under(&args.dir)?;
+    let share = free / DEFAULT_DISK_SHARE_DIVISOR / u64::from(args.nodes.max(1));
+    let want = share.clamp(
+        DEFAULT_MIN_NODE_CAPACITY_BYTES,
+        DEFAULT_MAX_NODE_CAPACITY_BYTES,
+    );
+    let bytes = sized(want).with_context(|| format!("sizing a node of {}", human_bytes(want)))?;
+    Ok((
+        Some(bytes),
+        format!(
+            "{} per node: 1/{DEFAULT_DISK_SHARE_DIVISOR} of the {} free under {} over {} nodes, \
+             within {}..{} a node (--capacity SIZE to choose); the files grow as data arrives",
+            human_bytes(bytes),
+            human_bytes(free),
+            args.dir.display(),
+            args.nodes,
+            human_bytes(DEFAULT_MIN_NODE_CAPACITY_BYTES),
+            human_bytes(DEFAULT_MAX_NODE_CAPACITY_BYTES)
+        ),
+    ))
+}
+
+/// The capacity node 0 of the cluster in `dir` was configured with, if that
+/// cluster exists: `Some(None)` for one made before capacities (the
+/// geometry's own size). A device keeps its geometry, so a later `up`
+/// must not size it anew from what is free by then.
+fn existing_capacity(dir: &Path) -> Result<Option<Option<u64>>> {
+    let path = dir.join("node-0").join("node.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("cannot parse {}", path.display()))?;
+    let capacity = table
+        .get("device")
+        .and_then(|d| d.get("capacity_bytes"))
+        .and_then(toml::Value::as_integer)
+        .and_then(|n| u64::try_from(n).ok());
+    Ok(Some(capacity))
+}
+
+/// Bytes free to an unprivileged user on the filesystem of `dir` (or of
+/// its nearest existing ancestor, when `up` has not made it yet).
+fn free_bytes_under(dir: &Path) -> Result<u64> {
+    let mut at = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    while !at.exists() {
+        at = at
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+    }
+    let c_path = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("{} holds a NUL byte", at.display()))?;
+    // SAFETY: statvfs fills the struct it is given from a valid C string path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c_path.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("cannot read the free space under {}", at.display()));
+    }
+    // The fields are u32 on 32-bit targets.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, block_bytes) = (u64::from(st.f_bavail), u64::from(st.f_frsize));
+    Ok(blocks.saturating_mul(block_bytes))
 }
 
 /// The topology `quarry up` was asked for.

@@ -1,8 +1,11 @@
 //! Near-data commands: `quarry grep`, `quarry wc`, `quarry run`,
 //! `quarry jobs`, `quarry cancel`. The output of grep and wc is what GNU
-//! grep and wc print for the same bytes (C locale), so scripts can switch.
+//! grep and wc print for the same bytes (grep: C locale; wc: the C or a
+//! UTF-8 locale, the one this process runs under), so scripts can switch.
 
+use std::ffi::CStr;
 use std::io::{IsTerminal, Write};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -11,7 +14,8 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use quarry_client::{
     Client, ClusterFile, CommandId, CommandResult, CommandState, Compute, GrepSpec, GrepSyntax,
-    Job, KernelSpec, Limits, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput, WcSpec,
+    Job, KernelSpec, Limits, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput, WcLocale,
+    WcSpec,
 };
 use serde_json::{json, Value};
 
@@ -414,8 +418,46 @@ pub fn format_grep(
     }
 }
 
+/// Whether a locale's codeset (`nl_langinfo(CODESET)`) is UTF-8.
+pub fn is_utf8_codeset(codeset: &[u8]) -> bool {
+    codeset.eq_ignore_ascii_case(b"UTF-8") || codeset.eq_ignore_ascii_case(b"utf8")
+}
+
+/// The word rule of the locale this process runs under, picked as GNU wc
+/// picks its locale: `setlocale(LC_CTYPE, "")` reads `LC_ALL`, then
+/// `LC_CTYPE`, then `LANG`, and leaves the C locale when the named one is
+/// not installed here (`LANG=en_US.UTF-8` without that locale counts as C
+/// in wc too). A UTF-8 codeset means UTF-8; every other locale counts as C.
+/// Read once, before any thread of ours runs (setlocale is not thread
+/// safe), and the process's locale is put back.
+pub fn wc_locale() -> WcLocale {
+    static LOCALE: OnceLock<WcLocale> = OnceLock::new();
+    *LOCALE.get_or_init(|| {
+        // SAFETY: setlocale and nl_langinfo are called with valid C strings;
+        // the strings they return are copied before the next call.
+        unsafe {
+            let before = libc::setlocale(libc::LC_CTYPE, std::ptr::null());
+            let before = (!before.is_null()).then(|| CStr::from_ptr(before).to_owned());
+            let chosen = libc::setlocale(libc::LC_CTYPE, c"".as_ptr());
+            let codeset = libc::nl_langinfo(libc::CODESET);
+            let utf8 = !chosen.is_null()
+                && !codeset.is_null()
+                && is_utf8_codeset(CStr::from_ptr(codeset).to_bytes());
+            if let Some(before) = before {
+                libc::setlocale(libc::LC_CTYPE, before.as_ptr());
+            }
+            if utf8 {
+                WcLocale::Utf8
+            } else {
+                WcLocale::C
+            }
+        }
+    })
+}
+
 /// `quarry wc`.
 pub fn wc(args: &WcArgs) -> Result<()> {
+    let locale = wc_locale();
     runtime()?.block_on(async {
         let targets = parse_targets(&args.targets)?;
         let any_flag = args.lines || args.words || args.bytes;
@@ -430,6 +472,7 @@ pub fn wc(args: &WcArgs) -> Result<()> {
             words: show.1,
             word: args.word.as_ref().map(|w| w.as_bytes().to_vec()),
             top: args.top,
+            locale,
         };
         let compute = compute(&args.options.cluster).await?;
         let (result, sent) = run_command(
@@ -511,8 +554,8 @@ fn total_size_digits(outputs: &[TargetOutput]) -> usize {
 
 /// `quarry run`.
 pub fn run(args: &RunArgs) -> Result<()> {
+    let (job, rest) = parse_job(&args.kernel, &args.args)?;
     runtime()?.block_on(async {
-        let (job, rest) = parse_job(&args.kernel, &args.args)?;
         let targets = parse_targets(&rest)?;
         let compute = compute(&args.options.cluster).await?;
         if args.detach {
@@ -565,6 +608,7 @@ pub fn parse_job(kernel: &str, args: &[String]) -> Result<(Job, Vec<String>)> {
                 words: true,
                 word: None,
                 top: None,
+                locale: wc_locale(),
             })),
             0,
         ),
@@ -574,6 +618,7 @@ pub fn parse_job(kernel: &str, args: &[String]) -> Result<(Job, Vec<String>)> {
                 words: false,
                 word: Some(args[0].as_bytes().to_vec()),
                 top: None,
+                locale: wc_locale(),
             };
             (Job::Scan(KernelSpec::Wc(spec)), 1)
         }
@@ -584,6 +629,7 @@ pub fn parse_job(kernel: &str, args: &[String]) -> Result<(Job, Vec<String>)> {
                 words: false,
                 word: None,
                 top: Some(k),
+                locale: wc_locale(),
             };
             (Job::Scan(KernelSpec::Wc(spec)), 1)
         }

@@ -208,6 +208,7 @@ async fn near_data_query(client: &Client, text: &[u8], key: &str) -> Result<()> 
                 words: true,
                 word: Some(word.as_bytes().to_vec()),
                 top: None,
+                locale: quarry_client::WcLocale::C,
             })),
             vec![Target::Object {
                 bucket: "demo".into(),

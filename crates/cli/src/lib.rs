@@ -23,6 +23,7 @@ mod bench_stream;
 mod bench_volume;
 mod commands;
 mod compute_cmd;
+mod dates;
 mod demo;
 mod local_cluster;
 mod mount_cmd;

@@ -37,6 +37,10 @@ pub struct LocalClusterSpec {
     pub preset: Option<Preset>,
     /// Geometry override.
     pub geometry: Option<Geometry>,
+    /// Data bytes per node (`[device] capacity_bytes`): the preset's or the
+    /// default geometry with as many blocks as this needs. Not with
+    /// `geometry`.
+    pub capacity_bytes: Option<u64>,
     /// Use O_DIRECT on the file backend.
     pub direct_io: bool,
     /// Which nodes are linked.
@@ -149,6 +153,7 @@ impl LocalClusterSpec {
             backend: BackendKind::File,
             preset: None,
             geometry: None,
+            capacity_bytes: None,
             direct_io: true,
             topology: Topology::default(),
             // The demo leaves its cluster running for the user.
@@ -626,6 +631,9 @@ fn node_config_toml(
             Preset::Rfsa => "rfsa",
         };
         text.push_str(&format!("preset = \"{name}\"\n"));
+    }
+    if let Some(capacity) = spec.capacity_bytes {
+        text.push_str(&format!("capacity_bytes = {capacity}\n"));
     }
     if spec.backend == BackendKind::File {
         text.push_str(&format!("direct_io = {}\n", spec.direct_io));

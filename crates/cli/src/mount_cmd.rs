@@ -65,6 +65,8 @@ pub enum ConflictArg {
 
 /// Runs `quarry mount`.
 pub fn mount(args: &MountArgs) -> Result<()> {
+    // The wc files count by this process's locale, read before threads run.
+    crate::compute_cmd::wc_locale();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

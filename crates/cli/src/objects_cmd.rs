@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::args::ClusterArg;
 use crate::commands::human_bytes;
+use crate::dates::local_time_text;
 
 /// The object store commands (each a top-level `quarry` command).
 #[derive(Debug, Subcommand, Clone)]
@@ -134,7 +135,7 @@ pub struct GetArgs {
     pub cluster: ClusterArg,
     /// `BUCKET/KEY`.
     pub path: String,
-    /// Where to write (default: stdout).
+    /// Where to write (default, or `-`: stdout; `./-` is a file named `-`).
     pub local: Option<PathBuf>,
     /// Bytes `START-END` (inclusive, as HTTP ranges), `START-` (to the
     /// end) or `-LEN` (the last LEN bytes).
@@ -503,9 +504,11 @@ async fn get(args: &GetArgs) -> Result<()> {
         );
     }
     let want = len.min(head.size() - offset);
-    let bar = progress(Some(want), args.quiet || args.local.is_none(), "get");
+    // `-` is standard output, as for every Unix tool (and `quarry put`).
+    let local = args.local.as_deref().filter(|p| *p != Path::new("-"));
+    let bar = progress(Some(want), args.quiet || local.is_none(), "get");
     let started = Instant::now();
-    let manifest = match &args.local {
+    let manifest = match local {
         Some(path) => {
             // Into a temporary file beside the target, renamed at the end:
             // a failed get leaves no half-written file under the name.
@@ -549,7 +552,7 @@ async fn get(args: &GetArgs) -> Result<()> {
             m?
         }
     };
-    if args.local.is_some() {
+    if local.is_some() {
         let seconds = started.elapsed().as_secs_f64();
         eprintln!(
             "got {bucket}/{key} version {}: {} of {}, {:.1} MiB/s",
@@ -635,7 +638,7 @@ fn print_manifest(m: &Manifest, chunks: bool, json: bool) {
     println!("object   {}/{}", m.bucket(), m.key());
     println!("version  {}", m.version());
     println!("size     {} ({})", m.size(), human_bytes(m.size()));
-    println!("created  {} ms since the epoch", m.created_unix_ms());
+    println!("created  {}", local_time_text(m.created_unix_ms()));
     println!("chunking {}", describe_chunking(&m.chunking()));
     println!("chunks   {}", m.chunks().len());
     if chunks {

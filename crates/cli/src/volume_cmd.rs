@@ -12,6 +12,7 @@ use quarry_client::{Client, ClusterFile, Volume, VolumeDef, Volumes, MAX_RANGE_B
 use crate::commands::{
     hex_dump, human_bytes, parse_page_range, read_input, RangeSyntax, MAX_WRITE_INPUT_BYTES,
 };
+use crate::dates::local_time_text;
 
 /// `quarry volume ...`.
 #[derive(Debug, Subcommand)]
@@ -239,7 +240,7 @@ async fn list(volumes: &Volumes, json: bool) -> Result<()> {
             format!("{} B", d.page_size_bytes),
             members_text(d),
             human_bytes(v.used_pages * u64::from(d.page_size_bytes)),
-            utc_text(d.created_unix_ms),
+            local_time_text(d.created_unix_ms),
             state,
         ]);
     }
@@ -274,7 +275,7 @@ async fn stat(volumes: &Volumes, name: &str, json: bool) -> Result<()> {
     );
     println!("members:    {}", members_text(d));
     println!("id:         {} (space {} on each member)", d.id, d.space());
-    println!("created:    {}", utc_text(d.created_unix_ms));
+    println!("created:    {}", local_time_text(d.created_unix_ms));
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "node",
@@ -408,28 +409,6 @@ async fn read(volume: &Volume, first: u64, count: u64, out: Option<&Path>) -> Re
     Ok(())
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` for Unix milliseconds (proleptic Gregorian,
-/// Howard Hinnant's days-to-civil).
-fn utc_text(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,12 +452,5 @@ mod tests {
             parse_page_range("3..3", &VOLUME_SYNTAX).unwrap_err()
         );
         assert!(e.contains("page range 3..3 is empty"), "{e}");
-    }
-
-    #[test]
-    fn times_print_in_utc() {
-        assert_eq!(utc_text(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc_text(951_782_400_000), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc_text(1_700_000_000_123), "2023-11-14 22:13:20 UTC");
     }
 }

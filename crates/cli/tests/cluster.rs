@@ -31,6 +31,7 @@ fn start(dir: &Path, nodes: u16, backend: BackendKind) -> LocalCluster {
         backend,
         preset: None,
         geometry: Some(small_geometry()),
+        capacity_bytes: None,
         direct_io: true,
         topology: Topology::default(),
         stop_with_this_process: true,

@@ -130,6 +130,7 @@ fn start_cluster(dir: &Path, nodes: u16) -> LocalCluster {
             page_size_bytes: 8192,
             oob_size_bytes: 64,
         }),
+        capacity_bytes: None,
         direct_io: false,
         topology: Topology::default(),
         stop_with_this_process: true,

@@ -225,6 +225,7 @@ fn acknowledged_objects_survive_twenty_node_kills() {
             page_size_bytes: 8192,
             oob_size_bytes: 64,
         }),
+        capacity_bytes: None,
         direct_io: false,
         topology: Topology::default(),
         stop_with_this_process: true,

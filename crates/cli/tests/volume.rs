@@ -42,6 +42,7 @@ fn managed_cluster(dir: &Path, n: u16) -> LocalCluster {
             page_size_bytes: 4096,
             oob_size_bytes: 64,
         }),
+        capacity_bytes: None,
         direct_io: false,
         topology: Topology::default(),
         stop_with_this_process: true,

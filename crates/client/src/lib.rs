@@ -51,7 +51,7 @@ pub use objects::{Objects, StoreCalls};
 pub use quarry_kernels_api::{
     CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec, GrepSyntax, Job,
     KernelSpec, Limits, MatchLine, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput,
-    WcOutput, WcSpec,
+    WcLocale, WcOutput, WcSpec,
 };
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_proto::{LinearSpace, LinearSpaceError};

@@ -523,6 +523,7 @@ async fn every_kernel_over_a_volume_range_cut_mid_page_equals_one_local_pass() {
             words: true,
             word: Some(b"flash!".to_vec()),
             top: Some(5),
+            locale: quarry_client::WcLocale::C,
         }),
         KernelSpec::Grep(quarry_client::GrepSpec {
             pattern: "c fl.sh".into(),

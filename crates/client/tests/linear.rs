@@ -189,6 +189,7 @@ async fn kernels_scan_a_linear_range_on_raw_nodes() {
                 words: true,
                 word: Some(b"flash".to_vec()),
                 top: None,
+                locale: quarry_client::WcLocale::C,
             })),
             vec![Target::Linear {
                 first_page: 0,

@@ -19,6 +19,11 @@ pub struct DeviceConfig {
     /// Geometry; overrides the preset's.
     #[serde(default)]
     pub geometry: Option<Geometry>,
+    /// Data bytes the device holds: the preset's (or the default) geometry
+    /// with as many blocks per chip as this needs, rounded down to whole
+    /// blocks ([`Geometry::with_capacity`]). Not with `geometry`.
+    #[serde(default)]
+    pub capacity_bytes: Option<u64>,
     /// Backing file or block device for `file` (and `nand`); defaults to
     /// `DATA_DIR/pages.bin`.
     #[serde(default)]
@@ -28,13 +33,15 @@ pub struct DeviceConfig {
     #[serde(default)]
     pub direct_io: Option<bool>,
     /// Allocate the whole backing file of `file` (and `nand`) when the
-    /// device opens (default true), rather than leaving it sparse. The
-    /// filesystem then lays the device's address space out in long runs:
-    /// a sparse file filled by sixteen chips at once got 8 MiB extents
-    /// interleaved on the disk, and a scan's 2 MiB reads were cut at their
-    /// edges into more, smaller requests. A device that opens also has all
-    /// its space: a full filesystem is an error at open naming the file, not
-    /// a failed write later. Erases keep the space (`FALLOC_FL_ZERO_RANGE`).
+    /// device opens, rather than leaving it sparse (default false: the file
+    /// takes disk space as pages are written, and an erase gives it back).
+    /// Allocated, the filesystem lays the device's address space out in
+    /// long runs (a sparse file filled by sixteen chips at once got 8 MiB
+    /// extents interleaved on the disk, though scans ran no faster for the
+    /// longer runs: docs/benchmarks.md), and a full filesystem is an error
+    /// at open naming the file, not a failed write later; erases then keep
+    /// the space (`FALLOC_FL_ZERO_RANGE`). Sparse is the default because a
+    /// cluster made with room to grow must not take that room up front.
     #[serde(default)]
     pub preallocate: Option<bool>,
     /// Seed for the `nand` backend's bit-error and bad-block model.

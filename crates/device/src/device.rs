@@ -381,6 +381,22 @@ fn io_err(context: impl Into<String>, source: io::Error) -> DeviceError {
     }
 }
 
+/// The geometry `config` asks for: its own, else its preset's or the
+/// default, sized to `capacity_bytes` when that is given.
+pub fn geometry_of(config: &DeviceConfig) -> Result<Geometry, DeviceError> {
+    let base = config
+        .geometry
+        .or_else(|| config.preset.map(preset_geometry))
+        .unwrap_or_default();
+    match (config.capacity_bytes, config.geometry) {
+        (None, _) => Ok(base),
+        (Some(_), Some(_)) => Err(DeviceError::Config {
+            reason: "give the device either a geometry or capacity_bytes, not both".into(),
+        }),
+        (Some(capacity), None) => Ok(base.with_capacity(capacity)?),
+    }
+}
+
 /// What [`open_backing`] set up.
 struct Backing {
     file: File,
@@ -562,10 +578,7 @@ impl Device {
         data_dir: &Path,
         options: OpenOptions,
     ) -> Result<Device, DeviceError> {
-        let geometry = config
-            .geometry
-            .or_else(|| config.preset.map(preset_geometry))
-            .unwrap_or_default();
+        let geometry = geometry_of(config)?;
         let layout = slot_layout(config, &geometry, data_dir)?;
         if options.max_inflight == 0 {
             return Err(DeviceError::Config {
@@ -607,7 +620,7 @@ impl Device {
                     &path,
                     total,
                     want_direct,
-                    config.preallocate.unwrap_or(true),
+                    config.preallocate.unwrap_or(false),
                 )?;
                 direct_io = backing.direct;
                 allocated = backing.allocated;

@@ -44,7 +44,8 @@ mod stream;
 
 pub use config::{DeviceConfig, EccMode};
 pub use device::{
-    preset_geometry, Device, FetchedPages, OpenOptions, DEFAULT_MAX_INFLIGHT, MAX_READ_RUN_BYTES,
+    geometry_of, preset_geometry, Device, FetchedPages, OpenOptions, DEFAULT_MAX_INFLIGHT,
+    MAX_READ_RUN_BYTES,
 };
 pub use ecc::{
     SlotLayout, ECC_CORRECTABLE_BYTES, ECC_MAX_DATA_BYTES, ECC_PARITY_BYTES, HEADER_BYTES,
@@ -57,7 +58,7 @@ pub use stream::{StreamReader, MAX_STREAM_READS};
 pub use quarry_geometry::{
     parse_fields, AddrParseError, BackendKind, BlockAddr, DeviceInfo, Geometry, GeometryError,
     PageAddr, PageRead, Preset, MAX_BLOCKS_PER_CHIP, MAX_BUSES, MAX_CHIPS_PER_BUS,
-    MAX_OOB_SIZE_BYTES, MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES,
+    MAX_OOB_SIZE_BYTES, MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES, MIN_BLOCKS_PER_CHIP_FOR_CAPACITY,
 };
 
 #[cfg(test)]

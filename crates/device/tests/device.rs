@@ -1069,14 +1069,18 @@ fn allocated_bytes(path: &Path) -> u64 {
     std::fs::metadata(path).expect("stat").blocks() * 512
 }
 
-/// The `file` backend's backing file is allocated whole when the device
-/// opens, and erases keep it allocated (in place: the file stays in long
-/// runs) while the erased pages read as erased; `preallocate = false` leaves
-/// it sparse.
+/// With `preallocate = true` the `file` backend's backing file is
+/// allocated whole when the device opens, and erases keep it allocated (in
+/// place: the file stays in long runs) while the erased pages read as
+/// erased; `preallocate = false` leaves it sparse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backing_file_is_allocated_whole_and_erases_keep_it() {
     let dir = tempfile::tempdir().unwrap();
-    let dev = open(BackendKind::File, dir.path());
+    let whole = DeviceConfig {
+        preallocate: Some(true),
+        ..cfg(BackendKind::File)
+    };
+    let dev = Device::open(&whole, dir.path()).unwrap();
     let path = dir.path().join("pages.bin");
     let len = std::fs::metadata(&path).unwrap().len();
     assert!(allocated_bytes(&path) >= len, "allocated whole");
@@ -1109,6 +1113,98 @@ async fn the_backing_file_is_allocated_whole_and_erases_keep_it() {
     drop(dev);
 }
 
+/// By default the backing file takes no room up front: a device of 64 GiB
+/// opens with a few blocks of its file on the disk, through O_DIRECT, and
+/// grows as pages are written (they read back), and an erase gives the room
+/// back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_file_grows_as_pages_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = DeviceConfig {
+        capacity_bytes: Some(64 << 30),
+        geometry: None,
+        ..cfg(BackendKind::File)
+    };
+    let dev = Device::open(&config, dir.path()).unwrap();
+    assert_eq!(dev.geometry().capacity_bytes(), 64 << 30);
+    // O_DIRECT works on the sparse file wherever it does on an allocated
+    // one (on this machine's ext4 both have it).
+    let allocated = Device::open(
+        &DeviceConfig {
+            preallocate: Some(true),
+            ..cfg(BackendKind::File)
+        },
+        &dir.path().join("allocated"),
+    )
+    .unwrap();
+    assert_eq!(dev.info().direct_io, allocated.info().direct_io);
+    drop(allocated);
+    let path = dir.path().join("pages.bin");
+    assert!(std::fs::metadata(&path).unwrap().len() > 64 << 30);
+    assert!(
+        allocated_bytes(&path) < 1 << 20,
+        "{}",
+        allocated_bytes(&path)
+    );
+    let block = BlockAddr {
+        bus: 1,
+        chip: 2,
+        block: 3,
+    };
+    let pages: Vec<(Bytes, Bytes)> = (0..8).map(|i| (page_data(&dev, i), Bytes::new())).collect();
+    dev.program_pages(block.page(0), &pages).await.unwrap();
+    let written = allocated_bytes(&path);
+    let page_bytes = u64::from(dev.geometry().page_size_bytes);
+    assert!(written >= 8 * page_bytes, "{written}");
+    assert!(written < (8 * page_bytes) + (1 << 20), "{written}");
+    for (i, (data, _)) in pages.iter().enumerate() {
+        let got = dev.read_page(block.page(i as u32)).await.unwrap();
+        assert_eq!(&got.data, data, "page {i}");
+    }
+    dev.erase_block(block).await.unwrap();
+    assert!(
+        allocated_bytes(&path) < written,
+        "the erase gave the room back"
+    );
+    drop(dev);
+}
+
+/// A capacity sizes the geometry in whole blocks; one the shape cannot
+/// hold, or one given with a geometry, is refused with the reason.
+#[test]
+fn a_capacity_sizes_the_geometry_or_is_refused() {
+    let base = Geometry::default();
+    let row = base.chips() * u64::from(base.pages_per_block) * u64::from(base.page_size_bytes);
+    let g = base.with_capacity(8 << 30).unwrap();
+    assert_eq!(g.capacity_bytes(), 8 << 30);
+    assert_eq!(
+        base.with_capacity((8 << 30) + row - 1)
+            .unwrap()
+            .capacity_bytes(),
+        8 << 30,
+        "rounded down to whole blocks"
+    );
+    for bad in [0, row, u64::MAX] {
+        match base.with_capacity(bad) {
+            Err(quarry_geometry::GeometryError::InvalidGeometry { reason }) => {
+                assert!(
+                    reason.contains(&format!("capacity_bytes = {bad}")),
+                    "{reason}"
+                )
+            }
+            other => panic!("capacity {bad}: {other:?}"),
+        }
+    }
+    let both = DeviceConfig {
+        capacity_bytes: Some(1 << 30),
+        ..cfg(BackendKind::Mem)
+    };
+    match quarry_device::geometry_of(&both) {
+        Err(DeviceError::Config { reason }) => assert!(reason.contains("not both"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A filesystem without room for the device fails the open, naming the
 /// file, instead of a write later. Needs root (a 1 MiB tmpfs); without it
 /// the test says so and passes.
@@ -1130,6 +1226,7 @@ async fn a_filesystem_without_room_for_the_device_fails_the_open() {
             blocks_per_chip: 16,
             ..small()
         }),
+        preallocate: Some(true),
         ..cfg(BackendKind::File)
     };
     let result = Device::open(&config, dir.path()).map(drop);

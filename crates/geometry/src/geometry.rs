@@ -49,7 +49,39 @@ impl Default for Geometry {
     }
 }
 
+/// The fewest erase blocks per chip a capacity may leave: the space manager
+/// keeps blocks of each chip open and in reserve for cleaning.
+pub const MIN_BLOCKS_PER_CHIP_FOR_CAPACITY: u32 = 8;
+
 impl Geometry {
+    /// This geometry with as many blocks per chip as hold `capacity_bytes`
+    /// of pages (rounded down to whole blocks on every chip). The error says
+    /// which capacities this shape allows.
+    pub fn with_capacity(self, capacity_bytes: u64) -> Result<Geometry, GeometryError> {
+        // Bytes of one block on every chip: the step a capacity moves in.
+        let row = self.chips() * u64::from(self.pages_per_block) * u64::from(self.page_size_bytes);
+        let (min, max) = (
+            row * u64::from(MIN_BLOCKS_PER_CHIP_FOR_CAPACITY),
+            row * u64::from(MAX_BLOCKS_PER_CHIP),
+        );
+        if row == 0 || capacity_bytes < min || capacity_bytes > max {
+            return Err(GeometryError::InvalidGeometry {
+                reason: format!(
+                    "capacity_bytes = {capacity_bytes}: a device of {} chips with {} pages of \
+                     {} bytes per block holds {min}..={max} bytes (in steps of {row})",
+                    self.chips(),
+                    self.pages_per_block,
+                    self.page_size_bytes
+                ),
+            });
+        }
+        let blocks = u32::try_from(capacity_bytes / row).unwrap_or(MAX_BLOCKS_PER_CHIP);
+        Ok(Geometry {
+            blocks_per_chip: blocks,
+            ..self
+        })
+    }
+
     /// Checks every dimension against its bound; the error names the field.
     pub fn validate(&self) -> Result<(), GeometryError> {
         let check = |field: &'static str, value: u32, min: u32, max: u32| {

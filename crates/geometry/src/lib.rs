@@ -30,6 +30,6 @@ pub use addr::{parse_fields, AddrParseError, BlockAddr, PageAddr};
 pub use error::GeometryError;
 pub use geometry::{
     Geometry, MAX_BLOCKS_PER_CHIP, MAX_BUSES, MAX_CHIPS_PER_BUS, MAX_OOB_SIZE_BYTES,
-    MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES,
+    MAX_PAGES_PER_BLOCK, MAX_PAGE_SIZE_BYTES, MIN_BLOCKS_PER_CHIP_FOR_CAPACITY,
 };
 pub use info::{BackendKind, DeviceInfo, PageRead, Preset};

@@ -40,7 +40,7 @@ pub use job::{
     Target, TargetOutput,
 };
 pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
-pub use spec::{GrepSpec, GrepSyntax, KernelSpec, WcSpec};
+pub use spec::{GrepSpec, GrepSyntax, KernelSpec, WcLocale, WcSpec};
 pub use wire::{
     decode, encode, ComputeAnswer, ComputeCall, Failure, FailureKind, Malformed, PeerOnly,
     MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN,

@@ -42,7 +42,7 @@ pub struct MatchLine {
     pub text: Vec<u8>,
 }
 
-/// Counts of one target, as GNU wc makes them in the C locale.
+/// Counts of one target, as GNU wc makes them in the C or a UTF-8 locale.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WcOutput {
     /// Newlines (`wc -l`).

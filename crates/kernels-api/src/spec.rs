@@ -13,8 +13,8 @@ pub enum KernelSpec {
     },
     /// Lines that match a pattern, as GNU grep selects them.
     Grep(GrepSpec),
-    /// Lines, words and bytes as GNU wc counts them (C locale), the
-    /// occurrences of one word, and a word histogram.
+    /// Lines, words and bytes as GNU wc counts them (C or UTF-8 locale),
+    /// the occurrences of one word, and a word histogram.
     Wc(WcSpec),
     /// CRC-32C and SHA-256 of each target's bytes.
     Checksum,
@@ -56,4 +56,21 @@ pub struct WcSpec {
     pub word: Option<Vec<u8>>,
     /// Keep a histogram of every word and return the `top` most frequent.
     pub top: Option<u32>,
+    /// Whose word rule: GNU wc's in the C locale or in a UTF-8 one (the
+    /// client picks it from its own locale, as wc would).
+    pub locale: WcLocale,
+}
+
+/// The locale whose word rule [`WcSpec`] follows: what separates words and
+/// what makes one differs between them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WcLocale {
+    /// `LC_ALL=C`: bytes; the six ASCII spaces separate words, the
+    /// printable ASCII bytes make them, every other byte does neither.
+    #[default]
+    C,
+    /// A UTF-8 locale (C.UTF-8, en_US.UTF-8): characters; Unicode spaces
+    /// (U+00A0, U+2000..U+200A, U+3000, ...) separate words too, every
+    /// printable character makes them, invalid bytes do neither.
+    Utf8,
 }

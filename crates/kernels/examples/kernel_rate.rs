@@ -45,6 +45,7 @@ fn main() {
                 words: false,
                 word: None,
                 top: None,
+                locale: quarry_kernels::WcLocale::C,
             }),
         ),
         (
@@ -53,6 +54,7 @@ fn main() {
                 words: true,
                 word: None,
                 top: None,
+                locale: quarry_kernels::WcLocale::C,
             }),
         ),
         (
@@ -61,6 +63,7 @@ fn main() {
                 words: false,
                 word: Some(b"would".to_vec()),
                 top: None,
+                locale: quarry_kernels::WcLocale::C,
             }),
         ),
         (
@@ -69,6 +72,7 @@ fn main() {
                 words: false,
                 word: None,
                 top: Some(10),
+                locale: quarry_kernels::WcLocale::C,
             }),
         ),
         ("checksum", KernelSpec::Checksum),

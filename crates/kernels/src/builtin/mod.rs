@@ -4,6 +4,7 @@ mod checksum;
 mod fgrep8;
 mod grep;
 mod wc;
+mod wc_utf8_classes;
 
 use std::sync::Arc;
 
