@@ -15,6 +15,11 @@
 //! go to different nodes, then buses, then chips, so [`Client::read_linear`]
 //! and [`Client::write_linear`] stream over every node and bus at once.
 //!
+//! The client links the wire formats only (`quarry-proto` and the
+//! `quarry-*-api` crates of each service), never a node's internals: a
+//! program that talks to a cluster compiles none of the device, the space
+//! manager, a node's store or the kernels (`tests/dependencies.rs`).
+//!
 //! ```no_run
 //! use quarry_client::{BlockingClient, ClusterFile};
 //! use quarry_proto::GlobalPageAddr;

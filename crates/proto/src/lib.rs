@@ -6,7 +6,10 @@
 //! hard limits on every length, the encoders and decoders of every message,
 //! the requesting end of a connection ([`Session`]: many requests in flight,
 //! answered out of order, matched by tag) and the answering end
-//! ([`serve_connection`]). It knows nothing of nodes or routing.
+//! ([`serve_connection`]). It knows nothing of nodes or routing. It also
+//! holds the linear page space ([`LinearSpace`]), the arithmetic a client
+//! and the nodes share to number every page of a cluster; addresses and
+//! geometry come from `quarry-geometry`, re-exported here.
 //!
 //! ```
 //! use quarry_proto::{serve_connection, Request, Response, Session, SessionLimits};

@@ -664,11 +664,35 @@ async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<u8>> {
         Op::from_u8(op_byte).ok_or_else(|| r.malformed(format!("unknown store op {op_byte}")))?;
     let mut w = Writer::starting(0);
     match op {
+        Op::PutChunk | Op::ReleaseChunk | Op::ReadChunk | Op::ChunksPage | Op::LowerRefs => {
+            serve_chunk_call(node, op, &mut r, &call, &mut w).await?
+        }
+        Op::GetManifest
+        | Op::PutManifest
+        | Op::DeleteManifest
+        | Op::ListManifests
+        | Op::ManifestsPage => serve_manifest_call(node, op, &mut r, &mut w).await?,
+        Op::CreateBucket | Op::Bucket | Op::DeleteBucket | Op::Buckets | Op::Usage => {
+            serve_bucket_call(node, op, &mut r, &mut w).await?
+        }
+    }
+    Ok(w.0)
+}
+
+/// Runs a call on the node's chunk table, writing its answer to `w`.
+async fn serve_chunk_call<N: StoreNode>(
+    node: &N,
+    op: Op,
+    r: &mut Reader<'_>,
+    call: &Bytes,
+    w: &mut Writer,
+) -> Result<()> {
+    match op {
         Op::PutChunk => {
             let bucket = r.bucket()?;
             let fp = r.fingerprint()?;
             let crc = r.u32()?;
-            let data = r.bytes(&call)?;
+            let data = r.bytes(call)?;
             r.end()?;
             // The writer hashed these bytes to name them and took their
             // CRC-32C in the same pass over them; the CRC proves they
@@ -692,6 +716,45 @@ async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<u8>> {
             // The reader checks the bytes against this after the network.
             w.u32(chunk_crc32c(&data)).blob(&data);
         }
+        Op::ChunksPage => {
+            let after = r.optional(Reader::fingerprint)?;
+            let limit = r.u32()? as usize;
+            r.end()?;
+            let list = StoreNode::chunks_page(node, after, limit).await?;
+            w.u32(list.len() as u32);
+            for (f, info) in &list {
+                w.fingerprint(f)
+                    .location(&info.location)
+                    .u32(info.len)
+                    .u64(info.touched_unix_ms)
+                    .refs(&info.refs);
+            }
+        }
+        Op::LowerRefs => {
+            let fp = r.fingerprint()?;
+            let expected = r.refs()?;
+            let before = r.u64()?;
+            r.end()?;
+            match node.lower_refs(fp, expected, before).await? {
+                None => w.u8(0),
+                Some(rel) => w.u8(1).release(&rel),
+            };
+        }
+        other => {
+            return Err(r.malformed(format!("{other:?} is not a chunk table call")));
+        }
+    }
+    Ok(())
+}
+
+/// Runs a call on the node's manifest table, writing its answer to `w`.
+async fn serve_manifest_call<N: StoreNode>(
+    node: &N,
+    op: Op,
+    r: &mut Reader<'_>,
+    w: &mut Writer,
+) -> Result<()> {
+    match op {
         Op::GetManifest => {
             let bucket = r.bucket()?;
             let key = r.key()?;
@@ -732,6 +795,35 @@ async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<u8>> {
                 w.manifest(m);
             }
         }
+        Op::ManifestsPage => {
+            let cursor = r.optional(|r| Ok(r.blob()?.to_vec()))?;
+            let limit = r.u32()? as usize;
+            r.end()?;
+            let (list, next) = StoreNode::manifests_page(node, cursor, limit).await?;
+            w.u32(list.len() as u32);
+            for m in &list {
+                w.manifest(m);
+            }
+            match next {
+                None => w.u8(0),
+                Some(c) => w.u8(1).blob(&c),
+            };
+        }
+        other => {
+            return Err(r.malformed(format!("{other:?} is not a manifest table call")));
+        }
+    }
+    Ok(())
+}
+
+/// Runs a call on the node's bucket and accounting, writing its answer to `w`.
+async fn serve_bucket_call<N: StoreNode>(
+    node: &N,
+    op: Op,
+    r: &mut Reader<'_>,
+    w: &mut Writer,
+) -> Result<()> {
+    match op {
         Op::CreateBucket => {
             let bucket = r.bucket()?;
             let config = r.bucket_config()?;
@@ -771,46 +863,11 @@ async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<u8>> {
                 .u64(u.stored_bytes)
                 .u64(u.chunks);
         }
-        Op::ManifestsPage => {
-            let cursor = r.optional(|r| Ok(r.blob()?.to_vec()))?;
-            let limit = r.u32()? as usize;
-            r.end()?;
-            let (list, next) = StoreNode::manifests_page(node, cursor, limit).await?;
-            w.u32(list.len() as u32);
-            for m in &list {
-                w.manifest(m);
-            }
-            match next {
-                None => w.u8(0),
-                Some(c) => w.u8(1).blob(&c),
-            };
-        }
-        Op::ChunksPage => {
-            let after = r.optional(Reader::fingerprint)?;
-            let limit = r.u32()? as usize;
-            r.end()?;
-            let list = StoreNode::chunks_page(node, after, limit).await?;
-            w.u32(list.len() as u32);
-            for (f, info) in &list {
-                w.fingerprint(f)
-                    .location(&info.location)
-                    .u32(info.len)
-                    .u64(info.touched_unix_ms)
-                    .refs(&info.refs);
-            }
-        }
-        Op::LowerRefs => {
-            let fp = r.fingerprint()?;
-            let expected = r.refs()?;
-            let before = r.u64()?;
-            r.end()?;
-            match node.lower_refs(fp, expected, before).await? {
-                None => w.u8(0),
-                Some(rel) => w.u8(1).release(&rel),
-            };
+        other => {
+            return Err(r.malformed(format!("{other:?} is not a bucket and accounting call")));
         }
     }
-    Ok(w.0)
+    Ok(())
 }
 
 impl<X: StoreTransport> StoreNode for RemoteNode<X> {

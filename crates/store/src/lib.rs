@@ -11,18 +11,20 @@
 //! pages, so the store, which knows what is dead, drives the flash garbage
 //! collector (RFSA).
 //!
-//! This crate owns the logic that does not depend on where bytes live:
-//! names ([`BucketName`], [`ObjectKey`]), placement, chunking (fixed-size or
-//! FastCDC, over slices, `Read` and `AsyncRead`: [`Chunking`], [`Chunker`],
-//! [`AsyncChunker`]), the manifest format ([`Manifest`]), one node's tables
-//! ([`NodeStore`]: chunk table, manifest table with atomic and conditional
-//! replace, bucket records, [`Usage`]), the object operations over a set of
+//! What a client shares with the nodes — names ([`BucketName`],
+//! [`ObjectKey`]), placement, chunking ([`Chunking`], [`Chunker`],
+//! [`AsyncChunker`]), the manifest format ([`Manifest`]), the call encoding
+//! ([`RemoteNode`], [`serve_call`]) and the object operations over a set of
 //! nodes in the order that keeps every manifest's chunks present
-//! ([`ObjectStore`], with the orphan collector), and the dedup benchmark
-//! ([`bench::dedup`]). Persistence sits behind two traits: [`TableStore`]
-//! (small records, atomic commits) and [`ChunkStore`] (chunk bytes on logical
-//! pages); both have in-memory implementations, and persistent ones over the
-//! volume layer's space manager ([`VolumeTableStore`], [`VolumeChunkStore`],
+//! ([`ObjectStore`], with the orphan collector) — is `quarry-store-api`'s,
+//! re-exported here. This crate owns a node's side: its tables
+//! ([`NodeStore`]: chunk table, manifest table with atomic and conditional
+//! replace, bucket records, [`Usage`]), in-memory object stores
+//! ([`mem_object_store`]) and the dedup benchmark ([`bench::dedup`]).
+//! Persistence sits behind two traits: [`TableStore`] (small records,
+//! atomic commits) and [`ChunkStore`] (chunk bytes on logical pages); both
+//! have in-memory implementations, and persistent ones over the volume
+//! layer's space manager ([`VolumeTableStore`], [`VolumeChunkStore`],
 //! [`open_volume_node`]). `docs/store.md` has the formats and the crash
 //! reasoning.
 //!

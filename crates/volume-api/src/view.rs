@@ -32,7 +32,7 @@ pub const MAX_RANGE_BYTES: u64 = 256 << 20;
 
 /// Carries encoded volume calls to a node and brings back its answer bytes
 /// (the client implements it over the protocol's service calls; tests and
-/// in-process users can call [`serve_volume_call`](super::serve_volume_call)
+/// in-process users can call `quarry_volume::serve_volume_call`
 /// directly).
 pub trait VolumeTransport: Send + Sync + 'static {
     /// Sends `body` to node `node`'s volume service; `idempotent` calls may
