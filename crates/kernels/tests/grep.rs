@@ -12,10 +12,8 @@ use rand::{Rng, SeedableRng};
 
 fn spec(pattern: &str, syntax: GrepSyntax, ignore_case: bool) -> KernelSpec {
     KernelSpec::Grep(GrepSpec {
-        pattern: pattern.into(),
-        syntax,
         ignore_case,
-        lines: true,
+        ..GrepSpec::new(pattern, syntax)
     })
 }
 
@@ -261,10 +259,9 @@ fn counts_of_binary_data_match_gnu_grep() {
             };
             for lines in [false, true] {
                 let k = compile(&KernelSpec::Grep(GrepSpec {
-                    pattern: pattern.into(),
-                    syntax,
                     ignore_case: ic,
                     lines,
+                    ..GrepSpec::new(pattern, syntax)
                 }))
                 .unwrap();
                 let whole = grep_out(run_whole(&*k, &text));
@@ -292,10 +289,8 @@ fn which(name: &str) -> bool {
 #[test]
 fn only_counts_unless_lines_are_asked_for() {
     let k = compile(&KernelSpec::Grep(GrepSpec {
-        pattern: "b".into(),
-        syntax: GrepSyntax::Fixed,
-        ignore_case: false,
         lines: false,
+        ..GrepSpec::new("b", GrepSyntax::Fixed)
     }))
     .unwrap();
     let out = grep_out(run_whole(&*k, b"ab\ncd\nb"));
@@ -370,10 +365,8 @@ fn throughput_next_to_ripgrep() {
         (GrepSyntax::Extended, "ne+dle [0-9]"),
     ] {
         let k = compile(&KernelSpec::Grep(GrepSpec {
-            pattern: pattern.into(),
-            syntax,
-            ignore_case: false,
             lines: false,
+            ..GrepSpec::new(pattern, syntax)
         }))
         .unwrap();
         let t = std::time::Instant::now();
