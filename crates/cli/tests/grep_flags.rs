@@ -137,8 +137,9 @@ const WORDS: &[&str] = &[
 ];
 
 /// Random text: words of [`WORDS`] on lines of 0 to 9 words (runs of
-/// matching and empty lines come up), sometimes without a last newline.
-fn random_text(rng: &mut StdRng, lines: usize) -> Vec<u8> {
+/// matching and empty lines come up), sometimes without a last newline;
+/// with `nul`, some words hold NUL bytes (binary data).
+fn random_text(rng: &mut StdRng, lines: usize, nul: bool) -> Vec<u8> {
     let mut out = Vec::new();
     for _ in 0..lines {
         let words = rng
@@ -147,6 +148,10 @@ fn random_text(rng: &mut StdRng, lines: usize) -> Vec<u8> {
         for w in 0..words {
             if w > 0 {
                 out.push(if rng.gen_bool(0.9) { b' ' } else { b'\t' });
+            }
+            if nul && rng.gen_bool(0.1) {
+                out.extend_from_slice(b"a\0b");
+                continue;
             }
             out.extend_from_slice(WORDS[rng.gen_range(0..WORDS.len())].as_bytes());
         }
@@ -218,13 +223,15 @@ fn random_args(rng: &mut StdRng, dir: &Path, case: usize) -> Vec<String> {
     if rng.gen_bool(0.3) {
         args.push(format!("-m{}", rng.gen_range(0..4)));
     }
+    // Mostly short context, sometimes longer than the ranges are.
+    let most = if rng.gen_bool(0.2) { 12 } else { 4 };
     match rng.gen_range(0..6) {
-        0 => args.push(format!("-A{}", rng.gen_range(0..4))),
-        1 => args.push(format!("-B{}", rng.gen_range(0..4))),
-        2 => args.push(format!("-C{}", rng.gen_range(0..3))),
+        0 => args.push(format!("-A{}", rng.gen_range(0..most))),
+        1 => args.push(format!("-B{}", rng.gen_range(0..most))),
+        2 => args.push(format!("-C{}", rng.gen_range(0..most))),
         3 => {
-            args.push(format!("-A{}", rng.gen_range(0..3)));
-            args.push(format!("-B{}", rng.gen_range(0..3)));
+            args.push(format!("-A{}", rng.gen_range(0..most)));
+            args.push(format!("-B{}", rng.gen_range(0..most)));
         }
         _ => {}
     }
@@ -251,32 +258,48 @@ fn random_args(rng: &mut StdRng, dir: &Path, case: usize) -> Vec<String> {
     args
 }
 
-/// Random command lines over random text: one file, then three (named
-/// on the command line, which names them in the output).
+/// Random command lines over random text: one file, or three named on the
+/// command line or through a prefix (either way they are named in the
+/// output).
 #[test]
 fn random_flags_print_what_gnu_grep_prints() {
     require_gnu_grep();
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::create_dir_all(dir.path().join("b")).expect("mkdir");
     let mut rng = StdRng::seed_from_u64(0x6772_6570_0019);
-    for case in 0..600 {
+    for case in 0..1500 {
+        // A bucket per case, so a prefix names this case's files only.
+        let bucket = format!("b{case}");
+        std::fs::create_dir_all(dir.path().join(&bucket)).expect("mkdir");
         let n_files = if case % 3 == 0 { 3 } else { 1 };
+        let nul = case % 20 == 7;
         let files: Vec<(String, Vec<u8>)> = (0..n_files)
             .map(|i| {
-                let lines = rng.gen_range(0..40);
-                (format!("b/f{i}"), random_text(&mut rng, lines))
+                let lines = if rng.gen_bool(0.1) {
+                    rng.gen_range(40..300)
+                } else {
+                    rng.gen_range(0..40)
+                };
+                (format!("{bucket}/f{i}"), random_text(&mut rng, lines, nul))
             })
             .collect();
         for (name, text) in &files {
             std::fs::write(dir.path().join(name), text).expect("write a file");
         }
-        let mut args = random_args(&mut rng, dir.path(), case);
-        args.extend(files.iter().map(|(name, _)| name.clone()));
-        let want = theirs(dir.path(), &args);
-        let got = ours(&args, &files, &mut rng);
+        let flags = random_args(&mut rng, dir.path(), case);
+        let mut gnu_args = flags.clone();
+        gnu_args.extend(files.iter().map(|(name, _)| name.clone()));
+        let mut our_args = flags.clone();
+        if n_files > 1 && rng.gen_bool(0.5) {
+            our_args.push(format!("{bucket}/*"));
+        } else {
+            our_args.extend(files.iter().map(|(name, _)| name.clone()));
+        }
+        let want = theirs(dir.path(), &gnu_args);
+        let got = ours(&our_args, &files, &mut rng);
         assert!(
             got == want,
-            "case {case}: grep {args:?}\n--- GNU grep (status {}):\n{}\n--- quarry grep (status {}):\n{}\n--- text:\n{}",
+            "case {case} in {}: grep {gnu_args:?}\n--- GNU grep (status {}):\n{}\n--- quarry grep {our_args:?} (status {}):\n{}\n--- text:\n{}",
+            dir.path().display(),
             want.1,
             String::from_utf8_lossy(&want.0),
             got.1,

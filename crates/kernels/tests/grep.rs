@@ -249,18 +249,28 @@ fn counts_of_binary_data_match_gnu_grep() {
                 GrepSyntax::Basic => "-G",
                 GrepSyntax::Extended => "-E",
             };
-            let mut args = vec![flag, "-c"];
-            if ic {
-                args.push("-i");
+            let (invert, word, whole_line) =
+                (rng.gen_bool(0.3), rng.gen_bool(0.2), rng.gen_bool(0.1));
+            if invert && pattern.is_empty() && !word && !whole_line {
+                // GNU grep sees it selects nothing and prints no count
+                // (quarry grep does the same before any kernel runs).
+                continue;
             }
-            let Some(gnu) = tool("grep", &[&args[..], &["-e", pattern]].concat(), file.path())
-            else {
-                return;
-            };
+            let mut args = vec![flag, "-c"];
+            for (on, f) in [(ic, "-i"), (invert, "-v"), (word, "-w"), (whole_line, "-x")] {
+                if on {
+                    args.push(f);
+                }
+            }
+            let gnu = tool("grep", &[&args[..], &["-e", pattern]].concat(), file.path())
+                .expect("GNU grep must be installed for this test");
             for lines in [false, true] {
                 let k = compile(&KernelSpec::Grep(GrepSpec {
                     ignore_case: ic,
                     lines,
+                    invert,
+                    word,
+                    whole_line,
                     ..GrepSpec::new(pattern, syntax)
                 }))
                 .unwrap();

@@ -25,8 +25,10 @@ use crate::scan::{Part, ScanKernel};
 use crate::spec::{GrepSpec, GrepSyntax, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES};
 
 mod lines;
+mod only;
 
 use lines::Span;
+use only::OnlyMatching;
 
 /// The part of a range of a target.
 ///
@@ -84,10 +86,8 @@ impl GrepPart {
 /// The compiled kernel.
 pub(crate) struct Grep {
     matcher: RegexMatcher,
-    /// Under `-o`: the same pattern with POSIX's choice among matches that
-    /// start at one place (the longest), found by an anchored search that
-    /// matches as much as it can; the matcher picks as Perl does.
-    longest: Option<regex_automata::meta::Regex>,
+    /// Under `-o` (with lines): what is printed of a line.
+    only: Option<OnlyMatching>,
     /// A case-sensitive literal is found by memmem directly: the regex
     /// engine's search for the same literal runs at half its speed here.
     literal: Option<memchr::memmem::Finder<'static>>,
@@ -99,8 +99,6 @@ pub(crate) struct Grep {
     pieces_match_within: bool,
     /// `-v`.
     invert: bool,
-    /// `-o`.
-    only_matching: bool,
     /// `-m` (u64::MAX without it).
     cap: u64,
     /// `-B`.
@@ -113,9 +111,10 @@ pub(crate) struct Grep {
 /// /dev/null`) select.
 const NOTHING: &str = r"[^\x00-\xFF]";
 
-/// The patterns of a spec as one expression in the regex crate's syntax:
-/// any of them, as a whole line (`-x`) or as a whole word (`-w`).
-fn expression(spec: &GrepSpec) -> Result<String, KernelError> {
+/// The patterns of a spec as one expression in the regex crate's syntax
+/// (any of them), and that as a whole line (`-x`) or as a whole word
+/// (`-w`).
+fn expressions(spec: &GrepSpec) -> Result<(String, String), KernelError> {
     let total: usize = spec.patterns.iter().map(String::len).sum();
     if total > MAX_PATTERN_BYTES {
         return Err(KernelError::BadArguments(format!(
@@ -144,24 +143,15 @@ fn expression(spec: &GrepSpec) -> Result<String, KernelError> {
             .collect::<Vec<_>>()
             .join("|"),
     };
-    Ok(if spec.whole_line {
+    let selecting = if spec.whole_line {
         format!("^(?:{any})$")
     } else if spec.word {
         // GNU's test: no word byte just before the match or just after it.
         format!(r"\b{{start-half}}(?:{any})\b{{end-half}}")
     } else {
-        any
-    })
-}
-
-/// The syntax every expression is read with: the C locale (bytes, ASCII
-/// classes and case folding), `^` and `$` at line ends.
-fn syntax(ignore_case: bool) -> regex_automata::util::syntax::Config {
-    regex_automata::util::syntax::Config::new()
-        .unicode(false)
-        .utf8(false)
-        .multi_line(true)
-        .case_insensitive(ignore_case)
+        any.clone()
+    };
+    Ok((any, selecting))
 }
 
 impl Grep {
@@ -173,7 +163,7 @@ impl Grep {
                 )));
             }
         }
-        let pattern = expression(spec)?;
+        let (any, pattern) = expressions(spec)?;
         let bad = |e: &dyn std::fmt::Display| {
             KernelError::BadArguments(format!("grep pattern {:?}: {e}", spec.patterns))
         };
@@ -184,16 +174,8 @@ impl Grep {
             .case_insensitive(spec.ignore_case)
             .build(&pattern)
             .map_err(|e| bad(&e))?;
-        let longest = if spec.only_matching && spec.lines {
-            let config = regex_automata::meta::Regex::config()
-                .match_kind(regex_automata::MatchKind::All)
-                .utf8_empty(false);
-            let built = regex_automata::meta::Regex::builder()
-                .syntax(syntax(spec.ignore_case))
-                .configure(config)
-                .build(&pattern)
-                .map_err(|e| bad(&e))?;
-            Some(built)
+        let only = if spec.only_matching && spec.lines {
+            Some(OnlyMatching::new(&any, &pattern, spec)?)
         } else {
             None
         };
@@ -212,12 +194,11 @@ impl Grep {
         let matches_empty = matcher.is_match(b"").unwrap_or(true);
         Ok(Grep {
             matcher,
-            longest,
+            only,
             literal,
             want_lines: spec.lines,
             pieces_match_within: !has_line_anchors(&pattern) && !matches_empty,
             invert: spec.invert,
-            only_matching: spec.only_matching,
             cap: spec.max_count.unwrap_or(u64::MAX),
             before: spec.before_context,
             after: spec.after_context,
@@ -363,34 +344,6 @@ impl Grep {
             at = end + 1;
         }
         count
-    }
-
-    /// The non-empty matches GNU grep's `-o` prints of `line`: at each
-    /// place the leftmost match starts, the longest one there; after an
-    /// empty match the search goes on one byte later.
-    fn only_matches(&self, line: &[u8]) -> Vec<(u64, Vec<u8>)> {
-        let mut out = Vec::new();
-        let mut at = 0usize;
-        while at < line.len() {
-            let Ok(Some(m)) = self.matcher.find_at(line, at) else {
-                break;
-            };
-            let start = m.start();
-            let longest = self.longest.as_ref().and_then(|re| {
-                let input = regex_automata::Input::new(line)
-                    .range(start..)
-                    .anchored(regex_automata::Anchored::Yes);
-                re.search(&input).map(|l| l.end())
-            });
-            let end = longest.unwrap_or(m.end()).max(m.end());
-            if end == start {
-                at = start + 1;
-                continue;
-            }
-            out.push((start as u64, line[start..end].to_vec()));
-            at = end;
-        }
-        out
     }
 
     fn join(&self, mut left: GrepPart, right: GrepPart) -> Result<GrepPart, KernelError> {
@@ -553,10 +506,13 @@ impl ScanKernel for Grep {
         for l in &mut out.lines {
             l.line_number += 1;
             l.byte_offset -= whole.start;
-            // GNU grep prints the matches of the lines that match: with -v,
-            // its context lines.
+            // GNU grep's -o prints the matches of the selected lines, or
+            // with -v of the context lines.
             if l.context != self.invert {
                 l.matches.clear();
+            }
+            if self.only.is_some() {
+                l.text.clear();
             }
         }
         Ok(Output::Grep(GrepOutput {

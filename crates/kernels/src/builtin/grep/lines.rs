@@ -56,15 +56,18 @@ impl Grep {
         } else if self.before == 0 && self.after == 0 {
             return;
         }
-        // -o prints the matches of matching lines only: the selected ones,
-        // or with -v the context lines.
-        let printed_matches = if self.invert { !selected } else { !context };
-        let (kept, matches) = if !self.only_matching {
-            (text.to_vec(), Vec::new())
-        } else if printed_matches {
-            (Vec::new(), self.only_matches(text))
-        } else {
-            (Vec::new(), Vec::new())
+        let (kept, matches) = match &self.only {
+            None => (text.to_vec(), Vec::new()),
+            // -o prints the matches of the selected lines, or with -v of
+            // the context lines.
+            Some(only) if context == self.invert => (Vec::new(), only.matches(text)),
+            // With -v, a selected line may turn into context when the
+            // parts before it fill -m: its text is kept when it may then
+            // show matches.
+            Some(only) if self.invert && self.cap < u64::MAX && only.matches_outside() => {
+                (text.to_vec(), Vec::new())
+            }
+            Some(_) => (Vec::new(), Vec::new()),
         };
         p.lines.push(MatchLine {
             line_number: rel,
@@ -213,6 +216,15 @@ impl Grep {
                     p.selected += 1;
                 } else {
                     l.context = true;
+                    // With -v it shows the matches -o finds outside whole
+                    // matches, from the text kept for that.
+                    match &self.only {
+                        Some(only) if self.invert && only.matches_outside() => {
+                            l.matches = only.matches(&l.text);
+                            l.text = Vec::new();
+                        }
+                        _ => {}
+                    }
                 }
             }
             if !l.context || context_kept {
