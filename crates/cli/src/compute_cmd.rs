@@ -847,6 +847,104 @@ mod tests {
         crate::Cli::command().debug_assert();
     }
 
+    fn grep_request(args: &[&str]) -> Result<GrepRequest> {
+        use clap::Parser;
+        let argv = ["quarry", "grep"].iter().chain(args);
+        match crate::Cli::try_parse_from(argv)?.command {
+            crate::Command::Grep(grep) => grep.request(),
+            other => panic!("not grep: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn grep_reads_its_command_line_as_gnu_grep_does() {
+        let object = |key: &str| Target::Object {
+            bucket: "b".into(),
+            key: key.into(),
+        };
+        // A pattern holding a newline is two; with -e every operand is a
+        // target.
+        let r = grep_request(&["-e", "a\nb", "-e", "-c", "b/k", "b/j"]).unwrap();
+        assert_eq!(r.spec.patterns, ["a", "b", "-c"]);
+        assert_eq!(r.targets, [object("k"), object("j")]);
+        assert!(r.format.names && !r.format.count);
+        // -f: a pattern a line; "\n" alone is the empty pattern; an empty
+        // file has none.
+        let dir = tempfile::tempdir().unwrap();
+        for (text, want) in [
+            ("x\ny\n", vec!["x", "y"]),
+            ("x\ny", vec!["x", "y"]),
+            ("\n", vec![""]),
+            ("", vec![]),
+        ] {
+            let path = dir.path().join("p");
+            std::fs::write(&path, text).unwrap();
+            let path = path.display().to_string();
+            let r = grep_request(&["-f", &path, "-e", "z", "b/k"]).unwrap();
+            let mut want: Vec<&str> = want;
+            want.insert(0, "z");
+            assert_eq!(r.spec.patterns, want, "{text:?}");
+        }
+        let missing = grep_request(&["-f", "/nonexistent/patterns", "b/k"]).unwrap_err();
+        assert!(
+            format!("{missing:#}").contains("/nonexistent/patterns"),
+            "{missing:#}"
+        );
+        // -A and -B win over -C in either order; the last of a flag wins.
+        let r = grep_request(&["-A1", "-C3", "-A0", "p", "b/k"]).unwrap();
+        assert_eq!((r.spec.after_context, r.spec.before_context), (0, 3));
+        assert!(r.format.group_separators);
+        assert!(!grep_request(&["p", "b/k"]).unwrap().format.group_separators);
+        // -l and -L: the last wins, one selected line decides, no lines or
+        // context travel.
+        let r = grep_request(&["-L", "-l", "-C2", "-m5", "p", "b/k"]).unwrap();
+        assert_eq!(r.format.list, Some(ListFiles::WithMatches));
+        assert_eq!(r.spec.max_count, Some(1));
+        assert!(!r.spec.lines && r.spec.after_context == 0);
+        // -H and -h: the last wins; a prefix names its objects.
+        assert!(
+            grep_request(&["-h", "-H", "p", "b/k"])
+                .unwrap()
+                .format
+                .names
+        );
+        assert!(
+            !grep_request(&["-H", "-h", "p", "b/x*"])
+                .unwrap()
+                .format
+                .names
+        );
+        assert!(grep_request(&["p", "b/x*"]).unwrap().format.names);
+        // What GNU grep sees selects nothing, unless -L lists the targets.
+        for (args, nothing) in [
+            (&["-m0", "p", "b/k"][..], true),
+            (&["-m0", "-L", "p", "b/k"][..], false),
+            (&["-v", "", "b/k"][..], true),
+            (&["-v", "-x", "", "b/k"][..], false),
+            (&["-v", "-e", "", "-e", "a", "b/k"][..], false),
+        ] {
+            let r = grep_request(args).unwrap();
+            assert_eq!(r.nothing_selected, nothing, "{args:?}");
+        }
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "").unwrap();
+        let empty = empty.display().to_string();
+        assert!(
+            grep_request(&["-f", &empty, "b/k"])
+                .unwrap()
+                .nothing_selected
+        );
+        assert!(
+            !grep_request(&["-v", "-f", &empty, "b/k"])
+                .unwrap()
+                .nothing_selected
+        );
+        // A pattern but nothing to search, or two matchers: refused.
+        let none = grep_request(&["p"]).unwrap_err();
+        assert!(none.to_string().contains("name what to search"), "{none}");
+        assert!(grep_request(&["-E", "-F", "p", "b/k"]).is_err());
+    }
+
     #[test]
     fn targets_parse_and_bad_ones_say_why() {
         assert_eq!(

@@ -369,7 +369,11 @@ fn text_cut_at_matches(len: usize, chunk: usize, seed: u64) -> Vec<u8> {
             }
             // Mostly hay, so groups of context stand apart.
             let r = next();
-            let word = if r % 5 == 0 { WORDS[(r >> 8) as usize % 9] } else { "hay" };
+            let word = if r % 5 == 0 {
+                WORDS[(r >> 8) as usize % 9]
+            } else {
+                "hay"
+            };
             out.extend_from_slice(word.as_bytes());
         }
         out.push(b'\n');
@@ -413,7 +417,11 @@ fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
     let mut names = Vec::new();
     for (i, len) in [60_000usize, 20_011, 3_000].into_iter().enumerate() {
         names.push(format!("g/t{i}.txt"));
-        std::fs::write(d.join(&names[i]), text_cut_at_matches(len, 512, i as u64 + 7)).unwrap();
+        std::fs::write(
+            d.join(&names[i]),
+            text_cut_at_matches(len, 512, i as u64 + 7),
+        )
+        .unwrap();
     }
     names.push("g/hay.txt".into());
     std::fs::write(d.join("g/hay.txt"), "hay\nhaystack\n".repeat(300)).unwrap();
@@ -465,7 +473,12 @@ fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
                 gnu.stdout.len(),
                 String::from_utf8_lossy(&gnu.stdout)
             );
-            assert_eq!(ours.status.code(), gnu.status.code(), "{ours_args:?}: {}", text(&ours));
+            assert_eq!(
+                ours.status.code(),
+                gnu.status.code(),
+                "{ours_args:?}: {}",
+                text(&ours)
+            );
         }
     }
 }
