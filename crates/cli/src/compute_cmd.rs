@@ -234,6 +234,7 @@ impl GrepArgs {
             only_matching: self.only_matching,
             invert: self.invert,
             group_separators: after.is_some() || before.is_some(),
+            after_context: after.unwrap_or(0),
         };
         Ok(GrepRequest {
             spec,

@@ -425,6 +425,19 @@ fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
     }
     names.push("g/hay.txt".into());
     std::fs::write(d.join("g/hay.txt"), "hay\nhaystack\n".repeat(300)).unwrap();
+    // Binary data: a match whose context runs into the 96 KiB piece that
+    // holds the first NUL, where GNU grep stops printing.
+    let mut binary = Vec::new();
+    let mut n = 0;
+    while binary.len() < 98_260 {
+        binary.extend_from_slice(format!("hay line {n}\n").as_bytes());
+        n += 1;
+    }
+    binary.extend_from_slice(b"needle here\nafter1\nafter2\nafter3\nafter4\nafter5\n");
+    binary.extend_from_slice(&[b'y'; 80]);
+    binary.extend_from_slice(b"\nx\0y\nafter6\nneedle again\n");
+    names.push("g/late.bin".into());
+    std::fs::write(d.join("g/late.bin"), binary).unwrap();
     for name in &names {
         let put = quarry(d, &["put", name, name]);
         assert!(put.status.success(), "{}", text(&put));
@@ -433,7 +446,7 @@ fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
     // In key order, as the prefix lists them.
     let mut files: Vec<&str> = names.iter().map(String::as_str).collect();
     files.sort_unstable();
-    let flag_sets: [&[&str]; 17] = [
+    let flag_sets: [&[&str]; 21] = [
         &["-v", "-c", "needle"],
         &["-w", "-o", "needle"],
         &["-n", "-A2", "needle"],
@@ -451,6 +464,10 @@ fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
         &["-v", "-n", "-m4", "-A2", "-e", "hay"],
         &["-n", "-A1", "-B2", "-i", "-F", "NEEDLE"],
         &["-vx", "-c", "hay"],
+        &["-b", "-A6", "needle"],
+        &["-n", "-B2", "-o", "needle again"],
+        &["-n", "-b", "-m1", "-A8", "needle"],
+        &["-n", "-m1", "-A10", "needle"],
     ];
     for flags in flag_sets {
         // Each object alone, then all of them through the prefix.
@@ -479,6 +496,9 @@ fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
                 "{ours_args:?}: {}",
                 text(&ours)
             );
+            let said =
+                |o: &Output| String::from_utf8_lossy(&o.stderr).contains("binary file matches");
+            assert_eq!(said(&ours), said(&gnu), "{ours_args:?}: {}", text(&ours));
         }
     }
 }
