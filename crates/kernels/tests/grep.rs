@@ -150,6 +150,86 @@ fn every_split_of_a_small_target_gives_the_whole_answer() {
     }
 }
 
+/// Context lines, `-m`, `-v` and `-o` come out the same for every cut of a
+/// small target into three ranges, folded in blocks of 1, 2 or all bytes:
+/// context that lies in a neighbouring range, a selected line counted
+/// against `-m` after those of earlier ranges, a match cut in two.
+#[test]
+fn every_split_keeps_context_limits_and_matches() {
+    let text = b"a1\nb\nc\na2\nd\ne\nf\ng\na3 a\na4\nh\n\na5";
+    let mut rng = StdRng::seed_from_u64(2);
+    let base = GrepSpec::new("a", GrepSyntax::Fixed);
+    let specs = [
+        GrepSpec {
+            before_context: 1,
+            after_context: 2,
+            ..base.clone()
+        },
+        GrepSpec {
+            max_count: Some(2),
+            after_context: 3,
+            ..base.clone()
+        },
+        GrepSpec {
+            invert: true,
+            max_count: Some(3),
+            before_context: 2,
+            ..base.clone()
+        },
+        GrepSpec {
+            only_matching: true,
+            after_context: 1,
+            ..GrepSpec::new("a[0-9]*", GrepSyntax::Basic)
+        },
+        GrepSpec {
+            only_matching: true,
+            invert: true,
+            max_count: Some(1),
+            after_context: 4,
+            whole_line: true,
+            ..GrepSpec::new("a[0-9]", GrepSyntax::Extended)
+        },
+    ];
+    for spec in &specs {
+        let k = compile(&KernelSpec::Grep(spec.clone())).unwrap();
+        let want = grep_out(run_whole(&*k, text));
+        assert!(!want.lines.is_empty(), "{spec:?}");
+        for a in 0..=text.len() {
+            for b in a..=text.len() {
+                for block in [1, 2, usize::MAX] {
+                    let got = grep_out(run_split(&*k, text, &[a, b], block, &mut rng));
+                    assert_eq!(got, want, "{spec:?} split {a} {b} blocks of {block}");
+                }
+            }
+        }
+    }
+    // -B1 -A2: groups of selected lines and their context, in order.
+    let k = compile(&KernelSpec::Grep(specs[0].clone())).unwrap();
+    let got = grep_out(run_whole(&*k, text));
+    let shown: Vec<(u64, bool)> = got
+        .lines
+        .iter()
+        .map(|l| (l.line_number, l.context))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (1, false),
+            (2, true),
+            (3, true),
+            (4, false),
+            (5, true),
+            (6, true),
+            (8, true),
+            (9, false),
+            (10, false),
+            (11, true),
+            (12, true),
+            (13, false)
+        ]
+    );
+}
+
 #[test]
 fn counts_and_lines_match_the_real_tools() {
     let mut rng = StdRng::seed_from_u64(0x67726570);
