@@ -161,6 +161,9 @@ impl Grep {
             // lines start.
             let mut from = end;
             for _ in 0..last {
+                if from <= start {
+                    break;
+                }
                 from = memchr::memrchr(b'\n', &slice[start..from - 1])
                     .map_or(start, |i| start + i + 1);
             }
