@@ -274,8 +274,8 @@ impl Grep {
         for i in from..p.lines.len() {
             let (line, context) = (p.lines[i].line_number, p.lines[i].context);
             let needed = !context
-                || last_selected.is_some_and(|s| line - s <= after)
-                || next_selected[i - from].is_some_and(|s| s - line <= before)
+                || last_selected.is_some_and(|s| line.saturating_sub(s) <= after)
+                || next_selected[i - from].is_some_and(|s| s.saturating_sub(line) <= before)
                 || (!whole && line <= after)
                 || (!whole && !full && line + before >= n);
             if !context {
