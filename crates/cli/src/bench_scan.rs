@@ -213,10 +213,8 @@ const REGEX: &str = "[A-Z][a-z]+ (of|the) [a-z]+ing";
 
 fn grep(pattern: &str, syntax: GrepSyntax) -> KernelSpec {
     KernelSpec::Grep(GrepSpec {
-        pattern: pattern.into(),
-        syntax,
-        ignore_case: false,
         lines: false,
+        ..GrepSpec::new(pattern, syntax)
     })
 }
 

@@ -4,7 +4,8 @@
 //! UTF-8 locale, the one this process runs under), so scripts can switch.
 
 use std::ffi::CStr;
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -17,10 +18,12 @@ use quarry_client::{
     Job, KernelSpec, Limits, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput, WcLocale,
     WcSpec,
 };
+use quarry_kernels::MAX_PATTERN_BYTES;
 use serde_json::{json, Value};
 
 use crate::args::ClusterArg;
 use crate::commands::human_bytes;
+pub use crate::grep_output::{format_grep, GrepFormat, GrepPrint, ListFiles};
 
 /// An exit status to end the process with, quietly (grep's 1: nothing
 /// matched).
@@ -52,17 +55,32 @@ pub struct CommandOptions {
     pub quiet: bool,
 }
 
-/// Arguments of `quarry grep`.
+/// Arguments of `quarry grep`: GNU grep's, where a target is an object, a
+/// prefix or a range instead of a file.
 #[derive(Debug, Args, Clone)]
-#[command(disable_help_flag = true)]
+#[command(disable_help_flag = true, args_override_self = true)]
 pub struct GrepArgs {
-    /// Print only a count of matching lines per target.
+    /// Use PATTERN (may be given more than once: a line matches when any
+    /// does). With -e or -f, every operand is a target.
+    #[arg(
+        short = 'e',
+        long = "regexp",
+        value_name = "PATTERN",
+        allow_hyphen_values = true,
+        action = clap::ArgAction::Append
+    )]
+    pub regexp: Vec<String>,
+    /// Read patterns from FILE, one per line ("-": standard input).
+    #[arg(short = 'f', long = "file", value_name = "FILE", action = clap::ArgAction::Append)]
+    pub pattern_files: Vec<PathBuf>,
+    /// Print only a count of selected lines per target.
     #[arg(short = 'c', long = "count")]
     pub count: bool,
     /// Prefix each line with its 1-based line number.
     #[arg(short = 'n', long = "line-number")]
     pub line_number: bool,
-    /// Prefix each line with the byte offset of its start.
+    /// Prefix each line with the byte offset of its start (with -o, of the
+    /// match).
     #[arg(short = 'b', long = "byte-offset")]
     pub byte_offset: bool,
     /// PATTERN is an extended regular expression.
@@ -71,28 +89,209 @@ pub struct GrepArgs {
     /// PATTERN is a literal string.
     #[arg(short = 'F', long = "fixed-strings")]
     pub fixed: bool,
+    /// PATTERN is a basic regular expression (the default).
+    #[arg(short = 'G', long = "basic-regexp", conflicts_with_all = ["extended", "fixed"])]
+    pub basic: bool,
     /// Ignore case.
     #[arg(short = 'i', long = "ignore-case")]
     pub ignore_case: bool,
-    /// Always print target names.
-    #[arg(short = 'H', long = "with-filename")]
+    /// Select the lines that do not match.
+    #[arg(short = 'v', long = "invert-match")]
+    pub invert: bool,
+    /// Match only whole words.
+    #[arg(short = 'w', long = "word-regexp")]
+    pub word: bool,
+    /// Match only whole lines.
+    #[arg(short = 'x', long = "line-regexp")]
+    pub line_regexp: bool,
+    /// Print only the matched, non-empty parts of lines, each on a line.
+    #[arg(short = 'o', long = "only-matching")]
+    pub only_matching: bool,
+    /// Print only the names of targets with a selected line.
+    #[arg(
+        short = 'l',
+        long = "files-with-matches",
+        overrides_with = "files_without_match"
+    )]
+    pub files_with_matches: bool,
+    /// Print only the names of targets without a selected line.
+    #[arg(
+        short = 'L',
+        long = "files-without-match",
+        overrides_with = "files_with_matches"
+    )]
+    pub files_without_match: bool,
+    /// Stop after NUM selected lines of each target.
+    #[arg(short = 'm', long = "max-count", value_name = "NUM")]
+    pub max_count: Option<u64>,
+    /// Print NUM lines of context after each selected line.
+    #[arg(short = 'A', long = "after-context", value_name = "NUM")]
+    pub after_context: Option<u64>,
+    /// Print NUM lines of context before each selected line.
+    #[arg(short = 'B', long = "before-context", value_name = "NUM")]
+    pub before_context: Option<u64>,
+    /// Print NUM lines of context before and after (-A and -B win).
+    #[arg(short = 'C', long = "context", value_name = "NUM")]
+    pub context: Option<u64>,
+    /// Always print target names (the last of -H and -h wins).
+    #[arg(short = 'H', long = "with-filename", overrides_with = "no_filename")]
     pub with_filename: bool,
     /// Never print target names.
-    #[arg(short = 'h', long = "no-filename", conflicts_with = "with_filename")]
+    #[arg(short = 'h', long = "no-filename", overrides_with = "with_filename")]
     pub no_filename: bool,
-    /// The pattern (a basic regular expression unless -E or -F).
-    pub pattern: String,
     /// Print help (-h is grep's --no-filename).
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
-    /// What to search: BUCKET/KEY, BUCKET/PREFIX* (every object whose key
-    /// starts with PREFIX; quote it), BUCKET/ (the whole bucket),
-    /// volume:NAME[@OFFSET[+LEN]], linear:FIRST+PAGES.
-    #[arg(required = true)]
-    pub targets: Vec<String>,
+    /// The pattern (a basic regular expression unless -E or -F; not given
+    /// with -e or -f), then what to search: BUCKET/KEY, BUCKET/PREFIX*
+    /// (every object whose key starts with PREFIX; quote it), BUCKET/ (the
+    /// whole bucket), volume:NAME[@OFFSET[+LEN]], linear:FIRST+PAGES.
+    #[arg(required = true, value_name = "PATTERN|TARGET")]
+    pub operands: Vec<String>,
     /// Limits and output.
     #[command(flatten)]
     pub options: CommandOptions,
+}
+
+/// A `quarry grep` command line read as GNU grep reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrepRequest {
+    /// What the kernel selects.
+    pub spec: GrepSpec,
+    /// How its answer is printed.
+    pub format: GrepFormat,
+    /// What to search.
+    pub targets: Vec<Target>,
+    /// GNU grep would print nothing and exit with status 1 without reading
+    /// a byte (`-m 0`, or patterns that cannot select a line, as
+    /// `grep -f /dev/null`), unless `-L` lists the targets.
+    pub nothing_selected: bool,
+}
+
+impl GrepArgs {
+    /// Reads the patterns (from -e, -f or the first operand), the targets
+    /// and the flags.
+    pub fn request(&self) -> Result<GrepRequest> {
+        let mut patterns = Vec::new();
+        // GNU grep reads a pattern holding newlines as several patterns.
+        for e in &self.regexp {
+            patterns.extend(e.split('\n').map(str::to_string));
+        }
+        for path in &self.pattern_files {
+            patterns.extend(read_pattern_file(path)?);
+        }
+        let mut targets = self.operands.clone();
+        if self.regexp.is_empty() && self.pattern_files.is_empty() {
+            let first = targets.remove(0);
+            patterns.extend(first.split('\n').map(str::to_string));
+        }
+        if targets.is_empty() {
+            bail!(
+                "name what to search after the pattern: BUCKET/KEY, BUCKET/PREFIX*, BUCKET/, \
+                 volume:NAME or linear:FIRST+PAGES (quarry grep does not read standard input)"
+            );
+        }
+        let list = if self.files_with_matches {
+            Some(ListFiles::WithMatches)
+        } else if self.files_without_match {
+            Some(ListFiles::WithoutMatch)
+        } else {
+            None
+        };
+        let lines = !self.count && list.is_none();
+        let after = self.after_context.or(self.context);
+        let before = self.before_context.or(self.context);
+        // -l and -L need one selected line per target to decide.
+        let max_count = match list {
+            Some(_) => Some(self.max_count.map_or(1, |m| m.min(1))),
+            None => self.max_count,
+        };
+        let nothing_selected = list != Some(ListFiles::WithoutMatch)
+            && (self.max_count == Some(0) || selects_nothing(&patterns, self));
+        let spec = GrepSpec {
+            patterns,
+            syntax: if self.fixed {
+                GrepSyntax::Fixed
+            } else if self.extended {
+                GrepSyntax::Extended
+            } else {
+                GrepSyntax::Basic
+            },
+            ignore_case: self.ignore_case,
+            lines,
+            invert: self.invert,
+            word: self.word,
+            whole_line: self.line_regexp,
+            only_matching: self.only_matching && lines,
+            max_count,
+            before_context: if lines { before.unwrap_or(0) } else { 0 },
+            after_context: if lines { after.unwrap_or(0) } else { 0 },
+        };
+        let targets = parse_targets(&targets)?;
+        let many = targets.len() > 1 || targets.iter().any(|t| matches!(t, Target::Prefix { .. }));
+        let format = GrepFormat {
+            count: self.count,
+            line_number: self.line_number,
+            byte_offset: self.byte_offset,
+            names: (many || self.with_filename) && !self.no_filename,
+            list,
+            only_matching: self.only_matching,
+            invert: self.invert,
+            group_separators: after.is_some() || before.is_some(),
+            after_context: after.unwrap_or(0),
+        };
+        Ok(GrepRequest {
+            spec,
+            format,
+            targets,
+            nothing_selected,
+        })
+    }
+}
+
+/// Whether GNU grep 3.8 sees at once that no line can be selected: no
+/// patterns (it reads them as `-v ''`, `-w` and `-x` dropped), or `-v`
+/// with only the empty pattern, unless `-x` or `-w` makes that select the
+/// non-empty lines.
+fn selects_nothing(patterns: &[String], args: &GrepArgs) -> bool {
+    if patterns.is_empty() {
+        return !args.invert;
+    }
+    patterns.iter().all(String::is_empty) && args.invert && !args.line_regexp && !args.word
+}
+
+/// The patterns of a `-f` file: one per line, none in an empty file.
+fn read_pattern_file(path: &Path) -> Result<Vec<String>> {
+    let bytes = if path == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .take(MAX_PATTERN_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .context("reading patterns from standard input")?;
+        bytes
+    } else {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("{}: cannot open the pattern file", path.display()))?;
+        let mut bytes = Vec::new();
+        file.take(MAX_PATTERN_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .with_context(|| format!("{}: cannot read the pattern file", path.display()))?;
+        bytes
+    };
+    if bytes.len() > MAX_PATTERN_BYTES {
+        bail!(
+            "{}: more than {MAX_PATTERN_BYTES} bytes of patterns",
+            path.display()
+        );
+    }
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let text = String::from_utf8(bytes)
+        .with_context(|| format!("{}: the patterns are not UTF-8", path.display()))?;
+    // A last line needs no newline; "\n" alone is one empty pattern.
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    Ok(text.split('\n').map(str::to_string).collect())
 }
 
 /// Arguments of `quarry wc`.
@@ -298,26 +497,16 @@ fn scan_outputs(result: &CommandResult) -> Result<&[TargetOutput]> {
 
 /// `quarry grep`.
 pub fn grep(args: &GrepArgs) -> Result<()> {
+    let request = args.request()?;
+    if request.nothing_selected {
+        return Err(ExitStatus(1).into());
+    }
     runtime()?.block_on(async {
-        let targets = parse_targets(&args.targets)?;
-        let many = targets.len() > 1 || targets.iter().any(|t| matches!(t, Target::Prefix { .. }));
-        let spec = GrepSpec {
-            pattern: args.pattern.clone(),
-            syntax: if args.fixed {
-                GrepSyntax::Fixed
-            } else if args.extended {
-                GrepSyntax::Extended
-            } else {
-                GrepSyntax::Basic
-            },
-            ignore_case: args.ignore_case,
-            lines: !args.count,
-        };
         let compute = compute(&args.options.cluster).await?;
         let (result, sent) = run_command(
             &compute,
-            Job::Scan(KernelSpec::Grep(spec)),
-            targets,
+            Job::Scan(KernelSpec::Grep(request.spec)),
+            request.targets,
             &args.options,
             "grep",
         )
@@ -330,14 +519,7 @@ pub fn grep(args: &GrepArgs) -> Result<()> {
         if args.options.json {
             writeln!(out, "{}", result_json(&result, sent))?;
         } else {
-            let names = (many || args.with_filename) && !args.no_filename;
-            let printed = format_grep(
-                outputs,
-                args.count,
-                args.line_number,
-                args.byte_offset,
-                names,
-            );
+            let printed = format_grep(outputs, &request.format);
             out.write_all(&printed.stdout)?;
             out.flush()?;
             for target in &printed.binary_matches {
@@ -350,72 +532,6 @@ pub fn grep(args: &GrepArgs) -> Result<()> {
         }
         Ok(())
     })
-}
-
-/// GNU grep 3.8 reads a file in pieces of 96 KiB (its first read, and every
-/// later one while lines are shorter than a page) and treats the data as
-/// binary from the piece that holds its first NUL byte on.
-const GNU_GREP_READ_BYTES: u64 = 96 * 1024;
-
-/// What GNU grep prints for a set of outputs.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct GrepPrint {
-    /// Its standard output.
-    pub stdout: Vec<u8>,
-    /// The targets whose matching lines it withheld as binary data; it says
-    /// "binary file matches" for each on standard error.
-    pub binary_matches: Vec<String>,
-}
-
-/// What GNU grep prints for these outputs. Lines of binary data are
-/// withheld as GNU grep withholds them: from the 96 KiB piece of the target
-/// that holds its first NUL byte on, no line is printed, and a target with a
-/// match there is named in [`GrepPrint::binary_matches`]. (GNU grep also
-/// reads NULs as line ends from there on; the kernel counts that way.)
-pub fn format_grep(
-    outputs: &[TargetOutput],
-    count: bool,
-    line_number: bool,
-    byte_offset: bool,
-    names: bool,
-) -> GrepPrint {
-    let mut out = Vec::new();
-    let mut binary_matches = Vec::new();
-    for t in outputs {
-        let Output::Grep(g) = &t.output else { continue };
-        if count {
-            if names {
-                out.extend_from_slice(t.target.as_bytes());
-                out.push(b':');
-            }
-            out.extend_from_slice(format!("{}\n", g.matching_lines).as_bytes());
-            continue;
-        }
-        let binary_from = g.first_nul.map(|at| at - at % GNU_GREP_READ_BYTES);
-        for line in &g.lines {
-            let newline_at = line.byte_offset + line.text.len() as u64;
-            if binary_from.is_some_and(|from| newline_at >= from) {
-                binary_matches.push(t.target.clone());
-                break;
-            }
-            if names {
-                out.extend_from_slice(t.target.as_bytes());
-                out.push(b':');
-            }
-            if line_number {
-                out.extend_from_slice(format!("{}:", line.line_number).as_bytes());
-            }
-            if byte_offset {
-                out.extend_from_slice(format!("{}:", line.byte_offset).as_bytes());
-            }
-            out.extend_from_slice(&line.text);
-            out.push(b'\n');
-        }
-    }
-    GrepPrint {
-        stdout: out,
-        binary_matches,
-    }
 }
 
 /// Whether a locale's codeset (`nl_langinfo(CODESET)`) is UTF-8.
@@ -595,12 +711,7 @@ pub fn parse_job(kernel: &str, args: &[String]) -> Result<(Job, Vec<String>)> {
                 "fgrep" => GrepSyntax::Fixed,
                 _ => GrepSyntax::Basic,
             };
-            let spec = GrepSpec {
-                pattern: args[0].clone(),
-                syntax,
-                ignore_case: false,
-                lines: true,
-            };
+            let spec = GrepSpec::new(args[0].clone(), syntax);
             (Job::Scan(KernelSpec::Grep(spec)), 1)
         }
         "wc" => (
@@ -691,6 +802,8 @@ fn target_json(t: &TargetOutput) -> Value {
                 "line_number": l.line_number,
                 "byte_offset": l.byte_offset,
                 "text": text(&l.text),
+                "context": l.context,
+                "matches": l.matches.iter().map(|(at, m)| json!([at, text(m)])).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         }),
         Output::Wc(w) => json!({
@@ -779,6 +892,104 @@ mod tests {
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;
         crate::Cli::command().debug_assert();
+    }
+
+    fn grep_request(args: &[&str]) -> Result<GrepRequest> {
+        use clap::Parser;
+        let argv = ["quarry", "grep"].iter().chain(args);
+        match crate::Cli::try_parse_from(argv)?.command {
+            crate::Command::Grep(grep) => grep.request(),
+            other => panic!("not grep: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn grep_reads_its_command_line_as_gnu_grep_does() {
+        let object = |key: &str| Target::Object {
+            bucket: "b".into(),
+            key: key.into(),
+        };
+        // A pattern holding a newline is two; with -e every operand is a
+        // target.
+        let r = grep_request(&["-e", "a\nb", "-e", "-c", "b/k", "b/j"]).unwrap();
+        assert_eq!(r.spec.patterns, ["a", "b", "-c"]);
+        assert_eq!(r.targets, [object("k"), object("j")]);
+        assert!(r.format.names && !r.format.count);
+        // -f: a pattern a line; "\n" alone is the empty pattern; an empty
+        // file has none.
+        let dir = tempfile::tempdir().unwrap();
+        for (text, want) in [
+            ("x\ny\n", vec!["x", "y"]),
+            ("x\ny", vec!["x", "y"]),
+            ("\n", vec![""]),
+            ("", vec![]),
+        ] {
+            let path = dir.path().join("p");
+            std::fs::write(&path, text).unwrap();
+            let path = path.display().to_string();
+            let r = grep_request(&["-f", &path, "-e", "z", "b/k"]).unwrap();
+            let mut want: Vec<&str> = want;
+            want.insert(0, "z");
+            assert_eq!(r.spec.patterns, want, "{text:?}");
+        }
+        let missing = grep_request(&["-f", "/nonexistent/patterns", "b/k"]).unwrap_err();
+        assert!(
+            format!("{missing:#}").contains("/nonexistent/patterns"),
+            "{missing:#}"
+        );
+        // -A and -B win over -C in either order; the last of a flag wins.
+        let r = grep_request(&["-A1", "-C3", "-A0", "p", "b/k"]).unwrap();
+        assert_eq!((r.spec.after_context, r.spec.before_context), (0, 3));
+        assert!(r.format.group_separators);
+        assert!(!grep_request(&["p", "b/k"]).unwrap().format.group_separators);
+        // -l and -L: the last wins, one selected line decides, no lines or
+        // context travel.
+        let r = grep_request(&["-L", "-l", "-C2", "-m5", "p", "b/k"]).unwrap();
+        assert_eq!(r.format.list, Some(ListFiles::WithMatches));
+        assert_eq!(r.spec.max_count, Some(1));
+        assert!(!r.spec.lines && r.spec.after_context == 0);
+        // -H and -h: the last wins; a prefix names its objects.
+        assert!(
+            grep_request(&["-h", "-H", "p", "b/k"])
+                .unwrap()
+                .format
+                .names
+        );
+        assert!(
+            !grep_request(&["-H", "-h", "p", "b/x*"])
+                .unwrap()
+                .format
+                .names
+        );
+        assert!(grep_request(&["p", "b/x*"]).unwrap().format.names);
+        // What GNU grep sees selects nothing, unless -L lists the targets.
+        for (args, nothing) in [
+            (&["-m0", "p", "b/k"][..], true),
+            (&["-m0", "-L", "p", "b/k"][..], false),
+            (&["-v", "", "b/k"][..], true),
+            (&["-v", "-x", "", "b/k"][..], false),
+            (&["-v", "-e", "", "-e", "a", "b/k"][..], false),
+        ] {
+            let r = grep_request(args).unwrap();
+            assert_eq!(r.nothing_selected, nothing, "{args:?}");
+        }
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "").unwrap();
+        let empty = empty.display().to_string();
+        assert!(
+            grep_request(&["-f", &empty, "b/k"])
+                .unwrap()
+                .nothing_selected
+        );
+        assert!(
+            !grep_request(&["-v", "-f", &empty, "b/k"])
+                .unwrap()
+                .nothing_selected
+        );
+        // A pattern but nothing to search, or two matchers: refused.
+        let none = grep_request(&["p"]).unwrap_err();
+        assert!(none.to_string().contains("name what to search"), "{none}");
+        assert!(grep_request(&["-E", "-F", "p", "b/k"]).is_err());
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod commands;
 mod compute_cmd;
 mod dates;
 mod demo;
+mod grep_output;
 mod local_cluster;
 mod mount_cmd;
 mod netlink;
@@ -41,7 +42,7 @@ pub use args::{
 };
 pub use compute_cmd::{
     format_grep, format_wc, parse_job, parse_target, result_json, CommandOptions, ExitStatus,
-    GrepArgs, GrepPrint, RunArgs, WcArgs,
+    GrepArgs, GrepFormat, GrepPrint, GrepRequest, ListFiles, RunArgs, WcArgs,
 };
 pub use local_cluster::{
     cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,

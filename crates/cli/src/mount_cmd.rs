@@ -20,7 +20,7 @@ use quarry_mount::{
 };
 
 use crate::args::ClusterArg;
-use crate::compute_cmd::{format_grep, format_wc, parse_job};
+use crate::compute_cmd::{format_grep, format_wc, parse_job, GrepFormat};
 
 /// Arguments of `quarry mount`.
 #[derive(Debug, Args, Clone)]
@@ -289,7 +289,11 @@ fn format_answer(kernel: &str, outputs: &[TargetOutput], args: &[String]) -> Res
         "grep" | "egrep" | "fgrep" => {
             // One stream only: the note GNU grep sends to standard error
             // follows the lines.
-            let printed = format_grep(outputs, false, false, false, true);
+            let format = GrepFormat {
+                names: true,
+                ..GrepFormat::default()
+            };
+            let printed = format_grep(outputs, &format);
             let mut out = printed.stdout;
             for target in printed.binary_matches {
                 out.extend_from_slice(format!("{target}: binary file matches\n").as_bytes());

@@ -345,3 +345,160 @@ fn grep_and_wc_near_the_data_print_what_gnu_grep_and_wc_print() {
         format!("{id} done")
     );
 }
+
+/// Text whose chunk boundaries (every `chunk` bytes) fall inside a match
+/// of "needle", at a line's end, inside a context window (a match a line or
+/// two away) or between groups, in turn; lines of a few words, matches
+/// every few lines.
+fn text_cut_at_matches(len: usize, chunk: usize, seed: u64) -> Vec<u8> {
+    const WORDS: [&str; 9] = [
+        "needle", "hay", "stack", "Needle", "needles", "a", "x", "NEEDLE", "haystack",
+    ];
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut out = Vec::with_capacity(len + 64);
+    while out.len() < len {
+        for w in 0..next() % 6 {
+            if w > 0 {
+                out.push(b' ');
+            }
+            // Mostly hay, so groups of context stand apart.
+            let r = next();
+            let word = if r % 5 == 0 {
+                WORDS[(r >> 8) as usize % 9]
+            } else {
+                "hay"
+            };
+            out.extend_from_slice(word.as_bytes());
+        }
+        out.push(b'\n');
+    }
+    out.truncate(len);
+    let mut at = chunk;
+    let mut turn = 0;
+    while at + 8 < out.len() {
+        match turn % 4 {
+            0 => out[at - 3..at + 3].copy_from_slice(b"needle"),
+            1 => out[at - 1] = b'\n',
+            2 => out[at - 40..at - 33].copy_from_slice(b"\nneedle"),
+            _ => {}
+        }
+        turn += 1;
+        at += chunk;
+    }
+    out
+}
+
+/// The flags GNU grep users type every day, over objects cut into 512-byte
+/// chunks spread over four nodes, print what GNU grep prints on the same
+/// bytes: standard output and exit status, byte for byte.
+#[test]
+fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
+    let version = tool(Path::new("."), "grep", &["--version"])
+        .expect("this test compares with GNU grep, which must be installed");
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains("GNU grep"),
+        "this test compares with GNU grep; grep --version says {}",
+        text(&version)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let up = quarry(d, &["up", "--nodes", "4", "--device", "mem", "--detach"]);
+    let _down = Down(d);
+    assert!(up.status.success(), "{}", text(&up));
+    let mb = quarry(d, &["mb", "g", "--chunking", "fixed:512"]);
+    assert!(mb.status.success(), "{}", text(&mb));
+    std::fs::create_dir_all(d.join("g")).unwrap();
+    let mut names = Vec::new();
+    for (i, len) in [60_000usize, 20_011, 3_000].into_iter().enumerate() {
+        names.push(format!("g/t{i}.txt"));
+        std::fs::write(
+            d.join(&names[i]),
+            text_cut_at_matches(len, 512, i as u64 + 7),
+        )
+        .unwrap();
+    }
+    names.push("g/hay.txt".into());
+    std::fs::write(d.join("g/hay.txt"), "hay\nhaystack\n".repeat(300)).unwrap();
+    // Binary data: a match whose context runs into the 96 KiB piece that
+    // holds the first NUL, where GNU grep stops printing.
+    let mut binary = Vec::new();
+    let mut n = 0;
+    while binary.len() < 98_260 {
+        binary.extend_from_slice(format!("hay line {n}\n").as_bytes());
+        n += 1;
+    }
+    binary.extend_from_slice(b"needle here\nafter1\nafter2\nafter3\nafter4\nafter5\n");
+    binary.extend_from_slice(&[b'y'; 80]);
+    binary.extend_from_slice(b"\nx\0y\nafter6\nneedle again\n");
+    names.push("g/late.bin".into());
+    std::fs::write(d.join("g/late.bin"), binary).unwrap();
+    for name in &names {
+        let put = quarry(d, &["put", name, name]);
+        assert!(put.status.success(), "{}", text(&put));
+    }
+    std::fs::write(d.join("patterns.txt"), "stack\nNEEDLE\n").unwrap();
+    // In key order, as the prefix lists them.
+    let mut files: Vec<&str> = names.iter().map(String::as_str).collect();
+    files.sort_unstable();
+    let flag_sets: [&[&str]; 21] = [
+        &["-v", "-c", "needle"],
+        &["-w", "-o", "needle"],
+        &["-n", "-A2", "needle"],
+        &["-C1", "-m3", "needle"],
+        &["-l", "needle"],
+        &["-L", "needle"],
+        &["-e", "needle", "-e", "stack"],
+        &["-n", "-f", "patterns.txt"],
+        &["-x", "-i", "needle"],
+        &["-o", "-b", "needle"],
+        &["-n", "-B3", "-v", "hay"],
+        &["-c", "-m5", "needle"],
+        &["-nb", "-C2", "-w", "-E", "needles?"],
+        &["-o", "-i", "-E", "ne+dle|stack"],
+        &["-v", "-n", "-m4", "-A2", "-e", "hay"],
+        &["-n", "-A1", "-B2", "-i", "-F", "NEEDLE"],
+        &["-vx", "-c", "hay"],
+        &["-b", "-A6", "needle"],
+        &["-n", "-B2", "-o", "needle again"],
+        &["-n", "-b", "-m1", "-A8", "needle"],
+        &["-n", "-m1", "-A10", "needle"],
+    ];
+    for flags in flag_sets {
+        // Each object alone, then all of them through the prefix.
+        let mut runs: Vec<(Vec<&str>, Vec<&str>)> =
+            files.iter().map(|f| (vec![*f], vec![*f])).collect();
+        runs.push((vec!["g/*"], files.clone()));
+        for (ours_targets, gnu_targets) in runs {
+            let mut ours_args = vec!["grep"];
+            ours_args.extend(flags);
+            ours_args.extend(&ours_targets);
+            let mut gnu_args: Vec<&str> = flags.to_vec();
+            gnu_args.extend(&gnu_targets);
+            let ours = quarry(d, &ours_args);
+            let gnu = tool(d, "grep", &gnu_args).expect("GNU grep runs");
+            assert!(
+                ours.stdout == gnu.stdout,
+                "quarry {ours_args:?} vs grep {gnu_args:?}:\n--- quarry ({} bytes):\n{}\n--- grep ({} bytes):\n{}",
+                ours.stdout.len(),
+                text(&ours),
+                gnu.stdout.len(),
+                String::from_utf8_lossy(&gnu.stdout)
+            );
+            assert_eq!(
+                ours.status.code(),
+                gnu.status.code(),
+                "{ours_args:?}: {}",
+                text(&ours)
+            );
+            let said =
+                |o: &Output| String::from_utf8_lossy(&o.stderr).contains("binary file matches");
+            assert_eq!(said(&ours), said(&gnu), "{ours_args:?}: {}", text(&ours));
+        }
+    }
+}

@@ -525,12 +525,10 @@ async fn every_kernel_over_a_volume_range_cut_mid_page_equals_one_local_pass() {
             top: Some(5),
             locale: quarry_client::WcLocale::C,
         }),
-        KernelSpec::Grep(quarry_client::GrepSpec {
-            pattern: "c fl.sh".into(),
-            syntax: quarry_client::GrepSyntax::Basic,
-            ignore_case: false,
-            lines: true,
-        }),
+        KernelSpec::Grep(quarry_client::GrepSpec::new(
+            "c fl.sh",
+            quarry_client::GrepSyntax::Basic,
+        )),
         KernelSpec::Checksum,
         KernelSpec::Fgrep8 { pattern: PATTERN },
     ] {
@@ -642,12 +640,10 @@ async fn matching_lines_larger_than_a_message_come_back_whole() {
     let (result, sent) = client
         .compute()
         .run(
-            Job::Scan(KernelSpec::Grep(quarry_client::GrepSpec {
-                pattern: "flash".into(),
-                syntax: quarry_client::GrepSyntax::Fixed,
-                ignore_case: false,
-                lines: true,
-            })),
+            Job::Scan(KernelSpec::Grep(quarry_client::GrepSpec::new(
+                "flash",
+                quarry_client::GrepSyntax::Fixed,
+            ))),
             vec![object("b", "all")],
             Limits::default(),
         )

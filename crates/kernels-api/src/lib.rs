@@ -40,7 +40,9 @@ pub use job::{
     Target, TargetOutput,
 };
 pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
-pub use spec::{GrepSpec, GrepSyntax, KernelSpec, WcLocale, WcSpec};
+pub use spec::{
+    GrepSpec, GrepSyntax, KernelSpec, WcLocale, WcSpec, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES,
+};
 pub use wire::{
     decode, encode, ComputeAnswer, ComputeCall, Failure, FailureKind, Malformed, PeerOnly,
     MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN,

@@ -20,9 +20,11 @@ pub enum Output {
 /// The lines of one target that matched.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrepOutput {
-    /// How many lines matched (`grep -c`).
+    /// How many lines were selected (`grep -c`: matching ones, or with
+    /// `-v` the others; at most `-m`).
     pub matching_lines: u64,
-    /// The matching lines in target order, when the spec asked for them.
+    /// The lines to print in target order, when the spec asked for them:
+    /// the selected lines (at most `-m` of them) and their context lines.
     pub lines: Vec<MatchLine>,
     /// The offset of the target's first NUL byte, looked for when lines
     /// were asked for: GNU grep treats data holding one as binary and
@@ -38,8 +40,23 @@ pub struct MatchLine {
     pub line_number: u64,
     /// Offset of the line's first byte in the target (`grep -b`).
     pub byte_offset: u64,
-    /// The line without its terminating newline.
+    /// The line without its terminating newline; empty under `-o`
+    /// ([`GrepSpec::only_matching`](crate::GrepSpec::only_matching)),
+    /// where `matches` holds what is printed.
     pub text: Vec<u8>,
+    /// The line's length without its newline (`text` may be left out).
+    #[serde(default)]
+    pub len_bytes: u64,
+    /// A context line (`-A`, `-B`, `-C`, or a line after the `-m`-th
+    /// selected one): GNU grep prints `-` after its name and numbers where
+    /// a selected line has `:`.
+    #[serde(default)]
+    pub context: bool,
+    /// Under `-o`: the non-empty matches GNU grep prints of this line, as
+    /// (offset in the line, bytes); empty for a line whose matches are not
+    /// printed.
+    #[serde(default)]
+    pub matches: Vec<(u64, Vec<u8>)>,
 }
 
 /// Counts of one target, as GNU wc makes them in the C or a UTF-8 locale.

@@ -31,18 +31,63 @@ pub enum GrepSyntax {
     Extended,
 }
 
-/// Arguments of [`KernelSpec::Grep`].
+/// Most context lines (`-A`, `-B`) a grep spec may ask for on each side.
+pub const MAX_CONTEXT_LINES: u64 = 1 << 20;
+/// Most bytes of patterns a grep spec may hold, all patterns together.
+pub const MAX_PATTERN_BYTES: usize = 1 << 20;
+
+/// Arguments of [`KernelSpec::Grep`], GNU grep's flags that choose lines.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrepSpec {
-    /// The pattern (one line; a pattern with a newline is refused).
-    pub pattern: String,
-    /// How `pattern` is read.
+    /// The patterns (`-e`, `-f`): a line matches when any of them does.
+    /// None matches no line. Each is one line (a pattern holding a newline
+    /// is refused: GNU grep reads it as two, which the caller splits).
+    pub patterns: Vec<String>,
+    /// How the patterns are read.
     pub syntax: GrepSyntax,
     /// `grep -i`.
     pub ignore_case: bool,
-    /// Return the matching lines (text, line number, byte offset), not only
-    /// their count.
+    /// Return the lines (text, line number, byte offset), not only their
+    /// count.
     pub lines: bool,
+    /// `grep -v`: select the lines that do not match.
+    pub invert: bool,
+    /// `grep -w`: a match must be a whole word (not preceded or followed by
+    /// a letter, digit or underscore).
+    pub word: bool,
+    /// `grep -x`: a match must be the whole line (wins over `word`, as in
+    /// GNU grep).
+    pub whole_line: bool,
+    /// `grep -o`: return each selected line's non-empty matches, not its
+    /// text.
+    pub only_matching: bool,
+    /// `grep -m N`: select at most N lines of each target (lines after the
+    /// N-th are only context).
+    pub max_count: Option<u64>,
+    /// `grep -B N`: lines of context before each selected line.
+    pub before_context: u64,
+    /// `grep -A N`: lines of context after each selected line.
+    pub after_context: u64,
+}
+
+impl GrepSpec {
+    /// A spec for one pattern that returns the matching lines, with every
+    /// other flag off.
+    pub fn new(pattern: impl Into<String>, syntax: GrepSyntax) -> GrepSpec {
+        GrepSpec {
+            patterns: vec![pattern.into()],
+            syntax,
+            ignore_case: false,
+            lines: true,
+            invert: false,
+            word: false,
+            whole_line: false,
+            only_matching: false,
+            max_count: None,
+            before_context: 0,
+            after_context: 0,
+        }
+    }
 }
 
 /// Arguments of [`KernelSpec::Wc`].

@@ -33,10 +33,8 @@ fn main() {
         (
             "grep -F",
             KernelSpec::Grep(GrepSpec {
-                pattern: "flashes".into(),
-                syntax: GrepSyntax::Fixed,
-                ignore_case: false,
                 lines: false,
+                ..GrepSpec::new("flashes", GrepSyntax::Fixed)
             }),
         ),
         (

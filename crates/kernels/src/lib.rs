@@ -67,7 +67,9 @@ pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
 pub use peers::Peers;
 pub use plan::{RUNS_IN_FLIGHT, RUN_BYTES};
 pub use scan::{compile, Part, ScanKernel};
-pub use spec::{GrepSpec, GrepSyntax, KernelSpec, WcLocale, WcSpec};
+pub use spec::{
+    GrepSpec, GrepSyntax, KernelSpec, WcLocale, WcSpec, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES,
+};
 pub use tuner::{ReadSetting, ReadTuner, WINDOW_BYTES, WINDOW_MIN};
 pub use wire::{
     decode, encode, ComputeAnswer, ComputeCall, Failure, FailureKind, LocalAnswer, LocalRun,

@@ -1,5 +1,7 @@
-//! `grep`, `grep -E`, `grep -F` (with `-i`, `-c`, `-n`, `-b`) as GNU grep 3.8
-//! selects lines in the C locale.
+//! `grep`, `grep -E`, `grep -F` (with `-i`, `-v`, `-w`, `-x`, `-o`, `-m`,
+//! several patterns, and context lines) as GNU grep 3.8 selects lines in the
+//! C locale. Which lines a part keeps to print, and how they join across
+//! parts, is in [`lines`].
 //!
 //! POSIX patterns are translated to the syntax of Rust's regex crate (see
 //! [`translate`]) and run by ripgrep's own matcher and searcher, over bytes
@@ -20,7 +22,13 @@ use serde::{Deserialize, Serialize};
 use crate::error::KernelError;
 use crate::output::{GrepOutput, MatchLine, Output};
 use crate::scan::{Part, ScanKernel};
-use crate::spec::{GrepSpec, GrepSyntax};
+use crate::spec::{GrepSpec, GrepSyntax, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES};
+
+mod lines;
+mod only;
+
+use lines::Span;
+use only::OnlyMatching;
 
 /// The part of a range of a target.
 ///
@@ -39,11 +47,13 @@ pub struct GrepPart {
     newlines: u64,
     /// The bytes before the first newline; all of them if there is none.
     head: Vec<u8>,
-    /// Matching lines that begin after the first newline and end with a
-    /// newline inside the range.
+    /// Selected lines that begin after the first newline and end with a
+    /// newline inside the range (at most `-m`).
     count: u64,
-    /// Those lines when the spec asks for them, `line_number` counted from
-    /// the range's head line (0) and `byte_offset` from the target's start.
+    /// When the spec asks for lines: those of them and the lines around
+    /// them that an answer may print (see [`lines`]), `line_number` counted
+    /// from the range's head line (0) and `byte_offset` from the target's
+    /// start.
     lines: Vec<MatchLine>,
     /// The bytes after the last newline (empty when there is none).
     tail: Vec<u8>,
@@ -51,6 +61,9 @@ pub struct GrepPart {
     /// only when lines are wanted (a count needs no binary handling here).
     #[serde(default)]
     first_nul: Option<u64>,
+    /// How many of `lines` are selected (not context): at most `-m`.
+    #[serde(default)]
+    selected: u64,
 }
 
 impl GrepPart {
@@ -61,7 +74,11 @@ impl GrepPart {
             + self
                 .lines
                 .iter()
-                .map(|l| std::mem::size_of::<MatchLine>() + l.text.capacity())
+                .map(|l| {
+                    std::mem::size_of::<MatchLine>()
+                        + l.text.capacity()
+                        + l.matches.iter().map(|m| 16 + m.1.capacity()).sum::<usize>()
+                })
                 .sum::<usize>()
     }
 }
@@ -69,6 +86,8 @@ impl GrepPart {
 /// The compiled kernel.
 pub(crate) struct Grep {
     matcher: RegexMatcher,
+    /// Under `-o` (with lines): what is printed of a line.
+    only: Option<OnlyMatching>,
     /// A case-sensitive literal is found by memmem directly: the regex
     /// engine's search for the same literal runs at half its speed here.
     literal: Option<memchr::memmem::Finder<'static>>,
@@ -78,46 +97,111 @@ pub(crate) struct Grep {
     /// lines need looking at for NULs. Otherwise every block is first
     /// searched for a NUL.
     pieces_match_within: bool,
+    /// `-v`.
+    invert: bool,
+    /// `-m` (u64::MAX without it).
+    cap: u64,
+    /// `-B`.
+    before: u64,
+    /// `-A`.
+    after: u64,
 }
 
-impl Grep {
-    pub(crate) fn new(spec: &GrepSpec) -> Result<Grep, KernelError> {
-        if spec.pattern.contains('\n') {
+/// A pattern that matches nothing: what no patterns at all (`grep -f
+/// /dev/null`) select.
+const NOTHING: &str = r"[^\x00-\xFF]";
+
+/// The patterns of a spec as one expression in the regex crate's syntax
+/// (any of them), and that as a whole line (`-x`) or as a whole word
+/// (`-w`).
+fn expressions(spec: &GrepSpec) -> Result<(String, String), KernelError> {
+    let total: usize = spec.patterns.iter().map(String::len).sum();
+    if total > MAX_PATTERN_BYTES {
+        return Err(KernelError::BadArguments(format!(
+            "grep patterns of {total} bytes; at most {MAX_PATTERN_BYTES}"
+        )));
+    }
+    let mut alternatives = Vec::with_capacity(spec.patterns.len());
+    for pattern in &spec.patterns {
+        if pattern.contains('\n') {
             return Err(KernelError::BadArguments(
                 "a grep pattern must be one line: it contains a newline".into(),
             ));
         }
-        let mut builder = RegexMatcherBuilder::new();
-        builder
-            // The C locale: bytes, ASCII classes and ASCII case folding.
+        alternatives.push(match spec.syntax {
+            GrepSyntax::Fixed => pattern.bytes().map(literal).collect(),
+            GrepSyntax::Basic => translate(pattern.as_bytes(), false)?,
+            GrepSyntax::Extended => translate(pattern.as_bytes(), true)?,
+        });
+    }
+    let any = match alternatives.len() {
+        0 => NOTHING.to_string(),
+        1 => alternatives.remove(0),
+        _ => alternatives
+            .iter()
+            .map(|a| format!("(?:{a})"))
+            .collect::<Vec<_>>()
+            .join("|"),
+    };
+    let selecting = if spec.whole_line {
+        format!("^(?:{any})$")
+    } else if spec.word {
+        // GNU's test: no word byte just before the match or just after it.
+        format!(r"\b{{start-half}}(?:{any})\b{{end-half}}")
+    } else {
+        any.clone()
+    };
+    Ok((any, selecting))
+}
+
+impl Grep {
+    pub(crate) fn new(spec: &GrepSpec) -> Result<Grep, KernelError> {
+        for (what, n) in [("-A", spec.after_context), ("-B", spec.before_context)] {
+            if n > MAX_CONTEXT_LINES {
+                return Err(KernelError::BadArguments(format!(
+                    "grep {what} {n}: at most {MAX_CONTEXT_LINES} lines of context"
+                )));
+            }
+        }
+        let (any, pattern) = expressions(spec)?;
+        let bad = |e: &dyn std::fmt::Display| {
+            KernelError::BadArguments(format!("grep pattern {:?}: {e}", spec.patterns))
+        };
+        let matcher = RegexMatcherBuilder::new()
             .unicode(false)
             .multi_line(true)
             .line_terminator(Some(b'\n'))
-            .case_insensitive(spec.ignore_case);
-        let pattern = match spec.syntax {
-            GrepSyntax::Fixed => {
-                builder.fixed_strings(true);
-                spec.pattern.clone()
-            }
-            GrepSyntax::Basic => translate(spec.pattern.as_bytes(), false)?,
-            GrepSyntax::Extended => translate(spec.pattern.as_bytes(), true)?,
+            .case_insensitive(spec.ignore_case)
+            .build(&pattern)
+            .map_err(|e| bad(&e))?;
+        let only = if spec.only_matching && spec.lines {
+            Some(OnlyMatching::new(&any, &pattern, spec)?)
+        } else {
+            None
         };
-        let matcher = builder.build(&pattern).map_err(|e| {
-            KernelError::BadArguments(format!("grep pattern {:?}: {e}", spec.pattern))
-        })?;
-        let literal =
-            (spec.syntax == GrepSyntax::Fixed && !spec.ignore_case && !spec.pattern.is_empty())
-                .then(|| memchr::memmem::Finder::new(spec.pattern.as_bytes()).into_owned());
-        let anchored = match spec.syntax {
-            GrepSyntax::Fixed => false,
-            GrepSyntax::Basic | GrepSyntax::Extended => has_line_anchors(&pattern),
+        let literal = match spec.patterns.as_slice() {
+            [one]
+                if spec.syntax == GrepSyntax::Fixed
+                    && !spec.ignore_case
+                    && !one.is_empty()
+                    && !spec.word
+                    && !spec.whole_line =>
+            {
+                Some(memchr::memmem::Finder::new(one.as_bytes()).into_owned())
+            }
+            _ => None,
         };
         let matches_empty = matcher.is_match(b"").unwrap_or(true);
         Ok(Grep {
             matcher,
+            only,
             literal,
             want_lines: spec.lines,
-            pieces_match_within: !anchored && !matches_empty,
+            pieces_match_within: !has_line_anchors(&pattern) && !matches_empty,
+            invert: spec.invert,
+            cap: spec.max_count.unwrap_or(u64::MAX),
+            before: spec.before_context,
+            after: spec.after_context,
         })
     }
 
@@ -125,89 +209,100 @@ impl Grep {
         self.matcher.is_match(bytes).unwrap_or(false)
     }
 
-    /// How many lines GNU grep counts in `line` (without its newline): one
-    /// if it matches, or, when it holds NULs, its matching pieces.
+    /// How many lines GNU grep selects in `line` (without its newline): one
+    /// if it matches (with `-v`, if it does not), or, when it holds NULs,
+    /// its pieces that do.
     fn count_of(&self, line: &[u8]) -> u64 {
         if memchr::memchr(0, line).is_none() {
-            return u64::from(self.is_match(line));
+            return u64::from(self.is_match(line) != self.invert);
         }
-        self.matching_pieces(line)
+        line.split(|&b| b == 0)
+            .filter(|piece| self.is_match(piece) != self.invert)
+            .count() as u64
     }
 
-    /// [`Grep::count_of`] for a line already known to match as a whole.
+    /// [`Grep::count_of`] for a line already known to match as a whole,
+    /// without `-v`.
     fn count_of_matching(&self, line: &[u8]) -> u64 {
         if memchr::memchr(0, line).is_none() {
             return 1;
         }
-        self.matching_pieces(line)
-    }
-
-    /// The pieces between the NULs of `line` that match.
-    fn matching_pieces(&self, line: &[u8]) -> u64 {
         line.split(|&b| b == 0)
             .filter(|piece| self.is_match(piece))
             .count() as u64
     }
 
-    /// Judges the complete lines of `slice` one at a time (each ending in a
-    /// newline), for a block whose NULs could make a piece of a line match
-    /// where the whole does not.
-    fn lines_one_by_one(
-        &self,
-        slice: &[u8],
-        rel: u64,
-        offset: u64,
-        count: &mut u64,
-        lines: &mut Vec<MatchLine>,
-    ) {
+    /// Whether the part has selected all the lines `-m` lets it.
+    fn is_full(&self, p: &GrepPart) -> bool {
+        if self.want_lines {
+            p.selected >= self.cap
+        } else {
+            p.count >= self.cap
+        }
+    }
+
+    /// Decides the complete lines of `slice` (each ending in a newline;
+    /// `slice_lines` of them), whose first line is line `rel` of the part
+    /// and starts at `offset` in the target.
+    fn block(&self, p: &mut GrepPart, slice: &[u8], slice_lines: u64, rel: u64, offset: u64) {
+        if self.is_full(p) {
+            // Only the context after the last selected line can still be
+            // printed.
+            if self.want_lines {
+                self.trailing(p, slice, 0, rel, offset);
+            }
+            return;
+        }
+        // A NUL could make a piece of a line selected where the whole line
+        // is not (with -v: any NUL), so such a block is judged line by line.
+        let by_line =
+            (self.invert || !self.pieces_match_within) && memchr::memchr(0, slice).is_some();
+        if by_line {
+            self.lines_one_by_one(p, slice, rel, offset);
+        } else if !self.want_lines {
+            let matching = self.count_matching_lines(slice);
+            let selected = if self.invert {
+                memchr::memchr_iter(b'\n', slice).count() as u64 - matching
+            } else {
+                matching
+            };
+            p.count = p.count.saturating_add(selected).min(self.cap);
+        } else {
+            let spans = self.matching_spans(slice);
+            self.walk(p, slice, slice_lines, rel, offset, &spans);
+        }
+    }
+
+    /// Decides the complete lines of `slice` one at a time.
+    fn lines_one_by_one(&self, p: &mut GrepPart, slice: &[u8], rel: u64, offset: u64) {
         let mut start = 0usize;
         for (i, end) in memchr::memchr_iter(b'\n', slice).enumerate() {
-            self.line(
-                &slice[start..end],
-                rel + i as u64,
-                offset + start as u64,
-                count,
-                lines,
-            );
+            if self.is_full(p) {
+                if self.want_lines {
+                    self.trailing(p, slice, start, rel + i as u64, offset);
+                }
+                return;
+            }
+            self.decide(p, &slice[start..end], rel + i as u64, offset + start as u64);
             start = end + 1;
         }
     }
 
-    /// Finds the matching lines of `slice`, whose first line is line `rel`
-    /// of its range and starts at `offset` in the target.
-    fn search(
-        &self,
-        slice: &[u8],
-        rel: u64,
-        offset: u64,
-        count: &mut u64,
-        lines: &mut Vec<MatchLine>,
-    ) {
-        if !self.pieces_match_within && memchr::memchr(0, slice).is_some() {
-            self.lines_one_by_one(slice, rel, offset, count, lines);
-            return;
-        }
-        if !self.want_lines {
-            *count += self.count_matching_lines(slice);
-            return;
-        }
+    /// The matching lines of `slice` (complete lines), found by ripgrep's
+    /// searcher.
+    fn matching_spans(&self, slice: &[u8]) -> Vec<Span> {
         // A Searcher holds scratch buffers behind a RefCell, so it is not
         // Sync: one per call, which is cheap next to a block's search.
         let mut searcher: Searcher = SearcherBuilder::new()
             .line_terminator(grep_matcher::LineTerminator::byte(b'\n'))
             .binary_detection(BinaryDetection::none())
-            .line_number(self.want_lines)
+            .line_number(true)
             .build();
-        let mut sink = Collect {
-            grep: self,
-            rel,
-            offset,
-            count,
-            lines,
-        };
+        let mut sink = Collect { spans: Vec::new() };
         // The sink never fails and a slice needs no I/O, so the search
         // cannot fail.
         let _ = searcher.search_slice(&self.matcher, slice, &mut sink);
+        sink.spans
     }
 
     /// Matching lines of `slice` (complete lines, each ending in a
@@ -251,31 +346,6 @@ impl Grep {
         count
     }
 
-    /// Tests one whole line (without its newline), line `rel` of its range
-    /// starting at `offset` in the target. The searcher would see no line
-    /// at all in an empty slice, so a lone line goes to the matcher.
-    fn line(
-        &self,
-        line: &[u8],
-        rel: u64,
-        offset: u64,
-        count: &mut u64,
-        lines: &mut Vec<MatchLine>,
-    ) {
-        let matching = self.count_of(line);
-        if matching == 0 {
-            return;
-        }
-        *count += matching;
-        if self.want_lines {
-            lines.push(MatchLine {
-                line_number: rel,
-                byte_offset: offset,
-                text: line.to_vec(),
-            });
-        }
-    }
-
     fn join(&self, mut left: GrepPart, right: GrepPart) -> Result<GrepPart, KernelError> {
         if left.end != right.start {
             return Err(KernelError::Disjoint {
@@ -294,6 +364,7 @@ impl Grep {
             left.end = right.end;
             return Ok(left);
         }
+        let left_newlines = left.newlines;
         if left.newlines == 0 {
             left.head.extend_from_slice(&right.head);
         } else {
@@ -301,53 +372,35 @@ impl Grep {
             let mut line = std::mem::take(&mut left.tail);
             let offset = left.end - line.len() as u64;
             line.extend_from_slice(&right.head);
-            self.line(
-                &line,
-                left.newlines,
-                offset,
-                &mut left.count,
-                &mut left.lines,
-            );
+            self.decide(&mut left, &line, left_newlines, offset);
         }
-        let shift = left.newlines;
-        left.lines.extend(right.lines.into_iter().map(|mut l| {
-            l.line_number += shift;
-            l
-        }));
-        left.count += right.count;
+        left.count = left.count.saturating_add(right.count).min(self.cap);
+        self.append(&mut left, right.lines, left_newlines);
         left.newlines += right.newlines;
         left.tail = right.tail;
         left.end = right.end;
+        self.prune(&mut left, left_newlines.saturating_sub(self.before), false);
         Ok(left)
     }
 }
 
-struct Collect<'a> {
-    grep: &'a Grep,
-    rel: u64,
-    offset: u64,
-    count: &'a mut u64,
-    lines: &'a mut Vec<MatchLine>,
+/// Collects the spans of the matching lines a search finds.
+struct Collect {
+    spans: Vec<Span>,
 }
 
-impl Sink for Collect<'_> {
+impl Sink for Collect {
     type Error = std::io::Error;
 
     fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+        let start = m.absolute_byte_offset() as usize;
         let text = m.bytes();
         let text = text.strip_suffix(b"\n").unwrap_or(text);
-        let matching = self.grep.count_of_matching(text);
-        if matching == 0 {
-            return Ok(true);
-        }
-        *self.count += matching;
-        if self.grep.want_lines {
-            self.lines.push(MatchLine {
-                line_number: self.rel + m.line_number().unwrap_or(1) - 1,
-                byte_offset: self.offset + m.absolute_byte_offset(),
-                text: text.to_vec(),
-            });
-        }
+        self.spans.push(Span {
+            line: m.line_number().unwrap_or(1) - 1,
+            start,
+            end: start + text.len(),
+        });
         Ok(true)
     }
 }
@@ -373,6 +426,7 @@ impl ScanKernel for Grep {
             lines: Vec::new(),
             tail: Vec::new(),
             first_nul: None,
+            selected: 0,
         })
     }
 
@@ -390,6 +444,15 @@ impl ScanKernel for Grep {
             p.end += bytes.len() as u64;
             return Ok(Part::Grep(p));
         };
+        let old_newlines = p.newlines;
+        // Line numbers need every newline counted; a count of selected
+        // lines needs only to know that the range holds one (that pass
+        // would cost as much as the search itself).
+        let newlines = if self.want_lines {
+            memchr::memchr_iter(b'\n', bytes).count() as u64
+        } else {
+            1
+        };
         // The tail's buffer is reused for the next tail: one fold runs per
         // page, and a fresh allocation each time would be wasted.
         let mut tail = std::mem::take(&mut p.tail);
@@ -398,33 +461,21 @@ impl ScanKernel for Grep {
         } else {
             let offset = p.end - tail.len() as u64;
             tail.extend_from_slice(&bytes[..first]);
-            let rel = p.newlines;
-            self.line(&tail, rel, offset, &mut p.count, &mut p.lines);
+            self.decide(&mut p, &tail, old_newlines, offset);
         }
         let last = memchr::memrchr(b'\n', bytes).unwrap_or(first);
         if last > first {
             // The block's complete lines are searched in place.
             let (rel, offset) = (p.newlines + 1, p.end + first as u64 + 1);
-            self.search(
-                &bytes[first + 1..=last],
-                rel,
-                offset,
-                &mut p.count,
-                &mut p.lines,
-            );
+            let slice = &bytes[first + 1..=last];
+            self.block(&mut p, slice, newlines.saturating_sub(1), rel, offset);
         }
-        // Line numbers need every newline counted; a count of matching
-        // lines needs only to know that the range holds one (that pass
-        // would cost as much as the search itself).
-        p.newlines += if self.want_lines {
-            memchr::memchr_iter(b'\n', bytes).count() as u64
-        } else {
-            1
-        };
+        p.newlines += newlines;
         tail.clear();
         tail.extend_from_slice(&bytes[last + 1..]);
         p.tail = tail;
         p.end += bytes.len() as u64;
+        self.prune(&mut p, old_newlines.saturating_sub(self.before), false);
         Ok(Part::Grep(p))
     }
 
@@ -438,27 +489,35 @@ impl ScanKernel for Grep {
 
     fn finish(&self, whole: Part) -> Result<Output, KernelError> {
         let whole = part(whole)?;
-        let mut count = 0;
-        let mut lines = Vec::new();
+        let mut out = part(self.empty(whole.start))?;
         // The target's head is its first line, whole; an empty target has
         // no line at all.
         if whole.newlines > 0 || !whole.head.is_empty() {
-            self.line(&whole.head, 0, whole.start, &mut count, &mut lines);
+            self.decide(&mut out, &whole.head, 0, whole.start);
         }
-        count += whole.count;
-        lines.extend(whole.lines);
+        out.count = out.count.saturating_add(whole.count).min(self.cap);
+        self.append(&mut out, whole.lines, 0);
         // A final line without a newline is a line too.
         if !whole.tail.is_empty() {
             let offset = whole.end - whole.tail.len() as u64;
-            self.line(&whole.tail, whole.newlines, offset, &mut count, &mut lines);
+            self.decide(&mut out, &whole.tail, whole.newlines, offset);
         }
-        for l in &mut lines {
+        self.prune(&mut out, 0, true);
+        for l in &mut out.lines {
             l.line_number += 1;
             l.byte_offset -= whole.start;
+            // GNU grep's -o prints the matches of the selected lines, or
+            // with -v of the context lines.
+            if l.context != self.invert {
+                l.matches.clear();
+            }
+            if self.only.is_some() {
+                l.text.clear();
+            }
         }
         Ok(Output::Grep(GrepOutput {
-            matching_lines: count,
-            lines,
+            matching_lines: out.count,
+            lines: out.lines,
             first_nul: whole.first_nul.map(|at| at - whole.start),
         }))
     }

@@ -1,0 +1,211 @@
+//! What GNU grep 3.8 prints for the kernel's answers: [`format_grep`], used
+//! by `quarry grep` and by the mount's `grep` files.
+
+use quarry_client::{GrepOutput, MatchLine, Output, TargetOutput};
+
+/// GNU grep 3.8 reads a file in pieces of 96 KiB (its first read, and every
+/// later one while lines are shorter than a page) and treats the data as
+/// binary from the piece that holds its first NUL byte on.
+const GNU_GREP_READ_BYTES: u64 = 96 * 1024;
+
+/// `-l` or `-L`: only names are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListFiles {
+    /// `-l`: the targets with a selected line.
+    WithMatches,
+    /// `-L`: the targets without one.
+    WithoutMatch,
+}
+
+/// How the lines are printed: GNU grep's output flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrepFormat {
+    /// `-c`: a count per target.
+    pub count: bool,
+    /// `-n`.
+    pub line_number: bool,
+    /// `-b`.
+    pub byte_offset: bool,
+    /// Each line begins with its target's name.
+    pub names: bool,
+    /// `-l` or `-L` (these win over `-c`).
+    pub list: Option<ListFiles>,
+    /// `-o`: the matches, each on a line of its own.
+    pub only_matching: bool,
+    /// `-v` (with `-o`, the matches of context lines are printed).
+    pub invert: bool,
+    /// `-A`, `-B` or `-C` was given (0 too): groups of lines that are not
+    /// adjacent are separated by `--`.
+    pub group_separators: bool,
+    /// Lines of context after a selected line (`-A`).
+    pub after_context: u64,
+}
+
+/// What GNU grep prints for a set of outputs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct GrepPrint {
+    /// Its standard output.
+    pub stdout: Vec<u8>,
+    /// The targets whose matching lines it withheld as binary data; it says
+    /// "binary file matches" for each on standard error.
+    pub binary_matches: Vec<String>,
+}
+
+/// What GNU grep prints for these outputs. Lines of binary data are
+/// withheld as GNU grep withholds them: from the 96 KiB piece of the target
+/// that holds its first NUL byte on, no line is printed, and a target with a
+/// selected line there is named in [`GrepPrint::binary_matches`]. (GNU grep
+/// also reads NULs as line ends from there on; the kernel counts that way.)
+pub fn format_grep(outputs: &[TargetOutput], format: &GrepFormat) -> GrepPrint {
+    let mut print = GrepPrint::default();
+    // GNU grep writes `--` before a group once any target had a selected
+    // line, printed or not.
+    let mut used = false;
+    for t in outputs {
+        let Output::Grep(g) = &t.output else { continue };
+        if let Some(list) = format.list {
+            if (g.matching_lines > 0) == (list == ListFiles::WithMatches) {
+                print.stdout.extend_from_slice(t.target.as_bytes());
+                print.stdout.push(b'\n');
+            }
+            continue;
+        }
+        if format.count {
+            if format.names {
+                print.stdout.extend_from_slice(t.target.as_bytes());
+                print.stdout.push(b':');
+            }
+            print
+                .stdout
+                .extend_from_slice(format!("{}\n", g.matching_lines).as_bytes());
+            continue;
+        }
+        if print_lines(&mut print.stdout, &t.target, g, format, &mut used) {
+            print.binary_matches.push(t.target.clone());
+        }
+    }
+    print
+}
+
+/// Prints one target's lines; true when a selected line lies in its binary
+/// data, withheld.
+fn print_lines(
+    out: &mut Vec<u8>,
+    target: &str,
+    g: &GrepOutput,
+    format: &GrepFormat,
+    used: &mut bool,
+) -> bool {
+    let binary_from = g.first_nul.map(|at| at - at % GNU_GREP_READ_BYTES);
+    let mut binary = false;
+    let mut last_line: Option<u64> = None;
+    // Context lines still owed after the last selected line printed, and
+    // the lines GNU grep's reading NULs as line ends adds before the next.
+    let mut pending = 0u64;
+    let mut nul_lines = 0u64;
+    for line in &g.lines {
+        let newline_at = line.byte_offset + line.len_bytes;
+        if let Some(from) = binary_from.filter(|&from| newline_at >= from) {
+            if !line.context {
+                *used = true;
+                binary = true;
+            }
+            let owed = (pending, &mut nul_lines);
+            pending = binary_context(out, (target, g), line, from, owed, format);
+            continue;
+        }
+        let adjacent = last_line.is_some_and(|n| n + 1 == line.line_number);
+        if format.group_separators && *used && !adjacent {
+            out.extend_from_slice(b"--\n");
+        }
+        let head = |out: &mut Vec<u8>, offset: u64| {
+            line_head(out, target, line.line_number, offset, line.context, format);
+        };
+        if format.only_matching {
+            for (at, bytes) in &line.matches {
+                head(out, line.byte_offset + at);
+                out.extend_from_slice(bytes);
+                out.push(b'\n');
+            }
+        } else {
+            head(out, line.byte_offset);
+            out.extend_from_slice(&line.text);
+            out.push(b'\n');
+        }
+        last_line = Some(line.line_number);
+        *used |= !line.context;
+        pending = if line.context {
+            pending.saturating_sub(1)
+        } else {
+            format.after_context
+        };
+    }
+    binary
+}
+
+/// A line in a target's binary data, past `from` (where GNU grep's 96 KiB
+/// piece with the first NUL starts), with `pending` context lines owed:
+/// GNU grep prints no line there, except the context still owed after a
+/// selected line printed before, piece by piece until a piece holds a
+/// selected line, and it reads NULs there as line ends (`owed.1` counts
+/// the lines that adds). Returns the context still owed.
+fn binary_context(
+    out: &mut Vec<u8>,
+    (target, g): (&str, &GrepOutput),
+    line: &MatchLine,
+    from: u64,
+    owed: (u64, &mut u64),
+    format: &GrepFormat,
+) -> u64 {
+    let (pending, nul_lines) = owed;
+    let piece = |l: &MatchLine| (l.byte_offset + l.len_bytes) / GNU_GREP_READ_BYTES;
+    let here = piece(line);
+    let selected_here = g
+        .lines
+        .iter()
+        .filter(|l| !l.context && l.byte_offset + l.len_bytes >= from)
+        .any(|l| piece(l) <= here);
+    if !line.context || pending == 0 || selected_here || format.only_matching {
+        return 0;
+    }
+    let mut pending = pending;
+    let mut at = 0u64;
+    for (i, text) in line.text.split(|&b| b == 0).enumerate() {
+        if pending == 0 {
+            break;
+        }
+        let number = line.line_number + *nul_lines + i as u64;
+        line_head(out, target, number, line.byte_offset + at, true, format);
+        out.extend_from_slice(text);
+        out.push(b'\n');
+        at += text.len() as u64 + 1;
+        pending -= 1;
+    }
+    *nul_lines += line.text.iter().filter(|&&b| b == 0).count() as u64;
+    pending
+}
+
+/// The name, line number and byte offset before a line, each followed by
+/// `:` (a selected line) or `-` (a context line).
+fn line_head(
+    out: &mut Vec<u8>,
+    target: &str,
+    line_number: u64,
+    offset: u64,
+    context: bool,
+    f: &GrepFormat,
+) {
+    let sep = if context { b'-' } else { b':' };
+    if f.names {
+        out.extend_from_slice(target.as_bytes());
+        out.push(sep);
+    }
+    if f.line_number {
+        out.extend_from_slice(line_number.to_string().as_bytes());
+        out.push(sep);
+    }
+    if f.byte_offset {
+        out.extend_from_slice(offset.to_string().as_bytes());
+        out.push(sep);
+    }
+}

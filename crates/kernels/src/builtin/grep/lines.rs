@@ -1,0 +1,291 @@
+//! The lines a grep part keeps, so that selected lines, their context
+//! (`-A`, `-B`, `-C`) and the limit of `-m` come out as GNU grep prints
+//! them however the target is cut into ranges.
+//!
+//! A part decides the lines that lie wholly inside its range (its head and
+//! tail wait for their neighbours) and keeps those an answer may print:
+//!
+//! - its selected lines, at most `-m` of them (a selected line after that
+//!   is only context: GNU grep prints up to `-A` lines after the `-m`-th
+//!   selected line as context, whether they match or not);
+//! - lines within `-B` before or `-A` after one of those;
+//! - its first `-A` lines, which may follow a selected line of an earlier
+//!   range, and, unless it has all its `-m` selected lines, its last `-B`
+//!   lines, which may precede one of a later range.
+//!
+//! Joining two parts decides the line across the cut, counts the right's
+//! selected lines against `-m` after the left's, and drops what the joined
+//! part no longer needs: the left's last lines and the right's first ones
+//! now have neighbours that are known. [`ScanKernel::finish`] decides the
+//! target's first and last lines and keeps only what is printed.
+//!
+//! [`ScanKernel::finish`]: crate::scan::ScanKernel::finish
+
+use super::{Grep, GrepPart};
+use crate::output::MatchLine;
+
+/// A matching line of a block: its number in the block (0 first), its
+/// first byte and its newline.
+pub(super) struct Span {
+    pub(super) line: u64,
+    pub(super) start: usize,
+    pub(super) end: usize,
+}
+
+impl Grep {
+    /// Decides one whole line (without its newline), line `rel` of the
+    /// part, starting at `offset` in the target.
+    pub(super) fn decide(&self, p: &mut GrepPart, line: &[u8], rel: u64, offset: u64) {
+        let weight = self.count_of(line);
+        self.keep(p, line, rel, offset, weight);
+    }
+
+    /// Records a decided line: selected when `weight` (the lines GNU grep
+    /// counts in it) is not 0, kept when an answer may print it.
+    fn keep(&self, p: &mut GrepPart, text: &[u8], rel: u64, offset: u64, weight: u64) {
+        let selected = weight > 0;
+        if selected {
+            p.count = p.count.saturating_add(weight).min(self.cap);
+        }
+        if !self.want_lines {
+            return;
+        }
+        let context = !(selected && p.selected < self.cap);
+        if !context {
+            p.selected += 1;
+        } else if self.before == 0 && self.after == 0 {
+            return;
+        }
+        let (kept, matches) = match &self.only {
+            None => (text.to_vec(), Vec::new()),
+            // -o prints the matches of the selected lines, or with -v of
+            // the context lines.
+            Some(only) if context == self.invert => (Vec::new(), only.matches(text)),
+            // With -v, a selected line may turn into context when the
+            // parts before it fill -m: its text is kept when it may then
+            // show matches.
+            Some(only) if self.invert && self.cap < u64::MAX && only.matches_outside() => {
+                (text.to_vec(), Vec::new())
+            }
+            Some(_) => (Vec::new(), Vec::new()),
+        };
+        p.lines.push(MatchLine {
+            line_number: rel,
+            byte_offset: offset,
+            text: kept,
+            len_bytes: text.len() as u64,
+            context,
+            matches,
+        });
+    }
+
+    /// Decides the complete lines of `slice` (`slice_lines` of them, the
+    /// first line `rel` of the part at `offset` in the target), whose
+    /// matching lines are `spans`: runs of lines between them are either
+    /// all selected (with -v) or all not, and of a run not selected only
+    /// the first `-A` and the last `-B` lines can be context.
+    pub(super) fn walk(
+        &self,
+        p: &mut GrepPart,
+        slice: &[u8],
+        slice_lines: u64,
+        rel: u64,
+        offset: u64,
+        spans: &[Span],
+    ) {
+        let mut at = 0usize;
+        let mut line = 0u64;
+        for span in spans {
+            if !self.run(p, slice, (at, span.start), (line, span.line), rel, offset) {
+                return;
+            }
+            let text = &slice[span.start..span.end];
+            let weight = if self.invert {
+                0
+            } else {
+                self.count_of_matching(text)
+            };
+            self.keep(p, text, rel + span.line, offset + span.start as u64, weight);
+            at = span.end + 1;
+            line = span.line + 1;
+            if self.is_full(p) {
+                self.trailing(p, slice, at, rel + line, offset);
+                return;
+            }
+        }
+        self.run(
+            p,
+            slice,
+            (at, slice.len()),
+            (line, slice_lines),
+            rel,
+            offset,
+        );
+    }
+
+    /// Decides a run of lines of `slice` that do not match: bytes
+    /// `bytes.0..bytes.1`, lines `lines.0..lines.1` of the slice. False
+    /// when the part has all its `-m` selected lines.
+    fn run(
+        &self,
+        p: &mut GrepPart,
+        slice: &[u8],
+        bytes: (usize, usize),
+        lines: (u64, u64),
+        rel: u64,
+        offset: u64,
+    ) -> bool {
+        let (at, end) = bytes;
+        if at >= end {
+            return true;
+        }
+        if self.invert {
+            let mut start = at;
+            for (i, nl) in memchr::memchr_iter(b'\n', &slice[at..end]).enumerate() {
+                let n = rel + lines.0 + i as u64;
+                self.keep(p, &slice[start..at + nl], n, offset + start as u64, 1);
+                start = at + nl + 1;
+                if self.is_full(p) {
+                    self.trailing(p, slice, start, n + 1, offset);
+                    return false;
+                }
+            }
+            return true;
+        }
+        let count = lines.1.saturating_sub(lines.0);
+        let first = self.after.min(count);
+        let start = self.context_lines(p, &slice[..end], at, first, rel + lines.0, offset);
+        let last = self.before.min(count - first);
+        if last > 0 {
+            // Back over the run's last `last` newlines to where its last
+            // lines start.
+            let mut from = end;
+            for _ in 0..last {
+                if from <= start {
+                    break;
+                }
+                from = memchr::memrchr(b'\n', &slice[start..from - 1])
+                    .map_or(start, |i| start + i + 1);
+            }
+            self.context_lines(p, &slice[..end], from, last, rel + lines.1 - last, offset);
+        }
+        true
+    }
+
+    /// Keeps up to `-A` lines from `at` on as context: what follows the
+    /// part's last selected line once it has all `-m` of them.
+    pub(super) fn trailing(
+        &self,
+        p: &mut GrepPart,
+        slice: &[u8],
+        at: usize,
+        rel: u64,
+        offset: u64,
+    ) {
+        self.context_lines(p, slice, at, self.after, rel, offset);
+    }
+
+    /// Records up to `n` lines of `slice` from `at` (line `rel` of the
+    /// part) as lines not selected; returns where the next line starts.
+    fn context_lines(
+        &self,
+        p: &mut GrepPart,
+        slice: &[u8],
+        at: usize,
+        n: u64,
+        rel: u64,
+        offset: u64,
+    ) -> usize {
+        let mut start = at;
+        for i in 0..n {
+            let Some(nl) = memchr::memchr(b'\n', &slice[start.min(slice.len())..]) else {
+                break;
+            };
+            let end = start + nl;
+            self.keep(p, &slice[start..end], rel + i, offset + start as u64, 0);
+            start = end + 1;
+        }
+        start
+    }
+
+    /// Appends the kept lines of the range after `p`'s, numbered from
+    /// `shift`: their selected lines count against `-m` after `p`'s.
+    pub(super) fn append(&self, p: &mut GrepPart, lines: Vec<MatchLine>, shift: u64) {
+        let context_kept = self.before > 0 || self.after > 0;
+        for mut l in lines {
+            l.line_number += shift;
+            if !l.context {
+                if p.selected < self.cap {
+                    p.selected += 1;
+                } else {
+                    l.context = true;
+                    // With -v it shows the matches -o finds outside whole
+                    // matches, from the text kept for that.
+                    match &self.only {
+                        Some(only) if self.invert && only.matches_outside() => {
+                            l.matches = only.matches(&l.text);
+                            l.text = Vec::new();
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if !l.context || context_kept {
+                p.lines.push(l);
+            }
+        }
+    }
+
+    /// Drops the kept lines numbered `from_line` or more that no answer can
+    /// print (lines before were judged when they were kept, and lines added
+    /// since lie too far after them to change that). `whole`: `p` is a
+    /// whole target, with no neighbours to wait for.
+    pub(super) fn prune(&self, p: &mut GrepPart, from_line: u64, whole: bool) {
+        if self.before == 0 && self.after == 0 {
+            // Only selected lines are kept.
+            return;
+        }
+        let (after, before) = (self.after, self.before);
+        let from = p.lines.partition_point(|l| l.line_number < from_line);
+        if from == p.lines.len() {
+            return;
+        }
+        let full = p.selected >= self.cap;
+        let n = p.newlines;
+        // The nearest selected line before `from` that lines from `from`
+        // on may follow as context: the lines kept between lie within
+        // `-A` lines of `from_line`.
+        let reach = from_line.saturating_sub(after);
+        let mut last_selected = p.lines[..from]
+            .iter()
+            .rev()
+            .take_while(|l| l.line_number >= reach)
+            .find(|l| !l.context)
+            .map(|l| l.line_number);
+        let mut next_selected = vec![None; p.lines.len() - from];
+        let mut next = None;
+        for (i, l) in p.lines[from..].iter().enumerate().rev() {
+            next_selected[i] = next;
+            if !l.context {
+                next = Some(l.line_number);
+            }
+        }
+        let mut kept = from;
+        for i in from..p.lines.len() {
+            let (line, context) = (p.lines[i].line_number, p.lines[i].context);
+            let needed = !context
+                || last_selected.is_some_and(|s| line.saturating_sub(s) <= after)
+                || next_selected[i - from].is_some_and(|s| s.saturating_sub(line) <= before)
+                || (!whole && line <= after)
+                || (!whole && !full && line + before >= n);
+            if !context {
+                last_selected = Some(line);
+            }
+            if needed {
+                p.lines.swap(kept, i);
+                kept += 1;
+            }
+        }
+        p.lines.truncate(kept);
+    }
+}
