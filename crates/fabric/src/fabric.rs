@@ -11,9 +11,9 @@ use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use quarry_proto::{
-    decode_request, decode_response, encode_request, encode_response, FrameCodec, LinkEntry,
-    NodeEntry, NodeId, Request, Response, RouteEntry, RoutesInfo, Status, HEADER_LEN_BYTES,
-    MAX_BODY_BYTES, PROTOCOL_VERSION,
+    decode_request, decode_response, encode_request, encode_response, Answer, FrameCodec,
+    LinkEntry, NodeEntry, NodeId, RelayedFrame, Request, Response, RouteEntry, RoutesInfo, Status,
+    HEADER_LEN_BYTES, MAX_BODY_BYTES, PROTOCOL_VERSION,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
@@ -222,7 +222,18 @@ impl Fabric {
     /// hop limit. `flow` names the requester, for fair sharing of links.
     /// Completes within the route wait plus the request timeout.
     pub async fn route(&self, dest: NodeId, request: Request, hops: u8, flow: u32) -> Response {
-        self.inner.clone().route(dest, request, hops, flow).await
+        match self.inner.clone().exchange(dest, request, hops, flow).await {
+            Answer::Message(response) => response,
+            Answer::Relayed(frame) => decode_relayed(&frame, dest),
+        }
+    }
+
+    /// [`Fabric::route`] for a requester the answer only passes on to (a
+    /// client of this node): the answer frame comes back as it arrived,
+    /// in its fragments, to go out under the requester's tag without being
+    /// decoded or encoded again here.
+    pub async fn relay(&self, dest: NodeId, request: Request, hops: u8, flow: u32) -> Answer {
+        self.inner.clone().exchange(dest, request, hops, flow).await
     }
 
     /// This node and every node it has a route to, by id.
@@ -333,6 +344,21 @@ fn encode_answer(answer: &Response) -> Bytes {
     buf.freeze()
 }
 
+/// The opcode of an `Error` answer (docs/protocol.md).
+const ERROR_OPCODE: u8 = 0xFF;
+
+/// Decodes another node's answer frame for a caller on this node.
+fn decode_relayed(frame: &RelayedFrame, dest: NodeId) -> Response {
+    decode_frame(frame.to_contiguous())
+        .and_then(|frame| decode_response(&frame).map_err(|e| e.to_string()))
+        .unwrap_or_else(|e| {
+            error(
+                Status::Internal,
+                format!("node {dest} sent a malformed answer: {e}"),
+            )
+        })
+}
+
 /// Decodes one whole client-protocol frame carried over a link.
 fn decode_frame(mut buf: BytesMut) -> Result<quarry_proto::Frame, String> {
     let len = buf.len();
@@ -422,30 +448,34 @@ impl Inner {
         *self.stop.borrow()
     }
 
-    async fn route(
+    /// Sends `request` to `dest` and returns its answer frame as it
+    /// arrived, or an error answer of this node's.
+    async fn exchange(
         self: Arc<Self>,
         dest: NodeId,
         request: Request,
         hops: u8,
         flow: u32,
-    ) -> Response {
+    ) -> Answer {
         let hops = hops.saturating_add(1);
         if let Err(refusal) = crate::check_hops(hops, self.config.max_hops) {
-            return refusal;
+            return refusal.into();
         }
         let local = self.local.id;
         if dest == local {
             return error(
                 Status::Internal,
                 format!("node {dest} is this node; a local request reached the fabric"),
-            );
+            )
+            .into();
         }
         let mut message = BytesMut::new();
         if let Err(e) = encode_request(0, hops, &request, &mut message) {
             return error(
                 Status::BadRequest,
                 format!("cannot forward to node {dest}: {e}"),
-            );
+            )
+            .into();
         }
         let message = message.freeze();
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
@@ -455,11 +485,12 @@ impl Inner {
             let mut routes_seen = self.version.subscribe();
             let link = match self.next_link(dest).await {
                 Ok(link) => link,
-                Err(refusal) => return refusal,
+                Err(refusal) => return refusal.into(),
             };
             let (reply, answer) = oneshot::channel();
             let stream = lock(&link.outbound).insert(Pending::Local {
-                buf: BytesMut::new(),
+                pieces: Vec::new(),
+                len_bytes: 0,
                 reply,
             });
             let Some(stream) = stream else {
@@ -469,7 +500,8 @@ impl Inner {
                         "link to node {} has {} requests in flight, the limit",
                         link.peer, self.config.max_streams_per_link
                     ),
-                );
+                )
+                .into();
             };
             let header = LinkHeader {
                 kind: Kind::Request,
@@ -501,34 +533,32 @@ impl Inner {
             withdraw.answered = matches!(waited, Ok(Ok(Ok(_))));
             drop(withdraw);
             match waited {
-                Ok(Ok(Ok(bytes))) => {
-                    let answer = match decode_frame(bytes)
-                        .and_then(|frame| decode_response(&frame).map_err(|e| e.to_string()))
-                    {
-                        Ok(answer) => answer,
-                        Err(e) => error(
-                            Status::Internal,
-                            format!("node {dest} sent a malformed answer: {e}"),
-                        ),
+                Ok(Ok(Ok(pieces))) => {
+                    let frame = match RelayedFrame::new(pieces) {
+                        Ok(frame) => frame,
+                        Err(e) => {
+                            return Answer::Message(error(
+                                Status::Internal,
+                                format!("node {dest} sent a malformed answer: {e}"),
+                            ))
+                        }
                     };
                     // A node further on lost its link under the request: a
-                    // read may go again once the routes have moved.
-                    let lost_further_on = matches!(
-                        &answer,
-                        Response::Error {
-                            status: Status::NodeUnreachable,
-                            ..
-                        }
-                    );
+                    // read may go again once the routes have moved. (Only
+                    // an error answer is looked into; a page passes on as
+                    // it came.)
+                    let header = frame.header();
+                    let lost_further_on = header.opcode == ERROR_OPCODE
+                        && header.status == Status::NodeUnreachable as u8;
                     if !lost_further_on || attempt == attempts {
-                        return answer;
+                        return Answer::Relayed(frame);
                     }
                     let rerouted =
                         tokio::time::timeout(self.config.route_wait, routes_seen.changed()).await;
                     if !matches!(rerouted, Ok(Ok(()))) {
-                        return answer;
+                        return Answer::Relayed(frame);
                     }
-                    if let Response::Error { message, .. } = answer {
+                    if let Response::Error { message, .. } = decode_relayed(&frame, dest) {
                         last_failure = message;
                     }
                 }
@@ -542,7 +572,8 @@ impl Inner {
                             self.config.request_timeout.as_millis(),
                             link.peer
                         ),
-                    );
+                    )
+                    .into();
                 }
             }
         }
@@ -550,6 +581,7 @@ impl Inner {
             Status::NodeUnreachable,
             format!("{} is unreachable: {last_failure}", self.name(dest)),
         )
+        .into()
     }
 
     /// The link towards `dest`, waiting up to the route wait for a route to
@@ -1251,20 +1283,28 @@ impl Inner {
             return;
         };
         match entry {
-            Pending::Local { buf, .. } => {
-                let too_big = buf.len() + payload.len() > MAX_MESSAGE_BYTES;
+            Pending::Local {
+                pieces, len_bytes, ..
+            } => {
+                let too_big = *len_bytes + payload.len() > MAX_MESSAGE_BYTES
+                    || pieces.len() >= quarry_proto::MAX_RELAYED_PIECES;
                 if !too_big {
-                    buf.extend_from_slice(&payload);
+                    // Kept as it arrived: the entry node passes the pieces
+                    // on, it does not gather them into one buffer.
+                    *len_bytes += payload.len();
+                    pieces.push(payload);
                 }
                 if header.is_last() || too_big {
-                    if let Some(Pending::Local { buf, reply }) = outbound.remove(header.stream) {
+                    if let Some(Pending::Local { pieces, reply, .. }) =
+                        outbound.remove(header.stream)
+                    {
                         let result = if too_big {
                             Err(format!(
                                 "answer from node {} exceeds {MAX_MESSAGE_BYTES} bytes",
                                 link.peer
                             ))
                         } else {
-                            Ok(buf)
+                            Ok(pieces)
                         };
                         let _ = reply.send(result);
                     }

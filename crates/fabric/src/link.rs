@@ -131,10 +131,12 @@ struct Outbox {
 
 /// A stream this node sent a request on over this link, awaiting its answer.
 pub(crate) enum Pending {
-    /// The request entered here; the answer is assembled for `reply`.
+    /// The request entered here; the answer's fragments are kept as they
+    /// arrived (no copy) for `reply`.
     Local {
-        buf: BytesMut,
-        reply: oneshot::Sender<Result<BytesMut, String>>,
+        pieces: Vec<Bytes>,
+        len_bytes: usize,
+        reply: oneshot::Sender<Result<Vec<Bytes>, String>>,
     },
     /// The request is being forwarded for `up`'s stream `up_stream`; answer
     /// fragments go back there as they arrive.
@@ -735,7 +737,8 @@ mod tests {
         let (reply, _answer) = oneshot::channel();
         let first = table
             .insert(Pending::Local {
-                buf: BytesMut::new(),
+                pieces: Vec::new(),
+                len_bytes: 0,
                 reply,
             })
             .unwrap();
@@ -743,7 +746,8 @@ mod tests {
         let (reply, _answer) = oneshot::channel();
         let second = table
             .insert(Pending::Local {
-                buf: BytesMut::new(),
+                pieces: Vec::new(),
+                len_bytes: 0,
                 reply,
             })
             .unwrap();
@@ -754,7 +758,8 @@ mod tests {
         let (reply, _answer) = oneshot::channel();
         assert!(table
             .insert(Pending::Local {
-                buf: BytesMut::new(),
+                pieces: Vec::new(),
+                len_bytes: 0,
                 reply
             })
             .is_some());
@@ -762,7 +767,8 @@ mod tests {
         assert!(
             table
                 .insert(Pending::Local {
-                    buf: BytesMut::new(),
+                    pieces: Vec::new(),
+                    len_bytes: 0,
                     reply
                 })
                 .is_none(),

@@ -1214,3 +1214,77 @@ async fn adverts_and_accepted_links_are_bounded() {
     node0.stop();
     node1.stop();
 }
+
+/// The entry node relays another node's answer as the fragments it came in
+/// (only the tag changes when it goes out), and an answer that is not one
+/// well-formed frame becomes an error of the entry node's, never bytes
+/// passed on to its requester.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_answer_passes_on_whole_and_a_malformed_one_never_does() {
+    let (nodes, addrs) = cluster(TopologyKind::Line, 2).await;
+    let mut target = FakeNode::join(&addrs[1], 8, 1).await;
+    assert!(
+        nodes[1]
+            .fabric
+            .wait_for_routes(&[8], Duration::from_secs(5))
+            .await
+    );
+    let page = page_of(8, 4);
+    let answer = encoded(&Response::Page {
+        data: page.clone(),
+        oob: Bytes::new(),
+        erased: false,
+        corrected_bytes: 0,
+    });
+    for (stream_answer, malformed) in [(answer.clone(), false), (answer[..100].to_vec(), true)] {
+        let fabric = nodes[1].fabric.clone();
+        let asked =
+            tokio::spawn(async move { fabric.relay(8, Request::ReadPage(addr(8, 4)), 0, 3).await });
+        let request = target.next(LinkKind::Request).await;
+        let fragments: Vec<&[u8]> = stream_answer.chunks(FRAGMENT_BYTES).collect();
+        for (index, fragment) in fragments.iter().enumerate() {
+            let first = if index == 0 { link_flags::FIRST } else { 0 };
+            let last = if index + 1 == fragments.len() {
+                link_flags::LAST
+            } else {
+                0
+            };
+            let header = LinkHeader {
+                kind: LinkKind::Response,
+                channel: Channel::Data,
+                flags: first | last,
+                hops: 0,
+                stream: request.header.stream,
+                dest: 0,
+                origin: 1,
+                flow: 3,
+                len_bytes: fragment.len() as u32,
+            };
+            target.send(header, fragment).await;
+        }
+        match asked.await.unwrap() {
+            quarry_proto::Answer::Relayed(frame) if !malformed => {
+                let mut out = bytes::BytesMut::new();
+                frame.write_into(0x1234, &mut out);
+                let mut expected = bytes::BytesMut::new();
+                let response = Response::Page {
+                    data: page.clone(),
+                    oob: Bytes::new(),
+                    erased: false,
+                    corrected_bytes: 0,
+                };
+                quarry_proto::encode_response(0x1234, &response, &mut expected).unwrap();
+                assert_eq!(out, expected, "passed on as it came, under the new tag");
+            }
+            quarry_proto::Answer::Message(response) if malformed => {
+                let (status, message) = error_of(response);
+                assert_eq!(status, Status::Internal, "{message}");
+                assert!(message.contains("malformed answer"), "{message}");
+            }
+            other => panic!("malformed: {malformed}, got {other:?}"),
+        }
+    }
+    for node in nodes {
+        node.stop();
+    }
+}

@@ -6,8 +6,8 @@ use quarry_device::{Device, DeviceError};
 use quarry_fabric::{check_hops, Fabric, LocalHandler, LINK_MAGIC};
 use quarry_kernels::{Engine, LocalData, ManagedData};
 use quarry_proto::{
-    serve_connection_with, Incoming, NodeEntry, NodeId, NodeInfo, Request, Response, Service,
-    SessionLimits, Status,
+    serve_connection_with, Answer, Incoming, NodeEntry, NodeId, NodeInfo, Request, Response,
+    Service, SessionLimits, Status,
 };
 use quarry_store::{open_volume_node, VolumeNodeStore, VolumeStoreConfig};
 use quarry_volume::{SpaceManager, VolumeRegistry};
@@ -191,7 +191,7 @@ struct NodeCore {
 }
 
 impl NodeCore {
-    async fn dispatch(self: Arc<Self>, incoming: Incoming, flow: u32) -> Response {
+    async fn dispatch(self: Arc<Self>, incoming: Incoming, flow: u32) -> Answer {
         let Incoming { mut request, hops } = incoming;
         // A client's "entry node" is this node.
         if let Request::Call(call) = &mut request {
@@ -200,11 +200,11 @@ impl NodeCore {
             }
         }
         if let Err(refusal) = check_hops(hops, self.max_hops) {
-            return refusal;
+            return refusal.into();
         }
         let dest = match &request {
-            Request::Ping => return Response::Pong,
-            Request::Cluster => return Response::Cluster(self.fabric.members()),
+            Request::Ping => return Response::Pong.into(),
+            Request::Cluster => return Response::Cluster(self.fabric.members()).into(),
             Request::ReadPage(addr) => addr.node,
             Request::ProgramPage { addr, .. } => addr.node,
             Request::EraseBlock(addr) => addr.node,
@@ -213,13 +213,14 @@ impl NodeCore {
         };
         if dest != self.local.id {
             // Forwarded under a tag of the link's own; the answer returns
-            // here and goes out under the requester's tag.
-            return self.fabric.route(dest, request, hops, flow).await;
+            // here and goes out under the requester's tag, passed on as it
+            // arrived (never decoded and encoded again here).
+            return self.fabric.relay(dest, request, hops, flow).await;
         }
         if let Request::Routes(_) = request {
-            return Response::Routes(Box::new(self.fabric.routes()));
+            return Response::Routes(Box::new(self.fabric.routes())).into();
         }
-        self.local.clone().serve(request).await
+        self.local.clone().serve(request).await.into()
     }
 }
 

@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 
 use crate::frame::{Frame, FrameCodec};
+use crate::relay::Answer;
 use crate::session::{READ_BUFFER_BYTES, WRITE_BATCH_BYTES};
 use crate::wire::{decode_request, encode_response};
 use crate::{ProtoError, Request, Response, SessionLimits, Status, Tag, PROTOCOL_VERSION};
@@ -68,13 +69,14 @@ pub async fn serve_connection_with<S, H, F, St>(
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     H: Fn(Incoming) -> F + Send + Sync + 'static,
-    F: Future<Output = Response> + Send + 'static,
+    F: Future + Send + 'static,
+    F::Output: Into<Answer>,
     St: Future<Output = ()> + Send,
 {
     limits.validate()?;
     let (reader, mut writer) = tokio::io::split(stream);
     let mut frames = FramedRead::with_capacity(reader, FrameCodec, READ_BUFFER_BYTES);
-    let mut in_flight: FuturesUnordered<BoxFuture<'static, (Tag, Response)>> =
+    let mut in_flight: FuturesUnordered<BoxFuture<'static, (Tag, Answer)>> =
         FuturesUnordered::new();
     let mut out = BytesMut::with_capacity(64 * 1024);
     let mut reading = true;
@@ -160,12 +162,13 @@ const READ_BURST_FRAMES: usize = 64;
 fn accept<H, F>(
     frame: Frame,
     handler: &H,
-    in_flight: &mut FuturesUnordered<BoxFuture<'static, (Tag, Response)>>,
+    in_flight: &mut FuturesUnordered<BoxFuture<'static, (Tag, Answer)>>,
     out: &mut BytesMut,
 ) -> Result<(), ProtoError>
 where
     H: Fn(Incoming) -> F,
-    F: Future<Output = Response> + Send + 'static,
+    F: Future + Send + 'static,
+    F::Output: Into<Answer>,
 {
     let tag = frame.header.tag;
     if frame.header.version != PROTOCOL_VERSION {
@@ -178,7 +181,7 @@ where
             status: Status::UnsupportedVersion,
             message: error.to_string(),
         };
-        encode_answer(tag, &answer, out);
+        encode_answer(tag, &answer.into(), out);
         return Err(error);
     }
     match decode_request(&frame) {
@@ -190,7 +193,7 @@ where
                 status: Status::BadRequest,
                 message: e.to_string(),
             };
-            encode_answer(tag, &answer, out);
+            encode_answer(tag, &answer.into(), out);
         }
         Ok(request) => {
             let future = handler(Incoming {
@@ -203,7 +206,7 @@ where
                 let answer = AssertUnwindSafe(future)
                     .catch_unwind()
                     .await
-                    .unwrap_or_else(|_| panicked());
+                    .map_or_else(|_| panicked().into(), Into::into);
                 (tag, answer)
             }));
         }
@@ -218,7 +221,11 @@ fn panicked() -> Response {
     }
 }
 
-fn encode_answer(tag: Tag, answer: &Response, buf: &mut BytesMut) {
+fn encode_answer(tag: Tag, answer: &Answer, buf: &mut BytesMut) {
+    let answer = match answer {
+        Answer::Relayed(frame) => return frame.write_into(tag, buf),
+        Answer::Message(response) => response,
+    };
     if let Err(e) = encode_response(tag, answer, buf) {
         let fallback = Response::Error {
             status: Status::Internal,

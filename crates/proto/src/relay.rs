@@ -1,0 +1,166 @@
+//! Answers a node passes on without reading them: another node's answer
+//! frame, as the fragments it arrived in, goes out to the requester with
+//! only its tag rewritten (BlueDBM §3.3: the entry node maps the tag back,
+//! it does not rebuild the message). A page is never decoded and encoded
+//! again at the entry node.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::frame::{FrameHeader, HEADER_LEN_BYTES, MAX_BODY_BYTES};
+use crate::{ProtoError, Response, Tag, PROTOCOL_VERSION};
+
+/// What a served request is answered with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// A message this node encodes.
+    Message(Response),
+    /// Another node's answer frame, passed on as it arrived.
+    Relayed(RelayedFrame),
+}
+
+impl From<Response> for Answer {
+    fn from(response: Response) -> Answer {
+        Answer::Message(response)
+    }
+}
+
+/// A whole answer frame in the pieces it arrived in, checked to be one
+/// well-formed answer frame of this protocol version, so passing it on can
+/// never desynchronise the requester's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayedFrame {
+    header: FrameHeader,
+    pieces: Vec<Bytes>,
+}
+
+/// Most pieces a relayed frame may arrive in (a maximal body in 2 KiB
+/// fragments, and some).
+pub const MAX_RELAYED_PIECES: usize = (MAX_BODY_BYTES as usize).div_ceil(2048) + 8;
+
+impl RelayedFrame {
+    /// Checks that `pieces`, in order, are exactly one answer frame: its
+    /// header sound, its body as long as the header says.
+    pub fn new(pieces: Vec<Bytes>) -> Result<RelayedFrame, ProtoError> {
+        let bad = |reason: String| ProtoError::Malformed {
+            what: "relayed answer",
+            reason,
+        };
+        if pieces.len() > MAX_RELAYED_PIECES {
+            return Err(bad(format!("{} pieces", pieces.len())));
+        }
+        let total: usize = pieces.iter().map(Bytes::len).sum();
+        let mut head = [0u8; HEADER_LEN_BYTES];
+        let mut filled = 0;
+        for piece in &pieces {
+            let take = (HEADER_LEN_BYTES - filled).min(piece.len());
+            head[filled..filled + take].copy_from_slice(&piece[..take]);
+            filled += take;
+            if filled == HEADER_LEN_BYTES {
+                break;
+            }
+        }
+        if filled < HEADER_LEN_BYTES {
+            return Err(bad(format!("{total} bytes, shorter than a header")));
+        }
+        let header = FrameHeader::parse(&head)?;
+        if header.version != PROTOCOL_VERSION || header.opcode & 0x80 == 0 {
+            return Err(bad(format!(
+                "version {} opcode {:#04x} is not an answer of version {PROTOCOL_VERSION}",
+                header.version, header.opcode
+            )));
+        }
+        if total != HEADER_LEN_BYTES + header.body_len_bytes as usize {
+            return Err(bad(format!(
+                "{total} bytes for a body of {}",
+                header.body_len_bytes
+            )));
+        }
+        Ok(RelayedFrame { header, pieces })
+    }
+
+    /// The frame's header as it arrived.
+    pub fn header(&self) -> &FrameHeader {
+        &self.header
+    }
+
+    /// Appends the frame to `dst` under `tag`: the header written anew
+    /// (the only field that changes is the tag), then the body's bytes.
+    /// This is the one copy of the body at this node; it gathers the
+    /// answers ready at once into one write system call.
+    pub fn write_into(&self, tag: Tag, dst: &mut BytesMut) {
+        let header = FrameHeader { tag, ..self.header };
+        dst.reserve(HEADER_LEN_BYTES + self.header.body_len_bytes as usize);
+        header.put(dst);
+        let mut skip = HEADER_LEN_BYTES;
+        for piece in &self.pieces {
+            let from = skip.min(piece.len());
+            skip -= from;
+            dst.put_slice(&piece[from..]);
+        }
+    }
+
+    /// The whole frame as one buffer (a copy), for a caller that decodes it.
+    pub fn to_contiguous(&self) -> BytesMut {
+        let mut buf =
+            BytesMut::with_capacity(HEADER_LEN_BYTES + self.header.body_len_bytes as usize);
+        for piece in &self.pieces {
+            buf.put_slice(piece);
+        }
+        buf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode_response, encode_response, FrameCodec};
+    use tokio_util::codec::Decoder;
+
+    fn encoded(tag: Tag, response: &Response) -> BytesMut {
+        let mut buf = BytesMut::new();
+        encode_response(tag, response, &mut buf).unwrap();
+        buf
+    }
+
+    fn cut(frame: &[u8], every: usize) -> Vec<Bytes> {
+        frame.chunks(every).map(Bytes::copy_from_slice).collect()
+    }
+
+    #[test]
+    fn a_relayed_frame_goes_out_as_it_came_under_the_new_tag() {
+        let page = Response::Page {
+            data: Bytes::from(vec![7u8; 700]),
+            oob: Bytes::from_static(b"oob"),
+            erased: false,
+            corrected_bytes: 2,
+        };
+        let frame = encoded(0, &page);
+        for every in [1, 3, 16, 17, 2048, frame.len()] {
+            let relayed = RelayedFrame::new(cut(&frame, every)).unwrap();
+            let mut out = BytesMut::new();
+            relayed.write_into(0xABCD, &mut out);
+            assert_eq!(out, encoded(0xABCD, &page), "cut every {every}");
+            let decoded = FrameCodec.decode(&mut out).unwrap().unwrap();
+            assert_eq!(decoded.header.tag, 0xABCD);
+            assert_eq!(decode_response(&decoded).unwrap(), page);
+        }
+    }
+
+    #[test]
+    fn what_is_not_one_answer_frame_is_refused() {
+        let frame = encoded(0, &Response::Reply(Bytes::from_static(b"answer")));
+        let error = |pieces: Vec<Bytes>| RelayedFrame::new(pieces).unwrap_err().to_string();
+        assert!(error(cut(&frame[..10], 4)).contains("shorter than a header"));
+        assert!(error(cut(&frame[..frame.len() - 1], 4)).contains("for a body of"));
+        let mut longer = frame.to_vec();
+        longer.push(0);
+        assert!(error(cut(&longer, 4)).contains("for a body of"));
+        let mut request = frame.to_vec();
+        request[3] = 0x01; // Ping: a request, not an answer
+        assert!(error(cut(&request, 4)).contains("is not an answer"));
+        let mut magic = frame.to_vec();
+        magic[0] = b'X';
+        assert!(RelayedFrame::new(cut(&magic, 4)).is_err());
+        assert!(error(vec![Bytes::new(); MAX_RELAYED_PIECES + 1]).contains("pieces"));
+    }
+}
