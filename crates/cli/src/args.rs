@@ -415,18 +415,21 @@ pub struct BenchObjectsArgs {
     /// Nodes in the cluster.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub nodes: u16,
-    /// Fixed chunk size (K, M suffixes).
-    #[arg(long, default_value = "1M")]
-    pub chunk: String,
+    /// Fixed chunk size (K, M suffixes). Default: what `quarry mb` gives a
+    /// bucket.
+    #[arg(long)]
+    pub chunk: Option<String>,
     /// Page size of the nodes' devices (512 B to 64 KiB; K suffix).
-    #[arg(long, default_value = "64K")]
-    pub page_size: String,
+    /// Default: `quarry up`'s geometry.
+    #[arg(long)]
+    pub page_size: Option<String>,
     /// Chips per node (its write parallelism: one program in flight per
-    /// chip), as 4 buses of this many / 4 chips.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(4..=64))]
-    pub chips: u32,
+    /// chip), as 4 buses of this many / 4 chips. Default: `quarry up`'s.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(4..=64))]
+    pub chips: Option<u32>,
     /// Keep RS(255,243) parity on every page (flash ECC) instead of CRC-32C
-    /// only (the disk under the file backend corrects its own errors).
+    /// only, `quarry up`'s default for the file backend (the disk under it
+    /// corrects its own errors).
     #[arg(long)]
     pub rs_ecc: bool,
     /// Leave out the FUSE part (read and write of the object through

@@ -57,24 +57,34 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
         bail!("--size must be above zero");
     }
     let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-objects")?;
-    let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
-    let page_size_bytes = u32::try_from(parse_size(&args.page_size)?).context("--page-size")?;
-    // Each node holds its share of the object plus room for the space
-    // manager's over-provisioning and reserve: twice its share, in blocks
-    // of 64 pages, 4 buses.
-    let per_node = size_bytes.div_ceil(u64::from(args.nodes)) * 2 + (64 << 20);
-    let chips = u64::from(args.chips.div_ceil(4) * 4);
-    let block_bytes = 64 * u64::from(page_size_bytes);
-    let blocks_per_chip = per_node.div_ceil(chips * block_bytes).max(16);
-    let geometry = Geometry {
-        buses: 4,
-        chips_per_bus: args.chips.div_ceil(4),
-        blocks_per_chip: u32::try_from(blocks_per_chip).context("--size too large")?,
-        pages_per_block: 64,
-        page_size_bytes,
-        oob_size_bytes: 64,
+    // The settings a user gets from `quarry up` and `quarry mb` unless the
+    // flags ask for others; only the capacity is chosen here, as a user
+    // would with `quarry up --capacity`.
+    let chunking = match &args.chunk {
+        Some(text) => Chunking::fixed(u32::try_from(parse_size(text)?).context("--chunk")?)?,
+        None => Chunking::DEFAULT_FIXED,
     };
+    let chunk_bytes = match chunking {
+        Chunking::Fixed { size } => size,
+        Chunking::FastCdc { avg, .. } => avg,
+    };
+    let mut shape = Geometry::default();
+    if let Some(text) = &args.page_size {
+        shape.page_size_bytes = u32::try_from(parse_size(text)?).context("--page-size")?;
+    }
+    if let Some(chips) = args.chips {
+        shape.chips_per_bus = chips.div_ceil(shape.buses);
+    }
+    // Each node holds its share of the object plus room for the space
+    // manager's over-provisioning and reserve: twice its share, rounded up
+    // to whole blocks on every chip.
+    let per_node = size_bytes.div_ceil(u64::from(args.nodes)) * 2 + (64 << 20);
+    let row = shape.chips() * u64::from(shape.pages_per_block) * u64::from(shape.page_size_bytes);
+    let capacity_bytes = per_node.div_ceil(row).max(16) * row;
+    let geometry = shape.with_capacity(capacity_bytes)?;
     geometry.validate()?;
+    let custom_shape = args.page_size.is_some() || args.chips.is_some();
+    let page_size_bytes = geometry.page_size_bytes;
     let source = dir.join("source.bin");
     write_source(&source, size_bytes)?;
     let spec = LocalClusterSpec {
@@ -82,8 +92,8 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
         dir: dir.join("cluster"),
         backend: BackendKind::File,
         preset: None,
-        geometry: Some(geometry),
-        capacity_bytes: None,
+        geometry: custom_shape.then_some(geometry),
+        capacity_bytes: (!custom_shape).then_some(capacity_bytes),
         direct_io: true,
         topology: Topology::default(),
         stop_with_this_process: true,
@@ -129,7 +139,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
                 .await
         })?;
         let bucket = BucketName::new("bench")?;
-        runtime.block_on(objects.create_bucket(&bucket, Chunking::fixed(chunk_bytes)?))?;
+        runtime.block_on(objects.create_bucket(&bucket, chunking))?;
         for round in 0..args.rounds {
             // Alternate the peer and Quarry so drift in the disk affects both.
             fio_write.push(run_fio(&fio_file, "write", size_bytes)?);
