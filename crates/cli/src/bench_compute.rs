@@ -316,6 +316,82 @@ async fn threaded_fgrep(client: &Client, size: u64, threads: u64) -> Result<(f64
     Ok((started.elapsed().as_secs_f64(), count, fetched))
 }
 
+/// Bulk read by one client: the whole object fetched with `get` (chunks
+/// read ahead from the four nodes through the entry node) into a sink that
+/// only counts; returns (seconds, bytes).
+async fn bulk_get(client: &Client) -> Result<(f64, u64)> {
+    let objects = client.objects().await?;
+    let (bucket, key) = (BucketName::new(BUCKET)?, ObjectKey::new(KEY)?);
+    let mut sink = CountingSink::default();
+    let started = Instant::now();
+    objects
+        .get_to(&bucket, &key, 0, u64::MAX, &mut sink)
+        .await?;
+    Ok((started.elapsed().as_secs_f64(), sink.bytes))
+}
+
+/// Counts what is written to it.
+#[derive(Default)]
+struct CountingSink {
+    bytes: u64,
+}
+
+impl tokio::io::AsyncWrite for CountingSink {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.bytes += buf.len() as u64;
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// The floor for a bulk read on this machine: one plain TCP stream between
+/// two processes over loopback, the file sent by `cat` in another process
+/// (bash's /dev/tcp) and read here in 1 MiB reads; returns (seconds, bytes).
+fn plain_tcp_stream(path: &std::path::Path) -> Result<(f64, u64)> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    let port = listener.local_addr()?.port();
+    // Hot in the page cache first, as the object is in the nodes' memory.
+    std::io::copy(&mut std::fs::File::open(path)?, &mut std::io::sink())?;
+    let mut sender = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("cat \"$0\" > /dev/tcp/127.0.0.1/{port}"))
+        .arg(path)
+        .spawn()
+        .context("cannot start bash to send the plain TCP stream")?;
+    let (mut stream, _) = listener.accept()?;
+    let started = Instant::now();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let status = sender.wait()?;
+    if !status.success() {
+        bail!("the plain TCP sender (bash, cat) failed: {status}");
+    }
+    Ok((secs, bytes))
+}
+
 /// The kernel near the data.
 async fn near(client: &Client, spec: KernelSpec) -> Result<(f64, u64, u64, u64)> {
     let started = Instant::now();
@@ -573,6 +649,9 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
             ))
         })?;
         let (near_s, host_s, batch_s, trip_s, (n, scanned, sent)) = measured;
+        if link.rate.is_none() {
+            bulk_rows(&setup, &way, &setup.members, args.rounds, &mut rows)?;
+        }
         let mb = |s: f64| size as f64 / s / 1e6;
         for (mode, secs, scanned_b, to_client) in [
             ("fgrep-8 near the data", near_s, scanned, sent),
@@ -631,6 +710,59 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
         }
     }
     report(args, "Minerva fgrep-8 and read-modify-write", &rows, &links)
+}
+
+/// Bulk bytes to one client on loopback: `get` of the whole object from
+/// the four `mem` nodes, next to one plain TCP stream between two
+/// processes, alternated, medians of `rounds`.
+fn bulk_rows(
+    setup: &Setup,
+    way: &Way,
+    members: &[u16],
+    rounds: u32,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
+    let (rt, client) = client_runtime_and_client(way, members)?;
+    // The corpus ends on a whole line, a few bytes past the size asked for.
+    let object_bytes = std::fs::metadata(&setup.source)?.len();
+    let (mut get_s, mut tcp_s) = (Vec::new(), Vec::new());
+    for _ in 0..rounds.max(1) {
+        let (s, got) = rt.block_on(bulk_get(&client))?;
+        if got != object_bytes {
+            bail!("get returned {got} bytes of {object_bytes}");
+        }
+        get_s.push(s);
+        let (s, sent) = plain_tcp_stream(&setup.source)?;
+        if sent != object_bytes {
+            bail!("the plain TCP stream carried {sent} bytes of {object_bytes}");
+        }
+        tcp_s.push(s);
+    }
+    let (get_s, tcp_s) = (median(get_s), median(tcp_s));
+    let mb = |s: f64| object_bytes as f64 / s / 1e6;
+    for (mode, secs) in [
+        (
+            "bulk read by the client (get of the object, 4 mem nodes)",
+            get_s,
+        ),
+        (
+            "one plain TCP stream between two processes (the floor)",
+            tcp_s,
+        ),
+    ] {
+        rows.push(Row {
+            link: "loopback".into(),
+            mode,
+            rate: mb(secs),
+            unit: "MB/s",
+            bytes_scanned: object_bytes,
+            bytes_to_client: object_bytes,
+            scanned_per_sent: 1.0,
+            speedup: mb(secs) / mb(tcp_s),
+            answer: object_bytes,
+        });
+    }
+    Ok(())
 }
 
 /// One batched command of `batch_ops` adds, then `trip_ops` adds done by
