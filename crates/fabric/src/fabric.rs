@@ -11,9 +11,10 @@ use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use quarry_proto::{
-    decode_request, decode_response, encode_request, encode_response, Answer, FrameCodec,
-    LinkEntry, NodeEntry, NodeId, RelayedFrame, Request, Response, RouteEntry, RoutesInfo, Status,
-    HEADER_LEN_BYTES, MAX_BODY_BYTES, PROTOCOL_VERSION,
+    decode_request, decode_response, encode_request_pieces, encode_response,
+    encode_response_pieces, Answer, FrameCodec, LinkEntry, NodeEntry, NodeId, RelayedFrame,
+    Request, Response, RouteEntry, RoutesInfo, Status, HEADER_LEN_BYTES, MAX_BODY_BYTES,
+    PROTOCOL_VERSION,
 };
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
@@ -469,15 +470,18 @@ impl Inner {
             )
             .into();
         }
-        let mut message = BytesMut::new();
-        if let Err(e) = encode_request(0, hops, &request, &mut message) {
-            return error(
-                Status::BadRequest,
-                format!("cannot forward to node {dest}: {e}"),
-            )
-            .into();
-        }
-        let message = message.freeze();
+        // The request's payload (a call body, a page) goes on as the bytes
+        // the requester sent, in pieces of its own: not copied here.
+        let message = match encode_request_pieces(0, hops, &request) {
+            Ok(pieces) => pieces,
+            Err(e) => {
+                return error(
+                    Status::BadRequest,
+                    format!("cannot forward to node {dest}: {e}"),
+                )
+                .into()
+            }
+        };
         let deadline = tokio::time::Instant::now() + self.config.request_timeout;
         let attempts = if is_idempotent(&request) { 2 } else { 1 };
         let mut last_failure = String::new();
@@ -514,7 +518,7 @@ impl Inner {
                 flow,
                 len_bytes: 0,
             };
-            if !link.send_message(header, message.clone()) {
+            if !link.send_pieces(header, message.clone()) {
                 // The link closed after the route was chosen; if its streams
                 // were already failed, this one was not among them.
                 lock(&link.outbound).remove(stream);
@@ -1382,7 +1386,11 @@ impl Inner {
         answer_header.stream = header.stream;
         answer_header.origin = header.origin;
         answer_header.flow = header.flow;
-        link.send_message(answer_header, encode_answer(&answer));
+        // A page or a reply body goes back as the bytes the handler holds,
+        // in pieces of its own: not copied into a frame here.
+        let pieces =
+            encode_response_pieces(0, &answer).unwrap_or_else(|_| vec![encode_answer(&answer)]);
+        link.send_pieces(answer_header, pieces);
     }
 
     /// Closes the retired links that carry no stream any more (after a

@@ -531,17 +531,36 @@ impl Link {
 
     /// Queues a whole message (a client-protocol frame) as fragments of one
     /// stream.
-    pub fn send_message(&self, mut header: LinkHeader, message: Bytes) -> bool {
-        header.channel = Channel::for_message(message.len());
+    pub fn send_message(&self, header: LinkHeader, message: Bytes) -> bool {
+        self.send_pieces(header, vec![message])
+    }
+
+    /// Queues a message given as pieces (their concatenation is the frame)
+    /// as fragments of one stream: each piece is cut on its own, so a page
+    /// or a call body the caller holds goes out as slices of itself, never
+    /// copied into a buffer of the whole message.
+    pub fn send_pieces(&self, mut header: LinkHeader, pieces: Vec<Bytes>) -> bool {
+        let total: usize = pieces.iter().map(Bytes::len).sum();
+        header.channel = Channel::for_message(total);
         let fragment_bytes = self.send_limits.fragment_bytes(header.channel);
-        let count = message.len().div_ceil(fragment_bytes).max(1);
+        let mut fragments: Vec<Bytes> = Vec::with_capacity(total.div_ceil(fragment_bytes) + 2);
+        for piece in pieces.iter().filter(|p| !p.is_empty()) {
+            let mut at = 0;
+            while at < piece.len() {
+                let end = (at + fragment_bytes).min(piece.len());
+                fragments.push(piece.slice(at..end));
+                at = end;
+            }
+        }
+        if fragments.is_empty() {
+            fragments.push(Bytes::new());
+        }
+        let count = fragments.len();
         let mut out = lock(&self.out);
         if self.is_closed() {
             return false;
         }
-        for index in 0..count {
-            let start = index * fragment_bytes;
-            let end = (start + fragment_bytes).min(message.len());
+        for (index, payload) in fragments.into_iter().enumerate() {
             let mut h = header;
             h.flags = 0;
             if index == 0 {
@@ -550,10 +569,10 @@ impl Link {
             if index + 1 == count {
                 h.flags |= flags::LAST;
             }
-            h.len_bytes = (end - start) as u32;
+            h.len_bytes = payload.len() as u32;
             out.queues[h.channel.index()].push(OutFragment {
                 header: h,
-                payload: message.slice(start..end),
+                payload,
                 release: None,
             });
         }

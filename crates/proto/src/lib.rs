@@ -64,8 +64,8 @@ pub use quarry_geometry::{
     AddrParseError, BackendKind, BlockAddr, DeviceInfo, Geometry, PageAddr, PageRead, Preset,
 };
 pub use wire::{
-    check_request, decode_request, decode_response, encode_request, encode_response, opcode,
-    request_opcode,
+    check_request, decode_request, decode_response, encode_request, encode_request_pieces,
+    encode_response, encode_response_pieces, opcode, request_opcode,
 };
 
 /// Protocol version spoken by this build.

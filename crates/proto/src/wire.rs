@@ -578,3 +578,178 @@ pub fn decode_response(frame: &Frame) -> Result<Response, ProtoError> {
     };
     Ok(response)
 }
+
+/// Payloads at least this large travel as pieces of their own rather than
+/// being copied into the frame ([`encode_request_pieces`]).
+const PIECE_BYTES_MIN: usize = 2048;
+
+/// A frame's header and fields, its body length set to what follows them
+/// in `tail`; the tail's payloads are not copied.
+fn pieces_with_tail(
+    header: FrameHeader,
+    fields: impl FnOnce(&mut BytesMut),
+    tail: &[&Bytes],
+) -> Result<Vec<Bytes>, ProtoError> {
+    let mut head = BytesMut::with_capacity(64);
+    header.put(&mut head);
+    fields(&mut head);
+    let body_len_bytes =
+        head.len() - HEADER_LEN_BYTES + tail.iter().map(|t| t.len()).sum::<usize>();
+    if body_len_bytes > MAX_BODY_BYTES as usize {
+        return Err(ProtoError::BodyTooLarge {
+            body_len_bytes: body_len_bytes as u64,
+            limit_bytes: MAX_BODY_BYTES,
+        });
+    }
+    head[12..16].copy_from_slice(&(body_len_bytes as u32).to_be_bytes());
+    let mut pieces = vec![head.freeze()];
+    pieces.extend(tail.iter().filter(|t| !t.is_empty()).map(|t| (*t).clone()));
+    Ok(pieces)
+}
+
+/// [`encode_request`] as pieces whose concatenation is the frame: a call's
+/// body and a page's data and OOB are pieces of their own, the bytes the
+/// caller holds, not copies (a node passing a request on sends them as
+/// they are). Small requests are one piece.
+pub fn encode_request_pieces(
+    tag: Tag,
+    hops: u8,
+    request: &Request,
+) -> Result<Vec<Bytes>, ProtoError> {
+    let header = FrameHeader::new(request_opcode(request), 0, hops, tag);
+    match request {
+        Request::Call(call) if call.body.len() >= PIECE_BYTES_MIN => pieces_with_tail(
+            header,
+            |dst| {
+                dst.put_u16(call.node);
+                dst.put_u8(call.service as u8);
+                dst.put_u8(u8::from(call.idempotent));
+            },
+            &[&call.body],
+        ),
+        Request::ProgramPage { addr, data, oob } if data.len() >= PIECE_BYTES_MIN => {
+            check_page_parts(data.len(), oob.len())?;
+            pieces_with_tail(
+                header,
+                |dst| {
+                    put_page_addr(dst, addr);
+                    dst.put_u32(data.len() as u32);
+                    dst.put_u32(oob.len() as u32);
+                },
+                &[data, oob],
+            )
+        }
+        _ => {
+            let mut buf = BytesMut::new();
+            encode_request(tag, hops, request, &mut buf)?;
+            Ok(vec![buf.freeze()])
+        }
+    }
+}
+
+/// [`encode_response`] as pieces whose concatenation is the frame: a
+/// reply's body and a page's data and OOB are pieces of their own, not
+/// copies. Small answers are one piece.
+pub fn encode_response_pieces(tag: Tag, response: &Response) -> Result<Vec<Bytes>, ProtoError> {
+    match response {
+        Response::Reply(body) if body.len() >= PIECE_BYTES_MIN => {
+            pieces_with_tail(FrameHeader::new(opcode::REPLY, 0, 0, tag), |_| {}, &[body])
+        }
+        Response::Page {
+            data,
+            oob,
+            erased,
+            corrected_bytes,
+        } if data.len() >= PIECE_BYTES_MIN => {
+            check_page_parts(data.len(), oob.len())?;
+            pieces_with_tail(
+                FrameHeader::new(opcode::PAGE, 0, 0, tag),
+                |dst| {
+                    dst.put_u8(u8::from(*erased));
+                    dst.put_u32(*corrected_bytes);
+                    dst.put_u32(data.len() as u32);
+                    dst.put_u32(oob.len() as u32);
+                },
+                &[data, oob],
+            )
+        }
+        _ => {
+            let mut buf = BytesMut::new();
+            encode_response(tag, response, &mut buf)?;
+            Ok(vec![buf.freeze()])
+        }
+    }
+}
+
+#[cfg(test)]
+mod piece_tests {
+    use super::*;
+    use crate::{Service, ServiceCall};
+
+    fn joined(pieces: &[Bytes]) -> Vec<u8> {
+        pieces.iter().flat_map(|p| p.iter().copied()).collect()
+    }
+
+    #[test]
+    fn pieces_join_to_the_frame_and_share_the_payload() {
+        let body = Bytes::from(vec![3u8; 10_000]);
+        let page = Bytes::from(vec![5u8; 8192]);
+        let oob = Bytes::from_static(b"spare");
+        let addr = GlobalPageAddr {
+            node: 2,
+            page: PageAddr {
+                bus: 0,
+                chip: 1,
+                block: 2,
+                page: 3,
+            },
+        };
+        let requests = [
+            Request::Call(Box::new(ServiceCall {
+                node: 3,
+                service: Service::Store,
+                idempotent: true,
+                body: body.clone(),
+            })),
+            Request::ProgramPage {
+                addr,
+                data: page.clone(),
+                oob: oob.clone(),
+            },
+            Request::Ping,
+        ];
+        for request in &requests {
+            let pieces = encode_request_pieces(9, 2, request).unwrap();
+            let mut whole = BytesMut::new();
+            encode_request(9, 2, request, &mut whole).unwrap();
+            assert_eq!(joined(&pieces), whole.to_vec(), "{request:?}");
+        }
+        let pieces = encode_request_pieces(9, 2, &requests[0]).unwrap();
+        assert_eq!(pieces[1].as_ptr(), body.as_ptr(), "the body is not copied");
+        let responses = [
+            Response::Reply(body.clone()),
+            Response::Page {
+                data: page.clone(),
+                oob,
+                erased: false,
+                corrected_bytes: 4,
+            },
+            Response::Done,
+        ];
+        for response in &responses {
+            let pieces = encode_response_pieces(7, response).unwrap();
+            let mut whole = BytesMut::new();
+            encode_response(7, response, &mut whole).unwrap();
+            assert_eq!(joined(&pieces), whole.to_vec(), "{response:?}");
+        }
+        let pieces = encode_response_pieces(7, &responses[1]).unwrap();
+        assert_eq!(pieces[1].as_ptr(), page.as_ptr(), "the page is not copied");
+    }
+
+    #[test]
+    fn a_body_past_the_limit_is_refused_as_pieces_too() {
+        let body = Bytes::from(vec![0u8; MAX_BODY_BYTES as usize + 1]);
+        let error = encode_response_pieces(1, &Response::Reply(body)).unwrap_err();
+        assert!(matches!(error, ProtoError::BodyTooLarge { .. }), "{error}");
+    }
+}
