@@ -181,7 +181,20 @@ impl<P: Peers> Engine<P> {
             Ok(a) => a,
             Err(e) => ComputeAnswer::Failed(e.to_failure()),
         };
-        let encoded = encode(&answer);
+        // A local run's parts may be megabytes of lines: encoded off the
+        // node's reactor, so its links and other requests keep moving.
+        let encoded = match answer {
+            ComputeAnswer::Local(_) => tokio::task::spawn_blocking(move || encode(&answer))
+                .await
+                .unwrap_or_else(|e| {
+                    let e = ComputeError::Storage {
+                        node: self.local.node,
+                        message: format!("encoding the answer failed: {e}"),
+                    };
+                    encode(&ComputeAnswer::Failed(e.to_failure()))
+                }),
+            _ => encode(&answer),
+        };
         // An answer must fit one protocol frame (with room for the reply's
         // head): a local run whose parts do not is refused by name rather
         // than failing in the frame encoder with a generic error.
@@ -764,15 +777,26 @@ impl<P: Peers> Engine<P> {
                 parts[i].insert(0, state);
             }
         }
-        let mut outputs = Vec::with_capacity(targets.len());
-        for (target, target_parts) in targets.into_iter().zip(parts) {
-            let whole = join_parts(kernel.as_ref(), target_parts)?;
-            outputs.push(TargetOutput {
-                target: target.name,
-                size_bytes: target.size_bytes,
-                output: kernel.finish(whole)?,
-            });
-        }
+        // Joining and finishing take time in proportion to what the parts
+        // hold (megabytes of matching lines): off the node's reactor, so
+        // its links keep their keepalives and its other requests move.
+        let outputs = tokio::task::spawn_blocking(move || {
+            let mut outputs = Vec::with_capacity(targets.len());
+            for (target, target_parts) in targets.into_iter().zip(parts) {
+                let whole = join_parts(kernel.as_ref(), target_parts)?;
+                outputs.push(TargetOutput {
+                    target: target.name,
+                    size_bytes: target.size_bytes,
+                    output: kernel.finish(whole)?,
+                });
+            }
+            Ok::<_, ComputeError>(outputs)
+        })
+        .await
+        .map_err(|e| ComputeError::Storage {
+            node: self.local.node,
+            message: format!("joining the parts failed: {e}"),
+        })??;
         Ok(CommandResult {
             outcome: Outcome::Scan(outputs),
             bytes_scanned: scanned.into_inner(),
@@ -810,8 +834,19 @@ impl<P: Peers> Engine<P> {
             .call(node, Service::Compute, true, body)
             .await
             .map_err(|message| ComputeError::Remote { node, message })?;
-        match decode::<ComputeAnswer>("local run answer", &answer)? {
-            ComputeAnswer::Local(local) => Ok((local, answer.len() as u64)),
+        // Megabytes of parts are decoded off the reactor, as they were
+        // encoded.
+        let wire_bytes = answer.len() as u64;
+        let decoded = tokio::task::spawn_blocking(move || {
+            decode::<ComputeAnswer>("local run answer", &answer)
+        })
+        .await
+        .map_err(|e| ComputeError::Storage {
+            node: self.local.node,
+            message: format!("decoding node {node}'s answer failed: {e}"),
+        })??;
+        match decoded {
+            ComputeAnswer::Local(local) => Ok((local, wire_bytes)),
             ComputeAnswer::Failed(f) if f.kind == FailureKind::TooLarge => {
                 Err(ComputeError::TooLarge {
                     node,
