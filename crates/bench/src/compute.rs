@@ -22,12 +22,14 @@ use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchComputeArgs;
-use crate::bench::TempDir;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
 use crate::netlink::ClientNet;
-use crate::objects_cmd::{file_source, parse_size};
+use crate::page::TempDir;
 use crate::plot::{LinePlot, Series};
+use quarry_client::file_source;
+use quarry_jobs::human_bytes;
+use quarry_jobs::parse_size;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 const WORD: &str = "would";
 const PATTERN: [u8; 8] = *b"flashes!";

@@ -31,10 +31,11 @@ use rand::{Rng, RngCore, SeedableRng};
 use serde::Serialize;
 
 use crate::args::BenchDeviceArgs;
-use crate::bench::TempDir;
-use crate::commands::{human_bytes, preset_of};
+use crate::page::TempDir;
 use crate::plot::{HLine, LinePlot, Series};
 use crate::stats::LatencyStats;
+use quarry_jobs::human_bytes;
+use quarry_local::preset_of;
 
 /// Goal of the QD1 measurement: measured / (modeled + software) at most this.
 const LATENCY_RATIO_MAX: f64 = 1.10;

@@ -43,11 +43,12 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::args::{BenchFabricArgs, FabricPart};
-use crate::bench::TempDir;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
+use crate::page::TempDir;
 use crate::plot::{HLine, LinePlot, Series};
 use crate::stats::LatencyStats;
+use quarry_jobs::human_bytes;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 /// Goal of part 1: added latency per hop at most this (least-squares slope
 /// of the mean).

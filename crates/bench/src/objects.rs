@@ -14,9 +14,10 @@ use serde::Serialize;
 use tokio::io::AsyncWrite;
 
 use crate::args::BenchObjectsArgs;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
-use crate::objects_cmd::parse_size;
+use quarry_jobs::human_bytes;
+use quarry_jobs::parse_size;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 /// One measured transfer.
 #[derive(Debug, Serialize)]
@@ -56,7 +57,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     if size_bytes == 0 {
         bail!("--size must be above zero");
     }
-    let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-objects")?;
+    let (dir, _scratch) = crate::page::work_dir(args.dir.as_deref(), "quarry-bench-objects")?;
     let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
     let page_size_bytes = u32::try_from(parse_size(&args.page_size)?).context("--page-size")?;
     // Each node holds its share of the object plus room for the space
@@ -136,7 +137,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
             let key = ObjectKey::new(&format!("big-{round}"))?;
             let started = Instant::now();
             runtime.block_on(async {
-                let reader = crate::objects_cmd::file_source(std::fs::File::open(&source)?);
+                let reader = quarry_client::file_source(std::fs::File::open(&source)?);
                 objects
                     .put(&bucket, &key, reader, Condition::Always)
                     .await?;
@@ -348,7 +349,7 @@ fn write_source(path: &Path, size_bytes: u64) -> Result<()> {
     let file =
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
-    let mut source = crate::bench::RandomBytes::new(size_bytes);
+    let mut source = crate::page::RandomBytes::new(size_bytes);
     while let Some(block) = source.next_block() {
         out.write_all(block)?;
     }

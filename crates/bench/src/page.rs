@@ -15,10 +15,11 @@ use quarry_device::{BackendKind, Geometry, PageAddr, SlotLayout};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId};
 use rand::{Rng, SeedableRng};
 
-use crate::args::{BenchPageArgs, DeviceArg};
-use crate::commands::{backend_of, human_bytes, preset_of, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
+use crate::args::BenchPageArgs;
 use crate::stats::LatencyStats;
+use quarry_jobs::human_bytes;
+use quarry_local::{backend_of, preset_of, quarry_exe, DeviceArg};
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 /// Pages kept in flight while filling the working set.
 const FILL_QUEUE_DEPTH: usize = 64;

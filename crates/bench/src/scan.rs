@@ -16,8 +16,8 @@ use quarry_kernels::{compile, GrepSpec, GrepSyntax, KernelSpec, Output, WcSpec};
 use serde::Serialize;
 
 use crate::args::BenchScanArgs;
-use crate::commands::human_bytes;
-use crate::objects_cmd::parse_size;
+use quarry_jobs::human_bytes;
+use quarry_jobs::parse_size;
 
 /// Bytes per fold, as a node's local run hands them over by default.
 const BLOCK_BYTES: usize = 1 << 20;
@@ -69,7 +69,7 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
     if size_bytes == 0 {
         bail!("--size must be above zero");
     }
-    let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-scan")?;
+    let (dir, _scratch) = crate::page::work_dir(args.dir.as_deref(), "quarry-bench-scan")?;
     let file = dir.join("text.txt");
     let empty = dir.join("empty.txt");
     let text = generate_text(size_bytes);

@@ -25,9 +25,10 @@ use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchStreamArgs;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
-use crate::objects_cmd::parse_size;
+use quarry_jobs::human_bytes;
+use quarry_jobs::parse_size;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 const PAGE_BYTES: u32 = 64 << 10;
 /// fio's shallow row: requests of 2 MiB, two in flight.
@@ -186,7 +187,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         bail!("--size must be above zero");
     }
     let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
-    let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-stream")?;
+    let (dir, _scratch) = crate::page::work_dir(args.dir.as_deref(), "quarry-bench-stream")?;
     // Room for the object twice over, as bench objects sizes its nodes.
     let capacity = size_bytes * 2 + (64 << 20);
     let block_bytes = 256 * u64::from(PAGE_BYTES);
@@ -616,7 +617,7 @@ fn put_object(
         let (mut w, r) = tokio::io::duplex(1 << 20);
         let writer = tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
-            let mut source = crate::bench::RandomBytes::new(size_bytes);
+            let mut source = crate::page::RandomBytes::new(size_bytes);
             while let Some(block) = source.next_block() {
                 w.write_all(block).await?;
             }

@@ -7,7 +7,7 @@ use quarry_device::Geometry;
 use quarry_volume::{write_amplification, VictimPolicy, WaBenchOptions};
 
 use crate::args::{BenchVolumeArgs, PolicyArg};
-use crate::bench::TempDir;
+use crate::page::TempDir;
 
 /// Runs the benchmark and prints its table (or JSON).
 pub fn volume(args: &BenchVolumeArgs) -> Result<()> {

@@ -14,9 +14,10 @@ use quarry_device::{BlockAddr, Geometry, PageAddr};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId};
 
 use crate::args::DemoArgs;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec};
-use crate::stats::LatencyStats;
+use quarry_bench::LatencyStats;
+use quarry_jobs::human_bytes;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec};
 
 /// Requests the demo keeps in flight.
 const DEMO_QUEUE_DEPTH: usize = 64;

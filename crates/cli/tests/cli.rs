@@ -555,7 +555,7 @@ fn foreground_cluster_dies_with_its_parent() {
     up.kill().expect("SIGKILL quarry up");
     let _ = up.wait();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while pids.iter().any(|pid| quarry_cli::process_alive(*pid)) {
+    while pids.iter().any(|pid| quarry_local::process_alive(*pid)) {
         assert!(
             std::time::Instant::now() < deadline,
             "nodes {pids:?} outlived the killed `quarry up`"

@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use quarry_cli::{LocalCluster, LocalClusterSpec, Topology};
 use quarry_device::{BackendKind, EccMode, Geometry};
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_quarry"))
