@@ -10,38 +10,63 @@ use quarry_local::{DeviceArg, PresetArg};
 pub enum BenchCommand {
     /// Page latency and throughput per backend, locally and through a forwarding
     /// node; with --fio, side by side with fio on the same file.
+    /// --quick: few reads, queue depths up to 4, small devices.
     Page(BenchPageArgs),
     /// Device-level figures in this process (no node, no network): NAND QD1
     /// latency against the timing model, bandwidth vs request size (RFSA
     /// Fig. 6, with an SVG plot), and the read path's ECC cost.
+    /// --quick: few reads, request sizes up to 256 KiB, small working sets.
     Device(BenchDeviceArgs),
     /// The storage fabric on the nand backend (BlueDBM timing): latency vs
     /// hops, bandwidth vs nodes, many hosts and many nodes, and QD1 latency
     /// under a competing stream; tables, --json and SVG plots.
+    /// --quick: few pages and reads, short streams.
     Fabric(BenchFabricArgs),
     /// Flash management (no node, no network): write amplification of random
     /// page overwrites at 50%, 80% and 90% full, next to ideal greedy
     /// cleaning simulated and in closed form.
+    /// --quick: a small device, one overwrite pass.
     Volume(BenchVolumeArgs),
     /// The object store: put and get of one large object on a local
     /// managed cluster (file backend) vs fio sequential write and read of
     /// the same size on the same disk.
+    /// --quick: a 32 MiB object.
     Objects(BenchObjectsArgs),
     /// BlueDBM Fig. 11: word count in the datapath vs at the client vs
     /// plain host software, on loopback and on tc-limited client links.
+    /// --quick: a 64 MiB corpus and fewer operations.
     Wordcount(BenchComputeArgs),
     /// Minerva: fgrep-8 near the data vs the client's threaded range scans,
     /// and batched read-modify-write vs round trips.
+    /// --quick: a 64 MiB corpus and fewer operations.
     Minerva(BenchComputeArgs),
     /// Near-data compute, the kernel alone: the grep kernel (literal and
     /// regex) and wc -l folded over text in memory, one core, vs ripgrep
     /// and GNU wc on the same file hot in the page cache.
+    /// --quick: 16 MiB of text, one round.
     Scan(BenchScanArgs),
     /// Near-data compute off the disk: fgrep8 streamed over one object on
     /// a 1-node managed cluster (file backend, O_DIRECT) vs fio sequential
     /// reads of the node's device file; and pinned read settings vs the
     /// adaptive tuner.
+    /// --quick: a 64 MiB object, one round, a 2-setting sweep.
     Stream(BenchStreamArgs),
+}
+
+/// What every benchmark takes.
+#[derive(Debug, Args, Clone, Default)]
+pub struct CommonArgs {
+    /// Where to keep the benchmark's clusters and files (default: a
+    /// temporary directory on the same disk as $TMPDIR, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// A tiny run that checks the benchmark works, in seconds; the figures
+    /// mean little (the benchmark's help says what it shrinks).
+    #[arg(long)]
+    pub quick: bool,
 }
 
 /// Arguments of `quarry bench wordcount` and `quarry bench minerva`.
@@ -57,15 +82,12 @@ pub struct BenchComputeArgs {
     /// Rounds per figure (medians are reported).
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// A 64 MiB corpus and fewer operations.
-    #[arg(long)]
-    pub quick: bool,
-    /// Print JSON.
-    #[arg(long)]
-    pub json: bool,
     /// Write an SVG plot of the rates per link here.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// Arguments of `quarry bench scan`.
@@ -78,15 +100,9 @@ pub struct BenchScanArgs {
     /// reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
-    /// Where to write the text file (default: a temporary directory).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// A tiny run (16 MiB of text, one round): checks the benchmark works.
-    #[arg(long)]
-    pub quick: bool,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// Arguments of `quarry bench stream`.
@@ -110,17 +126,9 @@ pub struct BenchStreamArgs {
     /// separated; "none" skips the sweep.
     #[arg(long, default_value = "1x1,1x2,2x2,4x2,8x8")]
     pub sweep: String,
-    /// Where to keep the cluster (default: a temporary directory on the
-    /// same disk as $TMPDIR).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// A tiny run (a 64 MiB object, one round, a 2-setting sweep): checks
-    /// the benchmark works.
-    #[arg(long)]
-    pub quick: bool,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// Arguments of `quarry bench objects`.
@@ -153,16 +161,9 @@ pub struct BenchObjectsArgs {
     /// Rounds (each: fio write, put, fio read, get); medians are reported.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
-    /// Where to keep the cluster and the files (default: a temporary
-    /// directory on the same disk as $TMPDIR).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// A tiny run (a 32 MiB object): checks the benchmark works.
-    #[arg(long)]
-    pub quick: bool,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// Arguments of `quarry bench volume`.
@@ -174,13 +175,9 @@ pub struct BenchVolumeArgs {
     /// Write an SVG plot of write amplification vs fill to this file.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// A tiny run (a small device, one overwrite pass): checks the benchmark
-    /// works, in seconds; the figures mean little.
-    #[arg(long)]
-    pub quick: bool,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// Garbage-collection victim policies selectable on the command line.
@@ -215,16 +212,9 @@ pub struct BenchPageArgs {
     /// the page cache can hide when O_DIRECT is unavailable).
     #[arg(long, default_value_t = 1024)]
     pub file_size_mib: u64,
-    /// Where to keep the benchmark clusters (default: a temporary directory).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    pub json: bool,
-    /// A tiny run (few reads, queue depths up to 4, small devices): checks
-    /// the benchmark works, in seconds; the figures mean little.
-    #[arg(long)]
-    pub quick: bool,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// Arguments of `quarry bench device`.
@@ -236,17 +226,9 @@ pub struct BenchDeviceArgs {
     /// Write an SVG plot of bandwidth vs request size to this file.
     #[arg(long, value_name = "FILE")]
     pub plot: Option<PathBuf>,
-    /// Where to keep the devices' files (default: a temporary directory,
-    /// removed afterwards).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    pub json: bool,
-    /// A tiny run (few reads, request sizes up to 256 KiB, small working
-    /// sets): checks the benchmark works, in seconds; the figures mean little.
-    #[arg(long)]
-    pub quick: bool,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// Parts of `quarry bench fabric`.
@@ -290,14 +272,7 @@ pub struct BenchFabricArgs {
     /// Write the plots (fabric-*.svg) into this directory.
     #[arg(long, value_name = "DIR")]
     pub plot_dir: Option<PathBuf>,
-    /// Where to keep the benchmark clusters (default: a temporary directory).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    pub json: bool,
-    /// A tiny run (few pages and reads, short streams): checks the benchmark
-    /// works, in seconds; the figures mean little.
-    #[arg(long)]
-    pub quick: bool,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }

@@ -22,8 +22,9 @@ use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchComputeArgs;
+use crate::common::{work_dir, TempDir};
+use crate::measure::median;
 use crate::netlink::ClientNet;
-use crate::page::TempDir;
 use crate::plot::{LinePlot, Series};
 use quarry_client::file_source;
 use quarry_jobs::human_bytes;
@@ -104,7 +105,7 @@ impl Setup {
 }
 
 fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup> {
-    let size_bytes = if args.quick {
+    let size_bytes = if args.common.quick {
         64 << 20
     } else {
         parse_size(&args.size)?
@@ -112,8 +113,7 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
     if size_bytes < (1 << 20) {
         bail!("--size must be at least 1M");
     }
-    let scratch = TempDir::new(&format!("quarry-bench-{name}"))?;
-    let dir = scratch.path.clone();
+    let (dir, scratch) = work_dir(args.common.dir.as_deref(), &format!("quarry-bench-{name}"))?;
     let nodes: u16 = 4;
     // Every node holds its quarter of the corpus (and of the volume) twice
     // over, for the space manager's reserve, in 64 KiB pages.
@@ -148,7 +148,7 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
     let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     let members: Vec<u16> = cluster.cluster.nodes.iter().map(|n| n.id).collect();
     let setup = Setup {
-        _scratch: Some(scratch),
+        _scratch: scratch,
         cluster,
         source,
         size_bytes,
@@ -392,11 +392,6 @@ fn wc_spec() -> KernelSpec {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 /// Runs `f` with the client on `link`: here for loopback, else in the
 /// namespace with the link limited.
 fn on_link<T: Send>(
@@ -458,7 +453,7 @@ pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
     let links = links(&args.links)?;
     let setup = setup(args, "wordcount", 0)?;
     let size = setup.size_bytes;
-    if !args.json {
+    if !args.common.json {
         eprintln!(
             "bench wordcount: {} of text on a 4-node managed cluster (mem backend), counting {WORD:?}; links: {}",
             human_bytes(size),
@@ -486,9 +481,9 @@ pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
                 answers.push((n, n2, n3));
             }
             Ok((
-                median(near_s),
-                median(off_s),
-                median(host_s),
+                median(&mut near_s),
+                median(&mut off_s),
+                median(&mut host_s),
                 near_info,
                 answers,
             ))
@@ -531,7 +526,7 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
     let volume_bytes = 64u64 << 20;
     let setup = setup(args, "minerva", volume_bytes)?;
     let size = setup.size_bytes;
-    if !args.json {
+    if !args.common.json {
         eprintln!(
             "bench minerva: fgrep-8 over {} and read-modify-write on a {} volume, 4-node managed cluster (mem backend); links: {}",
             human_bytes(size),
@@ -541,8 +536,8 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
     }
     let mut net = client_net(&links)?;
     let fgrep = KernelSpec::Fgrep8 { pattern: PATTERN };
-    let batch_ops: usize = if args.quick { 20_000 } else { 200_000 };
-    let trip_ops: usize = if args.quick { 300 } else { 2_000 };
+    let batch_ops: usize = if args.common.quick { 20_000 } else { 200_000 };
+    let trip_ops: usize = if args.common.quick { 300 } else { 2_000 };
     let mut rows = Vec::new();
     for link in &links {
         let way = ways(&setup, &mut net, link)?;
@@ -567,10 +562,10 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 trip_s.push(ts);
             }
             Ok((
-                median(near_s),
-                median(host_s),
-                median(batch_s),
-                median(trip_s),
+                median(&mut near_s),
+                median(&mut host_s),
+                median(&mut batch_s),
+                median(&mut trip_s),
                 info,
             ))
         })?;
@@ -683,7 +678,7 @@ async fn rmw(
 }
 
 fn report(args: &BenchComputeArgs, title: &str, rows: &[Row], links: &[Link]) -> Result<()> {
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(rows)?);
     } else {
         let mut table = Table::new();

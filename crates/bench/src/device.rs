@@ -31,7 +31,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use serde::Serialize;
 
 use crate::args::BenchDeviceArgs;
-use crate::page::TempDir;
+use crate::common::work_dir;
 use crate::plot::{HLine, LinePlot, Series};
 use crate::stats::LatencyStats;
 use quarry_jobs::human_bytes;
@@ -197,15 +197,8 @@ struct EccRow {
 
 /// Runs the device benchmark.
 pub fn device(args: &BenchDeviceArgs) -> Result<()> {
-    let plan = Plan::new(args.quick);
-    let temp;
-    let root = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => {
-            temp = TempDir::new("quarry-bench-device")?;
-            temp.path.clone()
-        }
-    };
+    let plan = Plan::new(args.common.quick);
+    let (root, _scratch) = work_dir(args.common.dir.as_deref(), "quarry-bench-device")?;
     // The measuring loops run on this thread (block_on) and one worker drives
     // the I/O reactor: the nand emulator's scheduler thread needs the other
     // core (it spins near events), and one busy thread keeps CPU per page plain.
@@ -214,7 +207,7 @@ pub fn device(args: &BenchDeviceArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(run(args, &plan, &root))?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
@@ -222,7 +215,7 @@ pub fn device(args: &BenchDeviceArgs) -> Result<()> {
     if let Some(path) = &args.plot {
         std::fs::write(path, bandwidth_plot(&report).to_svg())
             .with_context(|| format!("cannot write the plot to {}", path.display()))?;
-        if !args.json {
+        if !args.common.json {
             println!("plot: {}", path.display());
         }
     }
@@ -315,7 +308,7 @@ async fn run(args: &BenchDeviceArgs, plan: &Plan, root: &Path) -> Result<Report>
     };
     Ok(Report {
         preset: format!("{preset:?}").to_lowercase(),
-        quick: args.quick,
+        quick: args.common.quick,
         geometry,
         working_set_pages: set.len(),
         latency,
@@ -568,7 +561,7 @@ async fn bandwidth_sweep(
                 requests: point.requests,
                 seconds: point.seconds,
                 bytes_per_s,
-                mib_per_s: bytes_per_s / f64::from(1 << 20),
+                mib_per_s: bytes_per_s / crate::measure::MIB,
                 peak_fraction: bytes_per_s / peak as f64,
                 corrected_fraction: point.corrected as f64 / point.pages.max(1) as f64,
             });
@@ -835,7 +828,7 @@ fn print_report(r: &Report) {
         "\n2. Bandwidth vs request size (RFSA Fig. 6), nand {}, device level; peak = {} buses x bus rate = {:.1} MiB/s (moves {} B per 8 KiB page):\n{table}",
         r.preset,
         g.buses,
-        b.peak_bus_bytes_per_s as f64 / f64::from(1 << 20),
+        b.peak_bus_bytes_per_s as f64 / crate::measure::MIB,
         b.page_transfer_bytes
     );
     let corrected = b
@@ -884,7 +877,7 @@ fn print_report(r: &Report) {
             format!("{:.2}", row.read_unchecked_cpu_us_per_page),
             format!("{:.2}", row.check_cpu_us_per_page),
             format!("{:.0}", row.program_iops),
-            format!("{:.1}", row.program_bytes_per_s / f64::from(1 << 20)),
+            format!("{:.1}", row.program_bytes_per_s / crate::measure::MIB),
             format!("{:.1}", row.program_cpu_us_per_page),
         ]);
     }
@@ -912,7 +905,7 @@ fn bandwidth_plot(r: &Report) -> LinePlot {
             .map(|p| (p.request_bytes as f64, p.mib_per_s))
             .collect(),
     };
-    let peak_mib = b.peak_bus_bytes_per_s as f64 / f64::from(1 << 20);
+    let peak_mib = b.peak_bus_bytes_per_s as f64 / crate::measure::MIB;
     LinePlot {
         title: format!(
             "nand {} ({} buses): read bandwidth vs request size",

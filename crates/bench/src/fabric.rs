@@ -43,7 +43,8 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::args::{BenchFabricArgs, FabricPart};
-use crate::page::TempDir;
+use crate::common::work_dir;
+use crate::measure::{mib_per_s, MIB};
 use crate::plot::{HLine, LinePlot, Series};
 use crate::stats::LatencyStats;
 use quarry_jobs::human_bytes;
@@ -92,7 +93,7 @@ impl Plan {
                 args.seconds
             );
         }
-        let (pages_per_node, reads, seconds, load_rounds) = if args.quick {
+        let (pages_per_node, reads, seconds, load_rounds) = if args.common.quick {
             (args.pages_per_node.min(64), args.reads.min(40), 0.25, 1)
         } else {
             (args.pages_per_node, args.reads, args.seconds, 2)
@@ -330,14 +331,7 @@ impl LatencyRow {
 pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
     let plan = Plan::new(args)?;
     let wants = |part: FabricPart| args.only.is_empty() || args.only.contains(&part);
-    let temp;
-    let root = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => {
-            temp = TempDir::new("quarry-bench-fabric")?;
-            temp.path.clone()
-        }
-    };
+    let (root, _scratch) = work_dir(args.common.dir.as_deref(), "quarry-bench-fabric")?;
     if let Some(dir) = &args.plot_dir {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the plot directory {}", dir.display()))?;
@@ -352,7 +346,7 @@ pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
         * f64::from(PAGE_BYTES)
         / layout.used_bytes as f64;
     let mut report = Report {
-        quick: args.quick,
+        quick: args.common.quick,
         preset: "bluedbm",
         geometry: plan.geometry,
         pages_per_node: plan.pages_per_node,
@@ -496,7 +490,7 @@ pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
         }
     }
 
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
@@ -506,15 +500,13 @@ pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
             let path = dir.join(name);
             std::fs::write(&path, plot.to_svg())
                 .with_context(|| format!("cannot write the plot {}", path.display()))?;
-            if !args.json {
+            if !args.common.json {
                 println!("plot: {}", path.display());
             }
         }
     }
     Ok(())
 }
-
-const MIB: f64 = (1u64 << 20) as f64;
 
 fn backend_name(backend: BackendKind) -> &'static str {
     match backend {
@@ -779,7 +771,7 @@ struct StreamRun {
 
 impl StreamRun {
     fn mib_per_s(&self) -> f64 {
-        self.pages as f64 * f64::from(PAGE_BYTES) / self.seconds / MIB
+        mib_per_s(self.pages * u64::from(PAGE_BYTES), self.seconds)
     }
 }
 

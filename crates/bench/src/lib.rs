@@ -29,9 +29,11 @@
 #![deny(missing_docs)]
 
 mod args;
+mod common;
 mod compute;
 mod device;
 mod fabric;
+mod measure;
 mod netlink;
 mod objects;
 mod page;

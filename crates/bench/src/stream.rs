@@ -25,6 +25,8 @@ use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchStreamArgs;
+use crate::common::fio_json;
+use crate::measure::{median, mib_per_s};
 use quarry_jobs::human_bytes;
 use quarry_jobs::parse_size;
 use quarry_local::quarry_exe;
@@ -174,7 +176,7 @@ pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
 
 /// Runs the benchmark and prints its table (or JSON).
 pub fn stream(args: &BenchStreamArgs) -> Result<()> {
-    let (size_bytes, rounds, sweep) = if args.quick {
+    let (size_bytes, rounds, sweep) = if args.common.quick {
         (64 << 20, 1, parse_sweep("1x1,4x2")?)
     } else {
         (
@@ -187,7 +189,8 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         bail!("--size must be above zero");
     }
     let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
-    let (dir, _scratch) = crate::page::work_dir(args.dir.as_deref(), "quarry-bench-stream")?;
+    let (dir, _scratch) =
+        crate::common::work_dir(args.common.dir.as_deref(), "quarry-bench-stream")?;
     // Room for the object twice over, as bench objects sizes its nodes.
     let capacity = size_bytes * 2 + (64 << 20);
     let block_bytes = 256 * u64::from(PAGE_BYTES);
@@ -216,7 +219,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     };
     let exe = quarry_exe()?;
     let fio_engine = fio_engine();
-    if !args.json {
+    if !args.common.json {
         eprintln!(
             "bench stream: {} object, {} fixed chunks, 1 managed node (file backend, O_DIRECT, CRC-only ECC, 64 KiB pages) \
              vs fio (--rw=read --direct=1 --ioengine={fio_engine}; --bs={}k --iodepth={DEEP_DEPTH}, and --bs={}k --iodepth={SHALLOW_DEPTH} on huge pages) in {}",
@@ -259,7 +262,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         (DEEP_BLOCK_BYTES * DEEP_DEPTH).max(SHALLOW_BLOCK_BYTES * SHALLOW_DEPTH) as u64,
         NODE_HUGE_PAGES,
     );
-    if let (Err(why), false) = (&huge, args.json) {
+    if let (Err(why), false) = (&huge, args.common.json) {
         eprintln!("  fio with huge-page buffers: unavailable ({why:#})");
     }
     let mut scans = Scans::default();
@@ -384,7 +387,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             let m = median(&mut v);
             let p = median(&mut peer);
             let ratio_paired = median(&mut pairs);
-            if !args.json {
+            if !args.common.json {
                 eprintln!("  pinned depth {depth}, read-ahead {ahead}: {m:.0} MiB/s (fio {p:.0})");
             }
             sweep_rows.push(SweepRow {
@@ -452,7 +455,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         scan_after,
         sweep: sweep_rows,
     };
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
@@ -586,15 +589,6 @@ fn settle() {
     std::thread::sleep(Duration::from_millis(250));
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn mib_per_s(bytes: u64, seconds: f64) -> f64 {
-    bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9)
-}
-
 async fn client(cluster: &LocalCluster) -> Result<Client> {
     let entry = &cluster.cluster.nodes[0].addr;
     Ok(Client::connect(entry)
@@ -617,7 +611,7 @@ fn put_object(
         let (mut w, r) = tokio::io::duplex(1 << 20);
         let writer = tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
-            let mut source = crate::page::RandomBytes::new(size_bytes);
+            let mut source = crate::common::RandomBytes::new(size_bytes);
             while let Some(block) = source.next_block() {
                 w.write_all(block).await?;
             }
@@ -694,18 +688,6 @@ fn fio_engine() -> String {
         .map(|o| o.status.success())
         .unwrap_or(false);
     if ok { "io_uring" } else { "libaio" }.to_string()
-}
-
-fn fio_json(args: &[String]) -> Result<serde_json::Value> {
-    let output = Command::new("fio")
-        .args(args)
-        .arg("--output-format=json")
-        .output()
-        .context("cannot run fio (install it: apt-get install fio)")?;
-    if !output.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    serde_json::from_slice(&output.stdout).context("fio printed no JSON")
 }
 
 /// Writes the file fio reads, in full (no holes), on the node's disk.
