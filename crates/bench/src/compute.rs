@@ -592,42 +592,55 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 answer: n,
             });
         }
-        let batch_rate = batch_ops as f64 / batch_s;
-        let trip_rate = trip_ops as f64 / trip_s;
-        // What crosses the client's link per operation: in a batch, the op
-        // (offset and delta) and its new value; in a round trip, the
-        // counter read and its whole page written back (a volume is written
-        // in pages, so the client's write of 8 bytes reads and writes one).
-        let page = 64 * 1024u64;
-        let rmw_rows = [
-            (
-                "read-modify-write, one batched command",
-                batch_rate,
-                batch_ops,
-                24,
-            ),
-            (
-                "read-modify-write, client round trips (read + write)",
-                trip_rate,
-                trip_ops,
-                8 + 2 * page,
-            ),
-        ];
-        for (mode, rate, ops, link_bytes) in rmw_rows {
-            rows.push(Row {
-                link: link.name.clone(),
-                mode,
-                rate,
-                unit: "ops/s",
-                bytes_scanned: ops as u64 * 8,
-                bytes_to_client: ops as u64 * link_bytes,
-                scanned_per_sent: 8.0 / link_bytes as f64,
-                speedup: rate / trip_rate,
-                answer: ops as u64,
-            });
-        }
+        rows.extend(rmw_rows(
+            &link.name,
+            (batch_ops, batch_s),
+            (trip_ops, trip_s),
+        ));
     }
     report(args, "Minerva fgrep-8 and read-modify-write", &rows, &links)
+}
+
+/// The two read-modify-write rows of one link: `(ops, seconds)` of the
+/// batched command and of the client's round trips.
+fn rmw_rows(link: &str, batch: (usize, f64), trip: (usize, f64)) -> Vec<Row> {
+    let ((batch_ops, batch_s), (trip_ops, trip_s)) = (batch, trip);
+    let mut rows = Vec::with_capacity(2);
+    let batch_rate = batch_ops as f64 / batch_s;
+    let trip_rate = trip_ops as f64 / trip_s;
+    // What crosses the client's link per operation: in a batch, the op
+    // (offset and delta) and its new value; in a round trip, the
+    // counter read and its whole page written back (a volume is written
+    // in pages, so the client's write of 8 bytes reads and writes one).
+    let page = 64 * 1024u64;
+    let rmw_rows = [
+        (
+            "read-modify-write, one batched command",
+            batch_rate,
+            batch_ops,
+            24,
+        ),
+        (
+            "read-modify-write, client round trips (read + write)",
+            trip_rate,
+            trip_ops,
+            8 + 2 * page,
+        ),
+    ];
+    for (mode, rate, ops, link_bytes) in rmw_rows {
+        rows.push(Row {
+            link: link.to_string(),
+            mode,
+            rate,
+            unit: "ops/s",
+            bytes_scanned: ops as u64 * 8,
+            bytes_to_client: ops as u64 * link_bytes,
+            scanned_per_sent: 8.0 / link_bytes as f64,
+            speedup: rate / trip_rate,
+            answer: ops as u64,
+        });
+    }
+    rows
 }
 
 /// One batched command of `batch_ops` adds, then `trip_ops` adds done by

@@ -197,48 +197,11 @@ async fn measure_cluster(
         depth *= 2;
     }
 
-    let mut fio = Vec::new();
-    if full {
-        let file = cluster.cluster.nodes[0]
-            .config
-            .as_ref()
-            .and_then(|c| c.parent())
-            .map(|d| d.join("pages.bin"))
-            .context("node 0 has no data directory")?;
-        let page_bytes = u64::from(geometry.page_size_bytes);
-        let slot_bytes = SlotLayout::new(&geometry)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .slot_size as u64;
-        // Alternate the peer and Quarry so drift in the disk's speed (large on
-        // a shared virtual disk) hits both alike.
-        for round in 0..2 {
-            for qd in [1u32, 32] {
-                let raw = run_fio(&file, qd, page_bytes)?;
-                let ours = measure(
-                    &client,
-                    &set0,
-                    qd,
-                    u64::from(args.ops.max(4000)) * 2,
-                    "local",
-                )
-                .await?;
-                let slot = run_fio(&file, qd, slot_bytes)?;
-                for (peer, block) in [(raw, page_bytes), (slot, slot_bytes)] {
-                    fio.push(FioComparison {
-                        queue_depth: qd,
-                        round,
-                        fio_block_bytes: block,
-                        fio_iops: peer.iops,
-                        quarry_iops: ours.iops,
-                        iops_ratio: ours.iops / peer.iops,
-                        fio_latency_us_mean: peer.latency_us_mean,
-                        quarry_latency_us_mean: ours.latency_us_mean,
-                        added_latency_us: ours.latency_us_mean - peer.latency_us_mean,
-                    });
-                }
-            }
-        }
-    }
+    let fio = if full {
+        compare_with_fio(args, &client, cluster, &geometry, &set0).await?
+    } else {
+        Vec::new()
+    };
 
     let mut nand_bandwidth = Vec::new();
     if backend == BackendKind::Nand {
@@ -262,6 +225,52 @@ async fn measure_cluster(
         fio,
         nand_bandwidth,
     })
+}
+
+/// fio's random reads of node 0's backing file, at the page size and at the
+/// slot size, next to Quarry's reads of the same node, at QD1 and QD32.
+async fn compare_with_fio(
+    args: &BenchPageArgs,
+    client: &Client,
+    cluster: &LocalCluster,
+    geometry: &Geometry,
+    set0: &[GlobalPageAddr],
+) -> Result<Vec<FioComparison>> {
+    let mut fio = Vec::new();
+    let file = cluster.cluster.nodes[0]
+        .config
+        .as_ref()
+        .and_then(|c| c.parent())
+        .map(|d| d.join("pages.bin"))
+        .context("node 0 has no data directory")?;
+    let page_bytes = u64::from(geometry.page_size_bytes);
+    let slot_bytes = SlotLayout::new(geometry)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .slot_size as u64;
+    // Alternate the peer and Quarry so drift in the disk's speed (large on
+    // a shared virtual disk) hits both alike.
+    for round in 0..2 {
+        for qd in [1u32, 32] {
+            let raw = run_fio(&file, qd, page_bytes)?;
+            let ours =
+                measure(client, set0, qd, u64::from(args.ops.max(4000)) * 2, "local").await?;
+            let slot = run_fio(&file, qd, slot_bytes)?;
+            for (peer, block) in [(raw, page_bytes), (slot, slot_bytes)] {
+                fio.push(FioComparison {
+                    queue_depth: qd,
+                    round,
+                    fio_block_bytes: block,
+                    fio_iops: peer.iops,
+                    quarry_iops: ours.iops,
+                    iops_ratio: ours.iops / peer.iops,
+                    fio_latency_us_mean: peer.latency_us_mean,
+                    quarry_latency_us_mean: ours.latency_us_mean,
+                    added_latency_us: ours.latency_us_mean - peer.latency_us_mean,
+                });
+            }
+        }
+    }
+    Ok(fio)
 }
 
 fn bench_geometry(args: &BenchPageArgs, backend: BackendKind) -> Option<Geometry> {

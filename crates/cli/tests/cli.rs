@@ -309,6 +309,7 @@ fn default_linear_addr(l: u64) -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn linear_pages_stream_across_four_nodes() {
     const PAGE: usize = 8192;
     let dir = tempfile::tempdir().expect("tempdir");

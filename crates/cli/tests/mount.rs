@@ -313,6 +313,7 @@ fn occurrences(data: &[u8], pattern: &[u8]) -> u64 {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
     if let Err(reason) = fuse_usable() {
         println!("SKIPPED: {reason}");
