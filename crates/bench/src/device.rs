@@ -798,6 +798,7 @@ fn print_latency(r: &Report) {
 
 /// Table 2: bandwidth vs request size.
 fn print_bandwidth(r: &Report) {
+    let g = r.geometry;
     let b = &r.bandwidth;
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![

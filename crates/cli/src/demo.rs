@@ -157,30 +157,7 @@ async fn run_objects(client: &Client, objects: &quarry_client::Objects) -> Resul
         String::from_utf8_lossy(&range)
     );
 
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "node",
-        "path from entry",
-        "chunks held",
-        "chunk bytes",
-        "objects' manifests",
-    ]);
-    for (index, node) in objects.nodes().enumerate() {
-        use quarry_store::StoreNode;
-        let u = node.usage().await?;
-        table.add_row(vec![
-            node.id().to_string(),
-            if index == 0 {
-                "local".to_string()
-            } else {
-                "forwarded by the entry node".to_string()
-            },
-            u.chunks.to_string(),
-            human_bytes(u.stored_bytes),
-            u.objects.to_string(),
-        ]);
-    }
-    println!("{table}");
+    print_latencies(&client, &plans).await?;
     println!(
         "cluster: {} logical, {} stored, dedup {:.2}x",
         human_bytes(after.logical_bytes),
@@ -403,6 +380,35 @@ async fn run_pages(client: Client, pages_per_node: u32) -> Result<()> {
         "next: `quarry status`, `quarry page read 1:0:0:{}:0`, `quarry bench page`",
         plans[0].blocks[0].block
     );
+    Ok(())
+}
+
+/// QD1 read latency per node, and a sample page of each.
+async fn print_latencies(client: &Client, plans: &[NodePlan]) -> Result<()> {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "node",
+        "path from entry",
+        "chunks held",
+        "chunk bytes",
+        "objects' manifests",
+    ]);
+    for (index, node) in objects.nodes().enumerate() {
+        use quarry_store::StoreNode;
+        let u = node.usage().await?;
+        table.add_row(vec![
+            node.id().to_string(),
+            if index == 0 {
+                "local".to_string()
+            } else {
+                "forwarded by the entry node".to_string()
+            },
+            u.chunks.to_string(),
+            human_bytes(u.stored_bytes),
+            u.objects.to_string(),
+        ]);
+    }
+    println!("{table}");
     Ok(())
 }
 
