@@ -157,7 +157,30 @@ async fn run_objects(client: &Client, objects: &quarry_client::Objects) -> Resul
         String::from_utf8_lossy(&range)
     );
 
-    print_latencies(&client, &plans).await?;
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "node",
+        "path from entry",
+        "chunks held",
+        "chunk bytes",
+        "objects' manifests",
+    ]);
+    for (index, node) in objects.nodes().enumerate() {
+        use quarry_store::StoreNode;
+        let u = node.usage().await?;
+        table.add_row(vec![
+            node.id().to_string(),
+            if index == 0 {
+                "local".to_string()
+            } else {
+                "forwarded by the entry node".to_string()
+            },
+            u.chunks.to_string(),
+            human_bytes(u.stored_bytes),
+            u.objects.to_string(),
+        ]);
+    }
+    println!("{table}");
     println!(
         "cluster: {} logical, {} stored, dedup {:.2}x",
         human_bytes(after.logical_bytes),
@@ -332,6 +355,16 @@ async fn run_pages(client: Client, pages_per_node: u32) -> Result<()> {
         human_bytes((total_bytes as f64 / read_time.as_secs_f64()) as u64)
     );
 
+    print_latencies(&client, &plans).await?;
+    println!(
+        "next: `quarry status`, `quarry page read 1:0:0:{}:0`, `quarry bench page`",
+        plans[0].blocks[0].block
+    );
+    Ok(())
+}
+
+/// QD1 read latency per node, and a sample page of each.
+async fn print_latencies(client: &Client, plans: &[NodePlan]) -> Result<()> {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "node",
@@ -373,39 +406,6 @@ async fn run_pages(client: Client, pages_per_node: u32) -> Result<()> {
             format!("{:.0} us", stats.quantile_us(0.5)),
             format!("{:.0} us", stats.quantile_us(0.99)),
             format!("{first}: {text:?}"),
-        ]);
-    }
-    println!("{table}");
-    println!(
-        "next: `quarry status`, `quarry page read 1:0:0:{}:0`, `quarry bench page`",
-        plans[0].blocks[0].block
-    );
-    Ok(())
-}
-
-/// QD1 read latency per node, and a sample page of each.
-async fn print_latencies(client: &Client, plans: &[NodePlan]) -> Result<()> {
-    let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "node",
-        "path from entry",
-        "chunks held",
-        "chunk bytes",
-        "objects' manifests",
-    ]);
-    for (index, node) in objects.nodes().enumerate() {
-        use quarry_store::StoreNode;
-        let u = node.usage().await?;
-        table.add_row(vec![
-            node.id().to_string(),
-            if index == 0 {
-                "local".to_string()
-            } else {
-                "forwarded by the entry node".to_string()
-            },
-            u.chunks.to_string(),
-            human_bytes(u.stored_bytes),
-            u.objects.to_string(),
         ]);
     }
     println!("{table}");
