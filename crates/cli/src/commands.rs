@@ -1,40 +1,18 @@
 //! The small subcommands: up, down, status, page.
 
 use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use quarry_client::{BlockingClient, ClusterFile, LinearSpace, LinearSpaceError};
-use quarry_device::{BackendKind, Preset};
+use quarry_device::BackendKind;
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeInfo};
 
-use crate::args::{DeviceArg, EccArg, PageCommand, PresetArg, StorageArg, TopologyArg, UpArgs};
-use crate::local_cluster::{self, LocalCluster, LocalClusterSpec, Topology};
+use crate::args::{DeviceArg, EccArg, PageCommand, StorageArg, TopologyArg, UpArgs};
 use quarry_fabric::TopologyKind;
-
-/// Converts the CLI's backend choice.
-pub fn backend_of(arg: DeviceArg) -> BackendKind {
-    match arg {
-        DeviceArg::File => BackendKind::File,
-        DeviceArg::Mem => BackendKind::Mem,
-        DeviceArg::Nand => BackendKind::Nand,
-    }
-}
-
-/// Converts the CLI's preset choice.
-pub fn preset_of(arg: PresetArg) -> Preset {
-    match arg {
-        PresetArg::Bluedbm => Preset::Bluedbm,
-        PresetArg::Rfsa => Preset::Rfsa,
-    }
-}
-
-/// The `quarry` binary, to start nodes with.
-pub fn quarry_exe() -> Result<PathBuf> {
-    std::env::current_exe().context("cannot find the quarry executable to start nodes with")
-}
+use quarry_local::{backend_of, preset_of, quarry_exe, LocalCluster, LocalClusterSpec, Topology};
 
 /// `quarry up`.
 /// The per-page code `quarry up` gives a backend when none is asked for:
@@ -131,7 +109,7 @@ pub fn node_capacity(args: &UpArgs) -> Result<(Option<u64>, String)> {
     let row = base.chips() * u64::from(base.pages_per_block) * u64::from(base.page_size_bytes);
     let sized = |bytes: u64| base.with_capacity(bytes).map(|g| g.capacity_bytes());
     if let Some(text) = &args.capacity {
-        let bytes = crate::volume_cmd::parse_size(text)
+        let bytes = quarry_jobs::parse_size(text)
             .map_err(|e| anyhow::anyhow!("--capacity {text:?}: {e}"))?;
         let Ok(bytes) = sized(bytes) else {
             bail!(
@@ -296,7 +274,7 @@ pub fn routes(cluster: Option<&Path>, json: bool) -> Result<()> {
 
 /// `quarry down`.
 pub fn down(dir: &Path) -> Result<()> {
-    let stopped = local_cluster::down(dir)?;
+    let stopped = quarry_local::down(dir)?;
     println!(
         "stopped {stopped} node(s) of the cluster in {}",
         dir.display()
@@ -432,21 +410,7 @@ fn bad_blocks_text(blocks: &[quarry_device::BlockAddr]) -> String {
     text
 }
 
-/// Formats a byte count with binary units.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
+pub use quarry_jobs::human_bytes;
 
 /// What a `quarry page read|write` address names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,10 +3,8 @@
 //! grep and wc print for the same bytes (grep: C locale; wc: the C or a
 //! UTF-8 locale, the one this process runs under), so scripts can switch.
 
-use std::ffi::CStr;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -15,15 +13,16 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use quarry_client::{
     Client, ClusterFile, CommandId, CommandResult, CommandState, Compute, GrepSpec, GrepSyntax,
-    Job, KernelSpec, Limits, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput, WcLocale,
-    WcSpec,
+    Job, KernelSpec, Limits, Outcome, Output, Target, TargetOutput, WcSpec,
 };
 use quarry_kernels::MAX_PATTERN_BYTES;
 use serde_json::{json, Value};
 
 use crate::args::ClusterArg;
-use crate::commands::human_bytes;
-pub use crate::grep_output::{format_grep, GrepFormat, GrepPrint, ListFiles};
+use quarry_jobs::human_bytes;
+use quarry_jobs::{
+    format_grep, format_wc, parse_job, parse_target, wc_locale, GrepFormat, ListFiles,
+};
 
 /// An exit status to end the process with, quietly (grep's 1: nothing
 /// matched).
@@ -343,80 +342,18 @@ pub struct RunArgs {
     pub options: CommandOptions,
 }
 
-/// Parses a target as the commands name them.
-pub fn parse_target(text: &str) -> Result<Target> {
-    if let Some(rest) = text.strip_prefix("volume:") {
-        let (name, range) = match rest.split_once('@') {
-            Some((n, r)) => (n, Some(r)),
-            None => (rest, None),
-        };
-        let (offset_bytes, len_bytes) = match range {
-            None => (0, None),
-            Some(r) => match r.split_once('+') {
-                Some((o, l)) => (
-                    crate::objects_cmd::parse_size(o)?,
-                    Some(crate::objects_cmd::parse_size(l)?),
-                ),
-                None => (crate::objects_cmd::parse_size(r)?, None),
-            },
-        };
-        if name.is_empty() {
-            bail!("{text:?}: volume:NAME[@OFFSET[+LEN]] needs a volume name");
-        }
-        return Ok(Target::Volume {
-            name: name.to_string(),
-            offset_bytes,
-            len_bytes,
-        });
-    }
-    if let Some(rest) = text.strip_prefix("linear:") {
-        let Some((first, pages)) = rest.split_once('+') else {
-            bail!("{text:?}: a linear range is linear:FIRST+PAGES");
-        };
-        return Ok(Target::Linear {
-            first_page: first
-                .parse()
-                .with_context(|| format!("{text:?}: first page"))?,
-            pages: pages
-                .parse()
-                .with_context(|| format!("{text:?}: page count"))?,
-        });
-    }
-    let Some((bucket, key)) = text.split_once('/') else {
-        bail!("{text:?}: name objects as BUCKET/KEY, BUCKET/PREFIX* or BUCKET/");
-    };
-    if bucket.is_empty() {
-        bail!("{text:?}: no bucket before the '/'");
-    }
-    if key.is_empty() {
-        return Ok(Target::Prefix {
-            bucket: bucket.into(),
-            prefix: String::new(),
-        });
-    }
-    if let Some(prefix) = key.strip_suffix('*') {
-        return Ok(Target::Prefix {
-            bucket: bucket.into(),
-            prefix: prefix.into(),
-        });
-    }
-    Ok(Target::Object {
-        bucket: bucket.into(),
-        key: key.into(),
-    })
-}
-
 fn parse_targets(texts: &[String]) -> Result<Vec<Target>> {
-    texts.iter().map(|t| parse_target(t)).collect()
+    Ok(texts
+        .iter()
+        .map(|t| parse_target(t))
+        .collect::<Result<_, _>>()?)
 }
 
 fn limits(options: &CommandOptions) -> Result<Limits> {
     Ok(Limits {
         time_ms: options.time_limit_ms,
-        memory_bytes: crate::objects_cmd::parse_size(&options.memory_limit)
-            .context("--memory-limit")?,
-        result_bytes: crate::objects_cmd::parse_size(&options.result_limit)
-            .context("--result-limit")?,
+        memory_bytes: quarry_jobs::parse_size(&options.memory_limit).context("--memory-limit")?,
+        result_bytes: quarry_jobs::parse_size(&options.result_limit).context("--result-limit")?,
     })
 }
 
@@ -534,43 +471,6 @@ pub fn grep(args: &GrepArgs) -> Result<()> {
     })
 }
 
-/// Whether a locale's codeset (`nl_langinfo(CODESET)`) is UTF-8.
-pub fn is_utf8_codeset(codeset: &[u8]) -> bool {
-    codeset.eq_ignore_ascii_case(b"UTF-8") || codeset.eq_ignore_ascii_case(b"utf8")
-}
-
-/// The word rule of the locale this process runs under, picked as GNU wc
-/// picks its locale: `setlocale(LC_CTYPE, "")` reads `LC_ALL`, then
-/// `LC_CTYPE`, then `LANG`, and leaves the C locale when the named one is
-/// not installed here (`LANG=en_US.UTF-8` without that locale counts as C
-/// in wc too). A UTF-8 codeset means UTF-8; every other locale counts as C.
-/// Read once, before any thread of ours runs (setlocale is not thread
-/// safe), and the process's locale is put back.
-pub fn wc_locale() -> WcLocale {
-    static LOCALE: OnceLock<WcLocale> = OnceLock::new();
-    *LOCALE.get_or_init(|| {
-        // SAFETY: setlocale and nl_langinfo are called with valid C strings;
-        // the strings they return are copied before the next call.
-        unsafe {
-            let before = libc::setlocale(libc::LC_CTYPE, std::ptr::null());
-            let before = (!before.is_null()).then(|| CStr::from_ptr(before).to_owned());
-            let chosen = libc::setlocale(libc::LC_CTYPE, c"".as_ptr());
-            let codeset = libc::nl_langinfo(libc::CODESET);
-            let utf8 = !chosen.is_null()
-                && !codeset.is_null()
-                && is_utf8_codeset(CStr::from_ptr(codeset).to_bytes());
-            if let Some(before) = before {
-                libc::setlocale(libc::LC_CTYPE, before.as_ptr());
-            }
-            if utf8 {
-                WcLocale::Utf8
-            } else {
-                WcLocale::C
-            }
-        }
-    })
-}
-
 /// `quarry wc`.
 pub fn wc(args: &WcArgs) -> Result<()> {
     let locale = wc_locale();
@@ -622,52 +522,6 @@ pub fn wc(args: &WcArgs) -> Result<()> {
     })
 }
 
-/// What GNU wc (coreutils 9) prints for these outputs: each count right
-/// aligned to the width of the total byte count (1 for a single count of a
-/// single target), a "total" line for several targets.
-pub fn format_wc(outputs: &[TargetOutput], lines: bool, words: bool, bytes: bool) -> String {
-    let counts: Vec<(&str, [u64; 3])> = outputs
-        .iter()
-        .filter_map(|t| match &t.output {
-            Output::Wc(w) => Some((t.target.as_str(), [w.lines, w.words, w.bytes])),
-            _ => None,
-        })
-        .collect();
-    let total: [u64; 3] = counts.iter().fold([0; 3], |acc, (_, c)| {
-        [acc[0] + c[0], acc[1] + c[1], acc[2] + c[2]]
-    });
-    let shown = [lines, words, bytes];
-    let single = counts.len() == 1 && shown.iter().filter(|s| **s).count() == 1;
-    let width = if single {
-        1
-    } else {
-        total_size_digits(outputs)
-    };
-    let mut out = String::new();
-    let mut row = |name: &str, c: &[u64; 3]| {
-        let cols: Vec<String> = (0..3)
-            .filter(|&i| shown[i])
-            .map(|i| format!("{:>width$}", c[i]))
-            .collect();
-        out.push_str(&cols.join(" "));
-        out.push(' ');
-        out.push_str(name);
-        out.push('\n');
-    };
-    for (name, c) in &counts {
-        row(name, c);
-    }
-    if counts.len() > 1 {
-        row("total", &total);
-    }
-    out
-}
-
-fn total_size_digits(outputs: &[TargetOutput]) -> usize {
-    let total: u64 = outputs.iter().map(|t| t.size_bytes).sum();
-    total.max(1).to_string().len()
-}
-
 /// `quarry run`.
 pub fn run(args: &RunArgs) -> Result<()> {
     let (job, rest) = parse_job(&args.kernel, &args.args)?;
@@ -684,92 +538,6 @@ pub fn run(args: &RunArgs) -> Result<()> {
         println!("{}", result_json(&result, sent));
         Ok(())
     })
-}
-
-/// Parses `quarry run KERNEL ARGS...` into a job and the remaining
-/// arguments (the targets).
-pub fn parse_job(kernel: &str, args: &[String]) -> Result<(Job, Vec<String>)> {
-    let need = |n: usize| -> Result<()> {
-        if args.len() < n {
-            bail!("kernel {kernel} needs {n} argument(s) before its targets");
-        }
-        Ok(())
-    };
-    let job = match kernel {
-        "fgrep8" => {
-            need(1)?;
-            let p = args[0].as_bytes();
-            let Ok(pattern) = <[u8; 8]>::try_from(p) else {
-                bail!("fgrep8 takes a pattern of exactly 8 bytes; {:?} has {}", args[0], p.len());
-            };
-            (Job::Scan(KernelSpec::Fgrep8 { pattern }), 1)
-        }
-        "grep" | "egrep" | "fgrep" => {
-            need(1)?;
-            let syntax = match kernel {
-                "egrep" => GrepSyntax::Extended,
-                "fgrep" => GrepSyntax::Fixed,
-                _ => GrepSyntax::Basic,
-            };
-            let spec = GrepSpec::new(args[0].clone(), syntax);
-            (Job::Scan(KernelSpec::Grep(spec)), 1)
-        }
-        "wc" => (
-            Job::Scan(KernelSpec::Wc(WcSpec {
-                words: true,
-                word: None,
-                top: None,
-                locale: wc_locale(),
-            })),
-            0,
-        ),
-        "wordcount" => {
-            need(1)?;
-            let spec = WcSpec {
-                words: false,
-                word: Some(args[0].as_bytes().to_vec()),
-                top: None,
-                locale: wc_locale(),
-            };
-            (Job::Scan(KernelSpec::Wc(spec)), 1)
-        }
-        "histogram" => {
-            need(1)?;
-            let k: u32 = args[0].parse().with_context(|| format!("histogram K: {:?}", args[0]))?;
-            let spec = WcSpec {
-                words: false,
-                word: None,
-                top: Some(k),
-                locale: wc_locale(),
-            };
-            (Job::Scan(KernelSpec::Wc(spec)), 1)
-        }
-        "checksum" => (Job::Scan(KernelSpec::Checksum), 0),
-        "rmw" => {
-            need(2)?;
-            let mut ops = Vec::new();
-            for op in &args[1..] {
-                let Some((offset, delta)) = op.split_once(':') else {
-                    bail!("rmw operation {op:?}: write OFFSET:DELTA");
-                };
-                ops.push(RmwOp {
-                    offset_bytes: crate::objects_cmd::parse_size(offset)?,
-                    delta: delta.parse().with_context(|| format!("rmw delta {delta:?}"))?,
-                });
-            }
-            return Ok((
-                Job::Rmw(RmwBatch {
-                    volume: args[0].clone(),
-                    ops,
-                }),
-                Vec::new(),
-            ));
-        }
-        other => bail!(
-            "no kernel {other:?}: fgrep8, grep, egrep, fgrep, wc, wordcount, histogram, checksum, rmw"
-        ),
-    };
-    Ok((job.0, args[job.1..].to_vec()))
 }
 
 /// A result as JSON, with the bytes scanned and sent.
@@ -990,76 +758,5 @@ mod tests {
         let none = grep_request(&["p"]).unwrap_err();
         assert!(none.to_string().contains("name what to search"), "{none}");
         assert!(grep_request(&["-E", "-F", "p", "b/k"]).is_err());
-    }
-
-    #[test]
-    fn targets_parse_and_bad_ones_say_why() {
-        assert_eq!(
-            parse_target("b/k/x.txt").unwrap(),
-            Target::Object {
-                bucket: "b".into(),
-                key: "k/x.txt".into()
-            }
-        );
-        assert_eq!(
-            parse_target("b/logs/*").unwrap(),
-            Target::Prefix {
-                bucket: "b".into(),
-                prefix: "logs/".into()
-            }
-        );
-        assert_eq!(
-            parse_target("b/").unwrap(),
-            Target::Prefix {
-                bucket: "b".into(),
-                prefix: String::new()
-            }
-        );
-        assert_eq!(
-            parse_target("volume:v@4K+1M").unwrap(),
-            Target::Volume {
-                name: "v".into(),
-                offset_bytes: 4096,
-                len_bytes: Some(1 << 20)
-            }
-        );
-        assert_eq!(
-            parse_target("linear:10+5").unwrap(),
-            Target::Linear {
-                first_page: 10,
-                pages: 5
-            }
-        );
-        for bad in ["nokey", "/k", "linear:5", "volume:@1", "linear:x+1"] {
-            assert!(parse_target(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn jobs_parse() {
-        let args: Vec<String> = ["would", "b/k"].iter().map(|s| s.to_string()).collect();
-        let (job, rest) = parse_job("wordcount", &args).unwrap();
-        assert_eq!(job.kernel_name(), "wc");
-        assert_eq!(rest, vec!["b/k".to_string()]);
-        assert!(parse_job("fgrep8", &["short".to_string()]).is_err());
-        assert!(parse_job("nope", &[]).is_err());
-        let (job, rest) = parse_job("rmw", &["v".into(), "8:1".into(), "4K:2".into()]).unwrap();
-        assert!(rest.is_empty());
-        assert_eq!(
-            job,
-            Job::Rmw(RmwBatch {
-                volume: "v".into(),
-                ops: vec![
-                    RmwOp {
-                        offset_bytes: 8,
-                        delta: 1
-                    },
-                    RmwOp {
-                        offset_bytes: 4096,
-                        delta: 2
-                    }
-                ]
-            })
-        );
     }
 }

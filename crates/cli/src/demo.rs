@@ -14,9 +14,10 @@ use quarry_device::{BlockAddr, Geometry, PageAddr};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId};
 
 use crate::args::DemoArgs;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec};
-use crate::stats::LatencyStats;
+use quarry_bench::LatencyStats;
+use quarry_jobs::human_bytes;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec};
 
 /// Requests the demo keeps in flight.
 const DEMO_QUEUE_DEPTH: usize = 64;
@@ -354,6 +355,16 @@ async fn run_pages(client: Client, pages_per_node: u32) -> Result<()> {
         human_bytes((total_bytes as f64 / read_time.as_secs_f64()) as u64)
     );
 
+    print_latencies(&client, &plans).await?;
+    println!(
+        "next: `quarry status`, `quarry page read 1:0:0:{}:0`, `quarry bench page`",
+        plans[0].blocks[0].block
+    );
+    Ok(())
+}
+
+/// QD1 read latency per node, and a sample page of each.
+async fn print_latencies(client: &Client, plans: &[NodePlan]) -> Result<()> {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "node",
@@ -398,10 +409,6 @@ async fn run_pages(client: Client, pages_per_node: u32) -> Result<()> {
         ]);
     }
     println!("{table}");
-    println!(
-        "next: `quarry status`, `quarry page read 1:0:0:{}:0`, `quarry bench page`",
-        plans[0].blocks[0].block
-    );
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! The `quarry` command line: argument parsing and the commands behind it.
-//! The binary (`main.rs`) only installs logging and calls [`run`]; everything
-//! else lives here so tests and benchmarks can reuse it. A local cluster
-//! ([`LocalCluster`]) is a set of real `quarry node` processes on loopback.
+//! The binary (`main.rs`) only installs logging and calls [`run`]. What the
+//! commands share with other faces lives below: local clusters in
+//! `quarry-local`, job parsing and grep/wc output in `quarry-jobs`, and the
+//! benchmarks behind `quarry bench` in `quarry-bench`.
 //!
 //! ```
 //! use clap::Parser;
@@ -13,44 +14,21 @@
 #![deny(missing_docs)]
 
 mod args;
-mod bench;
-mod bench_compute;
-mod bench_device;
-mod bench_fabric;
-mod bench_objects;
-mod bench_scan;
-mod bench_stream;
-mod bench_volume;
 mod commands;
 mod compute_cmd;
 mod dates;
 mod demo;
-mod grep_output;
-mod local_cluster;
 mod mount_cmd;
-mod netlink;
 mod objects_cmd;
-mod plain_read;
-mod plot;
-mod stats;
 mod volume_cmd;
 
-pub use args::{
-    BenchCommand, BenchDeviceArgs, BenchFabricArgs, BenchObjectsArgs, BenchPageArgs, Cli,
-    ClusterArg, Command, DemoArgs, DeviceArg, FabricPart, PageCommand, PresetArg, StorageArg,
-    TopologyArg, UpArgs,
-};
+pub use args::{Cli, ClusterArg, Command, DemoArgs, PageCommand, StorageArg, TopologyArg, UpArgs};
 pub use compute_cmd::{
-    format_grep, format_wc, parse_job, parse_target, result_json, CommandOptions, ExitStatus,
-    GrepArgs, GrepFormat, GrepPrint, GrepRequest, ListFiles, RunArgs, WcArgs,
-};
-pub use local_cluster::{
-    cluster_file_path, down, log_tail, process_alive, LocalCluster, LocalClusterSpec, Topology,
+    result_json, CommandOptions, ExitStatus, GrepArgs, GrepRequest, RunArgs, WcArgs,
 };
 pub use mount_cmd::{ConflictArg, MountArgs};
 pub use objects_cmd::{GetArgs, ObjectCommand, PutArgs};
-pub use stats::LatencyStats;
-pub use volume_cmd::{parse_size, VolumeCommand};
+pub use volume_cmd::VolumeCommand;
 
 use anyhow::Result;
 
@@ -82,17 +60,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Run(args) => compute_cmd::run(&args),
         Command::Jobs { cluster, json } => compute_cmd::jobs(&cluster, json),
         Command::Cancel { cluster, ids } => compute_cmd::cancel(&cluster, &ids),
-        Command::Bench { command } => match command {
-            BenchCommand::Page(args) => bench::page(&args),
-            BenchCommand::Device(args) => bench_device::device(&args),
-            BenchCommand::Fabric(args) => bench_fabric::fabric(&args),
-            BenchCommand::Volume(args) => bench_volume::volume(&args),
-            BenchCommand::Objects(args) => bench_objects::objects(&args),
-            BenchCommand::Wordcount(args) => bench_compute::wordcount(&args),
-            BenchCommand::Minerva(args) => bench_compute::minerva(&args),
-            BenchCommand::Scan(args) => bench_scan::scan(&args),
-            BenchCommand::Stream(args) => bench_stream::stream(&args),
-        },
+        Command::Bench { command } => quarry_bench::run(&command),
     }
 }
 

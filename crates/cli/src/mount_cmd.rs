@@ -20,7 +20,7 @@ use quarry_mount::{
 };
 
 use crate::args::ClusterArg;
-use crate::compute_cmd::{format_grep, format_wc, parse_job, GrepFormat};
+use quarry_jobs::{format_grep, format_wc, parse_job, GrepFormat};
 
 /// Arguments of `quarry mount`.
 #[derive(Debug, Args, Clone)]
@@ -66,7 +66,7 @@ pub enum ConflictArg {
 /// Runs `quarry mount`.
 pub fn mount(args: &MountArgs) -> Result<()> {
     // The wc files count by this process's locale, read before threads run.
-    crate::compute_cmd::wc_locale();
+    quarry_jobs::wc_locale();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -90,7 +90,7 @@ pub fn mount(args: &MountArgs) -> Result<()> {
         }) as Arc<dyn KernelRunner>
     });
     let mut options = MountOptions {
-        read_ahead_bytes: crate::objects_cmd::parse_size(&args.read_ahead)?,
+        read_ahead_bytes: quarry_jobs::parse_size(&args.read_ahead)?,
         attr_ttl: Duration::from_secs_f64(args.attr_ttl.max(0.0)),
         conflict: match args.conflict {
             ConflictArg::LastWriterWins => ConflictPolicy::LastWriterWins,

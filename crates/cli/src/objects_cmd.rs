@@ -16,8 +16,8 @@ use quarry_client::{
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::args::ClusterArg;
-use crate::commands::human_bytes;
 use crate::dates::local_time_text;
+use quarry_jobs::human_bytes;
 
 /// The object store commands (each a top-level `quarry` command).
 #[derive(Debug, Subcommand, Clone)]
@@ -257,8 +257,8 @@ fn object_path(path: &str) -> Result<(BucketName, ObjectKey)> {
 }
 
 /// A size with an optional K/M/G/T suffix (powers of 1024).
-pub(crate) fn parse_size(text: &str) -> Result<u64> {
-    crate::volume_cmd::parse_size(text).map_err(anyhow::Error::msg)
+fn parse_size(text: &str) -> Result<u64> {
+    Ok(quarry_jobs::parse_size(text)?)
 }
 
 fn parse_chunking(text: &str) -> Result<Chunking> {
@@ -323,56 +323,6 @@ fn progress(total: Option<u64>, quiet: bool, what: &str) -> ProgressBar {
     }
     bar.set_message(what.to_string());
     bar
-}
-
-/// Bytes of one read of [`file_source`], and reads it keeps ahead.
-const FILE_READ_BYTES: usize = 1 << 20;
-const FILE_READS_AHEAD: usize = 4;
-
-/// A file as an `AsyncRead`, read on a blocking thread in 1 MiB reads kept
-/// up to four ahead. (`tokio::fs` sends every read to the blocking pool and
-/// back, which costs a put a quarter of its throughput.)
-pub(crate) fn file_source(file: std::fs::File) -> impl AsyncRead + Unpin {
-    use std::io::Read;
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(FILE_READS_AHEAD);
-    tokio::task::spawn_blocking(move || {
-        let mut file = file;
-        loop {
-            let mut buf = vec![0u8; FILE_READ_BYTES];
-            let mut filled = 0;
-            // Fill the buffer (a read may return less) or reach the end.
-            let result = loop {
-                match file.read(&mut buf[filled..]) {
-                    Ok(0) => break Ok(()),
-                    Ok(n) => {
-                        filled += n;
-                        if filled == buf.len() {
-                            break Ok(());
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => break Err(e),
-                }
-            };
-            let done = filled < buf.len();
-            buf.truncate(filled);
-            let item = match result {
-                Ok(()) => Ok(bytes::Bytes::from(buf)),
-                Err(e) => Err(e),
-            };
-            let failed = item.is_err();
-            if (filled > 0 || failed) && tx.blocking_send(item).is_err() {
-                return; // the reader is gone
-            }
-            if done || failed {
-                return;
-            }
-        }
-    });
-    let chunks = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    tokio_util::io::StreamReader::new(Box::pin(chunks))
 }
 
 /// Counts the bytes that pass through into a progress bar.
@@ -442,7 +392,7 @@ async fn put(args: &PutArgs) -> Result<()> {
         let len = file.metadata().map(|m| m.len()).ok();
         let bar = progress(len, args.quiet, "put");
         let source = Counted {
-            inner: file_source(file),
+            inner: quarry_client::file_source(file),
             bar: bar.clone(),
         };
         let m = store.put(&bucket, &key, source, condition).await;
@@ -711,29 +661,6 @@ async fn df(cluster: &ClusterArg, json: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_file_source_yields_the_file_whole() {
-        use tokio::io::AsyncReadExt;
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .build()
-            .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        for len in [0, 5, FILE_READ_BYTES, 3 * FILE_READ_BYTES + 5] {
-            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-            let path = dir.path().join(format!("f{len}"));
-            std::fs::write(&path, &data).unwrap();
-            let mut got = Vec::new();
-            rt.block_on(async {
-                file_source(std::fs::File::open(&path).unwrap())
-                    .read_to_end(&mut got)
-                    .await
-            })
-            .unwrap();
-            assert_eq!(got, data, "file of {len} bytes");
-        }
-    }
 
     #[test]
     fn sizes_and_ranges_parse() {

@@ -13,6 +13,7 @@ use crate::commands::{
     hex_dump, human_bytes, parse_page_range, read_input, RangeSyntax, MAX_WRITE_INPUT_BYTES,
 };
 use crate::dates::local_time_text;
+use quarry_jobs::parse_size;
 
 /// `quarry volume ...`.
 #[derive(Debug, Subcommand)]
@@ -88,31 +89,6 @@ const VOLUME_SYNTAX: RangeSyntax = RangeSyntax {
     range: "page range",
     forms: "expected a page N, or a range N..M (end exclusive) or N+COUNT",
 };
-
-/// Parses a size: a whole number with an optional binary unit.
-pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
-    let t = text.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(digits);
-    let forms = "expected a whole number of bytes with an optional unit K, M, G or T \
-                 (powers of 1024), as 4096, 64M or 1G";
-    if number.is_empty() {
-        return Err(format!("size {text:?}: {forms}"));
-    }
-    let shift = match unit.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        other => return Err(format!("size {text:?}: unknown unit {other:?}; {forms}")),
-    };
-    number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1u64 << shift))
-        .ok_or_else(|| format!("size {text:?} is too large"))
-}
 
 /// Pages one call of the CLI moves: bounds its memory (16 MiB at 4 KiB
 /// pages) within what one client read or write may move.
@@ -412,24 +388,6 @@ async fn read(volume: &Volume, first: u64, count: u64, out: Option<&Path>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_take_binary_units() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64M"), Ok(64 << 20));
-        assert_eq!(parse_size("1G"), Ok(1 << 30));
-        assert_eq!(parse_size("8KiB"), Ok(8192));
-        assert_eq!(parse_size("2tb"), Ok(2 << 40));
-        assert!(parse_size("1.5G")
-            .unwrap_err()
-            .contains("unknown unit \".5G\""));
-        assert!(parse_size("M")
-            .unwrap_err()
-            .contains("expected a whole number"));
-        assert!(parse_size("99999999999T")
-            .unwrap_err()
-            .contains("too large"));
-    }
 
     #[test]
     fn volume_page_ranges_parse_with_their_own_words() {

@@ -164,6 +164,7 @@ fn bench_page_quick_json() {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn bench_fabric_quick_json() {
     let dir = tempfile::tempdir().expect("tempdir");
     let plots = dir.path().join("plots");

@@ -309,6 +309,7 @@ fn default_linear_addr(l: u64) -> String {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn linear_pages_stream_across_four_nodes() {
     const PAGE: usize = 8192;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -555,7 +556,7 @@ fn foreground_cluster_dies_with_its_parent() {
     up.kill().expect("SIGKILL quarry up");
     let _ = up.wait();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while pids.iter().any(|pid| quarry_cli::process_alive(*pid)) {
+    while pids.iter().any(|pid| quarry_local::process_alive(*pid)) {
         assert!(
             std::time::Instant::now() < deadline,
             "nodes {pids:?} outlived the killed `quarry up`"

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use quarry_cli::{LocalCluster, LocalClusterSpec, Topology};
 use quarry_client::{BlockingClient, ClientError, Status};
 use quarry_device::{BackendKind, BlockAddr, Geometry, PageAddr};
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr};
 
 fn exe() -> PathBuf {

@@ -10,8 +10,9 @@ use std::path::Path;
 use std::process::Command;
 
 use clap::Parser;
-use quarry_cli::{format_grep, Cli, GrepRequest};
+use quarry_cli::{Cli, GrepRequest};
 use quarry_client::{KernelSpec, Output, Target, TargetOutput};
+use quarry_jobs::format_grep;
 use quarry_kernels::{compile, Part, ScanKernel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

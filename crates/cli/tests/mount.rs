@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use quarry_cli::{LocalCluster, LocalClusterSpec, Topology};
 use quarry_device::{BackendKind, EccMode, Geometry};
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_quarry"))
@@ -313,6 +313,7 @@ fn occurrences(data: &[u8], pattern: &[u8]) -> u64 {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
     if let Err(reason) = fuse_usable() {
         println!("SKIPPED: {reason}");

@@ -70,6 +70,7 @@ const LATENCY_READS: usize = 50;
 const RING: [(usize, usize); 4] = [(0, 1), (1, 2), (2, 3), (0, 3)];
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn four_namespaces_line_then_ring_delay_cut_and_isolation() {
     let tag = format!("{}", std::process::id());
     if let Err(reason) = probe(&tag) {

@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quarry_cli::{LocalCluster, LocalClusterSpec, Topology};
 use quarry_client::{BucketName, Chunking, Client, Condition, ObjectKey, Objects, StoreError};
 use quarry_device::{BackendKind, Geometry};
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 const ROUNDS: u64 = 20;
 const WRITERS: u64 = 4;

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use quarry_cli::{LocalCluster, LocalClusterSpec, Topology};
 use quarry_device::{BackendKind, EccMode, Geometry};
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 fn quarry(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_quarry"))

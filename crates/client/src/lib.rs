@@ -40,6 +40,7 @@ mod client;
 mod cluster_file;
 mod compute;
 mod error;
+mod file_source;
 mod linear;
 mod objects;
 mod volumes;
@@ -51,6 +52,7 @@ pub use cluster_file::{
 };
 pub use compute::Compute;
 pub use error::ClientError;
+pub use file_source::file_source;
 pub use linear::{MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH};
 pub use objects::{Objects, StoreCalls};
 pub use quarry_kernels_api::{

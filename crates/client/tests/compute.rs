@@ -99,6 +99,7 @@ fn counts(outcome: &Outcome) -> Vec<(String, u64)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 async fn fgrep8_over_objects_volumes_and_linear_ranges_equals_a_scan_of_the_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let (nodes, client) = cluster(dir.path(), 0).await;
@@ -278,6 +279,7 @@ async fn kernels_read_chunks_whose_header_precedes_the_bytes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 async fn commands_have_status_limits_cancel_and_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let (nodes, client) = cluster(dir.path(), 1).await;

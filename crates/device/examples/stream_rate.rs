@@ -22,6 +22,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use quarry_device::{BackendKind, Device, DeviceConfig, EccMode, Geometry};
 
+#[allow(clippy::too_many_lines)] // an example program, read top to bottom
 fn main() {
     let words: Vec<String> = std::env::args().skip(1).collect();
     let skip_read_check = words.iter().any(|w| w == "nocheck");

@@ -115,6 +115,7 @@ fn read_order(reads: usize) -> Vec<usize> {
     order
 }
 
+#[allow(clippy::too_many_lines)] // an example program, read top to bottom
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (Some(path), Some(mode), Some(depth)) = (args.get(1), args.get(2), args.get(3)) else {

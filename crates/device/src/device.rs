@@ -625,68 +625,21 @@ impl Device {
                 direct_io = backing.direct;
                 allocated = backing.allocated;
                 let file = Arc::new(backing.file);
-                let timing = if config.backend == BackendKind::Nand {
-                    let t = options.nand_timing.clone().unwrap_or_else(|| {
-                        NandTiming::preset(
-                            config.preset.unwrap_or(Preset::Rfsa),
-                            layout.used_bytes as u64,
-                        )
-                    });
-                    t.validate()?;
-                    Some(t)
-                } else {
-                    None
-                };
-                match snapshot {
-                    Some(s) => {
-                        for (b, m) in blocks.iter_mut().zip(&s.blocks) {
-                            b.erase_count = m.erase_count;
-                            b.wp = m.write_pointer;
-                            b.bad = m.flags & FLAG_BAD != 0;
-                            b.factory_bad = m.flags & FLAG_FACTORY_BAD != 0;
-                        }
-                        if !s.clean {
-                            let recovered = recover(&path, &geometry, &ecc, &mut blocks)?;
-                            tracing::info!(
-                                "device {}: unclean stop, recovered {recovered} programmed pages past saved write pointers",
-                                path.display()
-                            );
-                        }
-                    }
-                    None => {
-                        if let Some(t) = &timing {
-                            mark_factory_bad(&geometry, t.factory_bad_fraction, seed, &mut blocks);
-                        }
-                    }
-                }
+                let timing = nand_timing_of(config, &options, &layout)?;
+                restore_blocks(
+                    snapshot,
+                    &path,
+                    &geometry,
+                    &ecc,
+                    timing.as_ref(),
+                    seed,
+                    &mut blocks,
+                )?;
                 // Mark dirty until close: write pointers will run ahead of the file.
                 meta::save(&mpath, &snapshot_of(&geometry, slot, false, blocks.iter()))?;
                 meta_path = Some(mpath);
                 backing_path = Some(path);
-                match timing {
-                    Some(timing) => {
-                        let sched =
-                            NandScheduler::start(&geometry, &timing, Arc::clone(&inflight))?;
-                        Store::Nand {
-                            file,
-                            sched: RwLock::new(sched),
-                            timing,
-                        }
-                    }
-                    None => {
-                        let engine = IoEngine::start(Arc::clone(&file), true)
-                            .map_err(|e| io_err("starting the I/O engine", e))?;
-                        tracing::debug!(
-                            "file device: {} engine, O_DIRECT {}",
-                            engine.name,
-                            direct_io
-                        );
-                        Store::File {
-                            file,
-                            engine: RwLock::new(engine),
-                        }
-                    }
-                }
+                start_store(file, timing, &geometry, &inflight, direct_io)?
             }
         };
         Ok(Device {
@@ -897,6 +850,19 @@ impl Device {
         rx.await.map_err(|_| DeviceError::Closed)
     }
 
+    /// A read slot as the page and spare area it holds, without a copy.
+    fn page_read_of(&self, buf: PooledBuf, corrected_bytes: u32) -> PageRead {
+        let l = self.ecc.layout();
+        let (page, oob_at, oob_len) = (l.page_size, l.oob_offset, l.oob_size);
+        let bytes = Bytes::from_owner(buf);
+        PageRead {
+            data: bytes.slice(0..page),
+            oob: bytes.slice(oob_at..oob_at + oob_len),
+            erased: false,
+            corrected_bytes,
+        }
+    }
+
     /// Reads one page; corrects what the ECC can, returns an uncorrectable page as an error.
     pub async fn read_page(&self, addr: PageAddr) -> Result<PageRead, DeviceError> {
         let arrival = Instant::now();
@@ -972,32 +938,15 @@ impl Device {
         if self.skip_read_check {
             // Benchmark-only path: everything the normal path does except the
             // check, so the difference in throughput is the cost of the ECC.
-            let l = self.ecc.layout();
-            let (page, oob_at, oob_len) = (l.page_size, l.oob_offset, l.oob_size);
-            let bytes = Bytes::from_owner(buf);
+            let read = self.page_read_of(buf, 0);
             if let Some(end) = deadline {
                 spin_until(end);
             }
-            return Ok(PageRead {
-                data: bytes.slice(0..page),
-                oob: bytes.slice(oob_at..oob_at + oob_len),
-                erased: false,
-                corrected_bytes: 0,
-            });
+            return Ok(read);
         }
         let result = self
             .check_slot(addr, index, buf.buf_mut().as_mut_slice())
-            .map(|corrected_bytes| {
-                let l = self.ecc.layout();
-                let (page, oob_at, oob_len) = (l.page_size, l.oob_offset, l.oob_size);
-                let bytes = Bytes::from_owner(buf);
-                PageRead {
-                    data: bytes.slice(0..page),
-                    oob: bytes.slice(oob_at..oob_at + oob_len),
-                    erased: false,
-                    corrected_bytes,
-                }
-            });
+            .map(|corrected_bytes| self.page_read_of(buf, corrected_bytes));
         if let Some(end) = deadline {
             spin_until(end);
         }
@@ -1654,6 +1603,97 @@ fn snapshot_of<'a>(
 }
 
 /// Marks a seeded-random `fraction` of blocks bad, never every block of a chip.
+/// The timing model of a nand device (the options', else its preset's);
+/// none for the other backends.
+fn nand_timing_of(
+    config: &DeviceConfig,
+    options: &OpenOptions,
+    layout: &SlotLayout,
+) -> Result<Option<NandTiming>, DeviceError> {
+    if config.backend != BackendKind::Nand {
+        return Ok(None);
+    }
+    let t = options.nand_timing.clone().unwrap_or_else(|| {
+        NandTiming::preset(
+            config.preset.unwrap_or(Preset::Rfsa),
+            layout.used_bytes as u64,
+        )
+    });
+    t.validate()?;
+    Ok(Some(t))
+}
+
+/// Block states from the saved snapshot (and, after an unclean stop, the
+/// pages programmed past its write pointers); a new nand device instead
+/// gets its factory bad blocks.
+fn restore_blocks(
+    snapshot: Option<meta::Snapshot>,
+    path: &Path,
+    geometry: &Geometry,
+    ecc: &Ecc,
+    timing: Option<&NandTiming>,
+    seed: u64,
+    blocks: &mut [BlockState],
+) -> Result<(), DeviceError> {
+    match snapshot {
+        Some(s) => {
+            for (b, m) in blocks.iter_mut().zip(&s.blocks) {
+                b.erase_count = m.erase_count;
+                b.wp = m.write_pointer;
+                b.bad = m.flags & FLAG_BAD != 0;
+                b.factory_bad = m.flags & FLAG_FACTORY_BAD != 0;
+            }
+            if !s.clean {
+                let recovered = recover(path, geometry, ecc, blocks)?;
+                tracing::info!(
+                    "device {}: unclean stop, recovered {recovered} programmed pages past saved write pointers",
+                    path.display()
+                );
+            }
+        }
+        None => {
+            if let Some(t) = timing {
+                mark_factory_bad(geometry, t.factory_bad_fraction, seed, blocks);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The backing file's store: behind the nand scheduler when there is a
+/// timing model, else behind the I/O engine.
+fn start_store(
+    file: Arc<File>,
+    timing: Option<NandTiming>,
+    geometry: &Geometry,
+    inflight: &Arc<AtomicUsize>,
+    direct_io: bool,
+) -> Result<Store, DeviceError> {
+    Ok(match timing {
+        Some(timing) => {
+            let sched = NandScheduler::start(geometry, &timing, Arc::clone(inflight))?;
+            Store::Nand {
+                file,
+                sched: RwLock::new(sched),
+                timing,
+            }
+        }
+        None => {
+            let engine = IoEngine::start(Arc::clone(&file), true)
+                .map_err(|e| io_err("starting the I/O engine", e))?;
+            tracing::debug!(
+                "file device: {} engine, O_DIRECT {}",
+                engine.name,
+                direct_io
+            );
+            Store::File {
+                file,
+                engine: RwLock::new(engine),
+            }
+        }
+    })
+}
+
 fn mark_factory_bad(geometry: &Geometry, fraction: f64, seed: u64, blocks: &mut [BlockState]) {
     let mut rng = SplitMix(seed ^ 0xBAD_B10C);
     let per_chip = geometry.blocks_per_chip as usize;

@@ -792,6 +792,7 @@ async fn a_dropped_program_leaves_the_block_usable() {
 /// alone, unprogrammed pages read as erased, a run may go on into the next
 /// block, and a run past the device's end or longer than `max_read_pages`
 /// is refused.
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 async fn multi_page_reads(backend: BackendKind) {
     let dir = tempfile::tempdir().expect("tempdir");
     let dev = open(backend, dir.path());

@@ -451,6 +451,8 @@ impl Inner {
 
     /// Sends `request` to `dest` and returns its answer frame as it
     /// arrived, or an error answer of this node's.
+    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
+    #[allow(clippy::too_many_lines)]
     async fn exchange(
         self: Arc<Self>,
         dest: NodeId,
@@ -702,6 +704,8 @@ impl Inner {
 
     /// Handshakes on `stream`, registers the link and serves it until it
     /// closes. `expect` is the neighbour dialled, or None for an accepted link.
+    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
+    #[allow(clippy::too_many_lines)]
     async fn run_link(
         self: Arc<Self>,
         stream: TcpStream,

@@ -291,6 +291,8 @@ impl<P: Peers> Engine<P> {
     }
 
     /// Starts a command; returns its number at once.
+    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
+    #[allow(clippy::too_many_lines)]
     pub fn submit(
         self: &Arc<Self>,
         job: Job,
@@ -459,6 +461,8 @@ impl<P: Peers> Engine<P> {
     }
 
     /// Expands the targets into byte ranges and the segments holding them.
+    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
+    #[allow(clippy::too_many_lines)]
     async fn resolve(
         &self,
         targets: &[Target],
@@ -654,6 +658,8 @@ impl<P: Peers> Engine<P> {
     }
 
     /// Runs a scan kernel over resolved targets and merges the parts.
+    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
+    #[allow(clippy::too_many_lines)]
     async fn scan(
         &self,
         command: &Command,

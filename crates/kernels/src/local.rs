@@ -196,51 +196,8 @@ impl LocalData {
                     start,
                     end,
                 } => {
-                    let m = self.managed("chunks")?;
-                    let fp = Fingerprint(*fingerprint);
-                    let info = m
-                        .store
-                        .chunk(fp)
-                        .await
-                        .map_err(|e| self.storage(format!("looking up chunk {fp}: {e}")))?
-                        .ok_or_else(|| {
-                            self.storage(format!(
-                                "chunk {fp} is not here (released by a newer version of its \
-                                 object, or placed over other members)"
-                            ))
-                        })?;
-                    if info.len != *len {
-                        return Err(self.storage(format!(
-                            "chunk {fp} holds {} bytes, the manifest says {len}",
-                            info.len
-                        )));
-                    }
-                    let spans = m
-                        .store
-                        .data()
-                        .page_spans(info.location, info.len, *start..*end)
-                        .map_err(|e| self.storage(e.to_string()))?;
-                    let first = LogicalPage::new(info.location.space, info.location.first_page);
-                    let header = Some((fp, info.location, info.len));
-                    // The header page is read even when the range starts
-                    // further on: it proves the extent still holds this chunk.
-                    if spans.first().map(|s| s.page) != Some(first) {
-                        items.push(PageItem {
-                            segment: i,
-                            page: PageRef::Chunk(first),
-                            span: 0..0,
-                            header,
-                        });
-                    }
-                    for s in spans {
-                        let header = (s.page == first).then_some((fp, info.location, info.len));
-                        items.push(PageItem {
-                            segment: i,
-                            page: PageRef::Chunk(s.page),
-                            span: s.bytes,
-                            header,
-                        });
-                    }
+                    self.plan_chunk(i, *fingerprint, *len, *start..*end, &mut items)
+                        .await?;
                 }
                 Source::VolumePage {
                     space,
@@ -282,6 +239,64 @@ impl LocalData {
             }
         }
         Ok((items, total))
+    }
+
+    /// The page reads of bytes `range` of a chunk: its pages from the
+    /// header page on, each with the bytes of the range it holds.
+    async fn plan_chunk(
+        &self,
+        segment: usize,
+        fingerprint: [u8; 32],
+        len: u32,
+        range: std::ops::Range<u32>,
+        items: &mut Vec<PageItem>,
+    ) -> Result<(), ComputeError> {
+        let m = self.managed("chunks")?;
+        let fp = Fingerprint(fingerprint);
+        let info = m
+            .store
+            .chunk(fp)
+            .await
+            .map_err(|e| self.storage(format!("looking up chunk {fp}: {e}")))?
+            .ok_or_else(|| {
+                self.storage(format!(
+                    "chunk {fp} is not here (released by a newer version of its \
+                     object, or placed over other members)"
+                ))
+            })?;
+        if info.len != len {
+            return Err(self.storage(format!(
+                "chunk {fp} holds {} bytes, the manifest says {len}",
+                info.len
+            )));
+        }
+        let spans = m
+            .store
+            .data()
+            .page_spans(info.location, info.len, range)
+            .map_err(|e| self.storage(e.to_string()))?;
+        let first = LogicalPage::new(info.location.space, info.location.first_page);
+        let header = Some((fp, info.location, info.len));
+        // The header page is read even when the range starts
+        // further on: it proves the extent still holds this chunk.
+        if spans.first().map(|s| s.page) != Some(first) {
+            items.push(PageItem {
+                segment,
+                page: PageRef::Chunk(first),
+                span: 0..0,
+                header,
+            });
+        }
+        for s in spans {
+            let header = (s.page == first).then_some((fp, info.location, info.len));
+            items.push(PageItem {
+                segment,
+                page: PageRef::Chunk(s.page),
+                span: s.bytes,
+                header,
+            });
+        }
+        Ok(())
     }
 
     async fn read(&self, item: &PageItem) -> Result<TaggedPage, ComputeError> {
@@ -571,6 +586,25 @@ struct RunReader<'a> {
 }
 
 impl RunReader<'_> {
+    /// Fails once the command stopped waiting for the run or its time ran out.
+    fn check_wanted(&self) -> Result<(), ComputeError> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(self
+                .data
+                .storage("the command stopped waiting for this run".into()));
+        }
+        if Instant::now() > self.deadline {
+            return Err(ComputeError::Limit {
+                what: "time",
+                detail: format!(
+                    "the command's time ran out while node {} read its data",
+                    self.data.node
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// Reads the run's pages in order with the tuner's setting, checks them
     /// and folds them, on this (blocking) thread; returns the bytes folded
     /// and the time spent waiting for reads.
@@ -593,8 +627,8 @@ impl RunReader<'_> {
             data,
             tuner,
             items,
-            deadline,
-            stop,
+            deadline: _,
+            stop: _,
         } = *self;
         let mut io_wait = Duration::ZERO;
         let mut lane = Some(lane);
@@ -630,18 +664,7 @@ impl RunReader<'_> {
             let Some(read) = issued.pop_front() else {
                 break;
             };
-            if stop.load(Ordering::Relaxed) {
-                return Err(data.storage("the command stopped waiting for this run".into()));
-            }
-            if Instant::now() > deadline {
-                return Err(ComputeError::Limit {
-                    what: "time",
-                    detail: format!(
-                        "the command's time ran out while node {} read its data",
-                        data.node
-                    ),
-                });
-            }
+            self.check_wanted()?;
             let waited = Instant::now();
             let (group, mut fetched) = match read {
                 Issued::Shared(mut read) => {

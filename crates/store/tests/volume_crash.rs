@@ -46,6 +46,7 @@ fn parse(line: &str) -> Option<(bool, String, String, State)> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn kill_9_while_putting_and_deleting_objects_10_times() {
     let exe = env!("CARGO_BIN_EXE_store-crash-writer");
     let dir = tempfile::tempdir().unwrap();

@@ -272,27 +272,7 @@ impl<X: VolumeTransport> BlockVolumes<X> {
             }
         }
         let page_size = page_size.unwrap_or(1);
-        let ps = u64::from(page_size);
-        if !size_bytes.is_multiple_of(ps) {
-            let down = size_bytes / ps * ps;
-            return Err(BlockVolumeError::InvalidSize {
-                reason: format!(
-                    "{size_bytes} bytes is not a whole number of the members' {page_size}-byte \
-                     pages (try {} or {} bytes)",
-                    down.max(ps),
-                    down + ps
-                ),
-            });
-        }
-        let size_pages = size_bytes / ps;
-        if size_pages > MAX_VOLUME_PAGES {
-            return Err(BlockVolumeError::InvalidSize {
-                reason: format!(
-                    "{size_pages} pages of {page_size} bytes, a volume has at most \
-                     {MAX_VOLUME_PAGES}"
-                ),
-            });
-        }
+        let size_pages = size_pages_of(size_bytes, page_size)?;
         if max_id >= MAX_VOLUME_ID {
             return Err(BlockVolumeError::TooMany {
                 node: members[0],
@@ -326,6 +306,16 @@ impl<X: VolumeTransport> BlockVolumes<X> {
                 }
             })
             .await;
+        self.undo_unless_all(def, results).await
+    }
+
+    /// `def` when every member defined it; else the first error, after
+    /// deleting it again on the members that took it, so the name is free.
+    async fn undo_unless_all<T>(
+        &self,
+        def: VolumeDef,
+        results: Vec<(NodeId, Result<T>)>,
+    ) -> Result<VolumeDef> {
         let mut error = None;
         let mut took = Vec::new();
         for (node, result) in results {
@@ -339,7 +329,6 @@ impl<X: VolumeTransport> BlockVolumes<X> {
         let Some(error) = error else {
             return Ok(def);
         };
-        // Undo on the members that took it, so the name is free again.
         let failed: Vec<String> = self
             .delete_on(&took, &def)
             .await
@@ -351,7 +340,7 @@ impl<X: VolumeTransport> BlockVolumes<X> {
         }
         Err(BlockVolumeError::Incomplete {
             op: "create",
-            name: name.to_string(),
+            name: def.name.clone(),
             reason: format!(
                 "{error}; undoing it failed ({}); delete the volume to remove what is left",
                 failed.join("; ")
@@ -1029,4 +1018,30 @@ impl<X: VolumeTransport> BlockVolume<X> {
         buf[head..head + data.len()].copy_from_slice(data);
         self.write_checked(first, &buf).await
     }
+}
+
+/// A volume's size in whole pages of `page_size` bytes, within the limit.
+fn size_pages_of(size_bytes: u64, page_size: u32) -> Result<u64> {
+    let ps = u64::from(page_size);
+    if !size_bytes.is_multiple_of(ps) {
+        let down = size_bytes / ps * ps;
+        return Err(BlockVolumeError::InvalidSize {
+            reason: format!(
+                "{size_bytes} bytes is not a whole number of the members' {page_size}-byte \
+                 pages (try {} or {} bytes)",
+                down.max(ps),
+                down + ps
+            ),
+        });
+    }
+    let size_pages = size_bytes / ps;
+    if size_pages > MAX_VOLUME_PAGES {
+        return Err(BlockVolumeError::InvalidSize {
+            reason: format!(
+                "{size_pages} pages of {page_size} bytes, a volume has at most \
+                 {MAX_VOLUME_PAGES}"
+            ),
+        });
+    }
+    Ok(size_pages)
 }

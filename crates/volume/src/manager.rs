@@ -2021,29 +2021,9 @@ impl Inner {
     }
 }
 
-/// Rebuilds the state from the checkpoint, the trim logs and the OOB records
-/// of pages programmed since.
-async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, VolumeError> {
+/// Each block's erase count, write pointer and bad mark, as the device has them.
+fn device_blocks(device: &Device) -> Result<Vec<DeviceBlock>, VolumeError> {
     let geometry = device.geometry();
-    if device.info().backend == BackendKind::Mem {
-        // A mem device starts empty every time: a checkpoint or trim log
-        // left in the directory describes pages that no longer exist.
-        let _ = std::fs::remove_file(dir.join(meta::CHECKPOINT_FILE));
-        for (_, path) in meta::list_trim_logs(dir)? {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-    let ckpt = meta::load_checkpoint(dir, &geometry)?;
-    let from_gen = ckpt.as_ref().map_or(0, |c| c.generation);
-    let mut trims = Vec::new();
-    for (gen, path) in meta::list_trim_logs(dir)? {
-        if gen < from_gen {
-            continue;
-        }
-        let bytes = std::fs::read(&path)
-            .map_err(|e| VolumeError::io(format!("reading {}", path.display()), e))?;
-        trims.extend(meta::decode_trim_log(&path, &bytes)?);
-    }
     let mut dev_blocks = Vec::with_capacity(geometry.blocks() as usize);
     for i in 0..geometry.blocks() {
         let addr = geometry.block_at(i);
@@ -2054,9 +2034,16 @@ async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, Vol
             bad: device.is_bad(addr).map_err(err)?,
         });
     }
-    let ranges = recovery::scan_ranges(ckpt.as_ref(), &dev_blocks);
+    Ok(dev_blocks)
+}
+
+/// The OOB records of the pages in `ranges`, read many at a time.
+async fn scan_records(
+    device: &Device,
+    ranges: &[recovery::ScanRange],
+) -> Result<Vec<Candidate>, VolumeError> {
+    let geometry = device.geometry();
     let ppb = geometry.pages_per_block;
-    let scanned: u64 = ranges.iter().map(|r| u64::from(r.to - r.from)).sum();
     let pages = ranges
         .iter()
         .flat_map(|r| (r.from..r.to).map(move |p| (r.block, p)));
@@ -2086,6 +2073,37 @@ async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, Vol
         candidates.extend(read?);
     }
     drop(reads);
+    Ok(candidates)
+}
+
+/// Rebuilds the state from the checkpoint, the trim logs and the OOB records
+/// of pages programmed since.
+async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, VolumeError> {
+    let geometry = device.geometry();
+    if device.info().backend == BackendKind::Mem {
+        // A mem device starts empty every time: a checkpoint or trim log
+        // left in the directory describes pages that no longer exist.
+        let _ = std::fs::remove_file(dir.join(meta::CHECKPOINT_FILE));
+        for (_, path) in meta::list_trim_logs(dir)? {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    let ckpt = meta::load_checkpoint(dir, &geometry)?;
+    let from_gen = ckpt.as_ref().map_or(0, |c| c.generation);
+    let mut trims = Vec::new();
+    for (gen, path) in meta::list_trim_logs(dir)? {
+        if gen < from_gen {
+            continue;
+        }
+        let bytes = std::fs::read(&path)
+            .map_err(|e| VolumeError::io(format!("reading {}", path.display()), e))?;
+        trims.extend(meta::decode_trim_log(&path, &bytes)?);
+    }
+    let dev_blocks = device_blocks(device)?;
+    let ranges = recovery::scan_ranges(ckpt.as_ref(), &dev_blocks);
+    let ppb = geometry.pages_per_block;
+    let scanned: u64 = ranges.iter().map(|r| u64::from(r.to - r.from)).sum();
+    let candidates = scan_records(device, &ranges).await?;
     let merged = recovery::merge(ckpt.as_ref(), &dev_blocks, ppb, &trims, &candidates);
     for (page, seq) in &merged.lost {
         tracing::error!(

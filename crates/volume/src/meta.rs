@@ -128,6 +128,36 @@ pub(crate) fn encode_checkpoint(c: &Checkpoint) -> Vec<u8> {
     out
 }
 
+/// The checkpoint without its CRC, once the magic, the CRC, the version
+/// and the geometry check out; else why not.
+fn checked_body<'a>(bytes: &'a [u8], expect: &Geometry) -> Result<&'a [u8], String> {
+    if bytes.len() < HEADER + 8 + 4 || &bytes[..8] != CHECKPOINT_MAGIC {
+        return Err(format!(
+            "not a space manager checkpoint ({} bytes, bad magic or too short)",
+            bytes.len()
+        ));
+    }
+    let body = &bytes[..bytes.len() - 4];
+    if crc32c::crc32c(body) != u32_at(bytes, bytes.len() - 4) {
+        return Err("checksum mismatch: the checkpoint is corrupt".into());
+    }
+    let version = u32_at(bytes, 8);
+    if version != CHECKPOINT_VERSION {
+        return Err(format!(
+            "version {version}, this build reads version {CHECKPOINT_VERSION}"
+        ));
+    }
+    let f: Vec<u32> = (0..6).map(|i| u32_at(bytes, 12 + 4 * i)).collect();
+    if f != geometry_fields(expect) {
+        return Err(format!(
+            "geometry mismatch: the checkpoint was written for buses/chips/blocks/pages/page \
+             size/OOB {f:?}, the device has {:?}",
+            geometry_fields(expect)
+        ));
+    }
+    Ok(body)
+}
+
 /// Decodes a checkpoint and checks it against the device's geometry.
 pub(crate) fn decode_checkpoint(
     path: &Path,
@@ -139,30 +169,7 @@ pub(crate) fn decode_checkpoint(
         path: path.to_path_buf(),
         reason,
     };
-    if bytes.len() < HEADER + 8 + 4 || &bytes[..8] != CHECKPOINT_MAGIC {
-        return Err(bad(format!(
-            "not a space manager checkpoint ({} bytes, bad magic or too short)",
-            bytes.len()
-        )));
-    }
-    let body = &bytes[..bytes.len() - 4];
-    if crc32c::crc32c(body) != u32_at(bytes, bytes.len() - 4) {
-        return Err(bad("checksum mismatch: the checkpoint is corrupt".into()));
-    }
-    let version = u32_at(bytes, 8);
-    if version != CHECKPOINT_VERSION {
-        return Err(bad(format!(
-            "version {version}, this build reads version {CHECKPOINT_VERSION}"
-        )));
-    }
-    let f: Vec<u32> = (0..6).map(|i| u32_at(bytes, 12 + 4 * i)).collect();
-    if f != geometry_fields(expect) {
-        return Err(bad(format!(
-            "geometry mismatch: the checkpoint was written for buses/chips/blocks/pages/page \
-             size/OOB {f:?}, the device has {:?}",
-            geometry_fields(expect)
-        )));
-    }
+    let body = checked_body(bytes, expect).map_err(bad)?;
     let mut at = 36;
     let generation = u64_at(bytes, at);
     let next_seq = u64_at(bytes, at + 8);

@@ -45,6 +45,7 @@ fn parse(line: &str) -> Option<(bool, u64, PageState)> {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn kill_9_in_the_middle_of_a_write_load_20_times() {
     let exe = env!("CARGO_BIN_EXE_volume-crash-writer");
     let dir = tempfile::tempdir().unwrap();

@@ -323,6 +323,99 @@ fn encode_snapshot(seq: u64, map: &TableMap, page_size: usize) -> Vec<Bytes> {
     paginate(bytes, page_size)
 }
 
+/// The tables as the root's snapshot holds them (empty without one).
+async fn load_snapshot(
+    volume: &Arc<SpaceManager>,
+    snap_space: u32,
+    root: &Root,
+) -> Result<TableMap> {
+    let mut map = TableMap::default();
+    let page_size = volume.page_size();
+    if root.snapshot_pages > 0 {
+        let pages =
+            read_pages(volume, snap_space, root.snapshot_first, root.snapshot_pages).await?;
+        let mut all = Vec::with_capacity(pages.len() * page_size);
+        for (i, p) in pages.into_iter().enumerate() {
+            let p = p.ok_or_else(|| {
+                malformed(
+                    "table snapshot",
+                    format!(
+                        "page {} of {} is missing",
+                        root.snapshot_first + i as u64,
+                        root.snapshot_pages
+                    ),
+                )
+            })?;
+            all.extend_from_slice(&p);
+        }
+        map = decode_snapshot(&all, root.snapshot_seq)?;
+    }
+    Ok(map)
+}
+
+/// Applies the log's records after the snapshot, up to its torn tail;
+/// returns the page after the last whole record and its sequence number.
+async fn replay_log(
+    volume: &Arc<SpaceManager>,
+    log_space: u32,
+    root: &Root,
+    map: &mut TableMap,
+    stats: &mut VolumeTableStats,
+) -> Result<(u64, u64)> {
+    let page_size = volume.page_size();
+    let mut next = root.log_start;
+    let mut seq = root.snapshot_seq;
+    loop {
+        let id = LogicalPage::new(log_space, next);
+        let Some(first) = volume
+            .read(id)
+            .await
+            .map_err(|e| volume_error(format_args!("reading table log page {id}"), e))?
+        else {
+            break;
+        };
+        let Some((rseq, len, pages, crc)) = decode_log_header(&first, page_size) else {
+            break;
+        };
+        if rseq != seq + 1 {
+            return Err(malformed(
+                "table log",
+                format!(
+                    "page {id} holds record {rseq} where record {} was due",
+                    seq + 1
+                ),
+            ));
+        }
+        let rest = read_pages(volume, log_space, next + 1, pages - 1).await?;
+        if rest.iter().any(Option::is_none) {
+            break;
+        }
+        let mut payload = Vec::with_capacity(pages as usize * page_size);
+        payload.extend_from_slice(&first);
+        for p in rest.into_iter().flatten() {
+            payload.extend_from_slice(&p);
+        }
+        let Some(payload) = payload.get(LOG_HEADER..LOG_HEADER + len) else {
+            break;
+        };
+        if crc32c::crc32c(payload) != crc {
+            break;
+        }
+        let mut c = Reader::new("table log record", payload);
+        let batches = c.u32()?;
+        for _ in 0..batches {
+            apply_encoded(&mut c, map)?;
+        }
+        if !c.done() {
+            return Err(malformed("table log record", "bytes trail the batches"));
+        }
+        stats.records_replayed_at_open += 1;
+        seq = rseq;
+        next += pages;
+    }
+    Ok((next, seq))
+}
+
 fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<TableMap> {
     let what = "table snapshot";
     if bytes.len() < SNAPSHOT_HEADER
@@ -509,83 +602,8 @@ impl VolumeTableStore {
                 ),
             ));
         }
-        let mut map = TableMap::default();
-        if root.snapshot_pages > 0 {
-            let pages = read_pages(
-                &volume,
-                snap_space,
-                root.snapshot_first,
-                root.snapshot_pages,
-            )
-            .await?;
-            let mut all = Vec::with_capacity(pages.len() * page_size);
-            for (i, p) in pages.into_iter().enumerate() {
-                let p = p.ok_or_else(|| {
-                    malformed(
-                        "table snapshot",
-                        format!(
-                            "page {} of {} is missing",
-                            root.snapshot_first + i as u64,
-                            root.snapshot_pages
-                        ),
-                    )
-                })?;
-                all.extend_from_slice(&p);
-            }
-            map = decode_snapshot(&all, root.snapshot_seq)?;
-        }
-
-        // Replay the log.
-        let mut next = root.log_start;
-        let mut seq = root.snapshot_seq;
-        loop {
-            let id = LogicalPage::new(log_space, next);
-            let Some(first) = volume
-                .read(id)
-                .await
-                .map_err(|e| volume_error(format_args!("reading table log page {id}"), e))?
-            else {
-                break;
-            };
-            let Some((rseq, len, pages, crc)) = decode_log_header(&first, page_size) else {
-                break;
-            };
-            if rseq != seq + 1 {
-                return Err(malformed(
-                    "table log",
-                    format!(
-                        "page {id} holds record {rseq} where record {} was due",
-                        seq + 1
-                    ),
-                ));
-            }
-            let rest = read_pages(&volume, log_space, next + 1, pages - 1).await?;
-            if rest.iter().any(Option::is_none) {
-                break;
-            }
-            let mut payload = Vec::with_capacity(pages as usize * page_size);
-            payload.extend_from_slice(&first);
-            for p in rest.into_iter().flatten() {
-                payload.extend_from_slice(&p);
-            }
-            let Some(payload) = payload.get(LOG_HEADER..LOG_HEADER + len) else {
-                break;
-            };
-            if crc32c::crc32c(payload) != crc {
-                break;
-            }
-            let mut c = Reader::new("table log record", payload);
-            let batches = c.u32()?;
-            for _ in 0..batches {
-                apply_encoded(&mut c, &mut map)?;
-            }
-            if !c.done() {
-                return Err(malformed("table log record", "bytes trail the batches"));
-            }
-            stats.records_replayed_at_open += 1;
-            seq = rseq;
-            next += pages;
-        }
+        let mut map = load_snapshot(&volume, snap_space, &root).await?;
+        let (next, seq) = replay_log(&volume, log_space, &root, &mut map, &mut stats).await?;
 
         // Trim the torn tail, and what a cut-short compaction left: log
         // pages before the root's log start, snapshot pages other than the

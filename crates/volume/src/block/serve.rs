@@ -108,61 +108,79 @@ async fn serve(
             let data = r.bytes(expect)?;
             write(registry, space, &entry, first, data).await?;
         }
-        Op::Trim => {
-            let name = r.name()?;
-            let instance = r.u64()?;
-            let first = r.u64()?;
-            let count = r.u64()?;
-            r.end()?;
-            let entry = open_entry(registry, &name, instance)?;
-            check_local_range(registry, &entry, first, count)?;
-            let _gate = entry.open_gate().await?;
-            let end = first.saturating_add(count);
-            let pages: Vec<u64> = space
-                .pages_in(entry.def.space())
-                .into_iter()
-                .filter(|i| (first..end).contains(i))
-                .collect();
-            let trimmed = pages.len() as u64;
-            for batch in pages.chunks(TRIM_BATCH_PAGES) {
-                // A trim is a write of zeros: an add must not read a page
-                // before it and write the old data back after it.
-                let _locks = registry.lock_pages(entry.def.space(), batch).await;
-                trim_pages(registry.node(), space, entry.def.space(), batch.to_vec()).await?;
-            }
-            w.u64(trimmed);
-        }
-        Op::AddU64 => {
-            let name = r.name()?;
-            let instance = r.u64()?;
-            let count = r.count(ADD_OP_BYTES)?;
-            if count > MAX_ADDS_PER_CALL {
-                return Err(BlockVolumeError::TooMany {
-                    node: registry.node(),
-                    what: format!("{count} adds in one call"),
-                    limit: MAX_ADDS_PER_CALL as u64,
-                });
-            }
-            let mut adds = Vec::with_capacity(count);
-            for _ in 0..count {
-                adds.push(Add {
-                    page: r.u64()?,
-                    offset_in_page: r.u32()?,
-                    delta: r.u64()?,
-                });
-            }
-            r.end()?;
-            let entry = open_entry(registry, &name, instance)?;
-            let values = add_u64s(registry, space, &entry, &adds).await?;
-            debug_assert_eq!(values.len(), adds.len());
-            w.0.reserve(4 + 8 * values.len());
-            w.u32(values.len() as u32);
-            for v in values {
-                w.u64(v);
-            }
-        }
+        Op::Trim => trim_call(registry, space, &mut r, &mut w).await?,
+        Op::AddU64 => add_call(registry, space, &mut r, &mut w).await?,
     }
     Ok(w.0)
+}
+
+/// A trim call: zeros over the volume's pages in a range, in batches.
+async fn trim_call(
+    registry: &VolumeRegistry,
+    space: &SpaceManager,
+    r: &mut Reader<'_>,
+    w: &mut Writer,
+) -> Result<(), BlockVolumeError> {
+    let name = r.name()?;
+    let instance = r.u64()?;
+    let first = r.u64()?;
+    let count = r.u64()?;
+    r.end()?;
+    let entry = open_entry(registry, &name, instance)?;
+    check_local_range(registry, &entry, first, count)?;
+    let _gate = entry.open_gate().await?;
+    let end = first.saturating_add(count);
+    let pages: Vec<u64> = space
+        .pages_in(entry.def.space())
+        .into_iter()
+        .filter(|i| (first..end).contains(i))
+        .collect();
+    let trimmed = pages.len() as u64;
+    for batch in pages.chunks(TRIM_BATCH_PAGES) {
+        // A trim is a write of zeros: an add must not read a page
+        // before it and write the old data back after it.
+        let _locks = registry.lock_pages(entry.def.space(), batch).await;
+        trim_pages(registry.node(), space, entry.def.space(), batch.to_vec()).await?;
+    }
+    w.u64(trimmed);
+    Ok(())
+}
+
+/// A batch of 64-bit adds, answered with the new values.
+async fn add_call(
+    registry: &VolumeRegistry,
+    space: &SpaceManager,
+    r: &mut Reader<'_>,
+    w: &mut Writer,
+) -> Result<(), BlockVolumeError> {
+    let name = r.name()?;
+    let instance = r.u64()?;
+    let count = r.count(ADD_OP_BYTES)?;
+    if count > MAX_ADDS_PER_CALL {
+        return Err(BlockVolumeError::TooMany {
+            node: registry.node(),
+            what: format!("{count} adds in one call"),
+            limit: MAX_ADDS_PER_CALL as u64,
+        });
+    }
+    let mut adds = Vec::with_capacity(count);
+    for _ in 0..count {
+        adds.push(Add {
+            page: r.u64()?,
+            offset_in_page: r.u32()?,
+            delta: r.u64()?,
+        });
+    }
+    r.end()?;
+    let entry = open_entry(registry, &name, instance)?;
+    let values = add_u64s(registry, space, &entry, &adds).await?;
+    debug_assert_eq!(values.len(), adds.len());
+    w.0.reserve(4 + 8 * values.len());
+    w.u32(values.len() as u32);
+    for v in values {
+        w.u64(v);
+    }
+    Ok(())
 }
 
 fn open_entry(

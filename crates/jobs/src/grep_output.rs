@@ -1,7 +1,7 @@
 //! What GNU grep 3.8 prints for the kernel's answers: [`format_grep`], used
 //! by `quarry grep` and by the mount's `grep` files.
 
-use quarry_client::{GrepOutput, MatchLine, Output, TargetOutput};
+use quarry_kernels_api::{GrepOutput, MatchLine, Output, TargetOutput};
 
 /// GNU grep 3.8 reads a file in pieces of 96 KiB (its first read, and every
 /// later one while lines are shorter than a page) and treats the data as

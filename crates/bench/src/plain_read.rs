@@ -37,7 +37,7 @@ pub(crate) struct PlainRead {
 
 impl PlainRead {
     pub(crate) fn mib_per_s(&self) -> f64 {
-        self.bytes as f64 / f64::from(1 << 20) / self.seconds.max(1e-9)
+        crate::measure::mib_per_s(self.bytes, self.seconds)
     }
 }
 

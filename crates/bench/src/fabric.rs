@@ -43,11 +43,13 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::args::{BenchFabricArgs, FabricPart};
-use crate::bench::TempDir;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
+use crate::common::work_dir;
+use crate::measure::{mib_per_s, MIB};
 use crate::plot::{HLine, LinePlot, Series};
 use crate::stats::LatencyStats;
+use quarry_jobs::human_bytes;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 /// Goal of part 1: added latency per hop at most this (least-squares slope
 /// of the mean).
@@ -91,7 +93,7 @@ impl Plan {
                 args.seconds
             );
         }
-        let (pages_per_node, reads, seconds, load_rounds) = if args.quick {
+        let (pages_per_node, reads, seconds, load_rounds) = if args.common.quick {
             (args.pages_per_node.min(64), args.reads.min(40), 0.25, 1)
         } else {
             (args.pages_per_node, args.reads, args.seconds, 2)
@@ -329,14 +331,7 @@ impl LatencyRow {
 pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
     let plan = Plan::new(args)?;
     let wants = |part: FabricPart| args.only.is_empty() || args.only.contains(&part);
-    let temp;
-    let root = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => {
-            temp = TempDir::new("quarry-bench-fabric")?;
-            temp.path.clone()
-        }
-    };
+    let (root, _scratch) = work_dir(args.common.dir.as_deref(), "quarry-bench-fabric")?;
     if let Some(dir) = &args.plot_dir {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the plot directory {}", dir.display()))?;
@@ -351,7 +346,7 @@ pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
         * f64::from(PAGE_BYTES)
         / layout.used_bytes as f64;
     let mut report = Report {
-        quick: args.quick,
+        quick: args.common.quick,
         preset: "bluedbm",
         geometry: plan.geometry,
         pages_per_node: plan.pages_per_node,
@@ -364,138 +359,13 @@ pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
     };
 
     if wants(FabricPart::Latency) || wants(FabricPart::Load) {
-        let mut hop_series = Vec::new();
-        let mut load_series = Vec::new();
-        for backend in [BackendKind::Nand, BackendKind::Mem] {
-            let name = format!("line-{}", backend_name(backend));
-            let mut bed = Bed::start(
-                &runtime,
-                &root.join(&name),
-                4,
-                TopologyKind::Line,
-                backend,
-                &plan,
-            )?;
-            if wants(FabricPart::Latency) {
-                eprintln!("bench fabric: QD1 latency vs hops, {}", bed.describe());
-                let series = runtime.block_on(latency_vs_hops(&bed, &plan));
-                let series = bed.check(series)?;
-                hop_series.push(series);
-            }
-            if wants(FabricPart::Load) {
-                eprintln!("bench fabric: QD1 under load, {}", bed.describe());
-                let series = runtime.block_on(qd1_under_load(&bed, &plan));
-                let series = bed.check(series)?;
-                load_series.push(series);
-            }
-            bed.stop()?;
-        }
-        if wants(FabricPart::Latency) {
-            eprintln!("bench fabric: QD1 latency vs hops, blocking TCP relays (the floor)");
-            hop_series.push(tcp_relay_floor(&plan, Duration::ZERO, FLOOR_BACKEND)?);
-            // The same with the answer held for the modeled device time: the
-            // relays' cores fall idle meanwhile, as the nodes' do on nand.
-            let device = Duration::from_secs_f64(report.device_read_us / 1e6);
-            hop_series.push(tcp_relay_floor(&plan, device, FLOOR_DEVICE_BACKEND)?);
-        }
-        let slope_of = |name: &str, all: &[HopSeries]| {
-            all.iter()
-                .find(|s| s.backend == name)
-                .map(|s| s.slope_us_per_hop_mean)
-        };
-        for i in 0..hop_series.len() {
-            let floor = match hop_series[i].backend.as_str() {
-                "nand" => FLOOR_DEVICE_BACKEND,
-                "mem" => FLOOR_BACKEND,
-                _ => continue,
-            };
-            if let Some(slope) = slope_of(floor, &hop_series) {
-                hop_series[i].ratio_to_floor = Some(hop_series[i].slope_us_per_hop_mean / slope);
-                hop_series[i].floor = Some(floor.into());
-            }
-        }
-        if !hop_series.is_empty() {
-            report.latency = Some(LatencyReport {
-                topology: "line 0-1-2-3".into(),
-                entry_node: 0,
-                goal_us_per_hop: HOP_GOAL_US,
-                backends: hop_series,
-            });
-        }
-        if !load_series.is_empty() {
-            report.load = Some(LoadReport {
-                topology: "line 0-1-2-3 (the QD1 reads and the stream enter at node 0)".into(),
-                entry_node: 0,
-                qd1_target: 1,
-                stream_queue_depth: plan.depth_per_node,
-                goal_ratio_max: LOAD_GOAL_RATIO,
-                backends: load_series,
-            });
-        }
+        latency_and_load(args, &plan, &runtime, &root, &mut report)?;
     }
-
     if wants(FabricPart::Bandwidth) || wants(FabricPart::Multi) {
-        let sweep: Vec<u16> = if wants(FabricPart::Bandwidth) {
-            SWEEP_NODES.to_vec()
-        } else {
-            vec![SWEEP_NODES[SWEEP_NODES.len() - 1]]
-        };
-        let mut rows = Vec::new();
-        for &nodes in &sweep {
-            let mut bed = Bed::start(
-                &runtime,
-                &root.join(format!("mesh-{nodes}")),
-                nodes,
-                TopologyKind::Mesh,
-                BackendKind::Nand,
-                &plan,
-            )?;
-            if wants(FabricPart::Bandwidth) {
-                eprintln!("bench fabric: sequential bandwidth, {}", bed.describe());
-                let row = runtime.block_on(one_host_bandwidth(&bed, &plan));
-                rows.push(bed.check(row)?);
-            }
-            if wants(FabricPart::Multi) && nodes == sweep[sweep.len() - 1] {
-                eprintln!("bench fabric: multi-access, {}", bed.describe());
-                let many_to_one = many_hosts_one_node(&bed, &plan);
-                let many_to_one = bed.check(many_to_one)?;
-                let many_to_many = many_hosts_many_nodes(&bed, &plan);
-                let many_to_many = bed.check(many_to_many)?;
-                report.multi_access = Some(MultiReport {
-                    topology: "mesh".into(),
-                    nodes,
-                    one_host_ratio_at_4: None,
-                    many_to_one,
-                    many_to_many,
-                });
-            }
-            bed.stop()?;
-        }
-        if !rows.is_empty() {
-            let one = rows[0].mib_per_s;
-            for row in &mut rows {
-                row.ratio_to_one_node = row.mib_per_s / one;
-                row.linear_fraction = row.ratio_to_one_node / f64::from(row.nodes);
-            }
-            let at_4 = rows
-                .iter()
-                .find(|r| r.nodes == 4)
-                .map(|r| r.ratio_to_one_node);
-            if let Some(multi) = &mut report.multi_access {
-                multi.one_host_ratio_at_4 = at_4;
-            }
-            report.bandwidth = Some(BandwidthReport {
-                topology: "mesh".into(),
-                entry_node: 0,
-                goal_ratio_at_4: SCALING_GOAL_AT_4,
-                goal_met: at_4.is_some_and(|r| r >= SCALING_GOAL_AT_4),
-                ratio_at_4: at_4,
-                rows,
-            });
-        }
+        bandwidth_and_multi(args, &plan, &runtime, &root, &mut report)?;
     }
 
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
@@ -505,7 +375,7 @@ pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
             let path = dir.join(name);
             std::fs::write(&path, plot.to_svg())
                 .with_context(|| format!("cannot write the plot {}", path.display()))?;
-            if !args.json {
+            if !args.common.json {
                 println!("plot: {}", path.display());
             }
         }
@@ -513,7 +383,157 @@ pub fn fabric(args: &BenchFabricArgs) -> Result<()> {
     Ok(())
 }
 
-const MIB: f64 = (1u64 << 20) as f64;
+/// QD1 latency vs hops on a 4-node line, with the TCP relay floors, and
+/// QD1 latency under a competing stream, into `report`.
+fn latency_and_load(
+    args: &BenchFabricArgs,
+    plan: &Plan,
+    runtime: &tokio::runtime::Runtime,
+    root: &Path,
+    report: &mut Report,
+) -> Result<()> {
+    let wants = |part: FabricPart| args.only.is_empty() || args.only.contains(&part);
+    let mut hop_series = Vec::new();
+    let mut load_series = Vec::new();
+    for backend in [BackendKind::Nand, BackendKind::Mem] {
+        let name = format!("line-{}", backend_name(backend));
+        let mut bed = Bed::start(
+            runtime,
+            &root.join(&name),
+            4,
+            TopologyKind::Line,
+            backend,
+            plan,
+        )?;
+        if wants(FabricPart::Latency) {
+            eprintln!("bench fabric: QD1 latency vs hops, {}", bed.describe());
+            let series = runtime.block_on(latency_vs_hops(&bed, plan));
+            let series = bed.check(series)?;
+            hop_series.push(series);
+        }
+        if wants(FabricPart::Load) {
+            eprintln!("bench fabric: QD1 under load, {}", bed.describe());
+            let series = runtime.block_on(qd1_under_load(&bed, plan));
+            let series = bed.check(series)?;
+            load_series.push(series);
+        }
+        bed.stop()?;
+    }
+    if wants(FabricPart::Latency) {
+        eprintln!("bench fabric: QD1 latency vs hops, blocking TCP relays (the floor)");
+        hop_series.push(tcp_relay_floor(plan, Duration::ZERO, FLOOR_BACKEND)?);
+        // The same with the answer held for the modeled device time: the
+        // relays' cores fall idle meanwhile, as the nodes' do on nand.
+        let device = Duration::from_secs_f64(report.device_read_us / 1e6);
+        hop_series.push(tcp_relay_floor(plan, device, FLOOR_DEVICE_BACKEND)?);
+    }
+    let slope_of = |name: &str, all: &[HopSeries]| {
+        all.iter()
+            .find(|s| s.backend == name)
+            .map(|s| s.slope_us_per_hop_mean)
+    };
+    for i in 0..hop_series.len() {
+        let floor = match hop_series[i].backend.as_str() {
+            "nand" => FLOOR_DEVICE_BACKEND,
+            "mem" => FLOOR_BACKEND,
+            _ => continue,
+        };
+        if let Some(slope) = slope_of(floor, &hop_series) {
+            hop_series[i].ratio_to_floor = Some(hop_series[i].slope_us_per_hop_mean / slope);
+            hop_series[i].floor = Some(floor.into());
+        }
+    }
+    if !hop_series.is_empty() {
+        report.latency = Some(LatencyReport {
+            topology: "line 0-1-2-3".into(),
+            entry_node: 0,
+            goal_us_per_hop: HOP_GOAL_US,
+            backends: hop_series,
+        });
+    }
+    if !load_series.is_empty() {
+        report.load = Some(LoadReport {
+            topology: "line 0-1-2-3 (the QD1 reads and the stream enter at node 0)".into(),
+            entry_node: 0,
+            qd1_target: 1,
+            stream_queue_depth: plan.depth_per_node,
+            goal_ratio_max: LOAD_GOAL_RATIO,
+            backends: load_series,
+        });
+    }
+    Ok(())
+}
+
+/// Bandwidth of one client over 1, 2 and 4 nodes, and many hosts on one and
+/// on many nodes, into `report`.
+fn bandwidth_and_multi(
+    args: &BenchFabricArgs,
+    plan: &Plan,
+    runtime: &tokio::runtime::Runtime,
+    root: &Path,
+    report: &mut Report,
+) -> Result<()> {
+    let wants = |part: FabricPart| args.only.is_empty() || args.only.contains(&part);
+    let sweep: Vec<u16> = if wants(FabricPart::Bandwidth) {
+        SWEEP_NODES.to_vec()
+    } else {
+        vec![SWEEP_NODES[SWEEP_NODES.len() - 1]]
+    };
+    let mut rows = Vec::new();
+    for &nodes in &sweep {
+        let mut bed = Bed::start(
+            runtime,
+            &root.join(format!("mesh-{nodes}")),
+            nodes,
+            TopologyKind::Mesh,
+            BackendKind::Nand,
+            plan,
+        )?;
+        if wants(FabricPart::Bandwidth) {
+            eprintln!("bench fabric: sequential bandwidth, {}", bed.describe());
+            let row = runtime.block_on(one_host_bandwidth(&bed, plan));
+            rows.push(bed.check(row)?);
+        }
+        if wants(FabricPart::Multi) && nodes == sweep[sweep.len() - 1] {
+            eprintln!("bench fabric: multi-access, {}", bed.describe());
+            let many_to_one = many_hosts_one_node(&bed, plan);
+            let many_to_one = bed.check(many_to_one)?;
+            let many_to_many = many_hosts_many_nodes(&bed, plan);
+            let many_to_many = bed.check(many_to_many)?;
+            report.multi_access = Some(MultiReport {
+                topology: "mesh".into(),
+                nodes,
+                one_host_ratio_at_4: None,
+                many_to_one,
+                many_to_many,
+            });
+        }
+        bed.stop()?;
+    }
+    if !rows.is_empty() {
+        let one = rows[0].mib_per_s;
+        for row in &mut rows {
+            row.ratio_to_one_node = row.mib_per_s / one;
+            row.linear_fraction = row.ratio_to_one_node / f64::from(row.nodes);
+        }
+        let at_4 = rows
+            .iter()
+            .find(|r| r.nodes == 4)
+            .map(|r| r.ratio_to_one_node);
+        if let Some(multi) = &mut report.multi_access {
+            multi.one_host_ratio_at_4 = at_4;
+        }
+        report.bandwidth = Some(BandwidthReport {
+            topology: "mesh".into(),
+            entry_node: 0,
+            goal_ratio_at_4: SCALING_GOAL_AT_4,
+            goal_met: at_4.is_some_and(|r| r >= SCALING_GOAL_AT_4),
+            ratio_at_4: at_4,
+            rows,
+        });
+    }
+    Ok(())
+}
 
 fn backend_name(backend: BackendKind) -> &'static str {
     match backend {
@@ -778,7 +798,7 @@ struct StreamRun {
 
 impl StreamRun {
     fn mib_per_s(&self) -> f64 {
-        self.pages as f64 * f64::from(PAGE_BYTES) / self.seconds / MIB
+        mib_per_s(self.pages * u64::from(PAGE_BYTES), self.seconds)
     }
 }
 
@@ -1471,189 +1491,213 @@ fn print_report(r: &Report) {
         r.device_read_us, r.device_peak_mib_per_s_per_node
     );
 
-    if let Some(l) = &r.latency {
-        let mut t = table(&[
-            "backend", "hops", "node", "reads", "mean us", "p50 us", "p99 us",
-        ]);
-        for s in &l.backends {
-            for row in &s.rows {
-                t.add_row(vec![
-                    s.backend.clone(),
-                    row.hops.to_string(),
-                    row.node.to_string(),
-                    row.reads.to_string(),
-                    f1(row.mean_us),
-                    f1(row.p50_us),
-                    f1(row.p99_us),
-                ]);
-            }
-        }
-        println!(
-            "\n1. QD1 read latency vs hops (BlueDBM Fig. 8, RFSA Fig. 8), {}, entering at node {}:\n{t}",
-            l.topology, l.entry_node
-        );
-        for s in &l.backends {
-            let floor = match (&s.floor, s.ratio_to_floor) {
-                (Some(floor), Some(ratio)) => format!(" = {ratio:.1}x {floor}'s"),
-                _ => String::new(),
-            };
-            println!(
-                "   {}: added per hop {:.1} us{floor} (least-squares slope of the mean; p50 slope {:.1} us), steps {}; goal <= {:.0} us/hop: {}",
-                s.backend,
-                s.slope_us_per_hop_mean,
-                s.slope_us_per_hop_p50,
-                s.step_us_mean
-                    .iter()
-                    .map(|d| format!("{d:+.1}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                l.goal_us_per_hop,
-                yes_no(s.goal_met)
-            );
-        }
-    }
+    print_latency(r);
 
-    if let Some(b) = &r.bandwidth {
-        let mut t = table(&[
-            "nodes",
-            "QD",
-            "MiB/s",
-            "x 1 node",
-            "% of linear",
-            "modeled peak MiB/s",
-            "% of peak",
-            "p50 us",
-            "p99 us",
-            "CPU cores",
-            "to client",
-            "over links",
-        ]);
-        for row in &b.rows {
-            t.add_row(vec![
-                row.nodes.to_string(),
-                row.queue_depth.to_string(),
-                f1(row.mib_per_s),
-                format!("{:.2}", row.ratio_to_one_node),
-                format!("{:.0}%", row.linear_fraction * 100.0),
-                f1(row.modeled_peak_mib_per_s),
-                format!("{:.0}%", row.peak_fraction * 100.0),
-                f1(row.latency_p50_us),
-                f1(row.latency_p99_us),
-                format!("{:.2}", row.cpu_cores),
-                human_bytes(row.client_bytes),
-                human_bytes(row.fabric_bytes),
-            ]);
-        }
-        println!(
-            "\n2. Sequential read bandwidth vs nodes (BlueDBM Fig. 9b), one client at node {}, linear page space over a {}:\n{t}",
-            b.entry_node, b.topology
-        );
-        println!(
-            "   goal: 4 nodes >= {:.1}x 1 node: {}, {}",
-            b.goal_ratio_at_4,
-            b.ratio_at_4
-                .map_or("not measured".to_string(), |r| format!("{r:.2}x")),
-            yes_no(b.goal_met)
-        );
-    }
+    print_bandwidth(r);
 
-    if let Some(m) = &r.multi_access {
-        let o = &m.many_to_one;
-        let t = host_table(&o.hosts);
-        println!(
-            "\n3. Multi-access (RFSA Fig. 7), {}-node {}.\n   (a) one host, many nodes: part 2, {}.\n   (b) many hosts, one node: every host reads node {}'s pages:\n{t}",
-            m.nodes,
-            m.topology,
-            m.one_host_ratio_at_4
-                .map_or("not measured".to_string(), |r| format!("4 nodes = {r:.2}x 1 node")),
-            o.target
-        );
-        println!(
-            "   total {:.1} MiB/s = {:.0}% of node {} read by one host alone ({:.1} MiB/s); smallest/largest share {:.2}; goal >= {:.2}: {}",
-            o.total_mib_per_s,
-            o.total_fraction_of_alone * 100.0,
-            o.target,
-            o.alone_mib_per_s,
-            o.min_max_ratio,
-            o.goal_min_max_ratio,
-            yes_no(o.goal_met)
-        );
-        let mm = &m.many_to_many;
-        let t = host_table(&mm.hosts);
-        println!("   (c) many hosts, many nodes: every host reads the whole linear region:\n{t}");
-        println!(
-            "   each node alone: {}; sum {:.1} MiB/s. Aggregate {:.1} MiB/s = {:.0}% of the sum; goal >= {:.0}%: {}",
-            mm.alone
-                .iter()
-                .map(|a| format!("node {} {:.1}", a.node, a.mib_per_s))
-                .collect::<Vec<_>>()
-                .join(", "),
-            mm.sum_alone_mib_per_s,
-            mm.aggregate_mib_per_s,
-            mm.fraction * 100.0,
-            mm.goal_fraction * 100.0,
-            yes_no(mm.goal_met)
-        );
-    }
+    print_multi_access(r);
 
-    if let Some(l) = &r.load {
-        let mut t = table(&[
-            "backend",
-            "case",
-            "stream MiB/s",
-            "reads",
-            "mean us",
-            "p50 us",
-            "p99 us",
-            "p99.9 us",
-            "p99 x",
-            "p50 x",
-            "CPU cores",
-        ]);
-        for s in &l.backends {
-            let u = &s.unloaded;
+    print_load(r);
+}
+
+/// The latency table: QD1 reads by hop count.
+fn print_latency(r: &Report) {
+    let Some(l) = &r.latency else {
+        return;
+    };
+    let mut t = table(&[
+        "backend", "hops", "node", "reads", "mean us", "p50 us", "p99 us",
+    ]);
+    for s in &l.backends {
+        for row in &s.rows {
             t.add_row(vec![
                 s.backend.clone(),
-                "unloaded".into(),
-                "-".into(),
-                u.reads.to_string(),
-                f1(u.mean_us),
-                f1(u.p50_us),
-                f1(u.p99_us),
-                f1(u.p999_us),
-                "1.00".into(),
-                "1.00".into(),
-                format!("{:.2}", s.unloaded_cpu_cores),
+                row.hops.to_string(),
+                row.node.to_string(),
+                row.reads.to_string(),
+                f1(row.mean_us),
+                f1(row.p50_us),
+                f1(row.p99_us),
             ]);
-            for c in &s.cases {
-                t.add_row(vec![
-                    s.backend.clone(),
-                    c.name.clone(),
-                    f1(c.stream_mib_per_s),
-                    c.qd1.reads.to_string(),
-                    f1(c.qd1.mean_us),
-                    f1(c.qd1.p50_us),
-                    f1(c.qd1.p99_us),
-                    f1(c.qd1.p999_us),
-                    format!("{:.2}", c.p99_ratio),
-                    format!("{:.2}", c.p50_ratio),
-                    format!("{:.2}", c.cpu_cores),
-                ]);
-            }
         }
+    }
+    println!(
+        "\n1. QD1 read latency vs hops (BlueDBM Fig. 8, RFSA Fig. 8), {}, entering at node {}:\n{t}",
+        l.topology, l.entry_node
+    );
+    for s in &l.backends {
+        let floor = match (&s.floor, s.ratio_to_floor) {
+            (Some(floor), Some(ratio)) => format!(" = {ratio:.1}x {floor}'s"),
+            _ => String::new(),
+        };
         println!(
-            "\n4. QD1 reads of node {} under load, {}; the stream keeps {} reads in flight:\n{t}",
-            l.qd1_target, l.topology, l.stream_queue_depth
+            "   {}: added per hop {:.1} us{floor} (least-squares slope of the mean; p50 slope {:.1} us), steps {}; goal <= {:.0} us/hop: {}",
+            s.backend,
+            s.slope_us_per_hop_mean,
+            s.slope_us_per_hop_p50,
+            s.step_us_mean
+                .iter()
+                .map(|d| format!("{d:+.1}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            l.goal_us_per_hop,
+            yes_no(s.goal_met)
         );
-        for s in &l.backends {
-            println!(
-                "   {}: goal p99 loaded <= {:.1}x unloaded over the shared link: {:.2}x, {}",
-                s.backend,
-                l.goal_ratio_max,
-                s.cases[0].p99_ratio,
-                yes_no(s.goal_met)
-            );
+    }
+}
+
+/// The bandwidth table: one client over 1, 2 and 4 nodes.
+fn print_bandwidth(r: &Report) {
+    let Some(b) = &r.bandwidth else {
+        return;
+    };
+    let mut t = table(&[
+        "nodes",
+        "QD",
+        "MiB/s",
+        "x 1 node",
+        "% of linear",
+        "modeled peak MiB/s",
+        "% of peak",
+        "p50 us",
+        "p99 us",
+        "CPU cores",
+        "to client",
+        "over links",
+    ]);
+    for row in &b.rows {
+        t.add_row(vec![
+            row.nodes.to_string(),
+            row.queue_depth.to_string(),
+            f1(row.mib_per_s),
+            format!("{:.2}", row.ratio_to_one_node),
+            format!("{:.0}%", row.linear_fraction * 100.0),
+            f1(row.modeled_peak_mib_per_s),
+            format!("{:.0}%", row.peak_fraction * 100.0),
+            f1(row.latency_p50_us),
+            f1(row.latency_p99_us),
+            format!("{:.2}", row.cpu_cores),
+            human_bytes(row.client_bytes),
+            human_bytes(row.fabric_bytes),
+        ]);
+    }
+    println!(
+        "\n2. Sequential read bandwidth vs nodes (BlueDBM Fig. 9b), one client at node {}, linear page space over a {}:\n{t}",
+        b.entry_node, b.topology
+    );
+    println!(
+        "   goal: 4 nodes >= {:.1}x 1 node: {}, {}",
+        b.goal_ratio_at_4,
+        b.ratio_at_4
+            .map_or("not measured".to_string(), |r| format!("{r:.2}x")),
+        yes_no(b.goal_met)
+    );
+}
+
+/// The many-hosts tables.
+fn print_multi_access(r: &Report) {
+    let Some(m) = &r.multi_access else {
+        return;
+    };
+    let o = &m.many_to_one;
+    let t = host_table(&o.hosts);
+    println!(
+        "\n3. Multi-access (RFSA Fig. 7), {}-node {}.\n   (a) one host, many nodes: part 2, {}.\n   (b) many hosts, one node: every host reads node {}'s pages:\n{t}",
+        m.nodes,
+        m.topology,
+        m.one_host_ratio_at_4
+            .map_or("not measured".to_string(), |r| format!("4 nodes = {r:.2}x 1 node")),
+        o.target
+    );
+    println!(
+        "   total {:.1} MiB/s = {:.0}% of node {} read by one host alone ({:.1} MiB/s); smallest/largest share {:.2}; goal >= {:.2}: {}",
+        o.total_mib_per_s,
+        o.total_fraction_of_alone * 100.0,
+        o.target,
+        o.alone_mib_per_s,
+        o.min_max_ratio,
+        o.goal_min_max_ratio,
+        yes_no(o.goal_met)
+    );
+    let mm = &m.many_to_many;
+    let t = host_table(&mm.hosts);
+    println!("   (c) many hosts, many nodes: every host reads the whole linear region:\n{t}");
+    println!(
+        "   each node alone: {}; sum {:.1} MiB/s. Aggregate {:.1} MiB/s = {:.0}% of the sum; goal >= {:.0}%: {}",
+        mm.alone
+            .iter()
+            .map(|a| format!("node {} {:.1}", a.node, a.mib_per_s))
+            .collect::<Vec<_>>()
+            .join(", "),
+        mm.sum_alone_mib_per_s,
+        mm.aggregate_mib_per_s,
+        mm.fraction * 100.0,
+        mm.goal_fraction * 100.0,
+        yes_no(mm.goal_met)
+    );
+}
+
+/// QD1 latency under a competing stream.
+fn print_load(r: &Report) {
+    let Some(l) = &r.load else {
+        return;
+    };
+    let mut t = table(&[
+        "backend",
+        "case",
+        "stream MiB/s",
+        "reads",
+        "mean us",
+        "p50 us",
+        "p99 us",
+        "p99.9 us",
+        "p99 x",
+        "p50 x",
+        "CPU cores",
+    ]);
+    for s in &l.backends {
+        let u = &s.unloaded;
+        t.add_row(vec![
+            s.backend.clone(),
+            "unloaded".into(),
+            "-".into(),
+            u.reads.to_string(),
+            f1(u.mean_us),
+            f1(u.p50_us),
+            f1(u.p99_us),
+            f1(u.p999_us),
+            "1.00".into(),
+            "1.00".into(),
+            format!("{:.2}", s.unloaded_cpu_cores),
+        ]);
+        for c in &s.cases {
+            t.add_row(vec![
+                s.backend.clone(),
+                c.name.clone(),
+                f1(c.stream_mib_per_s),
+                c.qd1.reads.to_string(),
+                f1(c.qd1.mean_us),
+                f1(c.qd1.p50_us),
+                f1(c.qd1.p99_us),
+                f1(c.qd1.p999_us),
+                format!("{:.2}", c.p99_ratio),
+                format!("{:.2}", c.p50_ratio),
+                format!("{:.2}", c.cpu_cores),
+            ]);
         }
+    }
+    println!(
+        "\n4. QD1 reads of node {} under load, {}; the stream keeps {} reads in flight:\n{t}",
+        l.qd1_target, l.topology, l.stream_queue_depth
+    );
+    for s in &l.backends {
+        println!(
+            "   {}: goal p99 loaded <= {:.1}x unloaded over the shared link: {:.2}x, {}",
+            s.backend,
+            l.goal_ratio_max,
+            s.cases[0].p99_ratio,
+            yes_no(s.goal_met)
+        );
     }
 }
 
@@ -1662,224 +1706,248 @@ const LIGHT_COLORS: [&str; 4] = ["lightsteelblue", "navajowhite", "lightgreen", 
 
 fn plots(r: &Report) -> Vec<(&'static str, LinePlot)> {
     let mut plots = Vec::new();
-    if let Some(l) = &r.latency {
-        let mut series = Vec::new();
-        for (i, s) in l.backends.iter().enumerate() {
-            let color = COLORS[i % COLORS.len()];
-            let mut rows: Vec<&HopRow> = s.rows.iter().collect();
-            rows.sort_by_key(|r| r.hops);
+    plot_latency(r, &mut plots);
+    plot_bandwidth(r, &mut plots);
+    plot_multi_access(r, &mut plots);
+    plot_load(r, &mut plots);
+    plots
+}
+
+/// The latency plot.
+fn plot_latency(r: &Report, plots: &mut Vec<(&'static str, LinePlot)>) {
+    let Some(l) = &r.latency else {
+        return;
+    };
+    let mut series = Vec::new();
+    for (i, s) in l.backends.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let mut rows: Vec<&HopRow> = s.rows.iter().collect();
+        rows.sort_by_key(|r| r.hops);
+        series.push(Series {
+            name: format!(
+                "{} mean (+{:.0} us/hop)",
+                s.backend, s.slope_us_per_hop_mean
+            ),
+            color,
+            points: rows
+                .iter()
+                .map(|r| (f64::from(r.hops), r.mean_us))
+                .collect(),
+        });
+        // The goal drawn from Quarry's own hop-0 figures (p99s are in
+        // the table: drawn here they would flatten the means).
+        if s.floor.is_some() {
+            let base = rows.first().map_or(0.0, |r| r.mean_us);
             series.push(Series {
                 name: format!(
-                    "{} mean (+{:.0} us/hop)",
-                    s.backend, s.slope_us_per_hop_mean
+                    "goal: {} hop 0 + {:.0} us/hop",
+                    s.backend, l.goal_us_per_hop
                 ),
-                color,
+                color: LIGHT_COLORS[i % LIGHT_COLORS.len()],
                 points: rows
                     .iter()
-                    .map(|r| (f64::from(r.hops), r.mean_us))
+                    .map(|r| {
+                        let h = f64::from(r.hops);
+                        (h, base + h * l.goal_us_per_hop)
+                    })
                     .collect(),
             });
-            // The goal drawn from Quarry's own hop-0 figures (p99s are in
-            // the table: drawn here they would flatten the means).
-            if s.floor.is_some() {
-                let base = rows.first().map_or(0.0, |r| r.mean_us);
-                series.push(Series {
-                    name: format!(
-                        "goal: {} hop 0 + {:.0} us/hop",
-                        s.backend, l.goal_us_per_hop
-                    ),
-                    color: LIGHT_COLORS[i % LIGHT_COLORS.len()],
-                    points: rows
+        }
+    }
+    plots.push((
+        "fabric-latency-hops.svg",
+        LinePlot {
+            title: format!("QD1 page read latency vs hops, mean ({})", l.topology),
+            x_label: "hops from the entry node".into(),
+            y_label: "latency (us)".into(),
+            log2_x: false,
+            x_tick: |x| format!("{x:.0}"),
+            series,
+            hlines: Vec::new(),
+        },
+    ));
+}
+
+/// The bandwidth plot.
+fn plot_bandwidth(r: &Report, plots: &mut Vec<(&'static str, LinePlot)>) {
+    let Some(b) = &r.bandwidth else {
+        return;
+    };
+    let one = b.rows.first().map_or(0.0, |r| r.mib_per_s);
+    plots.push((
+        "fabric-bandwidth-nodes.svg",
+        LinePlot {
+            title: "Sequential read bandwidth vs nodes (one client, nand bluedbm)".into(),
+            x_label: "nodes".into(),
+            y_label: "MiB/s of page data".into(),
+            log2_x: false,
+            x_tick: |x| format!("{x:.0}"),
+            series: vec![
+                Series {
+                    name: "linear: nodes x 1-node figure".into(),
+                    color: "gray",
+                    points: b
+                        .rows
+                        .iter()
+                        .map(|r| (f64::from(r.nodes), one * f64::from(r.nodes)))
+                        .collect(),
+                },
+                Series {
+                    name: format!("goal: {:.1}x at 4 nodes", b.goal_ratio_at_4),
+                    color: "crimson",
+                    points: b
+                        .rows
                         .iter()
                         .map(|r| {
-                            let h = f64::from(r.hops);
-                            (h, base + h * l.goal_us_per_hop)
+                            let n = f64::from(r.nodes);
+                            (n, one * (1.0 + (n - 1.0) * (b.goal_ratio_at_4 - 1.0) / 3.0))
                         })
                         .collect(),
-                });
-            }
-        }
-        plots.push((
-            "fabric-latency-hops.svg",
-            LinePlot {
-                title: format!("QD1 page read latency vs hops, mean ({})", l.topology),
-                x_label: "hops from the entry node".into(),
-                y_label: "latency (us)".into(),
-                log2_x: false,
-                x_tick: |x| format!("{x:.0}"),
-                series,
-                hlines: Vec::new(),
-            },
-        ));
-    }
-    if let Some(b) = &r.bandwidth {
-        let one = b.rows.first().map_or(0.0, |r| r.mib_per_s);
-        plots.push((
-            "fabric-bandwidth-nodes.svg",
-            LinePlot {
-                title: "Sequential read bandwidth vs nodes (one client, nand bluedbm)".into(),
-                x_label: "nodes".into(),
-                y_label: "MiB/s of page data".into(),
-                log2_x: false,
-                x_tick: |x| format!("{x:.0}"),
-                series: vec![
-                    Series {
-                        name: "linear: nodes x 1-node figure".into(),
-                        color: "gray",
-                        points: b
-                            .rows
-                            .iter()
-                            .map(|r| (f64::from(r.nodes), one * f64::from(r.nodes)))
-                            .collect(),
-                    },
-                    Series {
-                        name: format!("goal: {:.1}x at 4 nodes", b.goal_ratio_at_4),
-                        color: "crimson",
-                        points: b
-                            .rows
-                            .iter()
-                            .map(|r| {
-                                let n = f64::from(r.nodes);
-                                (n, one * (1.0 + (n - 1.0) * (b.goal_ratio_at_4 - 1.0) / 3.0))
-                            })
-                            .collect(),
-                    },
-                    Series {
-                        name: "modeled device peak".into(),
-                        color: "darkorange",
-                        points: b
-                            .rows
-                            .iter()
-                            .map(|r| (f64::from(r.nodes), r.modeled_peak_mib_per_s))
-                            .collect(),
-                    },
-                    Series {
-                        name: "measured".into(),
-                        color: "steelblue",
-                        points: b
-                            .rows
-                            .iter()
-                            .map(|r| (f64::from(r.nodes), r.mib_per_s))
-                            .collect(),
-                    },
-                ],
-                hlines: Vec::new(),
-            },
-        ));
-    }
-    if let Some(m) = &r.multi_access {
-        let per_host = |rows: &[HostRow]| -> Vec<(f64, f64)> {
-            rows.iter()
-                .map(|h| (f64::from(h.entry_node), h.mib_per_s))
-                .collect()
-        };
-        let o = &m.many_to_one;
-        let mm = &m.many_to_many;
-        plots.push((
-            "fabric-multi-access.svg",
-            LinePlot {
-                title: format!(
-                    "Multi-access: bandwidth per host ({}-node {})",
-                    m.nodes, m.topology
-                ),
-                x_label: "node the host enters at".into(),
-                y_label: "MiB/s of page data".into(),
-                log2_x: false,
-                x_tick: |x| format!("node {x:.0}"),
-                series: vec![
-                    Series {
-                        name: format!("many hosts, one node (node {}): per host", o.target),
-                        color: "steelblue",
-                        points: per_host(&o.hosts),
-                    },
-                    Series {
-                        name: "many hosts, many nodes: per host".into(),
-                        color: "darkorange",
-                        points: per_host(&mm.hosts),
-                    },
-                    Series {
-                        name: "each node alone".into(),
-                        color: "seagreen",
-                        points: mm
-                            .alone
-                            .iter()
-                            .map(|a| (f64::from(a.node), a.mib_per_s))
-                            .collect(),
-                    },
-                ],
-                hlines: vec![
-                    HLine {
-                        name: format!("fair share of node {} (total / hosts)", o.target),
-                        color: "lightsteelblue",
-                        y: o.total_mib_per_s / o.hosts.len().max(1) as f64,
-                    },
-                    HLine {
-                        name: "sum of nodes alone / hosts".into(),
-                        color: "navajowhite",
-                        y: mm.sum_alone_mib_per_s / mm.hosts.len().max(1) as f64,
-                    },
-                ],
-            },
-        ));
-    }
-    if let Some(l) = &r.load {
-        let quantiles = |q: &LatencyRow| -> Vec<(f64, f64)> {
-            vec![
-                (1.0, q.p50_us),
-                (2.0, q.p90_us),
-                (3.0, q.p99_us),
-                (4.0, q.p999_us),
-            ]
-        };
-        let mut series = Vec::new();
-        // The shared-device cases queue behind the stream in the device
-        // (milliseconds): they are in the table, and drawn here they would
-        // flatten the rest.
-        let mut hlines = Vec::new();
-        for (i, s) in l.backends.iter().enumerate() {
-            series.push(Series {
-                name: format!("{}: unloaded", s.backend),
-                color: LIGHT_COLORS[i % LIGHT_COLORS.len()],
-                points: quantiles(&s.unloaded),
-            });
-            if let Some(c) = s.cases.first() {
-                series.push(Series {
-                    name: format!("{}: {}", s.backend, c.name),
-                    color: COLORS[i % COLORS.len()],
-                    points: quantiles(&c.qd1),
-                });
-            }
-            hlines.push(HLine {
-                name: format!(
-                    "goal: {}'s p99 <= {:.0}x unloaded",
-                    s.backend, l.goal_ratio_max
-                ),
-                color: COLORS[i % COLORS.len()],
-                y: s.unloaded.p99_us * l.goal_ratio_max,
-            });
-        }
-        plots.push((
-            "fabric-qd1-under-load.svg",
-            LinePlot {
-                title: format!(
-                    "QD1 read latency of node {}, alone and beside a stream over the same link",
-                    l.qd1_target
-                ),
-                x_label: "percentile".into(),
-                y_label: "latency (us)".into(),
-                log2_x: false,
-                x_tick: |x| match x.round() as i64 {
-                    1 => "p50".into(),
-                    2 => "p90".into(),
-                    3 => "p99".into(),
-                    _ => "p99.9".into(),
                 },
-                series,
-                hlines,
-            },
-        ));
+                Series {
+                    name: "modeled device peak".into(),
+                    color: "darkorange",
+                    points: b
+                        .rows
+                        .iter()
+                        .map(|r| (f64::from(r.nodes), r.modeled_peak_mib_per_s))
+                        .collect(),
+                },
+                Series {
+                    name: "measured".into(),
+                    color: "steelblue",
+                    points: b
+                        .rows
+                        .iter()
+                        .map(|r| (f64::from(r.nodes), r.mib_per_s))
+                        .collect(),
+                },
+            ],
+            hlines: Vec::new(),
+        },
+    ));
+}
+
+/// The many-hosts plot.
+fn plot_multi_access(r: &Report, plots: &mut Vec<(&'static str, LinePlot)>) {
+    let Some(m) = &r.multi_access else {
+        return;
+    };
+    let per_host = |rows: &[HostRow]| -> Vec<(f64, f64)> {
+        rows.iter()
+            .map(|h| (f64::from(h.entry_node), h.mib_per_s))
+            .collect()
+    };
+    let o = &m.many_to_one;
+    let mm = &m.many_to_many;
+    plots.push((
+        "fabric-multi-access.svg",
+        LinePlot {
+            title: format!(
+                "Multi-access: bandwidth per host ({}-node {})",
+                m.nodes, m.topology
+            ),
+            x_label: "node the host enters at".into(),
+            y_label: "MiB/s of page data".into(),
+            log2_x: false,
+            x_tick: |x| format!("node {x:.0}"),
+            series: vec![
+                Series {
+                    name: format!("many hosts, one node (node {}): per host", o.target),
+                    color: "steelblue",
+                    points: per_host(&o.hosts),
+                },
+                Series {
+                    name: "many hosts, many nodes: per host".into(),
+                    color: "darkorange",
+                    points: per_host(&mm.hosts),
+                },
+                Series {
+                    name: "each node alone".into(),
+                    color: "seagreen",
+                    points: mm
+                        .alone
+                        .iter()
+                        .map(|a| (f64::from(a.node), a.mib_per_s))
+                        .collect(),
+                },
+            ],
+            hlines: vec![
+                HLine {
+                    name: format!("fair share of node {} (total / hosts)", o.target),
+                    color: "lightsteelblue",
+                    y: o.total_mib_per_s / o.hosts.len().max(1) as f64,
+                },
+                HLine {
+                    name: "sum of nodes alone / hosts".into(),
+                    color: "navajowhite",
+                    y: mm.sum_alone_mib_per_s / mm.hosts.len().max(1) as f64,
+                },
+            ],
+        },
+    ));
+}
+
+/// The latency-under-load plot.
+fn plot_load(r: &Report, plots: &mut Vec<(&'static str, LinePlot)>) {
+    let Some(l) = &r.load else {
+        return;
+    };
+    let quantiles = |q: &LatencyRow| -> Vec<(f64, f64)> {
+        vec![
+            (1.0, q.p50_us),
+            (2.0, q.p90_us),
+            (3.0, q.p99_us),
+            (4.0, q.p999_us),
+        ]
+    };
+    let mut series = Vec::new();
+    // The shared-device cases queue behind the stream in the device
+    // (milliseconds): they are in the table, and drawn here they would
+    // flatten the rest.
+    let mut hlines = Vec::new();
+    for (i, s) in l.backends.iter().enumerate() {
+        series.push(Series {
+            name: format!("{}: unloaded", s.backend),
+            color: LIGHT_COLORS[i % LIGHT_COLORS.len()],
+            points: quantiles(&s.unloaded),
+        });
+        if let Some(c) = s.cases.first() {
+            series.push(Series {
+                name: format!("{}: {}", s.backend, c.name),
+                color: COLORS[i % COLORS.len()],
+                points: quantiles(&c.qd1),
+            });
+        }
+        hlines.push(HLine {
+            name: format!(
+                "goal: {}'s p99 <= {:.0}x unloaded",
+                s.backend, l.goal_ratio_max
+            ),
+            color: COLORS[i % COLORS.len()],
+            y: s.unloaded.p99_us * l.goal_ratio_max,
+        });
     }
-    plots
+    plots.push((
+        "fabric-qd1-under-load.svg",
+        LinePlot {
+            title: format!(
+                "QD1 read latency of node {}, alone and beside a stream over the same link",
+                l.qd1_target
+            ),
+            x_label: "percentile".into(),
+            y_label: "latency (us)".into(),
+            log2_x: false,
+            x_tick: |x| match x.round() as i64 {
+                1 => "p50".into(),
+                2 => "p90".into(),
+                3 => "p99".into(),
+                _ => "p99.9".into(),
+            },
+            series,
+            hlines,
+        },
+    ));
 }
 
 #[cfg(test)]

@@ -31,10 +31,11 @@ use rand::{Rng, RngCore, SeedableRng};
 use serde::Serialize;
 
 use crate::args::BenchDeviceArgs;
-use crate::bench::TempDir;
-use crate::commands::{human_bytes, preset_of};
+use crate::common::work_dir;
 use crate::plot::{HLine, LinePlot, Series};
 use crate::stats::LatencyStats;
+use quarry_jobs::human_bytes;
+use quarry_local::preset_of;
 
 /// Goal of the QD1 measurement: measured / (modeled + software) at most this.
 const LATENCY_RATIO_MAX: f64 = 1.10;
@@ -196,15 +197,8 @@ struct EccRow {
 
 /// Runs the device benchmark.
 pub fn device(args: &BenchDeviceArgs) -> Result<()> {
-    let plan = Plan::new(args.quick);
-    let temp;
-    let root = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => {
-            temp = TempDir::new("quarry-bench-device")?;
-            temp.path.clone()
-        }
-    };
+    let plan = Plan::new(args.common.quick);
+    let (root, _scratch) = work_dir(args.common.dir.as_deref(), "quarry-bench-device")?;
     // The measuring loops run on this thread (block_on) and one worker drives
     // the I/O reactor: the nand emulator's scheduler thread needs the other
     // core (it spins near events), and one busy thread keeps CPU per page plain.
@@ -213,7 +207,7 @@ pub fn device(args: &BenchDeviceArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let report = runtime.block_on(run(args, &plan, &root))?;
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
@@ -221,7 +215,7 @@ pub fn device(args: &BenchDeviceArgs) -> Result<()> {
     if let Some(path) = &args.plot {
         std::fs::write(path, bandwidth_plot(&report).to_svg())
             .with_context(|| format!("cannot write the plot to {}", path.display()))?;
-        if !args.json {
+        if !args.common.json {
             println!("plot: {}", path.display());
         }
     }
@@ -314,7 +308,7 @@ async fn run(args: &BenchDeviceArgs, plan: &Plan, root: &Path) -> Result<Report>
     };
     Ok(Report {
         preset: format!("{preset:?}").to_lowercase(),
-        quick: args.quick,
+        quick: args.common.quick,
         geometry,
         working_set_pages: set.len(),
         latency,
@@ -567,7 +561,7 @@ async fn bandwidth_sweep(
                 requests: point.requests,
                 seconds: point.seconds,
                 bytes_per_s,
-                mib_per_s: bytes_per_s / f64::from(1 << 20),
+                mib_per_s: bytes_per_s / crate::measure::MIB,
                 peak_fraction: bytes_per_s / peak as f64,
                 corrected_fraction: point.corrected as f64 / point.pages.max(1) as f64,
             });
@@ -741,6 +735,13 @@ fn print_report(r: &Report) {
         if r.quick { " (--quick: figures mean little)" } else { "" }
     );
 
+    print_latency(r);
+    print_bandwidth(r);
+    print_ecc(r);
+}
+
+/// Table 1: QD1 latency against the timing model.
+fn print_latency(r: &Report) {
     let l = &r.latency;
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
@@ -793,7 +794,11 @@ fn print_report(r: &Report) {
         l.goal_ratio_max,
         yes_no(l.goal_met)
     );
+}
 
+/// Table 2: bandwidth vs request size.
+fn print_bandwidth(r: &Report) {
+    let g = r.geometry;
     let b = &r.bandwidth;
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
@@ -834,7 +839,7 @@ fn print_report(r: &Report) {
         "\n2. Bandwidth vs request size (RFSA Fig. 6), nand {}, device level; peak = {} buses x bus rate = {:.1} MiB/s (moves {} B per 8 KiB page):\n{table}",
         r.preset,
         g.buses,
-        b.peak_bus_bytes_per_s as f64 / f64::from(1 << 20),
+        b.peak_bus_bytes_per_s as f64 / crate::measure::MIB,
         b.page_transfer_bytes
     );
     let corrected = b
@@ -853,7 +858,10 @@ fn print_report(r: &Report) {
         yes_no(b.goal_met),
         b.best_peak_fraction_without_bit_errors * 100.0
     );
+}
 
+/// Table 3: what the read path's ECC costs.
+fn print_ecc(r: &Report) {
     let e = &r.ecc;
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
@@ -883,7 +891,7 @@ fn print_report(r: &Report) {
             format!("{:.2}", row.read_unchecked_cpu_us_per_page),
             format!("{:.2}", row.check_cpu_us_per_page),
             format!("{:.0}", row.program_iops),
-            format!("{:.1}", row.program_bytes_per_s / f64::from(1 << 20)),
+            format!("{:.1}", row.program_bytes_per_s / crate::measure::MIB),
             format!("{:.1}", row.program_cpu_us_per_page),
         ]);
     }
@@ -911,7 +919,7 @@ fn bandwidth_plot(r: &Report) -> LinePlot {
             .map(|p| (p.request_bytes as f64, p.mib_per_s))
             .collect(),
     };
-    let peak_mib = b.peak_bus_bytes_per_s as f64 / f64::from(1 << 20);
+    let peak_mib = b.peak_bus_bytes_per_s as f64 / crate::measure::MIB;
     LinePlot {
         title: format!(
             "nand {} ({} buses): read bandwidth vs request size",

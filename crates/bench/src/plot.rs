@@ -105,50 +105,7 @@ impl LinePlot {
             WIDTH / 2.0,
             escape(&self.title)
         );
-        // Grid and y ticks.
-        for i in 0..=Y_TICKS {
-            let y = y_max * f64::from(i) / f64::from(Y_TICKS);
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{2:.1}" y="{3:.1}" text-anchor="end">{4}</text>"##,
-                py(y),
-                LEFT + pw,
-                LEFT - 6.0,
-                py(y) + 4.0,
-                format_number(y)
-            );
-        }
-        // x ticks at the data's distinct x values.
-        let mut ticks = xs.clone();
-        ticks.sort_by(f64::total_cmp);
-        ticks.dedup();
-        for &x in &ticks {
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{1:.1}" stroke="#eee"/><text x="{0:.1}" y="{2:.1}" text-anchor="end" transform="rotate(-35 {0:.1} {2:.1})">{3}</text>"##,
-                px(x),
-                TOP + ph,
-                TOP + ph + 16.0,
-                escape(&(self.x_tick)(x))
-            );
-        }
-        let _ = writeln!(
-            svg,
-            r#"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-            LEFT + pw / 2.0,
-            HEIGHT - 8.0,
-            escape(&self.x_label)
-        );
-        let _ = writeln!(
-            svg,
-            r#"<text x="18" y="{0}" text-anchor="middle" transform="rotate(-90 18 {0})">{1}</text>"#,
-            TOP + ph / 2.0,
-            escape(&self.y_label)
-        );
+        self.write_axes(&mut svg, &xs, y_max, &px, &py);
         let mut legend = Vec::new();
         for h in &self.hlines {
             let _ = writeln!(
@@ -183,29 +140,91 @@ impl LinePlot {
             }
             legend.push((s.name.as_str(), s.color, false));
         }
-        // Legend in the top-left corner of the plot area.
-        for (i, (name, color, dashed)) in legend.iter().enumerate() {
-            let y = TOP + LEGEND_TOP + LEGEND_ROW * i as f64;
-            let dash = if *dashed {
-                r#" stroke-dasharray="6 4""#
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                svg,
-                r#"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{3}" stroke-width="2"{4}/><text x="{5}" y="{6:.1}">{7}</text>"#,
-                LEFT + 10.0,
-                y,
-                LEFT + 40.0,
-                color,
-                dash,
-                LEFT + 46.0,
-                y + 4.0,
-                escape(name)
-            );
-        }
+        write_legend(&mut svg, &legend);
         svg.push_str("</svg>\n");
         svg
+    }
+    /// The grid, the ticks at `y_max`'s fifths and at the data's x values,
+    /// the frame and the axis labels.
+    fn write_axes(
+        &self,
+        svg: &mut String,
+        xs: &[f64],
+        y_max: f64,
+        px: &dyn Fn(f64) -> f64,
+        py: &dyn Fn(f64) -> f64,
+    ) {
+        let (pw, ph) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
+        // Grid and y ticks.
+        for i in 0..=Y_TICKS {
+            let y = y_max * f64::from(i) / f64::from(Y_TICKS);
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}" stroke="#ddd"/><text x="{2:.1}" y="{3:.1}" text-anchor="end">{4}</text>"##,
+                py(y),
+                LEFT + pw,
+                LEFT - 6.0,
+                py(y) + 4.0,
+                format_number(y)
+            );
+        }
+        // x ticks at the data's distinct x values.
+        let mut ticks = xs.to_vec();
+        ticks.sort_by(f64::total_cmp);
+        ticks.dedup();
+        for &x in &ticks {
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{1:.1}" stroke="#eee"/><text x="{0:.1}" y="{2:.1}" text-anchor="end" transform="rotate(-35 {0:.1} {2:.1})">{3}</text>"##,
+                px(x),
+                TOP + ph,
+                TOP + ph + 16.0,
+                escape(&(self.x_tick)(x))
+            );
+        }
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            LEFT + pw / 2.0,
+            HEIGHT - 8.0,
+            escape(&self.x_label)
+        );
+        let _ = writeln!(
+            svg,
+            r#"<text x="18" y="{0}" text-anchor="middle" transform="rotate(-90 18 {0})">{1}</text>"#,
+            TOP + ph / 2.0,
+            escape(&self.y_label)
+        );
+    }
+}
+
+/// The legend, in the top-left corner of the plot area: a line (dashed for
+/// a reference level) and the name of each entry.
+fn write_legend(svg: &mut String, legend: &[(&str, &str, bool)]) {
+    // Legend in the top-left corner of the plot area.
+    for (i, (name, color, dashed)) in legend.iter().enumerate() {
+        let y = TOP + LEGEND_TOP + LEGEND_ROW * i as f64;
+        let dash = if *dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            svg,
+            r#"<line x1="{0}" y1="{1:.1}" x2="{2}" y2="{1:.1}" stroke="{3}" stroke-width="2"{4}/><text x="{5}" y="{6:.1}">{7}</text>"#,
+            LEFT + 10.0,
+            y,
+            LEFT + 40.0,
+            color,
+            dash,
+            LEFT + 46.0,
+            y + 4.0,
+            escape(name)
+        );
     }
 }
 

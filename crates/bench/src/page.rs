@@ -2,11 +2,10 @@
 //! through one forwarding node, and side by side with fio on the same file.
 //! A benchmark reports figures; it asserts nothing about time.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use bytes::Bytes;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -15,10 +14,12 @@ use quarry_device::{BackendKind, Geometry, PageAddr, SlotLayout};
 use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId};
 use rand::{Rng, SeedableRng};
 
-use crate::args::{BenchPageArgs, DeviceArg};
-use crate::commands::{backend_of, human_bytes, preset_of, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
+use crate::args::BenchPageArgs;
+use crate::common::{fio_json, work_dir};
 use crate::stats::LatencyStats;
+use quarry_jobs::human_bytes;
+use quarry_local::{backend_of, preset_of, quarry_exe, DeviceArg};
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 /// Pages kept in flight while filling the working set.
 const FILL_QUEUE_DEPTH: usize = 64;
@@ -36,7 +37,7 @@ const QUICK_MAX_REQUEST_BYTES: u64 = 256 << 10;
 /// Runs the page benchmark.
 pub fn page(args: &BenchPageArgs) -> Result<()> {
     let quick;
-    let args = if args.quick {
+    let args = if args.common.quick {
         quick = BenchPageArgs {
             ops: args.ops.min(QUICK_OPS),
             max_queue_depth: args.max_queue_depth.min(QUICK_MAX_QUEUE_DEPTH),
@@ -52,14 +53,7 @@ pub fn page(args: &BenchPageArgs) -> Result<()> {
     } else {
         args.devices.clone()
     };
-    let temp;
-    let root = match &args.dir {
-        Some(dir) => dir.clone(),
-        None => {
-            temp = TempDir::new("quarry-bench")?;
-            temp.path.clone()
-        }
-    };
+    let (root, _scratch) = work_dir(args.common.dir.as_deref(), "quarry-bench")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -73,12 +67,12 @@ pub fn page(args: &BenchPageArgs) -> Result<()> {
             backend,
             &root.join(format!("{device:?}").to_lowercase()),
         )?;
-        if !args.json {
+        if !args.common.json {
             print_backend(&result);
         }
         report.push(result);
     }
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(())
@@ -169,7 +163,7 @@ async fn measure_cluster(
     let bad0 = client.node_info(0).await?.device.bad_blocks;
     let bad1 = client.node_info(1).await?.device.bad_blocks;
     let full = backend == BackendKind::File && args.fio;
-    let cap = if args.quick {
+    let cap = if args.common.quick {
         QUICK_WORKING_SET_PAGES
     } else {
         MAX_WORKING_SET_PAGES
@@ -203,52 +197,15 @@ async fn measure_cluster(
         depth *= 2;
     }
 
-    let mut fio = Vec::new();
-    if full {
-        let file = cluster.cluster.nodes[0]
-            .config
-            .as_ref()
-            .and_then(|c| c.parent())
-            .map(|d| d.join("pages.bin"))
-            .context("node 0 has no data directory")?;
-        let page_bytes = u64::from(geometry.page_size_bytes);
-        let slot_bytes = SlotLayout::new(&geometry)
-            .map_err(|e| anyhow::anyhow!("{e}"))?
-            .slot_size as u64;
-        // Alternate the peer and Quarry so drift in the disk's speed (large on
-        // a shared virtual disk) hits both alike.
-        for round in 0..2 {
-            for qd in [1u32, 32] {
-                let raw = run_fio(&file, qd, page_bytes)?;
-                let ours = measure(
-                    &client,
-                    &set0,
-                    qd,
-                    u64::from(args.ops.max(4000)) * 2,
-                    "local",
-                )
-                .await?;
-                let slot = run_fio(&file, qd, slot_bytes)?;
-                for (peer, block) in [(raw, page_bytes), (slot, slot_bytes)] {
-                    fio.push(FioComparison {
-                        queue_depth: qd,
-                        round,
-                        fio_block_bytes: block,
-                        fio_iops: peer.iops,
-                        quarry_iops: ours.iops,
-                        iops_ratio: ours.iops / peer.iops,
-                        fio_latency_us_mean: peer.latency_us_mean,
-                        quarry_latency_us_mean: ours.latency_us_mean,
-                        added_latency_us: ours.latency_us_mean - peer.latency_us_mean,
-                    });
-                }
-            }
-        }
-    }
+    let fio = if full {
+        compare_with_fio(args, &client, cluster, &geometry, &set0).await?
+    } else {
+        Vec::new()
+    };
 
     let mut nand_bandwidth = Vec::new();
     if backend == BackendKind::Nand {
-        let max_request_bytes = if args.quick {
+        let max_request_bytes = if args.common.quick {
             QUICK_MAX_REQUEST_BYTES
         } else {
             16 << 20
@@ -268,6 +225,52 @@ async fn measure_cluster(
         fio,
         nand_bandwidth,
     })
+}
+
+/// fio's random reads of node 0's backing file, at the page size and at the
+/// slot size, next to Quarry's reads of the same node, at QD1 and QD32.
+async fn compare_with_fio(
+    args: &BenchPageArgs,
+    client: &Client,
+    cluster: &LocalCluster,
+    geometry: &Geometry,
+    set0: &[GlobalPageAddr],
+) -> Result<Vec<FioComparison>> {
+    let mut fio = Vec::new();
+    let file = cluster.cluster.nodes[0]
+        .config
+        .as_ref()
+        .and_then(|c| c.parent())
+        .map(|d| d.join("pages.bin"))
+        .context("node 0 has no data directory")?;
+    let page_bytes = u64::from(geometry.page_size_bytes);
+    let slot_bytes = SlotLayout::new(geometry)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .slot_size as u64;
+    // Alternate the peer and Quarry so drift in the disk's speed (large on
+    // a shared virtual disk) hits both alike.
+    for round in 0..2 {
+        for qd in [1u32, 32] {
+            let raw = run_fio(&file, qd, page_bytes)?;
+            let ours =
+                measure(client, set0, qd, u64::from(args.ops.max(4000)) * 2, "local").await?;
+            let slot = run_fio(&file, qd, slot_bytes)?;
+            for (peer, block) in [(raw, page_bytes), (slot, slot_bytes)] {
+                fio.push(FioComparison {
+                    queue_depth: qd,
+                    round,
+                    fio_block_bytes: block,
+                    fio_iops: peer.iops,
+                    quarry_iops: ours.iops,
+                    iops_ratio: ours.iops / peer.iops,
+                    fio_latency_us_mean: peer.latency_us_mean,
+                    quarry_latency_us_mean: ours.latency_us_mean,
+                    added_latency_us: ours.latency_us_mean - peer.latency_us_mean,
+                });
+            }
+        }
+    }
+    Ok(fio)
 }
 
 fn bench_geometry(args: &BenchPageArgs, backend: BackendKind) -> Option<Geometry> {
@@ -408,7 +411,7 @@ async fn measure(
         queue_depth: depth,
         ops,
         iops: ops as f64 / elapsed,
-        mib_per_s: bytes as f64 / elapsed / (1 << 20) as f64,
+        mib_per_s: crate::measure::mib_per_s(bytes, elapsed),
         latency_us_mean: stats.mean_us(),
         latency_us_p50: stats.quantile_us(0.5),
         latency_us_p99: stats.quantile_us(0.99),
@@ -442,7 +445,7 @@ async fn bandwidth(
     let bytes = done as u64 * u64::from(g.page_size_bytes);
     Ok(BandwidthPoint {
         request_bytes: pages as u64 * u64::from(g.page_size_bytes),
-        mib_per_s: bytes as f64 / started.elapsed().as_secs_f64() / (1 << 20) as f64,
+        mib_per_s: crate::measure::mib_per_s(bytes, started.elapsed().as_secs_f64()),
     })
 }
 
@@ -453,27 +456,18 @@ struct FioResult {
 
 /// fio random reads of `block_bytes` at multiples of `block_bytes`.
 fn run_fio(file: &Path, queue_depth: u32, block_bytes: u64) -> Result<FioResult> {
-    let output = Command::new("fio")
-        .args([
-            "--name=quarry-peer",
-            "--rw=randread",
-            &format!("--bs={block_bytes}"),
-            &format!("--blockalign={block_bytes}"),
-            "--direct=1",
-            "--ioengine=io_uring",
-            &format!("--iodepth={queue_depth}"),
-            "--runtime=4",
-            "--time_based",
-            "--output-format=json",
-        ])
-        .arg(format!("--filename={}", file.display()))
-        .output()
-        .context("cannot run fio (install it: apt-get install fio)")?;
-    if !output.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    let json: serde_json::Value =
-        serde_json::from_slice(&output.stdout).context("fio printed no JSON")?;
+    let json = fio_json(&[
+        "--name=quarry-peer".into(),
+        "--rw=randread".into(),
+        format!("--bs={block_bytes}"),
+        format!("--blockalign={block_bytes}"),
+        "--direct=1".into(),
+        "--ioengine=io_uring".into(),
+        format!("--iodepth={queue_depth}"),
+        "--runtime=4".into(),
+        "--time_based".into(),
+        format!("--filename={}", file.display()),
+    ])?;
     let read = &json["jobs"][0]["read"];
     let iops = read["iops"].as_f64().context("fio JSON has no read.iops")?;
     // Total latency (submission to completion), as Quarry's is measured;
@@ -559,76 +553,5 @@ fn print_backend(report: &BackendReport) {
             ]);
         }
         println!("bandwidth vs request size (RFSA Fig. 6), through the entry node:\n{table}");
-    }
-}
-
-/// A temporary directory removed on drop (the CLI has no tempfile dependency
-/// outside its tests).
-pub(crate) struct TempDir {
-    pub(crate) path: PathBuf,
-}
-
-/// `size_bytes` of seeded pseudo-random bytes, 1 MiB at a time: the data
-/// the storage benchmarks put (the same on every run, and incompressible).
-pub(crate) struct RandomBytes {
-    rng: rand::rngs::StdRng,
-    block: Vec<u8>,
-    left: u64,
-}
-
-impl RandomBytes {
-    pub(crate) fn new(size_bytes: u64) -> RandomBytes {
-        use rand::SeedableRng;
-        RandomBytes {
-            rng: rand::rngs::StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15),
-            block: vec![0u8; 1 << 20],
-            left: size_bytes,
-        }
-    }
-
-    /// The next block, `None` once `size_bytes` have been given.
-    pub(crate) fn next_block(&mut self) -> Option<&[u8]> {
-        use rand::RngCore;
-        if self.left == 0 {
-            return None;
-        }
-        let n = self.left.min(self.block.len() as u64) as usize;
-        self.rng.fill_bytes(&mut self.block[..n]);
-        self.left -= n as u64;
-        Some(&self.block[..n])
-    }
-}
-
-/// The directory a benchmark works in: `dir` when given (created), else a
-/// temporary one removed when the returned guard drops.
-pub(crate) fn work_dir(
-    dir: Option<&std::path::Path>,
-    prefix: &str,
-) -> Result<(PathBuf, Option<TempDir>)> {
-    match dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
-            Ok((d.to_path_buf(), None))
-        }
-        None => {
-            let t = TempDir::new(prefix)?;
-            Ok((t.path.clone(), Some(t)))
-        }
-    }
-}
-
-impl TempDir {
-    /// `$TMPDIR/{prefix}-{pid}`, created.
-    pub(crate) fn new(prefix: &str) -> Result<TempDir> {
-        let path = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
-        std::fs::create_dir_all(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        Ok(TempDir { path })
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }

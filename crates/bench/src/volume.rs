@@ -7,20 +7,20 @@ use quarry_device::Geometry;
 use quarry_volume::{write_amplification, VictimPolicy, WaBenchOptions};
 
 use crate::args::{BenchVolumeArgs, PolicyArg};
-use crate::bench::TempDir;
+use crate::common::work_dir;
 
 /// Runs the benchmark and prints its table (or JSON).
 pub fn volume(args: &BenchVolumeArgs) -> Result<()> {
-    let scratch = TempDir::new("quarry-bench-volume")?;
+    let (dir, _scratch) = work_dir(args.common.dir.as_deref(), "quarry-bench-volume")?;
     let mut options = WaBenchOptions {
         policy: match args.policy {
             PolicyArg::Greedy => VictimPolicy::Greedy,
             PolicyArg::CostBenefit => VictimPolicy::CostBenefit,
         },
-        dir: scratch.path.clone(),
+        dir,
         ..WaBenchOptions::default()
     };
-    if args.quick {
+    if args.common.quick {
         options.geometry = Geometry {
             buses: 2,
             chips_per_bus: 2,
@@ -32,7 +32,7 @@ pub fn volume(args: &BenchVolumeArgs) -> Result<()> {
         options.measured_writes = 0.5;
     }
     let g = options.geometry;
-    if !args.json {
+    if !args.common.json {
         eprintln!(
             "bench volume: mem device {} buses x {} chips x {} blocks x {} pages of {} B, {:?} cleaning, {} + {} random overwrites per logical page",
             g.buses,
@@ -77,7 +77,7 @@ pub fn volume(args: &BenchVolumeArgs) -> Result<()> {
         std::fs::write(path, plot.to_svg())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&points)?);
         return Ok(());
     }

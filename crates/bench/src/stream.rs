@@ -11,7 +11,7 @@
 //! each of a few read settings (`[compute]` in its configuration) and the
 //! scan measured again, next to the adaptive tuner's figure and choice.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -25,9 +25,12 @@ use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchStreamArgs;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
-use crate::objects_cmd::parse_size;
+use crate::common::fio_json;
+use crate::measure::{median, mib_per_s};
+use quarry_jobs::human_bytes;
+use quarry_jobs::parse_size;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 const PAGE_BYTES: u32 = 64 << 10;
 /// fio's shallow row: requests of 2 MiB, two in flight.
@@ -50,7 +53,7 @@ struct SweepRow {
     ratio_paired: f64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 struct Report {
     object_bytes: u64,
     chunk_bytes: u32,
@@ -173,97 +176,32 @@ pub(crate) fn parse_sweep(text: &str) -> Result<Vec<(usize, usize)>> {
 
 /// Runs the benchmark and prints its table (or JSON).
 pub fn stream(args: &BenchStreamArgs) -> Result<()> {
-    let (size_bytes, rounds, sweep) = if args.quick {
-        (64 << 20, 1, parse_sweep("1x1,4x2")?)
-    } else {
-        (
-            parse_size(&args.size)?,
-            args.rounds,
-            parse_sweep(&args.sweep)?,
-        )
-    };
-    if size_bytes == 0 {
-        bail!("--size must be above zero");
-    }
+    let (size_bytes, rounds, sweep) = settings(args)?;
     let chunk_bytes = u32::try_from(parse_size(&args.chunk)?).context("--chunk")?;
-    let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-stream")?;
-    // Room for the object twice over, as bench objects sizes its nodes.
-    let capacity = size_bytes * 2 + (64 << 20);
-    let block_bytes = 256 * u64::from(PAGE_BYTES);
-    let blocks_per_chip = capacity.div_ceil(16 * block_bytes).max(16);
-    let geometry = Geometry {
-        buses: 4,
-        chips_per_bus: 4,
-        blocks_per_chip: u32::try_from(blocks_per_chip).context("--size too large")?,
-        pages_per_block: 256,
-        page_size_bytes: PAGE_BYTES,
-        oob_size_bytes: 64,
-    };
-    geometry.validate()?;
-    let spec = LocalClusterSpec {
-        nodes: 1,
-        dir: dir.join("cluster"),
-        backend: BackendKind::File,
-        preset: None,
-        geometry: Some(geometry),
-        capacity_bytes: None,
-        direct_io: true,
-        topology: Topology::default(),
-        stop_with_this_process: true,
-        managed: true,
-        ecc: quarry_device::EccMode::Crc,
-    };
+    let (dir, _scratch) =
+        crate::common::work_dir(args.common.dir.as_deref(), "quarry-bench-stream")?;
+    let spec = cluster_spec(&dir, size_bytes)?;
     let exe = quarry_exe()?;
     let fio_engine = fio_engine();
-    if !args.json {
-        eprintln!(
-            "bench stream: {} object, {} fixed chunks, 1 managed node (file backend, O_DIRECT, CRC-only ECC, 64 KiB pages) \
-             vs fio (--rw=read --direct=1 --ioengine={fio_engine}; --bs={}k --iodepth={DEEP_DEPTH}, and --bs={}k --iodepth={SHALLOW_DEPTH} on huge pages) in {}",
-            human_bytes(size_bytes),
-            human_bytes(u64::from(chunk_bytes)),
-            DEEP_BLOCK_BYTES >> 10,
-            SHALLOW_BLOCK_BYTES >> 10,
-            dir.display()
-        );
+    if !args.common.json {
+        announce(size_bytes, chunk_bytes, &fio_engine, &dir);
     }
     let mut cluster = LocalCluster::start(&spec, &exe)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let node_dir = cluster
-        .cluster
-        .nodes
-        .first()
-        .and_then(|n| n.config.as_ref())
-        .and_then(|c| c.parent())
-        .context("the node has no directory")?
-        .to_path_buf();
+    let node_dir = node_dir_of(&cluster)?;
     let fio_file = node_dir.join("fio.dat");
-    let mut fio = Vec::new();
-    let mut fio_page = Vec::new();
-    let mut fio_huge = Vec::new();
-    let mut fio_shallow = Vec::new();
-    // Each scan over the mean of the shallow fio reads either side of it.
-    let mut paired_shallow = Vec::new();
-    // fio's shallow read after each scan over the one before it.
-    let mut shallow_over_itself = Vec::new();
-    // The plain reader's rates, its CRC of fio's file, whether all its
-    // buffers were on huge pages, and each scan after it over it.
-    let (mut plain_reads, mut plain_crc, mut plain_huge) = (Vec::new(), None, true);
-    let mut paired_plain = Vec::new();
-    let mut plain_unchecked = Vec::new();
     let huge = HugeMemory::set_up(
         &dir.join("huge"),
         (DEEP_BLOCK_BYTES * DEEP_DEPTH).max(SHALLOW_BLOCK_BYTES * SHALLOW_DEPTH) as u64,
         NODE_HUGE_PAGES,
     );
-    if let (Err(why), false) = (&huge, args.json) {
+    if let (Err(why), false) = (&huge, args.common.json) {
         eprintln!("  fio with huge-page buffers: unavailable ({why:#})");
     }
-    let mut scans = Scans::default();
-    // Each scan that followed fio's best read, over that read.
-    let mut paired = Vec::new();
+    let mut samples = Samples::default();
     let mut sweep_rows = Vec::new();
     let mut adaptive_choice = None;
     let result = (|| -> Result<()> {
@@ -297,60 +235,296 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
                 huge.then_some(huge_dir.as_deref()).flatten(),
             )
         };
+        let scan = || scan_once(&runtime, &cluster, size_bytes);
         for _ in 0..rounds {
-            let plain = fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false)?;
-            fio.push(plain);
-            let scan = scan_once(&runtime, &cluster, size_bytes)?;
-            scans.push(AFTER_FIO_DEEP, scan);
-            if huge_dir.is_some() {
-                let deep = fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, true)?;
-                fio_huge.push(deep);
-                let scan = scan_once(&runtime, &cluster, size_bytes)?;
-                scans.push(AFTER_FIO_DEEP_HUGE, scan);
-                paired.push(scan / deep);
-                let shallow = fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true)?;
-                fio_shallow.push(shallow);
-                let scan = scan_once(&runtime, &cluster, size_bytes)?;
-                scans.push(AFTER_FIO_SHALLOW, scan);
-                // The same read again after the scan, and a scan after it
-                // so the next fio row still follows a read of the other file.
-                let again = fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true)?;
-                fio_shallow.push(again);
-                paired_shallow.push(scan / ((shallow + again) / 2.0));
-                shallow_over_itself.push(again / shallow);
-                scans.push(
-                    AFTER_FIO_SHALLOW,
-                    scan_once(&runtime, &cluster, size_bytes)?,
-                );
-            } else {
-                paired.push(scan / plain);
-            }
-            fio_page.push(fio_read(PAGE_BYTES as usize, DEEP_DEPTH, false)?);
-            scans.push(AFTER_FIO_PAGE, scan_once(&runtime, &cluster, size_bytes)?);
-            settle();
-            let plain = crate::plain_read::read_file(&fio_file, true)?;
-            if plain_crc.is_some() && plain_crc != plain.crc32c {
-                bail!("fio's file read back with another CRC-32C than before");
-            }
-            plain_crc = plain.crc32c;
-            plain_huge &= plain.huge_pages;
-            plain_reads.push(plain.mib_per_s());
-            let scan = scan_once(&runtime, &cluster, size_bytes)?;
-            scans.push(AFTER_PLAIN, scan);
-            paired_plain.push(scan / plain.mib_per_s());
-            settle();
-            let unchecked = crate::plain_read::read_file(&fio_file, false)?;
-            plain_huge &= unchecked.huge_pages;
-            plain_unchecked.push(unchecked.mib_per_s());
-            scans.push(
-                AFTER_PLAIN_UNCHECKED,
-                scan_once(&runtime, &cluster, size_bytes)?,
-            );
+            samples.measure_round(&fio_read, &scan, huge_dir.is_some(), &fio_file)?;
         }
         adaptive_choice = last_tuner_move(&node_dir.join("node.log"));
-        let config_path = node_dir.join("node.toml");
+        // fio's best read, which each pinned row's scans sit between.
+        let best = || match huge_dir {
+            Some(_) => fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true),
+            None => fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false),
+        };
+        let pinned = PinnedSweep {
+            runtime: &runtime,
+            exe: &exe,
+            node_dir: &node_dir,
+            size_bytes,
+            rounds,
+            quiet: args.common.json,
+        };
+        sweep_rows = pinned.run(&mut cluster, &sweep, &best)?;
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&fio_file);
+    let fio_huge_unavailable = huge.as_ref().err().map(|e| format!("{e:#}"));
+    drop(huge);
+    cluster.stop()?;
+    result?;
+    let report = samples.report(Report {
+        object_bytes: size_bytes,
+        chunk_bytes,
+        rounds,
+        fio_engine,
+        fio_huge_unavailable,
+        adaptive_choice,
+        sweep: sweep_rows,
+        ..Report::default()
+    });
+    if args.common.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print_report(&report);
+    Ok(())
+}
+
+/// A pinned read setting: reads at the disk, reads held ahead.
+type ReadSetting = (usize, usize);
+
+/// The object's size, the rounds and the pinned settings to sweep.
+fn settings(args: &BenchStreamArgs) -> Result<(u64, u32, Vec<ReadSetting>)> {
+    let (size_bytes, rounds, sweep) = if args.common.quick {
+        (64 << 20, 1, parse_sweep("1x1,4x2")?)
+    } else {
+        (
+            parse_size(&args.size)?,
+            args.rounds,
+            parse_sweep(&args.sweep)?,
+        )
+    };
+    if size_bytes == 0 {
+        bail!("--size must be above zero");
+    }
+    Ok((size_bytes, rounds, sweep))
+}
+
+/// What the benchmark is about to measure, on stderr.
+fn announce(size_bytes: u64, chunk_bytes: u32, fio_engine: &str, dir: &Path) {
+    eprintln!(
+        "bench stream: {} object, {} fixed chunks, 1 managed node (file backend, O_DIRECT, CRC-only ECC, 64 KiB pages) \
+         vs fio (--rw=read --direct=1 --ioengine={fio_engine}; --bs={}k --iodepth={DEEP_DEPTH}, and --bs={}k --iodepth={SHALLOW_DEPTH} on huge pages) in {}",
+        human_bytes(size_bytes),
+        human_bytes(u64::from(chunk_bytes)),
+        DEEP_BLOCK_BYTES >> 10,
+        SHALLOW_BLOCK_BYTES >> 10,
+        dir.display()
+    );
+}
+
+/// The node's directory, where fio's file and the node's log are.
+fn node_dir_of(cluster: &LocalCluster) -> Result<PathBuf> {
+    Ok(cluster
+        .cluster
+        .nodes
+        .first()
+        .and_then(|n| n.config.as_ref())
+        .and_then(|c| c.parent())
+        .context("the node has no directory")?
+        .to_path_buf())
+}
+
+/// The node's cluster: one managed node on the file backend, with room for
+/// the object twice over (as bench objects sizes its nodes).
+fn cluster_spec(dir: &Path, size_bytes: u64) -> Result<LocalClusterSpec> {
+    let capacity = size_bytes * 2 + (64 << 20);
+    let block_bytes = 256 * u64::from(PAGE_BYTES);
+    let blocks_per_chip = capacity.div_ceil(16 * block_bytes).max(16);
+    let geometry = Geometry {
+        buses: 4,
+        chips_per_bus: 4,
+        blocks_per_chip: u32::try_from(blocks_per_chip).context("--size too large")?,
+        pages_per_block: 256,
+        page_size_bytes: PAGE_BYTES,
+        oob_size_bytes: 64,
+    };
+    geometry.validate()?;
+    Ok(LocalClusterSpec {
+        nodes: 1,
+        dir: dir.join("cluster"),
+        backend: BackendKind::File,
+        preset: None,
+        geometry: Some(geometry),
+        capacity_bytes: None,
+        direct_io: true,
+        topology: Topology::default(),
+        stop_with_this_process: true,
+        managed: true,
+        ecc: quarry_device::EccMode::Crc,
+    })
+}
+
+/// What the rounds with the adaptive tuner measured, before the medians.
+struct Samples {
+    fio: Vec<f64>,
+    fio_page: Vec<f64>,
+    fio_huge: Vec<f64>,
+    fio_shallow: Vec<f64>,
+    /// Each scan over the mean of the shallow fio reads either side of it.
+    paired_shallow: Vec<f64>,
+    /// fio's shallow read after each scan over the one before it.
+    shallow_over_itself: Vec<f64>,
+    /// The plain reader's rates, its CRC of fio's file, whether all its
+    /// buffers were on huge pages, and each scan after it over it.
+    plain_reads: Vec<f64>,
+    plain_crc: Option<u32>,
+    plain_huge: bool,
+    paired_plain: Vec<f64>,
+    plain_unchecked: Vec<f64>,
+    scans: Scans,
+    /// Each scan that followed fio's best read, over that read.
+    paired: Vec<f64>,
+}
+
+impl Default for Samples {
+    fn default() -> Self {
+        Samples {
+            fio: Vec::new(),
+            fio_page: Vec::new(),
+            fio_huge: Vec::new(),
+            fio_shallow: Vec::new(),
+            paired_shallow: Vec::new(),
+            shallow_over_itself: Vec::new(),
+            plain_reads: Vec::new(),
+            plain_crc: None,
+            plain_huge: true,
+            paired_plain: Vec::new(),
+            plain_unchecked: Vec::new(),
+            scans: Scans::default(),
+            paired: Vec::new(),
+        }
+    }
+}
+
+impl Samples {
+    /// One round: each fio read and each plain read, with a scan after it.
+    fn measure_round(
+        &mut self,
+        fio_read: &dyn Fn(usize, usize, bool) -> Result<f64>,
+        next_scan: &dyn Fn() -> Result<f64>,
+        huge: bool,
+        fio_file: &Path,
+    ) -> Result<()> {
+        let plain = fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false)?;
+        self.fio.push(plain);
+        let scan = next_scan()?;
+        self.scans.push(AFTER_FIO_DEEP, scan);
+        if huge {
+            let deep = fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, true)?;
+            self.fio_huge.push(deep);
+            let scan = next_scan()?;
+            self.scans.push(AFTER_FIO_DEEP_HUGE, scan);
+            self.paired.push(scan / deep);
+            let shallow = fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true)?;
+            self.fio_shallow.push(shallow);
+            let scan = next_scan()?;
+            self.scans.push(AFTER_FIO_SHALLOW, scan);
+            // The same read again after the scan, and a scan after it
+            // so the next fio row still follows a read of the other file.
+            let again = fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true)?;
+            self.fio_shallow.push(again);
+            self.paired_shallow.push(scan / ((shallow + again) / 2.0));
+            self.shallow_over_itself.push(again / shallow);
+            self.scans.push(AFTER_FIO_SHALLOW, next_scan()?);
+        } else {
+            self.paired.push(scan / plain);
+        }
+        self.fio_page
+            .push(fio_read(PAGE_BYTES as usize, DEEP_DEPTH, false)?);
+        self.scans.push(AFTER_FIO_PAGE, next_scan()?);
+        settle();
+        let plain = crate::plain_read::read_file(fio_file, true)?;
+        if self.plain_crc.is_some() && self.plain_crc != plain.crc32c {
+            bail!("fio's file read back with another CRC-32C than before");
+        }
+        self.plain_crc = plain.crc32c;
+        self.plain_huge &= plain.huge_pages;
+        self.plain_reads.push(plain.mib_per_s());
+        let scan = next_scan()?;
+        self.scans.push(AFTER_PLAIN, scan);
+        self.paired_plain.push(scan / plain.mib_per_s());
+        settle();
+        let unchecked = crate::plain_read::read_file(fio_file, false)?;
+        self.plain_huge &= unchecked.huge_pages;
+        self.plain_unchecked.push(unchecked.mib_per_s());
+        self.scans.push(AFTER_PLAIN_UNCHECKED, next_scan()?);
+        Ok(())
+    }
+
+    /// The medians and ratios, over `base`'s settings and sweep.
+    fn report(mut self, base: Report) -> Report {
+        let scan_after = self.scans.medians_after();
+        let (f, s) = (median(&mut self.fio), median(&mut self.scans.all));
+        let fp = median(&mut self.fio_page);
+        let fh = (!self.fio_huge.is_empty()).then(|| median(&mut self.fio_huge));
+        let fs = (!self.fio_shallow.is_empty()).then(|| median(&mut self.fio_shallow));
+        let device = f.max(fh.unwrap_or(0.0)).max(fs.unwrap_or(0.0));
+        // Paired with whichever fio row is the device's figure.
+        let plain = median(&mut self.plain_reads);
+        let plain_no_check = median(&mut self.plain_unchecked);
+        let ratio_paired = match fs {
+            Some(fs) if fs >= device => median(&mut self.paired_shallow),
+            _ => median(&mut self.paired),
+        };
+        Report {
+            fio_mib_per_s: f,
+            fio_page_mib_per_s: fp,
+            fio_huge_mib_per_s: fh,
+            fio_shallow_mib_per_s: fs,
+            device_mib_per_s: device,
+            scan_mib_per_s: s,
+            ratio: s / device,
+            ratio_paired,
+            fio_best_over_itself: match fs {
+                Some(fs) if fs >= device && !self.shallow_over_itself.is_empty() => {
+                    let lo = self
+                        .shallow_over_itself
+                        .iter()
+                        .copied()
+                        .fold(f64::MAX, f64::min);
+                    let hi = self
+                        .shallow_over_itself
+                        .iter()
+                        .copied()
+                        .fold(f64::MIN, f64::max);
+                    Some([median(&mut self.shallow_over_itself), lo, hi])
+                }
+                _ => None,
+            },
+            ratio_to_page_reads: s / fp,
+            plain_reader_mib_per_s: plain,
+            plain_reader_unchecked_mib_per_s: plain_no_check,
+            plain_reader_huge_pages: self.plain_huge,
+            ratio_to_plain_reader: s / plain,
+            ratio_paired_plain_reader: median(&mut self.paired_plain),
+            scan_after,
+            ..base
+        }
+    }
+}
+
+/// Rows of pinned read settings: the node restarted with each, its scans
+/// measured between fio's best reads.
+struct PinnedSweep<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    exe: &'a Path,
+    node_dir: &'a Path,
+    size_bytes: u64,
+    rounds: u32,
+    quiet: bool,
+}
+
+impl PinnedSweep<'_> {
+    fn run(
+        &self,
+        cluster: &mut LocalCluster,
+        sweep: &[(usize, usize)],
+        best: &dyn Fn() -> Result<f64>,
+    ) -> Result<Vec<SweepRow>> {
+        let mut sweep_rows = Vec::new();
+        let config_path = self.node_dir.join("node.toml");
         let adaptive_config = std::fs::read_to_string(&config_path)?;
-        for &(depth, ahead) in &sweep {
+        for &(depth, ahead) in sweep {
             cluster.stop_node(0)?;
             std::fs::write(
                 &config_path,
@@ -358,22 +532,18 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
                     "{adaptive_config}\n[compute]\nread_depth = {depth}\nread_ahead = {ahead}\n"
                 ),
             )?;
-            cluster.restart_node(0, &exe)?;
+            cluster.restart_node(0, self.exe)?;
             // As for the adaptive rows, one scan first: a node just started
             // maps its read buffers and connections on its first scan.
-            scan_once(&runtime, &cluster, size_bytes)?;
+            scan_once(self.runtime, cluster, self.size_bytes)?;
             // Each scan between two of fio's best reads, which are also
             // measured: the pinned row's ratio is to the fio reads of its
             // own rounds.
-            let best = || match huge_dir {
-                Some(_) => fio_read(SHALLOW_BLOCK_BYTES, SHALLOW_DEPTH, true),
-                None => fio_read(DEEP_BLOCK_BYTES, DEEP_DEPTH, false),
-            };
             let (mut v, mut peer, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
             let mut before = best()?;
             peer.push(before);
-            for _ in 0..rounds {
-                let scan = scan_once(&runtime, &cluster, size_bytes)?;
+            for _ in 0..self.rounds {
+                let scan = scan_once(self.runtime, cluster, self.size_bytes)?;
                 let after = best()?;
                 peer.push(after);
                 v.push(scan);
@@ -383,7 +553,7 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             let m = median(&mut v);
             let p = median(&mut peer);
             let ratio_paired = median(&mut pairs);
-            if !args.json {
+            if !self.quiet {
                 eprintln!("  pinned depth {depth}, read-ahead {ahead}: {m:.0} MiB/s (fio {p:.0})");
             }
             sweep_rows.push(SweepRow {
@@ -397,64 +567,29 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         if !sweep.is_empty() {
             cluster.stop_node(0)?;
             std::fs::write(&config_path, adaptive_config)?;
-            cluster.restart_node(0, &exe)?;
+            cluster.restart_node(0, self.exe)?;
         }
-        Ok(())
-    })();
-    let _ = std::fs::remove_file(&fio_file);
-    let fio_huge_unavailable = huge.as_ref().err().map(|e| format!("{e:#}"));
-    drop(huge);
-    cluster.stop()?;
-    result?;
-    let scan_after = scans.medians_after();
-    let (f, s) = (median(&mut fio), median(&mut scans.all));
-    let fp = median(&mut fio_page);
-    let fh = (!fio_huge.is_empty()).then(|| median(&mut fio_huge));
-    let fs = (!fio_shallow.is_empty()).then(|| median(&mut fio_shallow));
-    let device = f.max(fh.unwrap_or(0.0)).max(fs.unwrap_or(0.0));
-    // Paired with whichever fio row is the device's figure.
-    let plain = median(&mut plain_reads);
-    let plain_no_check = median(&mut plain_unchecked);
-    let ratio_paired = match fs {
-        Some(fs) if fs >= device => median(&mut paired_shallow),
-        _ => median(&mut paired),
-    };
-    let report = Report {
-        object_bytes: size_bytes,
-        chunk_bytes,
-        rounds,
-        fio_engine,
-        fio_mib_per_s: f,
-        fio_page_mib_per_s: fp,
-        fio_huge_mib_per_s: fh,
-        fio_huge_unavailable,
-        fio_shallow_mib_per_s: fs,
-        device_mib_per_s: device,
-        scan_mib_per_s: s,
-        ratio: s / device,
-        ratio_paired,
-        fio_best_over_itself: match fs {
-            Some(fs) if fs >= device && !shallow_over_itself.is_empty() => {
-                let lo = shallow_over_itself.iter().copied().fold(f64::MAX, f64::min);
-                let hi = shallow_over_itself.iter().copied().fold(f64::MIN, f64::max);
-                Some([median(&mut shallow_over_itself), lo, hi])
-            }
-            _ => None,
-        },
-        ratio_to_page_reads: s / fp,
-        plain_reader_mib_per_s: plain,
-        plain_reader_unchecked_mib_per_s: plain_no_check,
-        plain_reader_huge_pages: plain_huge,
-        ratio_to_plain_reader: s / plain,
-        ratio_paired_plain_reader: median(&mut paired_plain),
-        adaptive_choice,
-        scan_after,
-        sweep: sweep_rows,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+        Ok(sweep_rows)
     }
+}
+
+/// The table of rates, each against the device's best fio row.
+fn report_table(report: &Report) -> Table {
+    let (f, fp, device) = (
+        report.fio_mib_per_s,
+        report.fio_page_mib_per_s,
+        report.device_mib_per_s,
+    );
+    let (fh, fs, s) = (
+        report.fio_huge_mib_per_s,
+        report.fio_shallow_mib_per_s,
+        report.scan_mib_per_s,
+    );
+    let (plain, plain_no_check, plain_huge) = (
+        report.plain_reader_mib_per_s,
+        report.plain_reader_unchecked_mib_per_s,
+        report.plain_reader_huge_pages,
+    );
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "sequential read",
@@ -532,6 +667,13 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
         format!("{:.2}", report.ratio),
         format!("{:.2}", report.ratio_paired),
     ]);
+    table
+}
+
+/// The table and what it leaves out.
+fn print_report(report: &Report) {
+    let device = report.device_mib_per_s;
+    let mut table = report_table(report);
     for r in &report.sweep {
         table.add_row(vec![
             format!(
@@ -545,9 +687,10 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
     }
     println!("{table}");
     println!(
-        "(medians of {rounds} round(s); scan = bytes_scanned / wall time of the command through the client; \
+        "(medians of {} round(s); scan = bytes_scanned / wall time of the command through the client; \
          each measurement follows a read of the other file; a pinned row's ratio is to the fio reads of its own rounds; \
-         paired: the median over the rounds of each scan over the mean of fio's best reads just before and just after it)"
+         paired: the median over the rounds of each scan over the mean of fio's best reads just before and just after it)",
+        report.rounds
     );
     if let Some([m, lo, hi]) = report.fio_best_over_itself {
         println!(
@@ -574,7 +717,6 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
             start.depth, start.read_ahead
         );
     }
-    Ok(())
 }
 
 /// Waits a moment before a measurement, so none starts while the virtual
@@ -583,15 +725,6 @@ pub fn stream(args: &BenchStreamArgs) -> Result<()> {
 /// both).
 fn settle() {
     std::thread::sleep(Duration::from_millis(250));
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn mib_per_s(bytes: u64, seconds: f64) -> f64 {
-    bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9)
 }
 
 async fn client(cluster: &LocalCluster) -> Result<Client> {
@@ -616,7 +749,7 @@ fn put_object(
         let (mut w, r) = tokio::io::duplex(1 << 20);
         let writer = tokio::spawn(async move {
             use tokio::io::AsyncWriteExt;
-            let mut source = crate::bench::RandomBytes::new(size_bytes);
+            let mut source = crate::common::RandomBytes::new(size_bytes);
             while let Some(block) = source.next_block() {
                 w.write_all(block).await?;
             }
@@ -693,18 +826,6 @@ fn fio_engine() -> String {
         .map(|o| o.status.success())
         .unwrap_or(false);
     if ok { "io_uring" } else { "libaio" }.to_string()
-}
-
-fn fio_json(args: &[String]) -> Result<serde_json::Value> {
-    let output = Command::new("fio")
-        .args(args)
-        .arg("--output-format=json")
-        .output()
-        .context("cannot run fio (install it: apt-get install fio)")?;
-    if !output.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    serde_json::from_slice(&output.stdout).context("fio printed no JSON")
 }
 
 /// Writes the file fio reads, in full (no holes), on the node's disk.

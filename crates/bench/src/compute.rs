@@ -22,12 +22,15 @@ use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchComputeArgs;
-use crate::bench::TempDir;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
+use crate::common::{work_dir, TempDir};
+use crate::measure::median;
 use crate::netlink::ClientNet;
-use crate::objects_cmd::{file_source, parse_size};
 use crate::plot::{LinePlot, Series};
+use quarry_client::file_source;
+use quarry_jobs::human_bytes;
+use quarry_jobs::parse_size;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 const WORD: &str = "would";
 const PATTERN: [u8; 8] = *b"flashes!";
@@ -102,7 +105,7 @@ impl Setup {
 }
 
 fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup> {
-    let size_bytes = if args.quick {
+    let size_bytes = if args.common.quick {
         64 << 20
     } else {
         parse_size(&args.size)?
@@ -110,8 +113,7 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
     if size_bytes < (1 << 20) {
         bail!("--size must be at least 1M");
     }
-    let scratch = TempDir::new(&format!("quarry-bench-{name}"))?;
-    let dir = scratch.path.clone();
+    let (dir, scratch) = work_dir(args.common.dir.as_deref(), &format!("quarry-bench-{name}"))?;
     let nodes: u16 = 4;
     // Every node holds its quarter of the corpus (and of the volume) twice
     // over, for the space manager's reserve, in 64 KiB pages.
@@ -146,7 +148,7 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
     let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     let members: Vec<u16> = cluster.cluster.nodes.iter().map(|n| n.id).collect();
     let setup = Setup {
-        _scratch: Some(scratch),
+        _scratch: scratch,
         cluster,
         source,
         size_bytes,
@@ -466,11 +468,6 @@ fn wc_spec() -> KernelSpec {
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 /// Runs `f` with the client on `link`: here for loopback, else in the
 /// namespace with the link limited.
 fn on_link<T: Send>(
@@ -532,7 +529,7 @@ pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
     let links = links(&args.links)?;
     let setup = setup(args, "wordcount", 0)?;
     let size = setup.size_bytes;
-    if !args.json {
+    if !args.common.json {
         eprintln!(
             "bench wordcount: {} of text on a 4-node managed cluster (mem backend), counting {WORD:?}; links: {}",
             human_bytes(size),
@@ -560,9 +557,9 @@ pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
                 answers.push((n, n2, n3));
             }
             Ok((
-                median(near_s),
-                median(off_s),
-                median(host_s),
+                median(&mut near_s),
+                median(&mut off_s),
+                median(&mut host_s),
                 near_info,
                 answers,
             ))
@@ -605,7 +602,7 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
     let volume_bytes = 64u64 << 20;
     let setup = setup(args, "minerva", volume_bytes)?;
     let size = setup.size_bytes;
-    if !args.json {
+    if !args.common.json {
         eprintln!(
             "bench minerva: fgrep-8 over {} and read-modify-write on a {} volume, 4-node managed cluster (mem backend); links: {}",
             human_bytes(size),
@@ -615,8 +612,8 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
     }
     let mut net = client_net(&links)?;
     let fgrep = KernelSpec::Fgrep8 { pattern: PATTERN };
-    let batch_ops: usize = if args.quick { 20_000 } else { 200_000 };
-    let trip_ops: usize = if args.quick { 300 } else { 2_000 };
+    let batch_ops: usize = if args.common.quick { 20_000 } else { 200_000 };
+    let trip_ops: usize = if args.common.quick { 300 } else { 2_000 };
     let mut rows = Vec::new();
     for link in &links {
         let way = ways(&setup, &mut net, link)?;
@@ -641,10 +638,10 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 trip_s.push(ts);
             }
             Ok((
-                median(near_s),
-                median(host_s),
-                median(batch_s),
-                median(trip_s),
+                median(&mut near_s),
+                median(&mut host_s),
+                median(&mut batch_s),
+                median(&mut trip_s),
                 info,
             ))
         })?;
@@ -674,40 +671,11 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 answer: n,
             });
         }
-        let batch_rate = batch_ops as f64 / batch_s;
-        let trip_rate = trip_ops as f64 / trip_s;
-        // What crosses the client's link per operation: in a batch, the op
-        // (offset and delta) and its new value; in a round trip, the
-        // counter read and its whole page written back (a volume is written
-        // in pages, so the client's write of 8 bytes reads and writes one).
-        let page = 64 * 1024u64;
-        let rmw_rows = [
-            (
-                "read-modify-write, one batched command",
-                batch_rate,
-                batch_ops,
-                24,
-            ),
-            (
-                "read-modify-write, client round trips (read + write)",
-                trip_rate,
-                trip_ops,
-                8 + 2 * page,
-            ),
-        ];
-        for (mode, rate, ops, link_bytes) in rmw_rows {
-            rows.push(Row {
-                link: link.name.clone(),
-                mode,
-                rate,
-                unit: "ops/s",
-                bytes_scanned: ops as u64 * 8,
-                bytes_to_client: ops as u64 * link_bytes,
-                scanned_per_sent: 8.0 / link_bytes as f64,
-                speedup: rate / trip_rate,
-                answer: ops as u64,
-            });
-        }
+        rows.extend(rmw_rows(
+            &link.name,
+            (batch_ops, batch_s),
+            (trip_ops, trip_s),
+        ));
     }
     report(args, "Minerva fgrep-8 and read-modify-write", &rows, &links)
 }
@@ -738,7 +706,7 @@ fn bulk_rows(
         }
         tcp_s.push(s);
     }
-    let (get_s, tcp_s) = (median(get_s), median(tcp_s));
+    let (get_s, tcp_s) = (median(&mut get_s), median(&mut tcp_s));
     let mb = |s: f64| object_bytes as f64 / s / 1e6;
     for (mode, secs) in [
         (
@@ -763,6 +731,48 @@ fn bulk_rows(
         });
     }
     Ok(())
+}
+
+/// The two read-modify-write rows of one link: `(ops, seconds)` of the
+/// batched command and of the client's round trips.
+fn rmw_rows(link: &str, batch: (usize, f64), trip: (usize, f64)) -> Vec<Row> {
+    let ((batch_ops, batch_s), (trip_ops, trip_s)) = (batch, trip);
+    let mut rows = Vec::with_capacity(2);
+    let batch_rate = batch_ops as f64 / batch_s;
+    let trip_rate = trip_ops as f64 / trip_s;
+    // What crosses the client's link per operation: in a batch, the op
+    // (offset and delta) and its new value; in a round trip, the
+    // counter read and its whole page written back (a volume is written
+    // in pages, so the client's write of 8 bytes reads and writes one).
+    let page = 64 * 1024u64;
+    let rmw_rows = [
+        (
+            "read-modify-write, one batched command",
+            batch_rate,
+            batch_ops,
+            24,
+        ),
+        (
+            "read-modify-write, client round trips (read + write)",
+            trip_rate,
+            trip_ops,
+            8 + 2 * page,
+        ),
+    ];
+    for (mode, rate, ops, link_bytes) in rmw_rows {
+        rows.push(Row {
+            link: link.to_string(),
+            mode,
+            rate,
+            unit: "ops/s",
+            bytes_scanned: ops as u64 * 8,
+            bytes_to_client: ops as u64 * link_bytes,
+            scanned_per_sent: 8.0 / link_bytes as f64,
+            speedup: rate / trip_rate,
+            answer: ops as u64,
+        });
+    }
+    rows
 }
 
 /// One batched command of `batch_ops` adds, then `trip_ops` adds done by
@@ -813,7 +823,7 @@ async fn rmw(
 }
 
 fn report(args: &BenchComputeArgs, title: &str, rows: &[Row], links: &[Link]) -> Result<()> {
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(rows)?);
     } else {
         let mut table = Table::new();

@@ -14,9 +14,11 @@ use serde::Serialize;
 use tokio::io::AsyncWrite;
 
 use crate::args::BenchObjectsArgs;
-use crate::commands::{human_bytes, quarry_exe};
-use crate::local_cluster::{LocalCluster, LocalClusterSpec, Topology};
-use crate::objects_cmd::parse_size;
+use crate::measure::{median, mib_per_s};
+use quarry_jobs::human_bytes;
+use quarry_jobs::parse_size;
+use quarry_local::quarry_exe;
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 /// One measured transfer.
 #[derive(Debug, Serialize)]
@@ -47,8 +49,10 @@ struct Report {
 }
 
 /// Runs the benchmark and prints its table (or JSON).
+// TODO(issue 19): split (left whole while rows are being added here elsewhere).
+#[allow(clippy::too_many_lines)]
 pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
-    let size_bytes = if args.quick {
+    let size_bytes = if args.common.quick {
         32 << 20
     } else {
         parse_size(&args.size)?
@@ -56,7 +60,8 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     if size_bytes == 0 {
         bail!("--size must be above zero");
     }
-    let (dir, _scratch) = crate::bench::work_dir(args.dir.as_deref(), "quarry-bench-objects")?;
+    let (dir, _scratch) =
+        crate::common::work_dir(args.common.dir.as_deref(), "quarry-bench-objects")?;
     // The settings a user gets from `quarry up` and `quarry mb` unless the
     // flags ask for others; only the capacity is chosen here, as a user
     // would with `quarry up --capacity`.
@@ -104,7 +109,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
             quarry_device::EccMode::Crc
         },
     };
-    if !args.json {
+    if !args.common.json {
         eprintln!(
             "bench objects: {} object, {} fixed chunks, {}-node managed cluster (file backend, O_DIRECT, {} ECC, {} chips x {} pages, {} per node) vs fio on {}",
             human_bytes(size_bytes),
@@ -146,7 +151,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
             let key = ObjectKey::new(&format!("big-{round}"))?;
             let started = Instant::now();
             runtime.block_on(async {
-                let reader = crate::objects_cmd::file_source(std::fs::File::open(&source)?);
+                let reader = quarry_client::file_source(std::fs::File::open(&source)?);
                 objects
                     .put(&bucket, &key, reader, Condition::Always)
                     .await?;
@@ -184,10 +189,6 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     })();
     cluster.stop()?;
     result?;
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let (p, g, fw, fr) = (
         median(&mut put),
         median(&mut get),
@@ -230,7 +231,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
             ]
         }),
     };
-    if args.json {
+    if args.common.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
@@ -348,17 +349,13 @@ fn fuse_transfers(
     result
 }
 
-fn mib_per_s(bytes: u64, seconds: f64) -> f64 {
-    bytes as f64 / (1 << 20) as f64 / seconds.max(1e-9)
-}
-
 /// Incompressible, non-repeating bytes (no chunk deduplicates).
 fn write_source(path: &Path, size_bytes: u64) -> Result<()> {
     use std::io::Write;
     let file =
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
-    let mut source = crate::bench::RandomBytes::new(size_bytes);
+    let mut source = crate::common::RandomBytes::new(size_bytes);
     while let Some(block) = source.next_block() {
         out.write_all(block)?;
     }
@@ -369,25 +366,16 @@ fn write_source(path: &Path, size_bytes: u64) -> Result<()> {
 /// fio's sequential `rw` (`write` or `read`) of `size_bytes` in 1 MiB
 /// O_DIRECT blocks; returns MiB/s.
 fn run_fio(file: &Path, rw: &str, size_bytes: u64) -> Result<f64> {
-    let output = Command::new("fio")
-        .args([
-            "--name=quarry-peer",
-            &format!("--rw={rw}"),
-            "--bs=1M",
-            "--direct=1",
-            "--ioengine=psync",
-            "--end_fsync=1",
-            &format!("--size={size_bytes}"),
-            "--output-format=json",
-        ])
-        .arg(format!("--filename={}", file.display()))
-        .output()
-        .context("cannot run fio (install it: apt-get install fio)")?;
-    if !output.status.success() {
-        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
-    }
-    let json: serde_json::Value =
-        serde_json::from_slice(&output.stdout).context("fio printed no JSON")?;
+    let json = crate::common::fio_json(&[
+        "--name=quarry-peer".into(),
+        format!("--rw={rw}"),
+        "--bs=1M".into(),
+        "--direct=1".into(),
+        "--ioengine=psync".into(),
+        "--end_fsync=1".into(),
+        format!("--size={size_bytes}"),
+        format!("--filename={}", file.display()),
+    ])?;
     let side = if rw == "write" { "write" } else { "read" };
     let bw_kib = json["jobs"][0][side]["bw"]
         .as_f64()

@@ -1,0 +1,92 @@
+//! What the benchmarks share besides arithmetic: where they work, the data
+//! they store, and running fio, the peer most of them are measured against.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// A temporary directory removed on drop (the benchmarks have no tempfile
+/// dependency outside their tests).
+pub(crate) struct TempDir {
+    pub(crate) path: PathBuf,
+}
+
+/// `size_bytes` of seeded pseudo-random bytes, 1 MiB at a time: the data
+/// the storage benchmarks put (the same on every run, and incompressible).
+pub(crate) struct RandomBytes {
+    rng: rand::rngs::StdRng,
+    block: Vec<u8>,
+    left: u64,
+}
+
+impl RandomBytes {
+    pub(crate) fn new(size_bytes: u64) -> RandomBytes {
+        use rand::SeedableRng;
+        RandomBytes {
+            rng: rand::rngs::StdRng::seed_from_u64(0x9e37_79b9_7f4a_7c15),
+            block: vec![0u8; 1 << 20],
+            left: size_bytes,
+        }
+    }
+
+    /// The next block, `None` once `size_bytes` have been given.
+    pub(crate) fn next_block(&mut self) -> Option<&[u8]> {
+        use rand::RngCore;
+        if self.left == 0 {
+            return None;
+        }
+        let n = self.left.min(self.block.len() as u64) as usize;
+        self.rng.fill_bytes(&mut self.block[..n]);
+        self.left -= n as u64;
+        Some(&self.block[..n])
+    }
+}
+
+/// The directory a benchmark works in: `dir` when given (created), else a
+/// temporary one removed when the returned guard drops.
+pub(crate) fn work_dir(
+    dir: Option<&std::path::Path>,
+    prefix: &str,
+) -> Result<(PathBuf, Option<TempDir>)> {
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            Ok((d.to_path_buf(), None))
+        }
+        None => {
+            let t = TempDir::new(prefix)?;
+            Ok((t.path.clone(), Some(t)))
+        }
+    }
+}
+
+impl TempDir {
+    /// `$TMPDIR/{prefix}-{pid}`, created.
+    pub(crate) fn new(prefix: &str) -> Result<TempDir> {
+        let path = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(TempDir { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Runs fio with `args` and JSON output; fails with what fio said when it
+/// fails, and with how to install it when it is missing.
+pub(crate) fn fio_json(args: &[String]) -> Result<serde_json::Value> {
+    let output = Command::new("fio")
+        .args(args)
+        .arg("--output-format=json")
+        .output()
+        .context("cannot run fio (install it: apt-get install fio)")?;
+    if !output.status.success() {
+        bail!("fio failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    serde_json::from_slice(&output.stdout).context("fio printed no JSON")
+}
