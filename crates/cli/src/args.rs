@@ -325,6 +325,35 @@ pub enum BenchCommand {
     /// reads of the node's device file; and pinned read settings vs the
     /// adaptive tuner.
     Stream(BenchStreamArgs),
+    /// Small objects: `cp -r` of a tree of small files into the FUSE mount
+    /// (files/s, beside the same copy into a local directory), and a 4 KiB
+    /// put and get at QD1 in loopback TCP ping-pongs measured in the run.
+    Small(BenchSmallArgs),
+}
+
+/// Arguments of `quarry bench small`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchSmallArgs {
+    /// Files in the tree copied into the mount (1 to 1 000 000).
+    #[arg(long, default_value_t = 2780)]
+    pub files: usize,
+    /// Mean file size of the tree (K suffix); sizes spread from half to one
+    /// and a half of it.
+    #[arg(long, default_value = "10K")]
+    pub file_size: String,
+    /// 4 KiB puts (then gets) timed one at a time (1 to 1 000 000).
+    #[arg(long, default_value_t = 2000)]
+    pub ops: usize,
+    /// Where to keep the cluster, the tree and the mount (default: a
+    /// temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// A tiny run (120 files, 100 puts and gets): checks the benchmark works.
+    #[arg(long)]
+    pub quick: bool,
 }
 
 /// Arguments of `quarry bench wordcount` and `quarry bench minerva`.

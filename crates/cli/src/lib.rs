@@ -19,6 +19,7 @@ mod bench_device;
 mod bench_fabric;
 mod bench_objects;
 mod bench_scan;
+mod bench_small;
 mod bench_stream;
 mod bench_volume;
 mod commands;
@@ -92,6 +93,7 @@ pub fn run(cli: Cli) -> Result<()> {
             BenchCommand::Minerva(args) => bench_compute::minerva(&args),
             BenchCommand::Scan(args) => bench_scan::scan(&args),
             BenchCommand::Stream(args) => bench_stream::stream(&args),
+            BenchCommand::Small(args) => bench_small::small(&args),
         },
     }
 }
