@@ -341,6 +341,10 @@ pub struct BenchSmallArgs {
     /// and a half of it.
     #[arg(long, default_value = "10K")]
     pub file_size: String,
+    /// The nodes' device backend (`file`, as `quarry up` makes, or `mem`
+    /// to see the request path without the disk's write latency).
+    #[arg(long, value_enum, default_value_t = DeviceArg::File)]
+    pub device: DeviceArg,
     /// 4 KiB puts (then gets) timed one at a time (1 to 1 000 000).
     #[arg(long, default_value_t = 2000)]
     pub ops: usize,

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::args::BenchSmallArgs;
 use crate::bench::work_dir;
-use crate::commands::quarry_exe;
+use crate::commands::{backend_of, quarry_exe};
 use crate::local_cluster::{LocalCluster, LocalClusterSpec};
 use crate::objects_cmd::parse_size;
 
@@ -39,6 +39,7 @@ const FILES_PER_DIR: usize = 70;
 struct Report {
     quick: bool,
     nodes: u16,
+    backend: String,
     files: usize,
     tree_bytes: u64,
     cp_mount_seconds: f64,
@@ -75,10 +76,12 @@ pub fn small(args: &BenchSmallArgs) -> Result<()> {
     let cp_local_files_per_s = files as f64 / local_started.elapsed().as_secs_f64();
     let mut spec = LocalClusterSpec::default_in(&dir.join("cluster"));
     spec.stop_with_this_process = true;
+    spec.backend = backend_of(args.device);
     if !args.json {
         eprintln!(
-            "bench small: {files} files ({tree_bytes} bytes) and {ops} QD1 4 KiB puts and gets on a {}-node cluster (quarry up's defaults) in {}",
+            "bench small: {files} files ({tree_bytes} bytes) and {ops} QD1 4 KiB puts and gets on a {}-node cluster ({:?} backend, otherwise quarry up's defaults) in {}",
             spec.nodes,
+            spec.backend,
             dir.display()
         );
     }
@@ -90,6 +93,7 @@ pub fn small(args: &BenchSmallArgs) -> Result<()> {
     let report = Report {
         quick: args.quick,
         nodes: spec.nodes,
+        backend: format!("{:?}", spec.backend).to_lowercase(),
         files,
         tree_bytes,
         cp_mount_seconds,
@@ -152,7 +156,9 @@ async fn qd1(objects: &Objects, bucket: &BucketName, ops: usize) -> Result<(f64,
     let keys: Vec<ObjectKey> = (0..ops)
         .map(|i| ObjectKey::new(&format!("qd1/{i:06}")))
         .collect::<std::result::Result<_, _>>()?;
-    let data: Vec<Vec<u8>> = (0..ops).map(|i| text_bytes(i, SMALL_OBJECT_BYTES)).collect();
+    let data: Vec<Vec<u8>> = (0..ops)
+        .map(|i| text_bytes(i, SMALL_OBJECT_BYTES))
+        .collect();
     let started = Instant::now();
     for (key, data) in keys.iter().zip(&data) {
         objects

@@ -101,7 +101,8 @@ impl UploadStream {
         self,
         run: impl FnOnce(
             JoinHandle<quarry_store_api::Result<ObjectMeta>>,
-        ) -> Result<quarry_store_api::Result<ObjectMeta>, tokio::task::JoinError>,
+        )
+            -> Result<quarry_store_api::Result<ObjectMeta>, tokio::task::JoinError>,
     ) -> Option<quarry_store_api::Result<ObjectMeta>> {
         if self.tx.blocking_send(Piece::End).is_err() {
             // The put ended before its source did: it failed.

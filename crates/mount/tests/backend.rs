@@ -22,6 +22,7 @@ struct Counts {
     get_ranges: AtomicU64,
     bytes_fetched: AtomicU64,
     puts: AtomicU64,
+    heads: AtomicU64,
 }
 
 struct Counting {
@@ -40,6 +41,7 @@ impl ObjectBackend for Counting {
         ObjectBackend::delete_bucket(&*self.inner, bucket).await
     }
     async fn head(&self, bucket: &BucketName, key: &ObjectKey) -> Result<ObjectMeta> {
+        self.counts.heads.fetch_add(1, Relaxed);
         ObjectBackend::head(&*self.inner, bucket, key).await
     }
     async fn get_range(
@@ -208,7 +210,10 @@ fn fsync_uploads_the_spool_without_reading_the_object_back() {
 
 /// The store's current bytes of `bucket/key`, read past the mount.
 fn stored(rt: &tokio::runtime::Runtime, backend: &Counting, bucket: &str, key: &str) -> Vec<u8> {
-    let (b, k) = (BucketName::new(bucket).unwrap(), ObjectKey::new(key).unwrap());
+    let (b, k) = (
+        BucketName::new(bucket).unwrap(),
+        ObjectKey::new(key).unwrap(),
+    );
     rt.block_on(backend.inner.get(&b, &k)).unwrap().1.to_vec()
 }
 
@@ -329,8 +334,35 @@ fn a_file_unlinked_while_it_streams_is_not_stored() {
     fs::remove_file(d.mnt.join("w/gone")).unwrap();
     f.write_all(&noise(67, 1 << 20)).unwrap();
     drop(f);
-    let (b, k) = (BucketName::new("w").unwrap(), ObjectKey::new("gone").unwrap());
+    let (b, k) = (
+        BucketName::new("w").unwrap(),
+        ObjectKey::new("gone").unwrap(),
+    );
     let gone = rt.block_on(ObjectBackend::head(&*backend.inner, &b, &k));
     assert!(gone.is_err(), "{gone:?}");
     assert_eq!(stored(&rt, &backend, "w", "keep"), b"kept");
+}
+
+#[test]
+fn creating_a_file_asks_the_store_once_whether_it_exists() {
+    let (rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let _m = mount_counting(&d, &backend);
+    fs::create_dir(d.mnt.join("c")).unwrap();
+    let c = &backend.counts;
+    let (heads0, puts0) = (c.heads.load(Relaxed), c.puts.load(Relaxed));
+    let files = 20u64;
+    for i in 0..files {
+        fs::write(d.mnt.join(format!("c/f{i}")), noise(200 + i, 3000)).unwrap();
+    }
+    // The kernel's lookup found each name absent; create trusts it.
+    assert_eq!(
+        c.heads.load(Relaxed) - heads0,
+        files,
+        "one head per new file"
+    );
+    assert_eq!(c.puts.load(Relaxed) - puts0, files, "one upload per file");
+    for i in 0..files {
+        assert!(stored(&rt, &backend, "c", &format!("f{i}")) == noise(200 + i, 3000));
+    }
 }
