@@ -51,6 +51,10 @@ pub enum BenchCommand {
     /// adaptive tuner.
     /// --quick: a 64 MiB object, one round, a 2-setting sweep.
     Stream(BenchStreamArgs),
+    /// Small objects: `cp -r` of a tree of small files into the FUSE mount
+    /// (files/s, beside the same copy into a local directory), and a 4 KiB
+    /// put and get at QD1 in loopback TCP ping-pongs measured in the run.
+    Small(BenchSmallArgs),
 }
 
 /// What every benchmark takes.
@@ -276,6 +280,29 @@ pub struct BenchFabricArgs {
     #[arg(long, value_name = "DIR")]
     pub plot_dir: Option<PathBuf>,
     /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Arguments of `quarry bench small`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchSmallArgs {
+    /// Files in the tree copied into the mount (1 to 1 000 000).
+    #[arg(long, default_value_t = 2780)]
+    pub files: usize,
+    /// Mean file size of the tree (K suffix); sizes spread from half to one
+    /// and a half of it.
+    #[arg(long, default_value = "10K")]
+    pub file_size: String,
+    /// The nodes' device backend (`file`, as `quarry up` makes, or `mem`
+    /// to see the request path without the disk's write latency).
+    #[arg(long, value_enum, default_value_t = DeviceArg::File)]
+    pub device: DeviceArg,
+    /// 4 KiB puts (then gets) timed one at a time (1 to 1 000 000).
+    #[arg(long, default_value_t = 2000)]
+    pub ops: usize,
+    /// Where to work, how to print, and --quick (a tiny run: 120 files,
+    /// 100 puts and gets).
     #[command(flatten)]
     pub common: CommonArgs,
 }

@@ -40,13 +40,15 @@ mod page;
 mod plain_read;
 mod plot;
 mod scan;
+mod small;
 mod stats;
 mod stream;
 mod volume;
 
 pub use args::{
     BenchCommand, BenchComputeArgs, BenchDeviceArgs, BenchFabricArgs, BenchObjectsArgs,
-    BenchPageArgs, BenchScanArgs, BenchStreamArgs, BenchVolumeArgs, FabricPart, PolicyArg,
+    BenchPageArgs, BenchScanArgs, BenchSmallArgs, BenchStreamArgs, BenchVolumeArgs, FabricPart,
+    PolicyArg,
 };
 pub use stats::LatencyStats;
 
@@ -62,5 +64,6 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Minerva(args) => compute::minerva(args),
         BenchCommand::Scan(args) => scan::scan(args),
         BenchCommand::Stream(args) => stream::stream(args),
+        BenchCommand::Small(args) => small::small(args),
     }
 }

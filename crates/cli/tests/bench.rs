@@ -304,3 +304,37 @@ fn bench_volume_quick_json() {
         assert!(wa >= 1.0, "write amplification below 1: {point}");
     }
 }
+
+#[test]
+fn bench_small_quick_json() {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .expect("bench small copies a tree into a FUSE mount: /dev/fuse (fuse3) is needed");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = quarry_json(dir.path(), &["bench", "small", "--quick", "--json"]);
+    assert_eq!(r["quick"], true);
+    assert_eq!(r["nodes"], 4);
+    // The quick tree: 120 files, every one stored (the benchmark checks
+    // the listing and fails otherwise).
+    assert_eq!(r["files"], 120);
+    assert_eq!(r["ops"], 100);
+    for key in [
+        "tree_bytes",
+        "cp_mount_seconds",
+        "cp_mount_files_per_s",
+        "cp_local_files_per_s",
+        "put_4k_us_mean",
+        "get_4k_us_mean",
+        "pingpong_put_us_mean",
+        "pingpong_get_us_mean",
+        "put_4k_pingpongs",
+        "get_4k_pingpongs",
+    ] {
+        positive(&r, key);
+    }
+    let pingpongs = num(&r, "put_4k_pingpongs");
+    let expect = num(&r, "put_4k_us_mean") / num(&r, "pingpong_put_us_mean");
+    assert!((pingpongs - expect).abs() < 1e-6 * expect, "{r}");
+}

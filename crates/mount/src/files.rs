@@ -3,6 +3,7 @@
 //! upload that turns a spool into a new object version.
 
 use std::cmp::min;
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::SeekFrom;
@@ -22,6 +23,7 @@ use crate::error::{io_errno, store_errno, FsResult};
 use crate::fs::{lock, unix_ms, utf8, Mount, DIR_MARKER};
 use crate::inode::{Ino, Kind, Location};
 use crate::options::ConflictPolicy;
+use crate::stream::UploadStream;
 
 /// Reads within this distance of where the last one ended count as
 /// sequential (the kernel's own read-ahead may reorder requests a little).
@@ -37,6 +39,9 @@ const MAX_READ_STEPS: usize = 256;
 /// Attempts to download an object whole before giving up with `ESTALE`
 /// because it keeps changing.
 const FILL_ATTEMPTS: usize = 3;
+/// Windows fetched ahead of a sequential reader: with the one it reads,
+/// an open handle holds at most this many plus one windows.
+const READ_AHEAD_WINDOWS: usize = 3;
 
 /// The local copy of a file being written: the truth while any handle of
 /// the inode is open in this mount.
@@ -49,6 +54,17 @@ pub(crate) struct Spool {
     /// `None` if the object did not exist.
     pub(crate) base_version: Option<u64>,
     pub(crate) mtime: SystemTime,
+    /// The upload of the spool's bytes under way while a new file is
+    /// written front to back (see `stream.rs`).
+    stream: Option<UploadStream>,
+}
+
+impl Spool {
+    /// Stops the streamed upload (the content stops being a plain append):
+    /// the spool is uploaded whole instead.
+    pub(crate) fn drop_stream(&mut self) {
+        self.stream = None;
+    }
 }
 
 /// What the handles of one inode share.
@@ -81,7 +97,8 @@ pub(crate) struct Reader {
     /// Where the last read ended (sequential detection).
     seq_end: u64,
     current: Option<Window>,
-    prefetch: Option<Prefetch>,
+    /// Windows being fetched ahead of a sequential reader, in order.
+    prefetch: VecDeque<Prefetch>,
 }
 
 struct Window {
@@ -112,7 +129,7 @@ impl Reader {
             touched: false,
             seq_end: 0,
             current: None,
-            prefetch: None,
+            prefetch: VecDeque::new(),
         }
     }
 
@@ -124,12 +141,12 @@ impl Reader {
             touched: false,
             seq_end: 0,
             current: None,
-            prefetch: None,
+            prefetch: VecDeque::new(),
         }
     }
 
     fn drop_prefetch(&mut self) {
-        if let Some(p) = self.prefetch.take() {
+        for p in self.prefetch.drain(..) {
             p.task.abort();
         }
     }
@@ -156,6 +173,32 @@ impl Reader {
 impl Drop for Reader {
     fn drop(&mut self) {
         self.drop_prefetch();
+    }
+}
+
+/// The parts of one read's answer, each a slice of a fetched window.
+#[derive(Default)]
+struct Pieces {
+    parts: Vec<Bytes>,
+    len_bytes: u64,
+}
+
+impl Pieces {
+    fn push(&mut self, b: Bytes) {
+        self.len_bytes += b.len() as u64;
+        self.parts.push(b);
+    }
+
+    /// One window's slice as it is; several (a read across windows) joined.
+    fn into_bytes(mut self) -> Bytes {
+        if self.parts.len() == 1 {
+            return self.parts.pop().unwrap_or_default();
+        }
+        let mut out = Vec::with_capacity(self.len_bytes as usize);
+        for p in &self.parts {
+            out.extend_from_slice(p);
+        }
+        Bytes::from(out)
     }
 }
 
@@ -276,6 +319,7 @@ impl<B: ObjectBackend> Mount<B> {
         let mut slot = lock(&of.spool);
         match slot.as_mut() {
             Some(sp) => {
+                sp.drop_stream();
                 sp.file
                     .set_len(0)
                     .map_err(|e| io_errno("truncate", loc, &e))?;
@@ -312,8 +356,17 @@ impl<B: ObjectBackend> Mount<B> {
             return Err(Errno::EIO);
         };
         // The kernel asks only after a lookup found nothing, but another
-        // mount may have created the file since.
-        match self.run(self.backend.head(bucket, key)) {
+        // mount may have created the file since: ask again unless that
+        // lookup was just now.
+        let head = if self.take_absent(parent, name) {
+            Err(StoreError::NoSuchObject {
+                bucket: bucket.to_string(),
+                key: key.to_string(),
+            })
+        } else {
+            self.run(self.backend.head(bucket, key))
+        };
+        match head {
             Ok(meta) => {
                 if flags & libc::O_EXCL != 0 {
                     return Err(Errno::EEXIST);
@@ -430,12 +483,14 @@ impl<B: ObjectBackend> Mount<B> {
         fh: FileHandle,
         offset: u64,
         size: u32,
-    ) -> FsResult<Vec<u8>> {
+    ) -> FsResult<Bytes> {
         let h = self.handle(fh)?;
         if let Some(of) = self.open_file(ino) {
             let slot = lock(&of.spool);
             if let Some(sp) = slot.as_ref() {
-                return read_spool(sp, offset, size).map_err(|e| io_errno("read", &ino, &e));
+                return read_spool(sp, offset, size)
+                    .map(Bytes::from)
+                    .map_err(|e| io_errno("read", &ino, &e));
             }
         }
         let loc = self.location(ino).unwrap_or_else(|_| h.open_loc.clone());
@@ -445,7 +500,9 @@ impl<B: ObjectBackend> Mount<B> {
         let mut r = lock(&h.reader);
         let sequential = offset.abs_diff(r.seq_end) <= SEQUENTIAL_SLACK_BYTES;
         let want_end = offset.saturating_add(u64::from(size));
-        let mut out: Vec<u8> = Vec::new();
+        // Slices of the windows, not copies: a read inside one window (the
+        // usual case) replies straight from the fetched bytes.
+        let mut out = Pieces::default();
         let mut pos = offset;
         let mut steps = 0;
         loop {
@@ -461,7 +518,7 @@ impl<B: ObjectBackend> Mount<B> {
             if let Some(w) = r.current.as_ref().filter(|w| w.covers(pos)) {
                 let start = (pos - w.offset) as usize;
                 let n = min(end - pos, w.data.len() as u64 - (pos - w.offset)) as usize;
-                out.extend_from_slice(&w.data[start..start + n]);
+                out.push(w.data.slice(start..start + n));
                 pos += n as u64;
                 continue;
             }
@@ -479,7 +536,7 @@ impl<B: ObjectBackend> Mount<B> {
                         .run(self.backend.head(bucket, key))
                         .map_err(|e| store_errno("read", &loc, &e))?;
                     if self.accept(&mut r, &loc, &meta)? {
-                        out.clear();
+                        out = Pieces::default();
                         pos = offset;
                     }
                     continue;
@@ -488,7 +545,7 @@ impl<B: ObjectBackend> Mount<B> {
             };
             if self.accept(&mut r, &loc, &meta)? {
                 // Bytes gathered in this call were of the old version.
-                out.clear();
+                out = Pieces::default();
                 pos = offset;
             }
             r.current = Some(Window {
@@ -497,11 +554,11 @@ impl<B: ObjectBackend> Mount<B> {
             });
         }
         r.touched = true;
-        r.seq_end = offset + out.len() as u64;
+        r.seq_end = offset + out.len_bytes;
         if sequential {
             self.maybe_prefetch(&mut r, bucket, key);
         }
-        Ok(out)
+        Ok(out.into_bytes())
     }
 
     fn accept(&self, r: &mut Reader, loc: &Location, meta: &ObjectMeta) -> FsResult<bool> {
@@ -522,7 +579,7 @@ impl<B: ObjectBackend> Mount<B> {
         pos: u64,
         sequential: bool,
     ) -> (u64, Fetch) {
-        if let Some(p) = r.prefetch.take() {
+        if let Some(p) = r.prefetch.pop_front() {
             if pos >= p.offset && pos - p.offset < p.len {
                 let offset = p.offset;
                 return match self.run(p.task) {
@@ -534,6 +591,7 @@ impl<B: ObjectBackend> Mount<B> {
                 };
             }
             p.task.abort();
+            r.drop_prefetch();
         }
         let ra = self.options.read_ahead_bytes;
         let (start, len) = if r.size_bytes <= ra {
@@ -549,30 +607,29 @@ impl<B: ObjectBackend> Mount<B> {
         )
     }
 
-    /// Starts fetching the window after the current one once a sequential
-    /// reader is halfway through it (one fetch in flight per handle).
+    /// Keeps [`READ_AHEAD_WINDOWS`] windows after the current one in
+    /// flight for a sequential reader, so the store works on several at
+    /// once (one at a time, each window's first chunk latency showed as a
+    /// gap in the stream).
     fn maybe_prefetch(&self, r: &mut Reader, bucket: &BucketName, key: &ObjectKey) {
         let Some(w) = r.current.as_ref() else {
             return;
         };
-        let w_end = w.offset + w.data.len() as u64;
-        if r.prefetch.is_some()
-            || w_end >= r.size_bytes
-            || r.seq_end < w.offset + w.data.len() as u64 / 2
-        {
-            return;
-        }
+        let mut next = r
+            .prefetch
+            .back()
+            .map_or(w.offset + w.data.len() as u64, |p| p.offset + p.len);
         let len = self.options.read_ahead_bytes;
-        let backend = Arc::clone(&self.backend);
-        let (bucket, key) = (bucket.clone(), key.clone());
-        let task = self
-            .runtime()
-            .spawn(async move { backend.get_range(&bucket, &key, w_end, len).await });
-        r.prefetch = Some(Prefetch {
-            offset: w_end,
-            len,
-            task,
-        });
+        while r.prefetch.len() < READ_AHEAD_WINDOWS && next < r.size_bytes {
+            let backend = Arc::clone(&self.backend);
+            let (bucket, key) = (bucket.clone(), key.clone());
+            let offset = next;
+            let task = self
+                .runtime()
+                .spawn(async move { backend.get_range(&bucket, &key, offset, len).await });
+            r.prefetch.push_back(Prefetch { offset, len, task });
+            next += len;
+        }
     }
 
     // ---- writes ------------------------------------------------------------
@@ -616,6 +673,7 @@ impl<B: ObjectBackend> Mount<B> {
         sp.file
             .write_all_at(data, offset)
             .map_err(|e| io_errno("write", &ino, &e))?;
+        self.stream_write(ino, sp, offset, data);
         sp.size_bytes = sp.size_bytes.max(end);
         sp.dirty = true;
         sp.mtime = SystemTime::now();
@@ -649,6 +707,7 @@ impl<B: ObjectBackend> Mount<B> {
             let Some(sp) = slot.as_mut() else {
                 return Err(Errno::EIO);
             };
+            sp.drop_stream();
             sp.file
                 .set_len(size)
                 .map_err(|e| io_errno("truncate", &loc, &e))?;
@@ -694,6 +753,7 @@ impl<B: ObjectBackend> Mount<B> {
             dirty: true,
             base_version: None,
             mtime: SystemTime::now(),
+            stream: None,
         })
     }
 
@@ -790,15 +850,12 @@ impl<B: ObjectBackend> Mount<B> {
         let Location::Entry { bucket, key } = loc else {
             return Err(Errno::EIO);
         };
-        let condition = match self.options.conflict {
-            ConflictPolicy::LastWriterWins => Condition::Always,
-            ConflictPolicy::FailOnConflict => sp
-                .base_version
-                .map_or(Condition::IfAbsent, Condition::IfVersion),
+        let condition = self.upload_condition(sp);
+        let stored = match self.finish_stream(sp, bucket, key) {
+            Some(stored) => stored,
+            None => self.put_spool(sp, bucket, key, condition),
         };
-        let meta = self
-            .put_spool(sp, bucket, key, condition)
-            .map_err(|e| match e {
+        let meta = stored.map_err(|e| match e {
                 StoreError::VersionMismatch { .. } => {
                     tracing::info!(path = %loc, error = %e, "upload refused: the file was replaced since this mount read it");
                     Errno::ESTALE
@@ -810,6 +867,60 @@ impl<B: ObjectBackend> Mount<B> {
         sp.base_version = Some(meta.version);
         lock(&self.inodes).swap_seen_version(ino, meta.version);
         Ok(())
+    }
+
+    /// The condition of a spool's upload, per the conflict policy.
+    fn upload_condition(&self, sp: &Spool) -> Condition {
+        match self.options.conflict {
+            ConflictPolicy::LastWriterWins => Condition::Always,
+            ConflictPolicy::FailOnConflict => sp
+                .base_version
+                .map_or(Condition::IfAbsent, Condition::IfVersion),
+        }
+    }
+
+    /// Feeds a write that just went to the spool to its streamed upload:
+    /// the first write of an empty spool at offset 0 starts one, an
+    /// append continues it, anything else stops it.
+    fn stream_write(&self, ino: Ino, sp: &mut Spool, offset: u64, data: &[u8]) {
+        if let Some(st) = sp.stream.as_mut() {
+            if !st.append(offset, data) {
+                sp.drop_stream();
+            }
+            return;
+        }
+        if offset != 0 || sp.size_bytes != 0 || data.is_empty() {
+            return;
+        }
+        let Ok(Location::Entry { bucket, key }) = self.location(ino) else {
+            return;
+        };
+        let mut st = UploadStream::start(
+            self.runtime(),
+            Arc::clone(&self.backend),
+            bucket,
+            key,
+            self.upload_condition(sp),
+        );
+        if st.append(offset, data) {
+            sp.stream = Some(st);
+        }
+    }
+
+    /// Ends the spool's streamed upload, if it has one holding exactly the
+    /// spool's bytes for `bucket/key`, and returns what the store said;
+    /// `None`: upload the spool.
+    fn finish_stream(
+        &self,
+        sp: &mut Spool,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Option<quarry_store_api::Result<ObjectMeta>> {
+        let st = sp.stream.take()?;
+        if st.end != sp.size_bytes || !st.is_for(bucket, key) {
+            return None;
+        }
+        st.finish(|task| self.run(task))
     }
 
     /// Uploads `ino`'s spool if it changed since the last upload (flush,
@@ -826,6 +937,7 @@ impl<B: ObjectBackend> Mount<B> {
             return Ok(());
         }
         let Ok(loc) = self.location(ino) else {
+            sp.drop_stream();
             sp.dirty = false;
             return Ok(());
         };
@@ -857,6 +969,7 @@ impl<B: ObjectBackend> Mount<B> {
     pub(crate) fn discard_spool_changes(&self, ino: Ino) {
         if let Some(of) = self.open_file(ino) {
             if let Some(sp) = lock(&of.spool).as_mut() {
+                sp.drop_stream();
                 sp.dirty = false;
             }
         }
@@ -872,6 +985,7 @@ impl<B: ObjectBackend> Mount<B> {
         let of = self.open_file(ino)?;
         let mut slot = lock(&of.spool);
         let sp = slot.as_mut()?;
+        sp.drop_stream();
         let old = sp.base_version;
         let Location::Entry { bucket, key } = dst else {
             return Some(Err(Errno::EIO));

@@ -33,6 +33,11 @@ pub(crate) const LIST_PAGE: usize = 1000;
 
 /// Block size reported by `stat` and `statfs`.
 const BLOCK_BYTES: u32 = 4096;
+/// How long a lookup's "absent" is trusted by the `create` that follows it.
+const ABSENT_TRUST: Duration = Duration::from_secs(1);
+/// Most absent names remembered (emptied when full: a note only saves a
+/// round trip).
+const MAX_ABSENT_NAMES: usize = 1024;
 
 /// Locks `m`, carrying on if another thread panicked while holding it (the
 /// guarded state is kept consistent at every await-free step).
@@ -90,6 +95,10 @@ pub struct Mount<B: ObjectBackend> {
     pub(crate) files: Mutex<HashMap<Ino, Arc<OpenFile>>>,
     pub(crate) handles: Mutex<Handles>,
     buckets_cache: Mutex<Option<(Instant, Arc<Vec<BucketName>>)>>,
+    /// Names a lookup just found absent, and when: `create` right after
+    /// such a lookup (how the kernel creates a file) trusts it instead of
+    /// asking the store again.
+    absent: Mutex<HashMap<(Ino, String), Instant>>,
     /// Set once the session exists: lets `open` drop the kernel's cached
     /// attributes of a file another mount replaced.
     pub(crate) notifier: Arc<OnceLock<Notifier>>,
@@ -131,6 +140,7 @@ impl<B: ObjectBackend> Mount<B> {
                 dirs: HashMap::new(),
             }),
             buckets_cache: Mutex::new(None),
+            absent: Mutex::new(HashMap::new()),
             notifier: Arc::new(OnceLock::new()),
             kernels: None,
             options,
@@ -356,7 +366,13 @@ impl<B: ObjectBackend> Mount<B> {
                 return Ok(attr);
             }
         }
-        let found = self.resolve(&loc)?;
+        let found = match self.resolve(&loc) {
+            Err(Errno::ENOENT) => {
+                self.note_absent(parent, name);
+                return Err(Errno::ENOENT);
+            }
+            found => found?,
+        };
         let mut inodes = lock(&self.inodes);
         match found {
             Found::Dir => {
@@ -371,6 +387,29 @@ impl<B: ObjectBackend> Mount<B> {
                 Ok(self.meta_attr(ino, &meta))
             }
         }
+    }
+
+    fn note_absent(&self, parent: Ino, name: &str) {
+        if self.options.attr_ttl.is_zero() {
+            return;
+        }
+        let mut absent = lock(&self.absent);
+        if absent.len() >= MAX_ABSENT_NAMES {
+            absent.clear();
+        }
+        absent.insert((parent, name.to_string()), Instant::now());
+    }
+
+    /// Whether a lookup found `name` absent within [`ABSENT_TRUST`] (and
+    /// the attribute TTL); the note is used up. A file another mount
+    /// creates in between is then replaced at close (or, with `O_EXCL`,
+    /// not refused): the same race as between a `head` here and the upload
+    /// at close, which the store's unconditional put never closed.
+    pub(crate) fn take_absent(&self, parent: Ino, name: &str) -> bool {
+        let trust = self.options.attr_ttl.min(ABSENT_TRUST);
+        lock(&self.absent)
+            .remove(&(parent, name.to_string()))
+            .is_some_and(|at| at.elapsed() < trust)
     }
 
     fn do_getattr(&self, ino: Ino, fh: Option<FileHandle>) -> FsResult<FileAttr> {

@@ -43,6 +43,7 @@ mod inode;
 mod kernel_files;
 mod options;
 mod session;
+mod stream;
 
 pub use backend::{ObjectBackend, ObjectMeta};
 pub use error::{MountError, Result};

@@ -6,7 +6,7 @@
 mod common;
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -22,6 +22,7 @@ struct Counts {
     get_ranges: AtomicU64,
     bytes_fetched: AtomicU64,
     puts: AtomicU64,
+    heads: AtomicU64,
 }
 
 struct Counting {
@@ -40,6 +41,7 @@ impl ObjectBackend for Counting {
         ObjectBackend::delete_bucket(&*self.inner, bucket).await
     }
     async fn head(&self, bucket: &BucketName, key: &ObjectKey) -> Result<ObjectMeta> {
+        self.counts.heads.fetch_add(1, Relaxed);
         ObjectBackend::head(&*self.inner, bucket, key).await
     }
     async fn get_range(
@@ -204,4 +206,163 @@ fn fsync_uploads_the_spool_without_reading_the_object_back() {
         50,
         "close after fsync uploads nothing"
     );
+}
+
+/// The store's current bytes of `bucket/key`, read past the mount.
+fn stored(rt: &tokio::runtime::Runtime, backend: &Counting, bucket: &str, key: &str) -> Vec<u8> {
+    let (b, k) = (
+        BucketName::new(bucket).unwrap(),
+        ObjectKey::new(key).unwrap(),
+    );
+    rt.block_on(backend.inner.get(&b, &k)).unwrap().1.to_vec()
+}
+
+fn mount_counting(d: &Dirs, backend: &Arc<Counting>) -> quarry_mount::MountHandle {
+    assert!(fuse_available(), "this test needs /dev/fuse (fuse3)");
+    init_logs();
+    quarry_mount::mount(Arc::clone(backend), None, &d.mnt, options(&d.spool)).unwrap()
+}
+
+#[test]
+fn a_file_written_front_to_back_is_uploaded_while_it_is_written() {
+    let (rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let _m = mount_counting(&d, &backend);
+    fs::create_dir(d.mnt.join("w")).unwrap();
+    let data = noise(60, (6 << 20) + 12_345);
+    let c = &backend.counts;
+    let puts0 = c.puts.load(Relaxed);
+    let mut f = File::create(d.mnt.join("w/seq")).unwrap();
+    for piece in data.chunks(256 << 10) {
+        f.write_all(piece).unwrap();
+    }
+    assert_eq!(
+        c.puts.load(Relaxed) - puts0,
+        1,
+        "the upload is under way before close"
+    );
+    // Reads of the open file come from the spool, and leave the stream be.
+    assert_eq!(fs::read(d.mnt.join("w/seq")).unwrap(), data);
+    drop(f);
+    assert_eq!(
+        c.puts.load(Relaxed) - puts0,
+        1,
+        "close finished the streamed upload instead of uploading again"
+    );
+    assert!(stored(&rt, &backend, "w", "seq") == data);
+    assert_eq!(fs::read(d.mnt.join("w/seq")).unwrap(), data);
+}
+
+#[test]
+fn a_write_that_is_not_an_append_leaves_the_upload_to_the_spool() {
+    let (rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let _m = mount_counting(&d, &backend);
+    fs::create_dir(d.mnt.join("w")).unwrap();
+    let mut want = noise(61, 3 << 20);
+    let patch = noise(62, 5000);
+    let tail = noise(63, 1 << 20);
+    let c = &backend.counts;
+    let puts0 = c.puts.load(Relaxed);
+    let mut f = File::create(d.mnt.join("w/patched")).unwrap();
+    // More pieces than the stream holds in flight: its put has surely
+    // started before the patch stops it.
+    for piece in want.chunks(256 << 10) {
+        f.write_all(piece).unwrap();
+    }
+    f.write_all_at(&patch, 1000).unwrap();
+    f.write_all(&tail).unwrap();
+    drop(f);
+    want[1000..6000].copy_from_slice(&patch);
+    want.extend_from_slice(&tail);
+    assert!(stored(&rt, &backend, "w", "patched") == want);
+    assert_eq!(
+        c.puts.load(Relaxed) - puts0,
+        2,
+        "the abandoned stream, then the spool"
+    );
+    // The abandoned upload stored no version of its own.
+    let meta = rt
+        .block_on(ObjectBackend::head(
+            &*backend.inner,
+            &BucketName::new("w").unwrap(),
+            &ObjectKey::new("patched").unwrap(),
+        ))
+        .unwrap();
+    assert_eq!(meta.size_bytes, want.len() as u64);
+    let listed = rt
+        .block_on(ObjectBackend::list(
+            &*backend.inner,
+            &BucketName::new("w").unwrap(),
+            "",
+            None,
+            10,
+        ))
+        .unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+}
+
+#[test]
+fn fsync_commits_the_stream_and_later_appends_go_up_at_close() {
+    let (rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let _m = mount_counting(&d, &backend);
+    fs::create_dir(d.mnt.join("w")).unwrap();
+    let first = noise(64, 2 << 20);
+    let second = noise(65, 777_777);
+    let mut f = File::create(d.mnt.join("w/log")).unwrap();
+    f.write_all(&first).unwrap();
+    f.sync_all().unwrap();
+    // Stored at fsync, before close.
+    assert!(stored(&rt, &backend, "w", "log") == first);
+    f.write_all(&second).unwrap();
+    drop(f);
+    let mut want = first;
+    want.extend_from_slice(&second);
+    assert!(stored(&rt, &backend, "w", "log") == want);
+}
+
+#[test]
+fn a_file_unlinked_while_it_streams_is_not_stored() {
+    let (rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let _m = mount_counting(&d, &backend);
+    fs::create_dir(d.mnt.join("w")).unwrap();
+    fs::write(d.mnt.join("w/keep"), b"kept").unwrap();
+    let mut f = File::create(d.mnt.join("w/gone")).unwrap();
+    f.write_all(&noise(66, 1 << 20)).unwrap();
+    fs::remove_file(d.mnt.join("w/gone")).unwrap();
+    f.write_all(&noise(67, 1 << 20)).unwrap();
+    drop(f);
+    let (b, k) = (
+        BucketName::new("w").unwrap(),
+        ObjectKey::new("gone").unwrap(),
+    );
+    let gone = rt.block_on(ObjectBackend::head(&*backend.inner, &b, &k));
+    assert!(gone.is_err(), "{gone:?}");
+    assert_eq!(stored(&rt, &backend, "w", "keep"), b"kept");
+}
+
+#[test]
+fn creating_a_file_asks_the_store_once_whether_it_exists() {
+    let (rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let _m = mount_counting(&d, &backend);
+    fs::create_dir(d.mnt.join("c")).unwrap();
+    let c = &backend.counts;
+    let (heads0, puts0) = (c.heads.load(Relaxed), c.puts.load(Relaxed));
+    let files = 20u64;
+    for i in 0..files {
+        fs::write(d.mnt.join(format!("c/f{i}")), noise(200 + i, 3000)).unwrap();
+    }
+    // The kernel's lookup found each name absent; create trusts it.
+    assert_eq!(
+        c.heads.load(Relaxed) - heads0,
+        files,
+        "one head per new file"
+    );
+    assert_eq!(c.puts.load(Relaxed) - puts0, files, "one upload per file");
+    for i in 0..files {
+        assert!(stored(&rt, &backend, "c", &format!("f{i}")) == noise(200 + i, 3000));
+    }
 }

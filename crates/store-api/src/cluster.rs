@@ -7,8 +7,8 @@
 //! their order are the same.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
@@ -57,7 +57,24 @@ pub struct ObjectStore<N> {
     nodes: BTreeMap<NodeId, Arc<N>>,
     put_deadline_ms: u64,
     in_flight_bytes: u64,
+    /// Bucket settings seen lately, so a small put or a head of a missing
+    /// key does not ask the bucket's node every time (see
+    /// [`BUCKET_CONFIG_TTL`]).
+    bucket_configs: Mutex<HashMap<BucketName, (Instant, BucketConfig)>>,
 }
+
+/// How long a bucket's settings, once read, are trusted without asking its
+/// node again. A bucket's chunking never changes while it exists, so the
+/// cache can only be wrong about a bucket deleted (and maybe re-created)
+/// by another client within this time: a put then lands in the deleted
+/// bucket, as it can anyway when it races with the delete (see
+/// [`ObjectStore::delete_bucket`]), and a re-created bucket's first puts
+/// are cut with the old chunking, which their manifests record. Short, so
+/// such a window closes fast; long enough that a stream of small puts asks
+/// the bucket's node once a second instead of once per object.
+pub const BUCKET_CONFIG_TTL: Duration = Duration::from_secs(1);
+/// Most bucket settings cached at once (the cache is emptied when full).
+const MAX_CACHED_BUCKETS: usize = 1024;
 
 /// Releases a put or delete keeps in flight at once.
 const RELEASES_IN_FLIGHT: usize = 32;
@@ -79,6 +96,7 @@ impl<N: StoreNode> ObjectStore<N> {
             nodes,
             put_deadline_ms: DEFAULT_PUT_DEADLINE_MS,
             in_flight_bytes: DEFAULT_IN_FLIGHT_BYTES,
+            bucket_configs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -128,15 +146,59 @@ impl<N: StoreNode> ObjectStore<N> {
         };
         let node = &self.nodes[&self.placement.bucket_node(bucket)];
         node.create_bucket(bucket, config).await?;
+        self.remember_bucket(bucket, config);
         Ok(config)
     }
 
-    /// A bucket's settings.
+    /// A bucket's settings, as its node holds them now.
     pub async fn bucket(&self, bucket: &BucketName) -> Result<BucketConfig> {
-        self.nodes[&self.placement.bucket_node(bucket)]
+        let config = self.nodes[&self.placement.bucket_node(bucket)]
             .bucket(bucket)
-            .await?
-            .ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))
+            .await?;
+        match config {
+            Some(config) => {
+                self.remember_bucket(bucket, config);
+                Ok(config)
+            }
+            None => {
+                self.forget_bucket(bucket);
+                Err(StoreError::NoSuchBucket(bucket.to_string()))
+            }
+        }
+    }
+
+    /// A bucket's settings, from the cache if read within
+    /// [`BUCKET_CONFIG_TTL`], else from its node.
+    pub async fn bucket_cached(&self, bucket: &BucketName) -> Result<BucketConfig> {
+        let cached = self
+            .bucket_configs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(bucket)
+            .filter(|(at, _)| at.elapsed() < BUCKET_CONFIG_TTL)
+            .map(|(_, config)| *config);
+        match cached {
+            Some(config) => Ok(config),
+            None => self.bucket(bucket).await,
+        }
+    }
+
+    fn remember_bucket(&self, bucket: &BucketName, config: BucketConfig) {
+        let mut cache = self
+            .bucket_configs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= MAX_CACHED_BUCKETS {
+            cache.clear();
+        }
+        cache.insert(bucket.clone(), (Instant::now(), config));
+    }
+
+    fn forget_bucket(&self, bucket: &BucketName) {
+        self.bucket_configs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(bucket);
     }
 
     /// Every bucket, by name.
@@ -156,6 +218,7 @@ impl<N: StoreNode> ObjectStore<N> {
         if !self.list(bucket, "", None, 1).await?.is_empty() {
             return Err(StoreError::BucketNotEmpty(bucket.to_string()));
         }
+        self.forget_bucket(bucket);
         self.nodes[&self.placement.bucket_node(bucket)]
             .delete_bucket(bucket)
             .await
@@ -183,7 +246,7 @@ impl<N: StoreNode> ObjectStore<N> {
         source: R,
         condition: Condition,
     ) -> Result<Manifest> {
-        let config = self.bucket(bucket).await?;
+        let config = self.bucket_cached(bucket).await?;
         // Fail fast on a condition that already fails (it is checked again,
         // atomically, at the commit).
         if !matches!(condition, Condition::Always) {
@@ -293,7 +356,7 @@ impl<N: StoreNode> ObjectStore<N> {
             return Ok(m);
         }
         // Say which is missing: the bucket, or the object in it.
-        self.bucket(bucket).await?;
+        self.bucket_cached(bucket).await?;
         Err(StoreError::NoSuchObject {
             bucket: bucket.to_string(),
             key: key.to_string(),
@@ -476,10 +539,16 @@ impl<N: StoreNode> ObjectStore<N> {
             let want = (limit - out.len()).min(MAX_PAGE_ITEMS);
             let mut round: Vec<Manifest> = Vec::new();
             let mut any_full = false;
-            for n in self.nodes.values() {
-                let page = n
-                    .list_manifests(bucket, prefix, cursor.as_ref(), want)
-                    .await?;
+            // Every node at once: a listing (and the mount's lookup of a
+            // missing name, which asks whether it is a directory) waits for
+            // the slowest node once, not for each in turn.
+            let pages = futures::future::try_join_all(
+                self.nodes
+                    .values()
+                    .map(|n| n.list_manifests(bucket, prefix, cursor.as_ref(), want)),
+            )
+            .await?;
+            for page in pages {
                 any_full |= page.len() == want;
                 round.extend(page);
             }

@@ -54,7 +54,7 @@ pub use bucket::{BucketConfig, RECORD_FORMAT};
 pub use chunking::{
     check_chunk_len, AsyncChunker, Chunk, Chunker, Chunking, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
-pub use cluster::{ObjectStore, OrphanReport, DEFAULT_PUT_DEADLINE_MS};
+pub use cluster::{ObjectStore, OrphanReport, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS};
 pub use error::{Result, StoreError};
 pub use fingerprint::{chunk_crc32c, Fingerprint};
 pub use manifest::{

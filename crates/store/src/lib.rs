@@ -77,9 +77,9 @@ pub use quarry_store_api::{
     BucketUsage, Chunk, ChunkInfo, ChunkLocation, ChunkPut, ChunkRef, ChunkRelease, ChunkSlice,
     Chunker, Chunking, Condition, Fingerprint, Manifest, ManifestPut, NodeId, ObjectKey,
     ObjectStore, OrphanReport, Placement, RemoteNode, Result, StoreError, StoreNode,
-    StoreTransport, Usage, DEFAULT_PUT_DEADLINE_MS, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC,
-    MAX_BUCKET_LEN, MAX_CHUNK_SIZE, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN, MAX_MANIFEST_CHUNKS,
-    MAX_PAGE_ITEMS, MIN_CHUNK_SIZE,
+    StoreTransport, Usage, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS, MANIFEST_FORMAT_VERSION,
+    MANIFEST_MAGIC, MAX_BUCKET_LEN, MAX_CHUNK_SIZE, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN,
+    MAX_MANIFEST_CHUNKS, MAX_PAGE_ITEMS, MIN_CHUNK_SIZE,
 };
 pub use table::{Batch, MemTableStore, Op, Table, TableStore};
 pub use volume_backed::{

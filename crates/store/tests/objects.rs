@@ -589,3 +589,56 @@ async fn a_put_over_its_deadline_fails_and_releases_its_chunks() {
         Err(StoreError::NoSuchObject { .. })
     ));
 }
+
+#[tokio::test]
+async fn bucket_settings_are_cached_for_a_second_and_forgotten_at_delete() {
+    let s = store(&[1, 2, 3]).await;
+    // A second client over the same nodes.
+    let other = ObjectStore::new(s.nodes().cloned()).unwrap();
+    let data = generate(3000, 7);
+    other
+        .put_bytes(&b("data"), &k("x"), &data, Condition::Always)
+        .await
+        .unwrap();
+    s.delete(&b("data"), &k("x"), Condition::Always)
+        .await
+        .unwrap();
+    s.delete_bucket(&b("data")).await.unwrap();
+    // The client that deleted the bucket knows at once.
+    assert!(matches!(
+        s.put_bytes(&b("data"), &k("y"), &data, Condition::Always)
+            .await,
+        Err(StoreError::NoSuchBucket(_))
+    ));
+    assert!(matches!(
+        s.head(&b("data"), &k("y")).await,
+        Err(StoreError::NoSuchBucket(_))
+    ));
+    // The other one once its cached settings are older than the TTL.
+    s.create_bucket(&b("data"), Chunking::fixed(2048).unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(quarry_store::BUCKET_CONFIG_TTL + std::time::Duration::from_millis(50))
+        .await;
+    let m = other
+        .put_bytes(&b("data"), &k("z"), &data, Condition::Always)
+        .await
+        .unwrap();
+    assert_eq!(
+        m.chunks().len(),
+        2,
+        "cut with the new bucket's 2 KiB chunks"
+    );
+    s.delete(&b("data"), &k("z"), Condition::Always)
+        .await
+        .unwrap();
+    s.delete_bucket(&b("data")).await.unwrap();
+    tokio::time::sleep(quarry_store::BUCKET_CONFIG_TTL + std::time::Duration::from_millis(50))
+        .await;
+    assert!(matches!(
+        other
+            .put_bytes(&b("data"), &k("w"), &data, Condition::Always)
+            .await,
+        Err(StoreError::NoSuchBucket(_))
+    ));
+}
