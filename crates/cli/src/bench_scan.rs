@@ -93,6 +93,29 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
             peer: PeerKind::Rg(vec!["-e".into(), REGEX.into()]),
         },
         Case {
+            what: "grep -E -i, case-insensitive words",
+            kernel: KernelSpec::Grep(GrepSpec {
+                ignore_case: true,
+                ..grep_spec(REGEX_ANY_CASE, GrepSyntax::Extended)
+            }),
+            peer: PeerKind::Rg(vec!["-i".into(), "-e".into(), REGEX_ANY_CASE.into()]),
+        },
+        Case {
+            what: "grep -E, alternation of words",
+            kernel: grep(REGEX_WORDS, GrepSyntax::Extended),
+            peer: PeerKind::Rg(vec!["-e".into(), REGEX_WORDS.into()]),
+        },
+        Case {
+            what: "grep -E, anchored",
+            kernel: grep(REGEX_ANCHORED, GrepSyntax::Extended),
+            peer: PeerKind::Rg(vec!["-e".into(), REGEX_ANCHORED.into()]),
+        },
+        Case {
+            what: "grep -E, word class",
+            kernel: grep(REGEX_CLASS, GrepSyntax::Extended),
+            peer: PeerKind::Rg(vec!["-e".into(), REGEX_CLASS.into()]),
+        },
+        Case {
             what: "wc -l",
             kernel: KernelSpec::Wc(WcSpec {
                 words: false,
@@ -106,7 +129,8 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
     if !args.json {
         eprintln!(
             "bench scan: {} of generated text in {}, {} round(s); kernel folds 1 MiB blocks in memory on one core; \
-             rare literal {RARE:?}, frequent literal {frequent:?}, regex {REGEX:?}",
+             rare literal {RARE:?}, frequent literal {frequent:?}, regexes {REGEX:?}, \
+             -i {REGEX_ANY_CASE:?}, {REGEX_WORDS:?}, {REGEX_ANCHORED:?}, {REGEX_CLASS:?}",
             human_bytes(size_bytes),
             file.display(),
             rounds
@@ -210,12 +234,27 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
 
 /// A regex with a literal inside, as log searches are.
 const REGEX: &str = "[A-Z][a-z]+ (of|the) [a-z]+ing";
+/// Words in any case (`-i`), as a search of logs for trouble is.
+const REGEX_ANY_CASE: &str = "error|warning";
+/// Whole words, one of several.
+const REGEX_WORDS: &str = r"\b(water|sound|number)\b";
+/// Anchored at the line's start: nearly every line matches.
+const REGEX_ANCHORED: &str = "^[A-Z][a-z]+ ";
+/// A class where ripgrep's default is Unicode: `\w` (the C locale's
+/// `[_[:alnum:]]` to GNU grep and the kernel). The text is ASCII, so both
+/// select the same lines; ripgrep pays for its class as a user typing the
+/// pattern would make it.
+const REGEX_CLASS: &str = r"\w+ing";
 
-fn grep(pattern: &str, syntax: GrepSyntax) -> KernelSpec {
-    KernelSpec::Grep(GrepSpec {
+fn grep_spec(pattern: &str, syntax: GrepSyntax) -> GrepSpec {
+    GrepSpec {
         lines: false,
         ..GrepSpec::new(pattern, syntax)
-    })
+    }
+}
+
+fn grep(pattern: &str, syntax: GrepSyntax) -> KernelSpec {
+    KernelSpec::Grep(grep_spec(pattern, syntax))
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -407,6 +446,8 @@ const COMMON: &[&str] = &[
     "something",
     "reading",
     "thinking",
+    "error",
+    "warning",
 ];
 
 /// Text of `size` bytes: lines of 6 to 16 words drawn with Zipf-like
