@@ -289,3 +289,101 @@ fn prefix_is_good(hir: &Hir) -> bool {
         .is_some_and(|n| n >= MIN_INNER_LITERAL_BYTES)
         && seq.len().is_some_and(|n| n <= 64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lines of `text` that `search` finds, by searching whole blocks.
+    fn found(search: &LineSearch, text: &[u8]) -> Vec<(usize, usize)> {
+        let mut lines = Vec::new();
+        let mut at = 0;
+        while let Some((start, end)) = search.next_line(text, at) {
+            lines.push((start, end));
+            at = end + 1;
+        }
+        lines
+    }
+
+    /// The lines of `text` the pattern matches, one line at a time.
+    fn each_line(search: &LineSearch, text: &[u8]) -> Vec<(usize, usize)> {
+        let mut lines = Vec::new();
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', text) {
+            if search.is_match(&text[start..end]) {
+                lines.push((start, end));
+            }
+            start = end + 1;
+        }
+        lines
+    }
+
+    #[test]
+    fn a_block_search_finds_the_lines_a_line_by_line_search_finds() {
+        let text = b"The House of the rising sun\nthe end of nothing\n\nA Tale of Morning\n\
+            Error: x\nwarning here\n[^a]\naaaa\nTime of the thing\nbuilding of the thing\n";
+        for (pattern, ignore_case) in [
+            ("[A-Z][a-z]+ (?:of|the) [a-z]+ing", false),
+            ("error|warning", true),
+            (r"\b(?:of|the)\b", false),
+            ("^[A-Z][a-z]+ ", false),
+            (r"[_[:alnum:]]+ing", false),
+            ("[^a]", false),
+            ("a*", false),
+            ("$", false),
+            ("^$", false),
+            (r"[^x]+ of ", false),
+        ] {
+            let search = LineSearch::new(pattern, ignore_case, None).unwrap();
+            assert_eq!(
+                found(&search, text),
+                each_line(&search, text),
+                "{pattern:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_class_never_matches_a_newline() {
+        let search = LineSearch::new("a[^b]c", false, None).unwrap();
+        assert!(found(&search, b"a\nc\n").is_empty());
+        assert_eq!(found(&search, b"x\naxc\n"), vec![(2, 5)]);
+    }
+
+    #[test]
+    fn inner_literals_come_from_runs_of_known_literals() {
+        let hir = |p: &str| {
+            let parsed = regex_syntax::ParserBuilder::new()
+                .unicode(false)
+                .utf8(false)
+                .build()
+                .parse(p)
+                .unwrap();
+            without_newline(&parsed)
+        };
+        let h = hir("[A-Z][a-z]+ (?:of|the) [a-z]+ing");
+        let sets = inner_literals(&h, &build(&h).unwrap());
+        let text: Vec<Vec<String>> = sets
+            .iter()
+            .map(|set| {
+                set.iter()
+                    .map(|l| String::from_utf8_lossy(l).into_owned())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(text, vec![vec![" of ", " the "], vec!["ing"]]);
+        // Good prefix literals are left to the regex's own search.
+        let h = hir("water(?:fall|way)s?");
+        assert!(inner_literals(&h, &build(&h).unwrap()).is_empty());
+    }
+
+    #[test]
+    fn the_rarer_set_of_inner_literals_is_chosen_on_the_data() {
+        let search = LineSearch::new("[A-Z][a-z]+ (?:of|the) [a-z]+ing", false, None).unwrap();
+        // ` of `/` the ` on every line, `ing` on one: `ing` (the second
+        // set) is searched for.
+        let text = "A piece of the cake\n".repeat(50) + "Tale of running\n";
+        assert_eq!(found(&search, text.as_bytes()).len(), 1);
+        assert_eq!(search.choice.load(Ordering::Relaxed), 1);
+    }
+}
