@@ -1,5 +1,6 @@
 //! `quarry bench scan`: the kernels alone, in this process, on one core —
-//! the grep kernel (a rare literal, a frequent literal, a regex) and wc -l
+//! the grep kernel (a rare literal, a frequent literal, five regexes: one
+//! with inner literals, `-i` words, whole words, anchored, `\w`) and wc -l
 //! folded over generated text in memory in 1 MiB blocks — side by side
 //! with ripgrep (`rg -j1 -c`, with and without mmap, the faster kept) and
 //! GNU `wc -l` on the same file hot in the page cache, timed as processes
@@ -76,7 +77,76 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
     std::fs::write(&file, &text).with_context(|| format!("cannot write {}", file.display()))?;
     std::fs::write(&empty, b"")?;
     let frequent = frequent_word(&text);
-    let cases = [
+    let cases = cases(&frequent);
+    if !args.json {
+        eprintln!(
+            "bench scan: {} of generated text in {}, {} round(s); kernel folds 1 MiB blocks in memory on one core; \
+             rare literal {RARE:?}, frequent literal {frequent:?}, regexes {REGEX:?}, \
+             -i {REGEX_ANY_CASE:?}, {REGEX_WORDS:?}, {REGEX_ANCHORED:?}, {REGEX_CLASS:?}",
+            human_bytes(size_bytes),
+            file.display(),
+            rounds
+        );
+    }
+    // Warm the page cache, and measure the peers' startup.
+    std::fs::read(&file)?;
+    let rg_startup = startup(|| rg_time(&empty, &["-F".into(), "-e".into(), RARE.into()], true))?;
+    let wc_startup = startup(|| wc_time(&empty))?;
+    let mut kernel_secs = vec![Vec::new(); cases.len()];
+    let mut peer_secs = vec![Vec::new(); cases.len()];
+    let mut matching = vec![0u64; cases.len()];
+    let mut peer_names = vec![String::new(); cases.len()];
+    for _ in 0..rounds {
+        for (i, case) in cases.iter().enumerate() {
+            let (secs, count) = kernel_time(&case.kernel, &text)?;
+            kernel_secs[i].push(secs);
+            matching[i] = count;
+            let (secs, count, name) = peer_time(&case.peer, &file, rg_startup, wc_startup)?;
+            if count != matching[i] {
+                bail!(
+                    "{}: the kernel counted {} lines, {name} {count}",
+                    case.what,
+                    matching[i]
+                );
+            }
+            peer_secs[i].push(secs);
+            peer_names[i] = name.to_string();
+        }
+    }
+    let rows: Vec<Row> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, case)| {
+            let k = mib_per_s(size_bytes, median(&mut kernel_secs[i]));
+            let p = mib_per_s(size_bytes, median(&mut peer_secs[i]));
+            Row {
+                what: case.what,
+                peer: peer_names[i].clone(),
+                matching: matching[i],
+                kernel_mib_per_s: k,
+                peer_mib_per_s: p,
+                ratio: k / p,
+            }
+        })
+        .collect();
+    let report = Report {
+        text_bytes: size_bytes,
+        rounds,
+        rg_startup_ms: rg_startup * 1e3,
+        wc_startup_ms: wc_startup * 1e3,
+        rows,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print_table(&report);
+    Ok(())
+}
+
+/// The rows: what each side runs.
+fn cases(frequent: &str) -> Vec<Case> {
+    vec![
         Case {
             what: "grep -F, rare literal",
             kernel: grep(RARE, GrepSyntax::Fixed),
@@ -84,8 +154,8 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
         },
         Case {
             what: "grep -F, frequent literal",
-            kernel: grep(&frequent, GrepSyntax::Fixed),
-            peer: PeerKind::Rg(vec!["-F".into(), "-e".into(), frequent.clone()]),
+            kernel: grep(frequent, GrepSyntax::Fixed),
+            peer: PeerKind::Rg(vec!["-F".into(), "-e".into(), frequent.to_string()]),
         },
         Case {
             what: "grep -E, regex",
@@ -125,86 +195,40 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
             }),
             peer: PeerKind::WcLines,
         },
-    ];
-    if !args.json {
-        eprintln!(
-            "bench scan: {} of generated text in {}, {} round(s); kernel folds 1 MiB blocks in memory on one core; \
-             rare literal {RARE:?}, frequent literal {frequent:?}, regexes {REGEX:?}, \
-             -i {REGEX_ANY_CASE:?}, {REGEX_WORDS:?}, {REGEX_ANCHORED:?}, {REGEX_CLASS:?}",
-            human_bytes(size_bytes),
-            file.display(),
-            rounds
-        );
-    }
-    // Warm the page cache, and measure the peers' startup.
-    std::fs::read(&file)?;
-    let rg_startup = startup(|| rg_time(&empty, &["-F".into(), "-e".into(), RARE.into()], true))?;
-    let wc_startup = startup(|| wc_time(&empty))?;
-    let mut kernel_secs = vec![Vec::new(); cases.len()];
-    let mut peer_secs = vec![Vec::new(); cases.len()];
-    let mut matching = vec![0u64; cases.len()];
-    let mut peer_names = vec![String::new(); cases.len()];
-    for _ in 0..rounds {
-        for (i, case) in cases.iter().enumerate() {
-            let (secs, count) = kernel_time(&case.kernel, &text)?;
-            kernel_secs[i].push(secs);
-            matching[i] = count;
-            let (secs, count, name) = match &case.peer {
-                PeerKind::Rg(rg_args) => {
-                    let (mmap, n1) = rg_time(&file, rg_args, true)?;
-                    let (no_mmap, n2) = rg_time(&file, rg_args, false)?;
-                    if n1 != n2 {
-                        bail!("rg counted {n1} with mmap, {n2} without");
-                    }
-                    if mmap <= no_mmap {
-                        ((mmap - rg_startup).max(1e-6), n1, "rg -j1 -c --mmap")
-                    } else {
-                        ((no_mmap - rg_startup).max(1e-6), n2, "rg -j1 -c --no-mmap")
-                    }
-                }
-                PeerKind::WcLines => {
-                    let (secs, n) = wc_time(&file)?;
-                    ((secs - wc_startup).max(1e-6), n, "wc -l (GNU)")
-                }
-            };
-            if count != matching[i] {
-                bail!(
-                    "{}: the kernel counted {} lines, {name} {count}",
-                    case.what,
-                    matching[i]
-                );
+    ]
+}
+
+/// Runs the peer of a row on `file`: its seconds less its startup, the
+/// count it printed and its name.
+fn peer_time(
+    peer: &PeerKind,
+    file: &Path,
+    rg_startup: f64,
+    wc_startup: f64,
+) -> Result<(f64, u64, &'static str)> {
+    Ok(match peer {
+        PeerKind::Rg(rg_args) => {
+            let (mmap, n1) = rg_time(file, rg_args, true)?;
+            let (no_mmap, n2) = rg_time(file, rg_args, false)?;
+            if n1 != n2 {
+                bail!("rg counted {n1} with mmap, {n2} without");
             }
-            peer_secs[i].push(secs);
-            peer_names[i] = name.to_string();
+            if mmap <= no_mmap {
+                ((mmap - rg_startup).max(1e-6), n1, "rg -j1 -c --mmap")
+            } else {
+                ((no_mmap - rg_startup).max(1e-6), n2, "rg -j1 -c --no-mmap")
+            }
         }
-    }
-    let rows: Vec<Row> = cases
-        .iter()
-        .enumerate()
-        .map(|(i, case)| {
-            let k = mib_per_s(size_bytes, median(&mut kernel_secs[i]));
-            let p = mib_per_s(size_bytes, median(&mut peer_secs[i]));
-            Row {
-                what: case.what,
-                peer: peer_names[i].clone(),
-                matching: matching[i],
-                kernel_mib_per_s: k,
-                peer_mib_per_s: p,
-                ratio: k / p,
-            }
-        })
-        .collect();
-    let report = Report {
-        text_bytes: size_bytes,
-        rounds,
-        rg_startup_ms: rg_startup * 1e3,
-        wc_startup_ms: wc_startup * 1e3,
-        rows,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
-    }
+        PeerKind::WcLines => {
+            let (secs, n) = wc_time(file)?;
+            ((secs - wc_startup).max(1e-6), n, "wc -l (GNU)")
+        }
+    })
+}
+
+/// Prints the report as a table.
+fn print_table(report: &Report) {
+    let rounds = report.rounds;
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "scan",
@@ -229,7 +253,6 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
         "(medians of {rounds} round(s); one core each; peers hot in the page cache, less their startup: rg {:.1} ms, wc {:.1} ms)",
         report.rg_startup_ms, report.wc_startup_ms
     );
-    Ok(())
 }
 
 /// A regex with a literal inside, as log searches are.

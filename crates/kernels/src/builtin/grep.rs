@@ -104,6 +104,10 @@ pub(crate) struct Grep {
     after: u64,
 }
 
+/// Matching lines of a block after which the rest of the block is looked
+/// at for a NUL at once (see [`Grep::count_matching_lines`]).
+const LINES_BEFORE_NUL_CHECK: u32 = 32;
+
 /// A pattern that matches nothing: what no patterns at all (`grep -f
 /// /dev/null`) select.
 const NOTHING: &str = r"[^\x00-\xFF]";
@@ -302,8 +306,21 @@ impl Grep {
     fn count_matching_lines(&self, slice: &[u8]) -> u64 {
         let mut count = 0u64;
         let mut at = 0usize;
+        // Lines from here on hold no NUL: once a block has shown many
+        // matching lines, the rest of it is looked at for a NUL once
+        // rather than each line that matches.
+        let mut nul_free_from = usize::MAX;
+        let mut lines = 0u32;
         while let Some((start, end)) = self.search.next_line(slice, at) {
-            count += self.count_of_matching(&slice[start..end]);
+            count += if start >= nul_free_from {
+                1
+            } else {
+                self.count_of_matching(&slice[start..end])
+            };
+            lines += 1;
+            if lines == LINES_BEFORE_NUL_CHECK && memchr::memchr(0, &slice[end..]).is_none() {
+                nul_free_from = end;
+            }
             at = end + 1;
         }
         count
