@@ -1,5 +1,6 @@
 //! `quarry bench scan`: the kernels alone, in this process, on one core —
-//! the grep kernel (a rare literal, a frequent literal, a regex) and wc -l
+//! the grep kernel (a rare literal, a frequent literal, five regexes: one
+//! with inner literals, `-i` words, whole words, anchored, `\w`) and wc -l
 //! folded over generated text in memory in 1 MiB blocks — side by side
 //! with ripgrep (`rg -j1 -c`, with and without mmap, the faster kept) and
 //! GNU `wc -l` on the same file hot in the page cache, timed as processes
@@ -79,37 +80,12 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
     std::fs::write(&file, &text).with_context(|| format!("cannot write {}", file.display()))?;
     std::fs::write(&empty, b"")?;
     let frequent = frequent_word(&text);
-    let cases = [
-        Case {
-            what: "grep -F, rare literal",
-            kernel: grep(RARE, GrepSyntax::Fixed),
-            peer: PeerKind::Rg(vec!["-F".into(), "-e".into(), RARE.into()]),
-        },
-        Case {
-            what: "grep -F, frequent literal",
-            kernel: grep(&frequent, GrepSyntax::Fixed),
-            peer: PeerKind::Rg(vec!["-F".into(), "-e".into(), frequent.clone()]),
-        },
-        Case {
-            what: "grep -E, regex",
-            kernel: grep(REGEX, GrepSyntax::Extended),
-            peer: PeerKind::Rg(vec!["-e".into(), REGEX.into()]),
-        },
-        Case {
-            what: "wc -l",
-            kernel: KernelSpec::Wc(WcSpec {
-                words: false,
-                word: None,
-                top: None,
-                locale: quarry_kernels::WcLocale::C,
-            }),
-            peer: PeerKind::WcLines,
-        },
-    ];
+    let cases = cases(&frequent);
     if !args.common.json {
         eprintln!(
             "bench scan: {} of generated text in {}, {} round(s); kernel folds 1 MiB blocks in memory on one core; \
-             rare literal {RARE:?}, frequent literal {frequent:?}, regex {REGEX:?}",
+             rare literal {RARE:?}, frequent literal {frequent:?}, regexes {REGEX:?}, \
+             -i {REGEX_ANY_CASE:?}, {REGEX_WORDS:?}, {REGEX_ANCHORED:?}, {REGEX_CLASS:?}",
             human_bytes(size_bytes),
             file.display(),
             rounds
@@ -128,24 +104,7 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
             let (secs, count) = kernel_time(&case.kernel, &text)?;
             kernel_secs[i].push(secs);
             matching[i] = count;
-            let (secs, count, name) = match &case.peer {
-                PeerKind::Rg(rg_args) => {
-                    let (mmap, n1) = rg_time(&file, rg_args, true)?;
-                    let (no_mmap, n2) = rg_time(&file, rg_args, false)?;
-                    if n1 != n2 {
-                        bail!("rg counted {n1} with mmap, {n2} without");
-                    }
-                    if mmap <= no_mmap {
-                        ((mmap - rg_startup).max(1e-6), n1, "rg -j1 -c --mmap")
-                    } else {
-                        ((no_mmap - rg_startup).max(1e-6), n2, "rg -j1 -c --no-mmap")
-                    }
-                }
-                PeerKind::WcLines => {
-                    let (secs, n) = wc_time(&file)?;
-                    ((secs - wc_startup).max(1e-6), n, "wc -l (GNU)")
-                }
-            };
+            let (secs, count, name) = peer_time(&case.peer, &file, rg_startup, wc_startup)?;
             if count != matching[i] {
                 bail!(
                     "{}: the kernel counted {} lines, {name} {count}",
@@ -184,6 +143,95 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
+    print_table(&report);
+    Ok(())
+}
+
+/// The rows: what each side runs.
+fn cases(frequent: &str) -> Vec<Case> {
+    vec![
+        Case {
+            what: "grep -F, rare literal",
+            kernel: grep(RARE, GrepSyntax::Fixed),
+            peer: PeerKind::Rg(vec!["-F".into(), "-e".into(), RARE.into()]),
+        },
+        Case {
+            what: "grep -F, frequent literal",
+            kernel: grep(frequent, GrepSyntax::Fixed),
+            peer: PeerKind::Rg(vec!["-F".into(), "-e".into(), frequent.to_string()]),
+        },
+        Case {
+            what: "grep -E, regex",
+            kernel: grep(REGEX, GrepSyntax::Extended),
+            peer: PeerKind::Rg(vec!["-e".into(), REGEX.into()]),
+        },
+        Case {
+            what: "grep -E -i, case-insensitive words",
+            kernel: KernelSpec::Grep(GrepSpec {
+                ignore_case: true,
+                ..grep_spec(REGEX_ANY_CASE, GrepSyntax::Extended)
+            }),
+            peer: PeerKind::Rg(vec!["-i".into(), "-e".into(), REGEX_ANY_CASE.into()]),
+        },
+        Case {
+            what: "grep -E, alternation of words",
+            kernel: grep(REGEX_WORDS, GrepSyntax::Extended),
+            peer: PeerKind::Rg(vec!["-e".into(), REGEX_WORDS.into()]),
+        },
+        Case {
+            what: "grep -E, anchored",
+            kernel: grep(REGEX_ANCHORED, GrepSyntax::Extended),
+            peer: PeerKind::Rg(vec!["-e".into(), REGEX_ANCHORED.into()]),
+        },
+        Case {
+            what: "grep -E, word class",
+            kernel: grep(REGEX_CLASS, GrepSyntax::Extended),
+            peer: PeerKind::Rg(vec!["-e".into(), REGEX_CLASS.into()]),
+        },
+        Case {
+            what: "wc -l",
+            kernel: KernelSpec::Wc(WcSpec {
+                words: false,
+                word: None,
+                top: None,
+                locale: quarry_kernels::WcLocale::C,
+            }),
+            peer: PeerKind::WcLines,
+        },
+    ]
+}
+
+/// Runs the peer of a row on `file`: its seconds less its startup, the
+/// count it printed and its name.
+fn peer_time(
+    peer: &PeerKind,
+    file: &Path,
+    rg_startup: f64,
+    wc_startup: f64,
+) -> Result<(f64, u64, &'static str)> {
+    Ok(match peer {
+        PeerKind::Rg(rg_args) => {
+            let (mmap, n1) = rg_time(file, rg_args, true)?;
+            let (no_mmap, n2) = rg_time(file, rg_args, false)?;
+            if n1 != n2 {
+                bail!("rg counted {n1} with mmap, {n2} without");
+            }
+            if mmap <= no_mmap {
+                ((mmap - rg_startup).max(1e-6), n1, "rg -j1 -c --mmap")
+            } else {
+                ((no_mmap - rg_startup).max(1e-6), n2, "rg -j1 -c --no-mmap")
+            }
+        }
+        PeerKind::WcLines => {
+            let (secs, n) = wc_time(file)?;
+            ((secs - wc_startup).max(1e-6), n, "wc -l (GNU)")
+        }
+    })
+}
+
+/// Prints the report as a table.
+fn print_table(report: &Report) {
+    let rounds = report.rounds;
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "scan",
@@ -208,17 +256,31 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
         "(medians of {rounds} round(s); one core each; peers hot in the page cache, less their startup: rg {:.1} ms, wc {:.1} ms)",
         report.rg_startup_ms, report.wc_startup_ms
     );
-    Ok(())
 }
 
 /// A regex with a literal inside, as log searches are.
 const REGEX: &str = "[A-Z][a-z]+ (of|the) [a-z]+ing";
+/// Words in any case (`-i`), as a search of logs for trouble is.
+const REGEX_ANY_CASE: &str = "error|warning";
+/// Whole words, one of several.
+const REGEX_WORDS: &str = r"\b(water|sound|number)\b";
+/// Anchored at the line's start: nearly every line matches.
+const REGEX_ANCHORED: &str = "^[A-Z][a-z]+ ";
+/// A class where ripgrep's default is Unicode: `\w` (the C locale's
+/// `[_[:alnum:]]` to GNU grep and the kernel). The text is ASCII, so both
+/// select the same lines; ripgrep pays for its class as a user typing the
+/// pattern would make it.
+const REGEX_CLASS: &str = r"\w+ing";
 
-fn grep(pattern: &str, syntax: GrepSyntax) -> KernelSpec {
-    KernelSpec::Grep(GrepSpec {
+fn grep_spec(pattern: &str, syntax: GrepSyntax) -> GrepSpec {
+    GrepSpec {
         lines: false,
         ..GrepSpec::new(pattern, syntax)
-    })
+    }
+}
+
+fn grep(pattern: &str, syntax: GrepSyntax) -> KernelSpec {
+    KernelSpec::Grep(grep_spec(pattern, syntax))
 }
 
 /// The median of 5 timings of `f` (a peer on an empty file).
@@ -401,6 +463,8 @@ const COMMON: &[&str] = &[
     "something",
     "reading",
     "thinking",
+    "error",
+    "warning",
 ];
 
 /// Text of `size` bytes: lines of 6 to 16 words drawn with Zipf-like

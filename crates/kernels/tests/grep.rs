@@ -483,3 +483,45 @@ fn throughput_next_to_ripgrep() {
         );
     }
 }
+
+/// A block whose matching lines are many before a line holding NULs: the
+/// count looks at the rest of the block for a NUL once, and must still
+/// count that line's pieces as GNU grep does; and a block whose NULs all
+/// come before that check.
+#[test]
+fn many_matching_lines_then_nuls_count_as_gnu_grep_counts() {
+    for (before, after) in [(40, 1), (1, 40), (100, 100)] {
+        let mut text = Vec::new();
+        text.extend("needle x\n".repeat(before).bytes());
+        text.extend_from_slice(b"needle\0y\0needle\0\n");
+        text.extend("needle z\n".repeat(after).bytes());
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&text).unwrap();
+        file.flush().unwrap();
+        for pattern in ["needle", "ne+dle", "needle [xz]"] {
+            let gnu = tool("grep", &["-E", "-c", "-e", pattern], file.path())
+                .expect("GNU grep must be installed for this test");
+            let k = compile(&KernelSpec::Grep(GrepSpec {
+                lines: false,
+                ..GrepSpec::new(pattern, GrepSyntax::Extended)
+            }))
+            .unwrap();
+            // The lines after the first are one block of complete lines.
+            let mut whole = b"first\n".to_vec();
+            whole.extend_from_slice(&text);
+            let mut file2 = tempfile::NamedTempFile::new().unwrap();
+            file2.write_all(&whole).unwrap();
+            file2.flush().unwrap();
+            let gnu_whole = tool("grep", &["-E", "-c", "-e", pattern], file2.path())
+                .expect("GNU grep must be installed for this test");
+            for (bytes, expected) in [(&text, &gnu), (&whole, &gnu_whole)] {
+                let got = grep_out(run_whole(&*k, bytes)).matching_lines;
+                assert_eq!(
+                    format!("{got}\n"),
+                    String::from_utf8_lossy(expected),
+                    "{pattern:?}, {before} lines before, {after} after"
+                );
+            }
+        }
+    }
+}

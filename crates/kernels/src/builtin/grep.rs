@@ -4,8 +4,9 @@
 //! parts, is in [`lines`].
 //!
 //! POSIX patterns are translated to the syntax of Rust's regex crate (see
-//! [`translate`]) and run by ripgrep's own matcher and searcher, over bytes
-//! (no Unicode: the C locale matches byte by byte).
+//! [`translate`]) and run by regex-automata over bytes (no Unicode: the C
+//! locale matches byte by byte); how a block is searched for its matching
+//! lines is in [`search`].
 //!
 //! Binary data is counted as GNU grep counts it: once GNU grep sees a NUL
 //! byte it reads every NUL from there on as a line end, so a line holding
@@ -14,9 +15,6 @@
 //! is at or before the first NUL), so the rule needs no global view: each
 //! line is judged by its own bytes.
 
-use grep_matcher::{LineMatchKind, Matcher};
-use grep_regex::{RegexMatcher, RegexMatcherBuilder};
-use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use serde::{Deserialize, Serialize};
 
 use crate::error::KernelError;
@@ -26,9 +24,11 @@ use crate::spec::{GrepSpec, GrepSyntax, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES};
 
 mod lines;
 mod only;
+mod search;
 
 use lines::Span;
 use only::OnlyMatching;
+use search::LineSearch;
 
 /// The part of a range of a target.
 ///
@@ -85,12 +85,9 @@ impl GrepPart {
 
 /// The compiled kernel.
 pub(crate) struct Grep {
-    matcher: RegexMatcher,
+    search: LineSearch,
     /// Under `-o` (with lines): what is printed of a line.
     only: Option<OnlyMatching>,
-    /// A case-sensitive literal is found by memmem directly: the regex
-    /// engine's search for the same literal runs at half its speed here.
-    literal: Option<memchr::memmem::Finder<'static>>,
     want_lines: bool,
     /// The pattern has no line anchors and cannot match an empty line, so a
     /// piece of a line can match only if the whole line does: only matching
@@ -106,6 +103,10 @@ pub(crate) struct Grep {
     /// `-A`.
     after: u64,
 }
+
+/// Matching lines of a block after which the rest of the block is looked
+/// at for a NUL at once (see [`Grep::count_matching_lines`]).
+const LINES_BEFORE_NUL_CHECK: u32 = 32;
 
 /// A pattern that matches nothing: what no patterns at all (`grep -f
 /// /dev/null`) select.
@@ -167,35 +168,29 @@ impl Grep {
         let bad = |e: &dyn std::fmt::Display| {
             KernelError::BadArguments(format!("grep pattern {:?}: {e}", spec.patterns))
         };
-        let matcher = RegexMatcherBuilder::new()
-            .unicode(false)
-            .multi_line(true)
-            .line_terminator(Some(b'\n'))
-            .case_insensitive(spec.ignore_case)
-            .build(&pattern)
-            .map_err(|e| bad(&e))?;
+        // A case-sensitive literal is found by memmem directly: the regex
+        // engine's search for the same literal runs at half its speed here.
+        let literal = match spec.patterns.as_slice() {
+            [one]
+                if spec.syntax == GrepSyntax::Fixed
+                    && !spec.ignore_case
+                    && !spec.word
+                    && !spec.whole_line =>
+            {
+                Some(one.as_bytes())
+            }
+            _ => None,
+        };
+        let search = LineSearch::new(&pattern, spec.ignore_case, literal).map_err(|e| bad(&e))?;
         let only = if spec.only_matching && spec.lines {
             Some(OnlyMatching::new(&any, &pattern, spec)?)
         } else {
             None
         };
-        let literal = match spec.patterns.as_slice() {
-            [one]
-                if spec.syntax == GrepSyntax::Fixed
-                    && !spec.ignore_case
-                    && !one.is_empty()
-                    && !spec.word
-                    && !spec.whole_line =>
-            {
-                Some(memchr::memmem::Finder::new(one.as_bytes()).into_owned())
-            }
-            _ => None,
-        };
-        let matches_empty = matcher.is_match(b"").unwrap_or(true);
+        let matches_empty = search.is_match(b"");
         Ok(Grep {
-            matcher,
+            search,
             only,
-            literal,
             want_lines: spec.lines,
             pieces_match_within: !has_line_anchors(&pattern) && !matches_empty,
             invert: spec.invert,
@@ -206,7 +201,7 @@ impl Grep {
     }
 
     fn is_match(&self, bytes: &[u8]) -> bool {
-        self.matcher.is_match(bytes).unwrap_or(false)
+        self.search.is_match(bytes)
     }
 
     /// How many lines GNU grep selects in `line` (without its newline): one
@@ -288,58 +283,43 @@ impl Grep {
         }
     }
 
-    /// The matching lines of `slice` (complete lines), found by ripgrep's
-    /// searcher.
+    /// The matching lines of `slice` (complete lines, each ending in a
+    /// newline), numbered from 0.
     fn matching_spans(&self, slice: &[u8]) -> Vec<Span> {
-        // A Searcher holds scratch buffers behind a RefCell, so it is not
-        // Sync: one per call, which is cheap next to a block's search.
-        let mut searcher: Searcher = SearcherBuilder::new()
-            .line_terminator(grep_matcher::LineTerminator::byte(b'\n'))
-            .binary_detection(BinaryDetection::none())
-            .line_number(true)
-            .build();
-        let mut sink = Collect { spans: Vec::new() };
-        // The sink never fails and a slice needs no I/O, so the search
-        // cannot fail.
-        let _ = searcher.search_slice(&self.matcher, slice, &mut sink);
-        sink.spans
+        let mut spans = Vec::new();
+        // Newlines before `counted` are counted in `line`.
+        let (mut line, mut counted) = (0u64, 0usize);
+        let mut at = 0usize;
+        while let Some((start, end)) = self.search.next_line(slice, at) {
+            line += memchr::memchr_iter(b'\n', &slice[counted..start]).count() as u64;
+            counted = start;
+            spans.push(Span { line, start, end });
+            at = end + 1;
+        }
+        spans
     }
 
     /// Matching lines of `slice` (complete lines, each ending in a
     /// newline), counted by searching the whole slice at once and skipping
-    /// to the next line after each match: one pass of the matcher's
-    /// prefilter over the bytes, as ripgrep's count does, with no per-line
-    /// work for lines that do not match. A match never holds a newline
-    /// (the matcher is built with the newline as line terminator), so the
-    /// line of a match is the one holding its start.
+    /// to the next line after each match, with no per-line work for lines
+    /// that do not match.
     fn count_matching_lines(&self, slice: &[u8]) -> u64 {
         let mut count = 0u64;
         let mut at = 0usize;
-        while at < slice.len() {
-            // A byte of a matching line, and whether the line is known to
-            // match or only a candidate (found by the pattern's inner
-            // literals, ripgrep's fast path) to be checked whole.
-            let (pos, confirmed) = match &self.literal {
-                Some(finder) => match finder.find(&slice[at..]) {
-                    Some(i) => (at + i, true),
-                    None => break,
-                },
-                None => match self.matcher.find_candidate_line(&slice[at..]) {
-                    Ok(Some(LineMatchKind::Confirmed(i))) => (at + i, true),
-                    Ok(Some(LineMatchKind::Candidate(i))) => (at + i, false),
-                    _ => break,
-                },
+        // Lines from here on hold no NUL: once a block has shown many
+        // matching lines, the rest of it is looked at for a NUL once
+        // rather than each line that matches.
+        let mut nul_free_from = usize::MAX;
+        let mut lines = 0u32;
+        while let Some((start, end)) = self.search.next_line(slice, at) {
+            count += if start >= nul_free_from {
+                1
+            } else {
+                self.count_of_matching(&slice[start..end])
             };
-            // A match after the last newline is on no line.
-            if pos >= slice.len() {
-                break;
-            }
-            // `at` starts a line, so the line holding `pos` starts at or
-            // after it.
-            let start = memchr::memrchr(b'\n', &slice[at..pos]).map_or(at, |i| at + i + 1);
-            let end = memchr::memchr(b'\n', &slice[pos..]).map_or(slice.len(), |i| pos + i);
-            if confirmed || self.is_match(&slice[start..end]) {
-                count += self.count_of_matching(&slice[start..end]);
+            lines += 1;
+            if lines == LINES_BEFORE_NUL_CHECK && memchr::memchr(0, &slice[end..]).is_none() {
+                nul_free_from = end;
             }
             at = end + 1;
         }
@@ -381,27 +361,6 @@ impl Grep {
         left.end = right.end;
         self.prune(&mut left, left_newlines.saturating_sub(self.before), false);
         Ok(left)
-    }
-}
-
-/// Collects the spans of the matching lines a search finds.
-struct Collect {
-    spans: Vec<Span>,
-}
-
-impl Sink for Collect {
-    type Error = std::io::Error;
-
-    fn matched(&mut self, _: &Searcher, m: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
-        let start = m.absolute_byte_offset() as usize;
-        let text = m.bytes();
-        let text = text.strip_suffix(b"\n").unwrap_or(text);
-        self.spans.push(Span {
-            line: m.line_number().unwrap_or(1) - 1,
-            start,
-            end: start + text.len(),
-        });
-        Ok(true)
     }
 }
 
@@ -565,153 +524,183 @@ pub(crate) fn translate(pattern: &[u8], extended: bool) -> Result<String, Kernel
             String::from_utf8_lossy(pattern)
         ))
     };
-    let mut out = String::new();
-    // Where the last atom (what a repetition applies to) begins in `out`;
-    // None at the start of an expression, where GNU reads a repetition
-    // operator as a literal (BRE) or as repeating nothing (ERE).
-    let mut atom: Option<usize> = None;
-    let mut after_repeat = false;
-    let mut depth = 0usize;
+    let mut out = Translation::default();
     let mut i = 0;
     while i < pattern.len() {
-        let c = pattern[i];
-        i += 1;
-        // What the byte means: an operator or an atom.
-        enum Tok {
-            Atom(String),
-            Repeat(String),
-            Open,
-            Close,
-            Alt,
-            Anchor(&'static str),
-        }
-        let tok = match (c, extended) {
-            (b'\\', _) => {
-                let Some(&e) = pattern.get(i) else {
-                    return Err(bad("trailing backslash"));
-                };
-                i += 1;
-                match (e, extended) {
-                    (b'1'..=b'9', _) => {
-                        return Err(bad("back-references (\\1 to \\9) are not supported"))
-                    }
-                    (b'(', false) => Tok::Open,
-                    (b')', false) => Tok::Close,
-                    (b'|', false) => Tok::Alt,
-                    (b'+' | b'?', false) if atom.is_some() => Tok::Repeat((e as char).to_string()),
-                    (b'{', false) if atom.is_some() => {
-                        let (rep, next) = interval(pattern, i, b"\\}")
-                            .ok_or_else(|| bad("unmatched or invalid \\{...\\}"))?;
-                        i = next;
-                        Tok::Repeat(rep)
-                    }
-                    (b'w', _) => Tok::Atom("[_[:alnum:]]".into()),
-                    (b'W', _) => Tok::Atom("[^_[:alnum:]]".into()),
-                    (b's', _) => Tok::Atom("[[:space:]]".into()),
-                    (b'S', _) => Tok::Atom("[^[:space:]]".into()),
-                    (b'b', _) => Tok::Anchor(r"\b"),
-                    (b'B', _) => Tok::Anchor(r"\B"),
-                    (b'<', _) => Tok::Anchor(r"\b{start}"),
-                    (b'>', _) => Tok::Anchor(r"\b{end}"),
-                    (b'`', _) => Tok::Anchor("^"),
-                    (b'\'', _) => Tok::Anchor("$"),
-                    // GNU warns about a stray `\` and matches the byte.
-                    _ => Tok::Atom(literal(e)),
-                }
-            }
-            (b'[', _) => {
-                let (class, next) = bracket(pattern, i).map_err(|why| bad(&why))?;
-                i = next;
-                Tok::Atom(class)
-            }
-            (b'.', _) => Tok::Atom(".".into()),
-            (b'*', _) if atom.is_some() => Tok::Repeat("*".into()),
-            (b'*', true) => continue,
-            (b'+' | b'?', true) if atom.is_some() => Tok::Repeat((c as char).to_string()),
-            (b'+' | b'?', true) => continue,
-            (b'{', true) => match interval(pattern, i, b"}") {
-                Some((rep, next)) => {
-                    i = next;
-                    if atom.is_none() {
-                        continue;
-                    }
-                    Tok::Repeat(rep)
-                }
-                // GNU reads a `{` that starts no valid interval as a literal.
-                None => Tok::Atom(literal(b'{')),
-            },
-            (b'(', true) => Tok::Open,
-            (b')', true) if depth > 0 => Tok::Close,
-            (b'|', true) => Tok::Alt,
-            (b'^', true) => Tok::Anchor("^"),
-            (b'$', true) => Tok::Anchor("$"),
-            // In a BRE, `^` anchors only where an expression starts and `$`
-            // only where one ends.
-            (b'^', false) if atom.is_none() && starts_expression(&out) => Tok::Anchor("^"),
-            (b'$', false)
-                if i == pattern.len()
-                    || pattern[i..].starts_with(b"\\)")
-                    || pattern[i..].starts_with(b"\\|") =>
-            {
-                Tok::Anchor("$")
-            }
-            _ => Tok::Atom(literal(c)),
+        let Some(tok) = token(pattern, &mut i, extended, &out).map_err(|why| bad(&why))? else {
+            continue;
         };
-        match tok {
-            Tok::Atom(s) => {
-                atom = Some(out.len());
-                after_repeat = false;
-                out.push_str(&s);
-            }
-            Tok::Repeat(op) => {
-                let Some(at) = atom else {
-                    return Err(bad("repetition without an operand"));
-                };
-                if after_repeat {
-                    // `a**` is `(a*)*`: the regex crate wants the group.
-                    out.insert_str(at, "(?:");
-                    out.push(')');
-                }
-                out.push_str(&op);
-                after_repeat = true;
-            }
-            Tok::Open => {
-                depth += 1;
-                out.push_str("(?:");
-                atom = None;
-                after_repeat = false;
-            }
-            Tok::Close => {
-                if depth == 0 {
-                    return Err(bad("unmatched \\)"));
-                }
-                depth -= 1;
-                // The group is the atom: find where it opened.
-                let open = group_start(&out);
-                out.push(')');
-                atom = Some(open);
-                after_repeat = false;
-            }
-            Tok::Alt => {
-                out.push('|');
-                atom = None;
-                after_repeat = false;
-            }
-            Tok::Anchor(a) => {
-                out.push_str(a);
-                atom = None;
-                after_repeat = false;
-            }
-        }
+        out.push(tok).map_err(bad)?;
     }
-    if depth > 0 {
+    if out.depth > 0 {
         return Err(bad(if extended {
             "unmatched ("
         } else {
             "unmatched \\("
         }));
     }
-    Ok(out)
+    Ok(out.text)
+}
+
+/// What a piece of a POSIX pattern means: an operator or an atom.
+enum Tok {
+    Atom(String),
+    Repeat(String),
+    Open,
+    Close,
+    Alt,
+    Anchor(&'static str),
+}
+
+/// A pattern being translated.
+#[derive(Default)]
+struct Translation {
+    text: String,
+    /// Where the last atom (what a repetition applies to) begins in `text`;
+    /// None at the start of an expression, where GNU reads a repetition
+    /// operator as a literal (BRE) or as repeating nothing (ERE).
+    atom: Option<usize>,
+    after_repeat: bool,
+    /// Groups open.
+    depth: usize,
+}
+
+impl Translation {
+    fn push(&mut self, tok: Tok) -> Result<(), &'static str> {
+        let out = &mut self.text;
+        match tok {
+            Tok::Atom(s) => {
+                self.atom = Some(out.len());
+                self.after_repeat = false;
+                out.push_str(&s);
+            }
+            Tok::Repeat(op) => {
+                let Some(at) = self.atom else {
+                    return Err("repetition without an operand");
+                };
+                if self.after_repeat {
+                    // `a**` is `(a*)*`: the regex crate wants the group.
+                    out.insert_str(at, "(?:");
+                    out.push(')');
+                }
+                out.push_str(&op);
+                self.after_repeat = true;
+            }
+            Tok::Open => {
+                self.depth += 1;
+                out.push_str("(?:");
+                self.atom = None;
+                self.after_repeat = false;
+            }
+            Tok::Close => {
+                if self.depth == 0 {
+                    return Err("unmatched \\)");
+                }
+                self.depth -= 1;
+                // The group is the atom: find where it opened.
+                let open = group_start(out);
+                out.push(')');
+                self.atom = Some(open);
+                self.after_repeat = false;
+            }
+            Tok::Alt | Tok::Anchor(_) => {
+                match tok {
+                    Tok::Anchor(a) => out.push_str(a),
+                    _ => out.push('|'),
+                }
+                self.atom = None;
+                self.after_repeat = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads what the pattern means at `*i` and moves `*i` past it; None for
+/// what GNU grep ignores (a repetition of nothing in an ERE).
+fn token(
+    pattern: &[u8],
+    i: &mut usize,
+    extended: bool,
+    out: &Translation,
+) -> Result<Option<Tok>, String> {
+    let c = pattern[*i];
+    *i += 1;
+    let has_atom = out.atom.is_some();
+    let tok = match (c, extended) {
+        (b'\\', _) => return escape(pattern, i, extended, has_atom).map(Some),
+        (b'[', _) => {
+            let (class, next) = bracket(pattern, *i)?;
+            *i = next;
+            Tok::Atom(class)
+        }
+        (b'.', _) => Tok::Atom(".".into()),
+        (b'*', _) if has_atom => Tok::Repeat("*".into()),
+        (b'*', true) => return Ok(None),
+        (b'+' | b'?', true) if has_atom => Tok::Repeat((c as char).to_string()),
+        (b'+' | b'?', true) => return Ok(None),
+        (b'{', true) => match interval(pattern, *i, b"}") {
+            Some((rep, next)) => {
+                *i = next;
+                if !has_atom {
+                    return Ok(None);
+                }
+                Tok::Repeat(rep)
+            }
+            // GNU reads a `{` that starts no valid interval as a literal.
+            None => Tok::Atom(literal(b'{')),
+        },
+        (b'(', true) => Tok::Open,
+        (b')', true) if out.depth > 0 => Tok::Close,
+        (b'|', true) => Tok::Alt,
+        (b'^', true) => Tok::Anchor("^"),
+        (b'$', true) => Tok::Anchor("$"),
+        // In a BRE, `^` anchors only where an expression starts and `$`
+        // only where one ends.
+        (b'^', false) if !has_atom && starts_expression(&out.text) => Tok::Anchor("^"),
+        (b'$', false)
+            if *i == pattern.len()
+                || pattern[*i..].starts_with(b"\\)")
+                || pattern[*i..].starts_with(b"\\|") =>
+        {
+            Tok::Anchor("$")
+        }
+        _ => Tok::Atom(literal(c)),
+    };
+    Ok(Some(tok))
+}
+
+/// Reads the escape whose `\` is just before `*i` and moves `*i` past it.
+fn escape(pattern: &[u8], i: &mut usize, extended: bool, has_atom: bool) -> Result<Tok, String> {
+    let Some(&e) = pattern.get(*i) else {
+        return Err("trailing backslash".into());
+    };
+    *i += 1;
+    Ok(match (e, extended) {
+        (b'1'..=b'9', _) => return Err("back-references (\\1 to \\9) are not supported".into()),
+        (b'(', false) => Tok::Open,
+        (b')', false) => Tok::Close,
+        (b'|', false) => Tok::Alt,
+        (b'+' | b'?', false) if has_atom => Tok::Repeat((e as char).to_string()),
+        (b'{', false) if has_atom => {
+            let (rep, next) =
+                interval(pattern, *i, b"\\}").ok_or("unmatched or invalid \\{...\\}")?;
+            *i = next;
+            Tok::Repeat(rep)
+        }
+        (b'w', _) => Tok::Atom("[_[:alnum:]]".into()),
+        (b'W', _) => Tok::Atom("[^_[:alnum:]]".into()),
+        (b's', _) => Tok::Atom("[[:space:]]".into()),
+        (b'S', _) => Tok::Atom("[^[:space:]]".into()),
+        (b'b', _) => Tok::Anchor(r"\b"),
+        (b'B', _) => Tok::Anchor(r"\B"),
+        (b'<', _) => Tok::Anchor(r"\b{start}"),
+        (b'>', _) => Tok::Anchor(r"\b{end}"),
+        (b'`', _) => Tok::Anchor("^"),
+        (b'\'', _) => Tok::Anchor("$"),
+        // GNU warns about a stray `\` and matches the byte.
+        _ => Tok::Atom(literal(e)),
+    })
 }
 
 /// Whether `out` ends where a BRE expression starts (the pattern's start,
