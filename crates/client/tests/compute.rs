@@ -305,7 +305,8 @@ async fn commands_have_status_limits_cancel_and_clear_errors() {
     assert_eq!((status.bytes_done, status.bytes_total), (4 << 20, 4 << 20));
     assert!(status.result_bytes > 0);
     let (result, size) = compute.result(id).await.unwrap();
-    assert_eq!(size, status.result_bytes);
+    // Once read whole, the encoded result is kept (with the pieces).
+    assert!(compute.status(id).await.unwrap().result_bytes >= size);
     assert_eq!(counts(&result.outcome)[0].1, count(&data));
     assert!(compute.list().await.unwrap().iter().any(|s| s.id == id));
 

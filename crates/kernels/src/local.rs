@@ -45,7 +45,7 @@ use quarry_volume::{LogicalPage, SpaceManager, TaggedPage, VolumeRegistry};
 use crate::engine_error::ComputeError;
 use crate::scan::{compile, Part, ScanKernel};
 use crate::tuner::{ReadSetting, ReadTuner};
-use crate::wire::{LocalAnswer, LocalRun, Segment, Source, MAX_SEGMENTS_PER_RUN};
+use crate::wire::{LocalAnswer, LocalRun, Resume, Segment, Source, MAX_SEGMENTS_PER_RUN};
 
 /// Most bytes one local run reads: the entry node cuts larger scans into
 /// several runs, so progress is reported and limits are checked between
@@ -514,6 +514,7 @@ pub(crate) async fn run_local(
     let pages = items.len();
     let scanned = tokio::task::spawn_blocking(move || {
         let mut folder = Folder::new(kernel.as_ref(), &run.segments, run.carry, run.memory_bytes);
+        folder.piece_bytes = run.piece_bytes;
         let reader = RunReader {
             handle: &handle,
             data: &data_in,
@@ -522,15 +523,20 @@ pub(crate) async fn run_local(
             deadline,
             stop: &stop,
         };
-        let (bytes, io_wait) = reader.stream_and_fold(&mut folder, lane)?;
-        Ok::<_, ComputeError>((bytes, folder.finish()?, io_wait))
+        let (bytes, io_wait, cut) = reader.stream_and_fold(&mut folder, lane)?;
+        let resume = cut.and_then(|at| items.get(at)).map(|item| Resume {
+            segment: item.segment as u32,
+            bytes_done: folder.folded[item.segment],
+        });
+        let parts = folder.finish(resume.map(|r| r.segment as usize))?;
+        Ok::<_, ComputeError>((bytes, parts, io_wait, resume))
     })
     .await
     .map_err(|e| ComputeError::Storage {
         node: data.node,
         message: format!("the kernel thread failed: {e}"),
     })?;
-    let (bytes_scanned, parts, io_wait) = scanned?;
+    let (bytes_scanned, parts, io_wait, resume) = scanned?;
     tracing::debug!(
         bytes = bytes_scanned,
         pages,
@@ -543,6 +549,7 @@ pub(crate) async fn run_local(
     Ok(LocalAnswer {
         parts,
         bytes_scanned,
+        resume,
     })
 }
 
@@ -573,7 +580,8 @@ struct RunReader<'a> {
 impl RunReader<'_> {
     /// Reads the run's pages in order with the tuner's setting, checks them
     /// and folds them, on this (blocking) thread; returns the bytes folded
-    /// and the time spent waiting for reads.
+    /// and the time spent waiting for reads, and the first item not folded
+    /// when the parts grew past the run's piece bytes before its end.
     ///
     /// Minerva's double buffering, shaped like the fastest reader this VM has
     /// (`docs/benchmarks.md`): while one read's pages are checked and folded,
@@ -587,7 +595,7 @@ impl RunReader<'_> {
         &self,
         folder: &mut Folder<'_>,
         lane: tokio::sync::OwnedSemaphorePermit,
-    ) -> Result<(u64, Duration), ComputeError> {
+    ) -> Result<(u64, Duration, Option<usize>), ComputeError> {
         let RunReader {
             handle,
             data,
@@ -610,7 +618,8 @@ impl RunReader<'_> {
             .managed
             .as_ref()
             .and_then(|m| Some((m, data.device.stream_reader(setting.depth)?)));
-        let mut issued: VecDeque<Issued<'_>> = VecDeque::new();
+        // Each read with the index of its first item.
+        let mut issued: VecDeque<(usize, Issued<'_>)> = VecDeque::new();
         let mut next = 0usize;
         let mut bytes_read = 0u64;
         loop {
@@ -624,10 +633,10 @@ impl RunReader<'_> {
                     Some((m, stream)) if len > 1 => data.issue_on_stream(m, stream, group)?,
                     _ => Issued::Shared(data.issue_shared(group)),
                 };
-                issued.push_back(read);
+                issued.push_back((next, read));
                 next += len;
             }
-            let Some(read) = issued.pop_front() else {
+            let Some((group_at, read)) = issued.pop_front() else {
                 break;
             };
             if stop.load(Ordering::Relaxed) {
@@ -692,8 +701,16 @@ impl RunReader<'_> {
                         item.span
                     )));
                 };
-                folder.fold(item.segment, bytes)?;
+                // An empty span (a header page read for its check) opens
+                // no part: a run that stops there answers no part for it.
+                if !bytes.is_empty() {
+                    folder.fold(item.segment, bytes)?;
+                }
                 bytes_read += bytes.len() as u64;
+                let folded = group_at + k + 1;
+                if folder.past_piece() && folded < items.len() {
+                    return Ok((bytes_read, io_wait, Some(folded)));
+                }
             }
             // The pages went back to the device's pool as they were folded:
             // the next read issued takes that buffer again.
@@ -711,7 +728,7 @@ impl RunReader<'_> {
                 setting = now;
             }
         }
-        Ok((bytes_read, io_wait))
+        Ok((bytes_read, io_wait, None))
     }
 }
 
@@ -724,6 +741,8 @@ struct Folder<'a> {
     /// kernel that folds ranges in order.
     carry: Option<Part>,
     memory_bytes: u64,
+    /// See [`LocalRun::piece_bytes`].
+    piece_bytes: u64,
     parts: Vec<(u32, Part)>,
     /// Memory the finished parts hold.
     held_bytes: usize,
@@ -748,6 +767,7 @@ impl<'a> Folder<'a> {
             segments,
             carry,
             memory_bytes,
+            piece_bytes: 0,
             parts: Vec::new(),
             held_bytes: 0,
             current: None,
@@ -810,10 +830,18 @@ impl<'a> Folder<'a> {
         Ok(())
     }
 
-    /// The parts, once every segment got all its bytes.
-    fn finish(mut self) -> Result<Vec<(u32, Part)>, ComputeError> {
-        // Segments without bytes at the end still get their parts.
-        if let Some(last) = self.segments.len().checked_sub(1) {
+    /// Whether the parts hold more than the run's piece bytes.
+    fn past_piece(&self) -> bool {
+        let current = self.current.as_ref().map_or(0, |(_, _, p)| p.size_bytes());
+        self.piece_bytes > 0 && (self.held_bytes + current) as u64 > self.piece_bytes
+    }
+
+    /// The parts, once every segment got all its bytes, or with `stop`,
+    /// every segment before segment `stop` and the bytes of `stop` folded.
+    fn finish(mut self, stop: Option<usize>) -> Result<Vec<(u32, Part)>, ComputeError> {
+        let whole = stop.unwrap_or(self.segments.len());
+        // Segments without bytes before the end still get their parts.
+        if let Some(last) = whole.checked_sub(1) {
             self.reach(last)?;
         }
         self.check_memory()?;
@@ -821,7 +849,8 @@ impl<'a> Folder<'a> {
             self.parts.push((t, p));
         }
         for (i, (seg, got)) in self.segments.iter().zip(&self.folded).enumerate() {
-            if *got != seg.source.len_bytes() {
+            let short = *got != seg.source.len_bytes() && i < whole;
+            if short || *got > seg.source.len_bytes() {
                 return Err(ComputeError::BadRequest(format!(
                     "segment {i} was folded with {got} of its {} bytes",
                     seg.source.len_bytes()
