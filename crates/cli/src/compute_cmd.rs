@@ -873,6 +873,7 @@ pub fn jobs(cluster: &ClusterArg, json: bool) -> Result<()> {
                         "id": s.id, "kernel": s.kernel, "state": state_text(&s.state),
                         "bytes_done": s.bytes_done, "bytes_total": s.bytes_total,
                         "elapsed_ms": s.elapsed_ms, "result_bytes": s.result_bytes,
+                        "peak_memory_bytes": s.peak_memory_bytes,
                     })
                 })
                 .collect();
