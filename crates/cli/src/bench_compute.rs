@@ -15,8 +15,8 @@ use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use futures::StreamExt;
 use quarry_client::{
-    BucketName, Chunking, Client, Condition, Job, KernelSpec, Limits, ObjectKey, Outcome, Output,
-    RmwBatch, RmwOp, Target, WcSpec,
+    BucketName, Chunking, Client, Condition, GrepSpec, GrepSyntax, Job, KernelSpec, Limits,
+    ObjectKey, Outcome, Output, OutputPiece, RmwBatch, RmwOp, Target, WcSpec,
 };
 use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
@@ -523,6 +523,64 @@ pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
     report(args, "word count (BlueDBM Fig. 11)", &rows, &links)
 }
 
+/// `grep ''` near the data: every line streams to the client, which
+/// counts the bytes it would print; returns the time, the lines and those
+/// bytes.
+async fn grep_every_line(client: &Client) -> Result<(f64, u64, u64)> {
+    let compute = client.compute();
+    let started = Instant::now();
+    let limits = Limits::default();
+    let id = compute
+        .submit(
+            Job::Scan(KernelSpec::Grep(GrepSpec::new("", GrepSyntax::Basic))),
+            vec![Target::Object {
+                bucket: BUCKET.into(),
+                key: KEY.into(),
+            }],
+            limits,
+        )
+        .await?;
+    let (mut lines, mut printed) = (0u64, 0u64);
+    let mut count = |l: &[quarry_client::MatchLine]| {
+        lines += l.len() as u64;
+        printed += l.iter().map(|l| l.text.len() as u64 + 1).sum::<u64>();
+    };
+    let timeout = std::time::Duration::from_millis(limits.time_ms);
+    compute
+        .stream(id, timeout, |piece| {
+            match &piece {
+                OutputPiece::Lines { lines, .. } => count(lines),
+                OutputPiece::Target(t) => {
+                    if let Output::Grep(g) = &t.output {
+                        count(&g.lines);
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+        .await?;
+    Ok((started.elapsed().as_secs_f64(), lines, printed))
+}
+
+/// The peer of `grep ''`: a get of the same object, streamed to the
+/// client, its lines counted; returns the time, the lines and the bytes.
+async fn get_every_line(client: &Client) -> Result<(f64, u64, u64)> {
+    let objects = client.objects().await?;
+    let started = Instant::now();
+    let m = objects
+        .head(&BucketName::new(BUCKET)?, &ObjectKey::new(KEY)?)
+        .await?;
+    let (mut lines, mut bytes) = (0u64, 0u64);
+    let mut pieces = std::pin::pin!(objects.stream_manifest(&m, 0, m.size())?);
+    while let Some(piece) = pieces.next().await {
+        let piece = piece?;
+        lines += memchr::memchr_iter(b'\n', &piece).count() as u64;
+        bytes += piece.len() as u64;
+    }
+    Ok((started.elapsed().as_secs_f64(), lines, bytes))
+}
+
 /// `quarry bench minerva`.
 pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
     let links = links(&args.links)?;
@@ -550,7 +608,9 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
             let (rt, client) = client_runtime_and_client(&way, &members)?;
             let (mut near_s, mut host_s, mut batch_s, mut trip_s) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut grep_s, mut get_s) = (Vec::new(), Vec::new());
             let mut info = (0, 0, 0);
+            let mut every_line = (0, 0);
             for _ in 0..args.rounds.max(1) {
                 let (s, n, scanned, sent) = rt.block_on(near(&client, fgrep.clone()))?;
                 near_s.push(s);
@@ -563,6 +623,19 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 let (bs, ts) = rt.block_on(rmw(&client, volume_bytes, batch_ops, trip_ops))?;
                 batch_s.push(bs);
                 trip_s.push(ts);
+                let (s, lines, printed) = rt.block_on(grep_every_line(&client))?;
+                grep_s.push(s);
+                let (s, lines2, got) = rt.block_on(get_every_line(&client))?;
+                get_s.push(s);
+                // grep '' prints every byte (and a newline after a last
+                // line without one).
+                if printed < got || printed > got + 1 {
+                    bail!(
+                        "grep '' printed {lines} lines ({printed} bytes), get read {lines2} \
+                         newlines ({got} bytes)"
+                    );
+                }
+                every_line = (lines, printed);
             }
             Ok((
                 median(near_s),
@@ -570,9 +643,11 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 median(batch_s),
                 median(trip_s),
                 info,
+                (median(grep_s), median(get_s), every_line),
             ))
         })?;
-        let (near_s, host_s, batch_s, trip_s, (n, scanned, sent)) = measured;
+        let (near_s, host_s, batch_s, trip_s, (n, scanned, sent), every_line) = measured;
+        let (grep_s, get_s, (lines, printed)) = every_line;
         let mb = |s: f64| size as f64 / s / 1e6;
         for (mode, secs, scanned_b, to_client) in [
             ("fgrep-8 near the data", near_s, scanned, sent),
@@ -593,6 +668,27 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 scanned_per_sent: scanned_b as f64 / to_client.max(1) as f64,
                 speedup: mb(secs) / mb(host_s),
                 answer: n,
+            });
+        }
+        // Nothing filtered out: what pushdown costs over a plain get.
+        for (mode, secs, to_client) in [
+            (
+                "grep '' near the data, every line streamed to the client",
+                grep_s,
+                printed,
+            ),
+            ("get of the same object (the peer of grep '')", get_s, size),
+        ] {
+            rows.push(Row {
+                link: link.name.clone(),
+                mode,
+                rate: mb(secs),
+                unit: "MB/s",
+                bytes_scanned: size,
+                bytes_to_client: to_client,
+                scanned_per_sent: size as f64 / to_client.max(1) as f64,
+                speedup: mb(secs) / mb(get_s),
+                answer: lines,
             });
         }
         let batch_rate = batch_ops as f64 / batch_s;
