@@ -581,6 +581,60 @@ async fn get_every_line(client: &Client) -> Result<(f64, u64, u64)> {
     Ok((started.elapsed().as_secs_f64(), lines, bytes))
 }
 
+/// `grep ''` near the data, then a get of the same object; returns their
+/// times and the lines grep printed, its bytes and the get's newlines.
+async fn every_line_both_ways(client: &Client) -> Result<(f64, f64, (u64, u64, u64))> {
+    let (grep_s, lines, printed) = grep_every_line(client).await?;
+    let (get_s, newlines, got) = get_every_line(client).await?;
+    // grep '' prints every byte (and a newline after a last line without
+    // one).
+    if printed < got || printed > got + 1 {
+        bail!(
+            "grep '' printed {lines} lines ({printed} bytes), get read {newlines} newlines \
+             ({got} bytes)"
+        );
+    }
+    Ok((grep_s, get_s, (lines, printed, newlines)))
+}
+
+/// The rows of `grep ''` and its peer, a get: nothing filtered out, so
+/// their ratio is what pushdown costs over a plain read.
+fn every_line_rows(
+    link: &str,
+    size: u64,
+    (grep_s, get_s): (f64, f64),
+    (lines, printed, newlines): (u64, u64, u64),
+) -> Vec<Row> {
+    let mb = |s: f64| size as f64 / s / 1e6;
+    [
+        (
+            "grep '' near the data, every line streamed to the client",
+            grep_s,
+            printed,
+            lines,
+        ),
+        (
+            "get of the same object (the peer of grep ''), newlines counted",
+            get_s,
+            size,
+            newlines,
+        ),
+    ]
+    .into_iter()
+    .map(|(mode, secs, to_client, answer)| Row {
+        link: link.to_string(),
+        mode,
+        rate: mb(secs),
+        unit: "MB/s",
+        bytes_scanned: size,
+        bytes_to_client: to_client,
+        scanned_per_sent: size as f64 / to_client.max(1) as f64,
+        speedup: mb(secs) / mb(get_s),
+        answer,
+    })
+    .collect()
+}
+
 /// `quarry bench minerva`.
 pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
     let links = links(&args.links)?;
@@ -623,19 +677,10 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 let (bs, ts) = rt.block_on(rmw(&client, volume_bytes, batch_ops, trip_ops))?;
                 batch_s.push(bs);
                 trip_s.push(ts);
-                let (s, lines, printed) = rt.block_on(grep_every_line(&client))?;
-                grep_s.push(s);
-                let (s, lines2, got) = rt.block_on(get_every_line(&client))?;
-                get_s.push(s);
-                // grep '' prints every byte (and a newline after a last
-                // line without one).
-                if printed < got || printed > got + 1 {
-                    bail!(
-                        "grep '' printed {lines} lines ({printed} bytes), get read {lines2} \
-                         newlines ({got} bytes)"
-                    );
-                }
-                every_line = (lines, printed, lines2);
+                let (grep, get, counts) = rt.block_on(every_line_both_ways(&client))?;
+                grep_s.push(grep);
+                get_s.push(get);
+                every_line = counts;
             }
             Ok((
                 median(near_s),
@@ -647,7 +692,7 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
             ))
         })?;
         let (near_s, host_s, batch_s, trip_s, (n, scanned, sent), every_line) = measured;
-        let (grep_s, get_s, (lines, printed, newlines)) = every_line;
+        let (grep_s, get_s, every_line) = every_line;
         let mb = |s: f64| size as f64 / s / 1e6;
         for (mode, secs, scanned_b, to_client) in [
             ("fgrep-8 near the data", near_s, scanned, sent),
@@ -670,33 +715,12 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 answer: n,
             });
         }
-        // Nothing filtered out: what pushdown costs over a plain get.
-        for (mode, secs, to_client, lines_seen) in [
-            (
-                "grep '' near the data, every line streamed to the client",
-                grep_s,
-                printed,
-                lines,
-            ),
-            (
-                "get of the same object (the peer of grep ''), newlines counted",
-                get_s,
-                size,
-                newlines,
-            ),
-        ] {
-            rows.push(Row {
-                link: link.name.clone(),
-                mode,
-                rate: mb(secs),
-                unit: "MB/s",
-                bytes_scanned: size,
-                bytes_to_client: to_client,
-                scanned_per_sent: size as f64 / to_client.max(1) as f64,
-                speedup: mb(secs) / mb(get_s),
-                answer: lines_seen,
-            });
-        }
+        rows.extend(every_line_rows(
+            &link.name,
+            size,
+            (grep_s, get_s),
+            every_line,
+        ));
         let batch_rate = batch_ops as f64 / batch_s;
         let trip_rate = trip_ops as f64 / trip_s;
         // What crosses the client's link per operation: in a batch, the op

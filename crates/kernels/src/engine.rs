@@ -739,18 +739,14 @@ impl<P: Peers> Engine<P> {
                 };
                 let (node, segments) = pending.remove(i);
                 in_flight_keys.push(work_key(&segments));
-                let piece_bytes = pacing.node_piece_bytes;
+                let bounds = RunBounds {
+                    limits,
+                    deadline,
+                    piece_bytes: pacing.node_piece_bytes,
+                };
                 in_flight.push(async move {
                     let answer = self
-                        .run_on(
-                            node,
-                            spec,
-                            segments.clone(),
-                            None,
-                            limits,
-                            deadline,
-                            piece_bytes,
-                        )
+                        .run_on(node, spec, segments.clone(), None, bounds)
                         .await;
                     (node, segments, answer)
                 });
@@ -809,7 +805,17 @@ impl<P: Peers> Engine<P> {
                     let mut state = kernel.empty(0);
                     for (node, segments) in chain_runs(&target.segments) {
                         let (answer, wire) = self
-                            .run_on(node, spec, segments, Some(state), limits, deadline, 0)
+                            .run_on(
+                                node,
+                                spec,
+                                segments,
+                                Some(state),
+                                RunBounds {
+                                    limits,
+                                    deadline,
+                                    piece_bytes: 0,
+                                },
+                            )
                             .await?;
                         scanned.fetch_add(answer.bytes_scanned, Ordering::Relaxed);
                         from_nodes.fetch_add(wire, Ordering::Relaxed);
@@ -861,10 +867,13 @@ impl<P: Peers> Engine<P> {
         spec: &KernelSpec,
         segments: Vec<Segment>,
         carry: Option<Part>,
-        limits: &Limits,
-        deadline: Instant,
-        piece_bytes: u64,
+        bounds: RunBounds<'_>,
     ) -> Result<(LocalAnswer, u64), ComputeError> {
+        let RunBounds {
+            limits,
+            deadline,
+            piece_bytes,
+        } = bounds;
         let time_left_ms = deadline
             .checked_duration_since(Instant::now())
             .map_or(0, |d| d.as_millis() as u64);
@@ -1199,6 +1208,15 @@ async fn emit(
         command.note_memory(held(merger, unsent));
     }
     Ok(())
+}
+
+/// What bounds one local run: the command's limits and time, and the
+/// bytes of parts after which it answers ([`LocalRun::piece_bytes`]).
+#[derive(Clone, Copy)]
+struct RunBounds<'a> {
+    limits: &'a Limits,
+    deadline: Instant,
+    piece_bytes: u64,
 }
 
 /// How a scan's runs go out: for grep's lines (an answer that grows with

@@ -938,8 +938,10 @@ mod tests {
             carry: None,
             time_left_ms: 60_000,
             memory_bytes: 1 << 20,
+            piece_bytes: 0,
         };
         let answer = run_local(&data, &tuner, run).await.expect("the run");
+        assert_eq!(answer.resume, None);
         assert_eq!(answer.bytes_scanned, 3 * u64::from(size));
         let kernel = compile(&fgrep8()).expect("fgrep8");
         let fold = |offset: u64, bytes: &[&Bytes]| {
@@ -980,7 +982,10 @@ mod tests {
                 .expect("a free lane");
             reader
                 .stream_and_fold(&mut folder, lane)
-                .map(|(bytes, _)| bytes)
+                .map(|(bytes, _, cut)| {
+                    assert_eq!(cut, None, "a run without a piece bound goes to its end");
+                    bytes
+                })
         };
         let (going, stopped) = tokio::task::spawn_blocking(move || (read(false), read(true)))
             .await
@@ -990,13 +995,71 @@ mod tests {
         assert!(err.to_string().contains("stopped waiting"), "{err}");
     }
 
+    /// A run whose parts outgrow its piece bytes answers after a page with
+    /// where it stopped; running the rest, again and again, gives parts
+    /// that join into the part of the whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_answers_in_pieces_that_join_into_the_whole() {
+        let (data, pages) = node_with_pages(4).await;
+        let size = pages[0].len() as u32;
+        let tuner = Arc::new(ReadTuner::new());
+        let kernel = compile(&fgrep8()).expect("fgrep8");
+        let mut rest: Vec<Segment> = (0..4u32)
+            .map(|n| segment(0, u64::from(n * size), n, size))
+            .collect();
+        // Start mid-page: the first piece is a segment's tail.
+        rest[0] = rest[0].split_at(50).1;
+        let mut joined: Option<Part> = None;
+        let mut answers = 0;
+        while !rest.is_empty() {
+            let run = LocalRun {
+                kernel: fgrep8(),
+                segments: rest.clone(),
+                carry: None,
+                time_left_ms: 60_000,
+                memory_bytes: 1 << 20,
+                piece_bytes: 1,
+            };
+            let answer = run_local(&data, &tuner, run).await.expect("the run");
+            answers += 1;
+            assert_eq!(answer.parts.len(), 1, "one page, one part");
+            for (_, part) in answer.parts {
+                joined = Some(match joined.take() {
+                    None => part,
+                    Some(left) => kernel.combine(left, part).expect("joining"),
+                });
+            }
+            rest = match answer.resume {
+                None => Vec::new(),
+                Some(Resume {
+                    segment,
+                    bytes_done,
+                }) => {
+                    let i = segment as usize;
+                    let mut next = vec![rest[i].split_at(bytes_done).1];
+                    next.extend_from_slice(&rest[i + 1..]);
+                    next
+                }
+            };
+        }
+        assert_eq!(answers, 4, "a piece per page");
+        let whole = pages
+            .iter()
+            .enumerate()
+            .fold(kernel.empty(50), |part, (i, b)| {
+                let from = if i == 0 { 50 } else { 0 };
+                kernel.fold(part, &b[from..]).expect("folding")
+            });
+        assert_eq!(joined, Some(whole));
+    }
+
     #[test]
     fn a_segment_short_of_its_bytes_fails_the_run() {
         let kernel = compile(&fgrep8()).expect("fgrep8");
         let segments = vec![segment(0, 0, 0, 100), segment(0, 100, 1, 0)];
         let mut folder = Folder::new(kernel.as_ref(), &segments, None, 1 << 20);
         folder.fold(0, &[b'x'; 60]).expect("folding");
-        let err = folder.finish().expect_err("40 bytes never came");
+        let err = folder.finish(None).expect_err("40 bytes never came");
         assert!(
             err.to_string().contains("folded with 60 of its 100"),
             "{err}"
