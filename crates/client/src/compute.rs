@@ -106,7 +106,9 @@ impl Compute {
         let until = tokio::time::Instant::now() + timeout;
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
-            let timeout_ms = (left.as_millis() as u64).min(MAX_AWAIT_MS);
+            // Well within the call's own timeout, which a wait of the
+            // entry node's longest would race.
+            let timeout_ms = (left.as_millis() as u64).min(MAX_AWAIT_MS * 2 / 3);
             let status = match self
                 .call(&ComputeCall::Await { id, timeout_ms }, true)
                 .await?
