@@ -1246,10 +1246,14 @@ impl Pacing {
             };
         }
         let memory = limits.memory_bytes;
-        let piece = (memory / (4 * RUNS_IN_FLIGHT as u64)).clamp(16 << 10, 2 << 20);
+        // A run may hold twice its piece before it stops inside a segment;
+        // lines take more memory than their encoding (a line's bookkeeping
+        // is about 90 bytes, its encoding's about 12), so twice 1.5 MiB
+        // still fits one message.
+        let piece = (memory / (4 * RUNS_IN_FLIGHT as u64)).clamp(16 << 10, 3 << 19);
         Pacing {
             node_piece_bytes: piece,
-            runs_in_flight: (memory / (8 * piece)).clamp(1, RUNS_IN_FLIGHT as u64) as usize,
+            runs_in_flight: (memory / (12 * piece)).clamp(1, RUNS_IN_FLIGHT as u64) as usize,
             output_piece_bytes,
             throttle_bytes: (memory / 2) as usize,
         }

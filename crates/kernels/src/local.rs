@@ -708,8 +708,14 @@ impl RunReader<'_> {
                 }
                 bytes_read += bytes.len() as u64;
                 let folded = group_at + k + 1;
-                if folder.past_piece() && folded < items.len() {
-                    return Ok((bytes_read, io_wait, Some(folded)));
+                if let Some(next) = items.get(folded) {
+                    // Cut between segments when it can: a run resumed
+                    // inside a chunk reads the chunk's first page again to
+                    // check it.
+                    let between = next.segment != item.segment;
+                    if folder.past_piece(if between { 1 } else { 2 }) {
+                        return Ok((bytes_read, io_wait, Some(folded)));
+                    }
                 }
             }
             // The pages went back to the device's pool as they were folded:
@@ -830,10 +836,13 @@ impl<'a> Folder<'a> {
         Ok(())
     }
 
-    /// Whether the parts hold more than the run's piece bytes.
-    fn past_piece(&self) -> bool {
+    /// Whether the parts hold more than `times` the run's piece bytes.
+    fn past_piece(&self, times: u64) -> bool {
+        if self.piece_bytes == 0 {
+            return false;
+        }
         let current = self.current.as_ref().map_or(0, |(_, _, p)| p.size_bytes());
-        self.piece_bytes > 0 && (self.held_bytes + current) as u64 > self.piece_bytes
+        (self.held_bytes + current) as u64 > self.piece_bytes.saturating_mul(times)
     }
 
     /// The parts, once every segment got all its bytes, or with `stop`,
