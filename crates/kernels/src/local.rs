@@ -749,6 +749,8 @@ struct Folder<'a> {
     memory_bytes: u64,
     /// See [`LocalRun::piece_bytes`].
     piece_bytes: u64,
+    /// Bytes folded since the parts' size was last measured.
+    unmeasured_bytes: u64,
     parts: Vec<(u32, Part)>,
     /// Memory the finished parts hold.
     held_bytes: usize,
@@ -774,6 +776,7 @@ impl<'a> Folder<'a> {
             carry,
             memory_bytes,
             piece_bytes: 0,
+            unmeasured_bytes: 0,
             parts: Vec::new(),
             held_bytes: 0,
             current: None,
@@ -816,6 +819,7 @@ impl<'a> Folder<'a> {
         };
         let part = self.kernel.fold(part, bytes)?;
         self.folded[segment] += bytes.len() as u64;
+        self.unmeasured_bytes += bytes.len() as u64;
         self.current = Some((target, end + bytes.len() as u64, part));
         Ok(())
     }
@@ -837,10 +841,14 @@ impl<'a> Folder<'a> {
     }
 
     /// Whether the parts hold more than `times` the run's piece bytes.
-    fn past_piece(&self, times: u64) -> bool {
-        if self.piece_bytes == 0 {
+    /// Measured once a sixteenth of a piece was folded since the last
+    /// time: a part's size takes a walk over its lines, which after every
+    /// page would cost a run time quadratic in its lines.
+    fn past_piece(&mut self, times: u64) -> bool {
+        if self.piece_bytes == 0 || self.unmeasured_bytes < (self.piece_bytes / 16).max(1) {
             return false;
         }
+        self.unmeasured_bytes = 0;
         let current = self.current.as_ref().map_or(0, |(_, _, p)| p.size_bytes());
         (self.held_bytes + current) as u64 > self.piece_bytes.saturating_mul(times)
     }
