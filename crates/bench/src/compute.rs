@@ -15,8 +15,8 @@ use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use futures::StreamExt;
 use quarry_client::{
-    BucketName, Chunking, Client, Condition, Job, KernelSpec, Limits, ObjectKey, Outcome, Output,
-    RmwBatch, RmwOp, Target, WcSpec,
+    BucketName, Chunking, Client, Condition, GrepSpec, GrepSyntax, Job, KernelSpec, Limits,
+    ObjectKey, Outcome, Output, OutputPiece, RmwBatch, RmwOp, Target, WcSpec,
 };
 use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
@@ -596,6 +596,118 @@ pub fn wordcount(args: &BenchComputeArgs) -> Result<()> {
     report(args, "word count (BlueDBM Fig. 11)", &rows, &links)
 }
 
+/// `grep ''` near the data: every line streams to the client, which
+/// counts the bytes it would print; returns the time, the lines and those
+/// bytes.
+async fn grep_every_line(client: &Client) -> Result<(f64, u64, u64)> {
+    let compute = client.compute();
+    let started = Instant::now();
+    let limits = Limits::default();
+    let id = compute
+        .submit(
+            Job::Scan(KernelSpec::Grep(GrepSpec::new("", GrepSyntax::Basic))),
+            vec![Target::Object {
+                bucket: BUCKET.into(),
+                key: KEY.into(),
+            }],
+            limits,
+        )
+        .await?;
+    let (mut lines, mut printed) = (0u64, 0u64);
+    let mut count = |l: &[quarry_client::MatchLine]| {
+        lines += l.len() as u64;
+        printed += l.iter().map(|l| l.text.len() as u64 + 1).sum::<u64>();
+    };
+    let timeout = std::time::Duration::from_millis(limits.time_ms);
+    compute
+        .stream(id, timeout, |piece| {
+            match &piece {
+                OutputPiece::Lines { lines, .. } => count(lines),
+                OutputPiece::Target(t) => {
+                    if let Output::Grep(g) = &t.output {
+                        count(&g.lines);
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        })
+        .await?;
+    Ok((started.elapsed().as_secs_f64(), lines, printed))
+}
+
+/// The peer of `grep ''`: a get of the same object, streamed to the
+/// client, its lines counted; returns the time, the lines and the bytes.
+async fn get_every_line(client: &Client) -> Result<(f64, u64, u64)> {
+    let objects = client.objects().await?;
+    let started = Instant::now();
+    let m = objects
+        .head(&BucketName::new(BUCKET)?, &ObjectKey::new(KEY)?)
+        .await?;
+    let (mut lines, mut bytes) = (0u64, 0u64);
+    let mut pieces = std::pin::pin!(objects.stream_manifest(&m, 0, m.size())?);
+    while let Some(piece) = pieces.next().await {
+        let piece = piece?;
+        lines += memchr::memchr_iter(b'\n', &piece).count() as u64;
+        bytes += piece.len() as u64;
+    }
+    Ok((started.elapsed().as_secs_f64(), lines, bytes))
+}
+
+/// `grep ''` near the data, then a get of the same object; returns their
+/// times and the lines grep printed, its bytes and the get's newlines.
+async fn every_line_both_ways(client: &Client) -> Result<(f64, f64, (u64, u64, u64))> {
+    let (grep_s, lines, printed) = grep_every_line(client).await?;
+    let (get_s, newlines, got) = get_every_line(client).await?;
+    // grep '' prints every byte (and a newline after a last line without
+    // one).
+    if printed < got || printed > got + 1 {
+        bail!(
+            "grep '' printed {lines} lines ({printed} bytes), get read {newlines} newlines \
+             ({got} bytes)"
+        );
+    }
+    Ok((grep_s, get_s, (lines, printed, newlines)))
+}
+
+/// The rows of `grep ''` and its peer, a get: nothing filtered out, so
+/// their ratio is what pushdown costs over a plain read.
+fn every_line_rows(
+    link: &str,
+    size: u64,
+    (grep_s, get_s): (f64, f64),
+    (lines, printed, newlines): (u64, u64, u64),
+) -> Vec<Row> {
+    let mb = |s: f64| size as f64 / s / 1e6;
+    [
+        (
+            "grep '' near the data, every line streamed to the client",
+            grep_s,
+            printed,
+            lines,
+        ),
+        (
+            "get of the same object (the peer of grep ''), newlines counted",
+            get_s,
+            size,
+            newlines,
+        ),
+    ]
+    .into_iter()
+    .map(|(mode, secs, to_client, answer)| Row {
+        link: link.to_string(),
+        mode,
+        rate: mb(secs),
+        unit: "MB/s",
+        bytes_scanned: size,
+        bytes_to_client: to_client,
+        scanned_per_sent: size as f64 / to_client.max(1) as f64,
+        speedup: mb(secs) / mb(get_s),
+        answer,
+    })
+    .collect()
+}
+
 /// `quarry bench minerva`.
 pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
     let links = links(&args.links)?;
@@ -623,7 +735,9 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
             let (rt, client) = client_runtime_and_client(&way, &members)?;
             let (mut near_s, mut host_s, mut batch_s, mut trip_s) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut grep_s, mut get_s) = (Vec::new(), Vec::new());
             let mut info = (0, 0, 0);
+            let mut every_line = (0, 0, 0);
             for _ in 0..args.rounds.max(1) {
                 let (s, n, scanned, sent) = rt.block_on(near(&client, fgrep.clone()))?;
                 near_s.push(s);
@@ -636,6 +750,10 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 let (bs, ts) = rt.block_on(rmw(&client, volume_bytes, batch_ops, trip_ops))?;
                 batch_s.push(bs);
                 trip_s.push(ts);
+                let (grep, get, counts) = rt.block_on(every_line_both_ways(&client))?;
+                grep_s.push(grep);
+                get_s.push(get);
+                every_line = counts;
             }
             Ok((
                 median(&mut near_s),
@@ -643,9 +761,11 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 median(&mut batch_s),
                 median(&mut trip_s),
                 info,
+                (median(&mut grep_s), median(&mut get_s), every_line),
             ))
         })?;
-        let (near_s, host_s, batch_s, trip_s, (n, scanned, sent)) = measured;
+        let (near_s, host_s, batch_s, trip_s, (n, scanned, sent), every_line) = measured;
+        let (grep_s, get_s, every_line) = every_line;
         if link.rate.is_none() {
             bulk_rows(&setup, &way, &setup.members, args.rounds, &mut rows)?;
         }
@@ -671,6 +791,12 @@ pub fn minerva(args: &BenchComputeArgs) -> Result<()> {
                 answer: n,
             });
         }
+        rows.extend(every_line_rows(
+            &link.name,
+            size,
+            (grep_s, get_s),
+            every_line,
+        ));
         rows.extend(rmw_rows(
             &link.name,
             (batch_ops, batch_s),

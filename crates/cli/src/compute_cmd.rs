@@ -12,8 +12,9 @@ use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use quarry_client::{
-    Client, ClusterFile, CommandId, CommandResult, CommandState, Compute, GrepSpec, GrepSyntax,
-    Job, KernelSpec, Limits, Outcome, Output, Target, TargetOutput, WcSpec,
+    Client, ClientError, ClusterFile, CommandId, CommandResult, CommandState, Compute, GrepSpec,
+    GrepSyntax, Job, KernelSpec, Limits, Outcome, Output, OutputPiece, Target, TargetOutput,
+    WcSpec,
 };
 use quarry_kernels::MAX_PATTERN_BYTES;
 use serde_json::{json, Value};
@@ -21,7 +22,7 @@ use serde_json::{json, Value};
 use crate::args::ClusterArg;
 use quarry_jobs::human_bytes;
 use quarry_jobs::{
-    format_grep, format_wc, parse_job, parse_target, wc_locale, GrepFormat, ListFiles,
+    format_wc, parse_job, parse_target, wc_locale, GrepFormat, GrepPrinter, ListFiles,
 };
 
 /// An exit status to end the process with, quietly (grep's 1: nothing
@@ -395,34 +396,25 @@ async fn run_command(
     });
     let deadline = Duration::from_millis(limits.time_ms + 5_000);
     let started = tokio::time::Instant::now();
-    let status = loop {
-        // Short waits while a bar is shown, so it moves.
-        let wait = if bar.is_some() {
-            Duration::from_millis(200)
-        } else {
-            deadline
-        };
-        let status = compute.wait(id, wait).await?;
-        if let Some(bar) = &bar {
+    // The bar moves while the command scans; the output is read as it
+    // streams (a command whose output outgrows its bound waits for it).
+    if let Some(bar) = &bar {
+        loop {
+            let status = compute.wait(id, Duration::from_millis(200)).await?;
             bar.set_length(status.bytes_total);
             bar.set_position(status.bytes_done);
+            let output_waits = status.result_bytes > 0;
+            if status.state.is_final() || output_waits || started.elapsed() > deadline {
+                break;
+            }
         }
-        if status.state.is_final() || started.elapsed() > deadline {
-            break status;
-        }
-    };
+    }
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    match status.state {
-        CommandState::Done => Ok(compute.result(id).await?),
-        CommandState::Failed { reason } => bail!("command {id} failed: {reason}"),
-        CommandState::Cancelled => bail!("command {id} was cancelled"),
-        other => bail!(
-            "command {id} is still {other:?} after {} ms",
-            deadline.as_millis()
-        ),
-    }
+    Ok(compute
+        .finish(id, deadline.saturating_sub(started.elapsed()))
+        .await?)
 }
 
 fn scan_outputs(result: &CommandResult) -> Result<&[TargetOutput]> {
@@ -440,35 +432,73 @@ pub fn grep(args: &GrepArgs) -> Result<()> {
     }
     runtime()?.block_on(async {
         let compute = compute(&args.options.cluster).await?;
-        let (result, sent) = run_command(
-            &compute,
-            Job::Scan(KernelSpec::Grep(request.spec)),
-            request.targets,
-            &args.options,
-            "grep",
-        )
-        .await?;
-        let outputs = scan_outputs(&result)?;
-        let any = outputs
-            .iter()
-            .any(|t| matches!(&t.output, Output::Grep(g) if g.matching_lines > 0));
-        let mut out = std::io::stdout().lock();
+        let job = Job::Scan(KernelSpec::Grep(request.spec));
         if args.options.json {
-            writeln!(out, "{}", result_json(&result, sent))?;
-        } else {
-            let printed = format_grep(outputs, &request.format);
-            out.write_all(&printed.stdout)?;
-            out.flush()?;
-            for target in &printed.binary_matches {
-                eprintln!("quarry grep: {target}: binary file matches");
-            }
+            let (result, sent) =
+                run_command(&compute, job, request.targets, &args.options, "grep").await?;
+            let any = scan_outputs(&result)?
+                .iter()
+                .any(|t| matches!(&t.output, Output::Grep(g) if g.matching_lines > 0));
+            println!("{}", result_json(&result, sent));
+            return if any {
+                Ok(())
+            } else {
+                Err(ExitStatus(1).into())
+            };
         }
-        out.flush()?;
+        let limits = limits(&args.options)?;
+        let id = compute.submit(job, request.targets, limits).await?;
+        let timeout = Duration::from_millis(limits.time_ms + 5_000);
+        let printed = print_grep(&compute, id, timeout, request.format).await;
+        let (any, binary_matches) = match printed {
+            Ok(p) => p,
+            Err(e) => {
+                // A reader that stops leaves the command waiting for it:
+                // stop it, and its nodes, now.
+                let _ = compute.cancel(id).await;
+                return Err(e);
+            }
+        };
+        for target in &binary_matches {
+            eprintln!("quarry grep: {target}: binary file matches");
+        }
         if !any {
             return Err(ExitStatus(1).into());
         }
         Ok(())
     })
+}
+
+/// Prints a grep command's output as GNU grep prints it, as it streams
+/// from the entry node; returns whether any target had a selected line
+/// and the targets whose matches were withheld as binary data.
+async fn print_grep(
+    compute: &Compute,
+    id: CommandId,
+    timeout: Duration,
+    format: GrepFormat,
+) -> Result<(bool, Vec<String>)> {
+    let mut printer = GrepPrinter::new(format);
+    let mut out = std::io::stdout().lock();
+    let mut buf = Vec::new();
+    let mut any = false;
+    compute
+        .stream(id, timeout, |piece| {
+            match piece {
+                OutputPiece::Lines { target, lines } => printer.lines(&mut buf, &target, &lines),
+                OutputPiece::Target(t) => {
+                    any |= matches!(&t.output, Output::Grep(g) if g.matching_lines > 0);
+                    printer.target(&mut buf, &t);
+                }
+                OutputPiece::End { .. } | OutputPiece::Whole(_) => {}
+            }
+            let written = out.write_all(&buf);
+            buf.clear();
+            written.map_err(|e| ClientError::Compute(format!("writing standard output: {e}")))
+        })
+        .await?;
+    out.flush()?;
+    Ok((any, printer.binary_matches))
 }
 
 /// `quarry wc`.
@@ -603,6 +633,7 @@ pub fn jobs(cluster: &ClusterArg, json: bool) -> Result<()> {
                         "id": s.id, "kernel": s.kernel, "state": state_text(&s.state),
                         "bytes_done": s.bytes_done, "bytes_total": s.bytes_total,
                         "elapsed_ms": s.elapsed_ms, "result_bytes": s.result_bytes,
+                        "peak_memory_bytes": s.peak_memory_bytes,
                     })
                 })
                 .collect();

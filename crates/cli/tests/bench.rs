@@ -338,3 +338,35 @@ fn bench_small_quick_json() {
     let expect = num(&r, "put_4k_us_mean") / num(&r, "pingpong_put_us_mean");
     assert!((pingpongs - expect).abs() < 1e-6 * expect, "{r}");
 }
+
+#[test]
+fn bench_minerva_quick_json_has_grep_every_line_next_to_get() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rows = quarry_json(
+        dir.path(),
+        &[
+            "bench", "minerva", "--quick", "--links", "loopback", "--rounds", "1", "--json",
+        ],
+    );
+    let rows = rows.as_array().expect("rows");
+    let row = |prefix: &str| {
+        rows.iter()
+            .find(|r| r["mode"].as_str().is_some_and(|m| m.starts_with(prefix)))
+            .unwrap_or_else(|| panic!("no row {prefix:?} in {rows:?}"))
+    };
+    let grep = row("grep ''");
+    let get = row("get of the same object");
+    for r in [grep, get] {
+        positive(r, "rate");
+        positive(r, "speedup");
+    }
+    // Nothing filtered out: every byte of the object reaches the client.
+    assert!(
+        num(grep, "bytes_to_client") >= num(get, "bytes_to_client"),
+        "{grep} {get}"
+    );
+    assert_eq!(num(get, "speedup"), 1.0, "{get}");
+    // Lines: the newlines, and a last line without one.
+    let extra = num(grep, "answer") - num(get, "answer");
+    assert!(extra == 0.0 || extra == 1.0, "lines: {grep} {get}");
+}

@@ -502,3 +502,84 @@ fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
         }
     }
 }
+
+/// `quarry grep ''` prints every line of an object many times larger than
+/// the memory the command may hold at the entry node: the lines stream to
+/// the client in order as the nodes produce them, in bounded pieces, and
+/// the entry node never holds more than the bound (it reports its peak).
+/// Also with `-n`, and with `-C2` around matches whose context crosses
+/// chunk and node boundaries. Output equals GNU grep's, byte for byte.
+#[test]
+fn grep_of_every_line_streams_with_bounded_memory() {
+    let version = tool(Path::new("."), "grep", &["--version"])
+        .expect("this test compares with GNU grep, which must be installed");
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains("GNU grep"),
+        "this test compares with GNU grep; grep --version says {}",
+        text(&version)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let up = quarry(d, &["up", "--nodes", "4", "--device", "mem", "--detach"]);
+    let _down = Down(d);
+    assert!(up.status.success(), "{}", text(&up));
+    let mb = quarry(d, &["mb", "s", "--chunking", "fixed:64K"]);
+    assert!(mb.status.success(), "{}", text(&mb));
+    std::fs::create_dir_all(d.join("s")).unwrap();
+    let bound_bytes: u64 = 1 << 20;
+    let mut data = Vec::new();
+    let mut n = 0u64;
+    while data.len() < 8 << 20 {
+        let line = match n % 97 {
+            0 => format!("needle {n}\n"),
+            1 => "\n".to_string(),
+            _ => format!("line {n} of hay, {}\n", "x".repeat((n % 61) as usize)),
+        };
+        data.extend_from_slice(line.as_bytes());
+        n += 1;
+    }
+    assert!(data.len() as u64 > 8 * bound_bytes);
+    std::fs::write(d.join("s/big.txt"), &data).unwrap();
+    let put = quarry(d, &["put", "s/big.txt", "s/big.txt"]);
+    assert!(put.status.success(), "{}", text(&put));
+    let bound = bound_bytes.to_string();
+    let flag_sets: [&[&str]; 4] = [&[""], &["-n", ""], &["-C2", "needle"], &["-n", "-C2", ""]];
+    for flags in flag_sets {
+        let mut ours_args = vec!["grep", "--memory-limit", &bound];
+        ours_args.extend(flags);
+        ours_args.push("s/big.txt");
+        let mut gnu_args: Vec<&str> = flags.to_vec();
+        gnu_args.push("s/big.txt");
+        let ours = quarry(d, &ours_args);
+        let gnu = tool(d, "grep", &gnu_args).expect("GNU grep runs");
+        assert!(
+            ours.status.success(),
+            "{ours_args:?}: {}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+        assert!(
+            ours.stdout == gnu.stdout,
+            "quarry {ours_args:?} printed {} bytes, grep {gnu_args:?} {} bytes",
+            ours.stdout.len(),
+            gnu.stdout.len()
+        );
+        if flags == [""] {
+            assert_eq!(ours.stdout, data, "grep '' prints the object");
+        }
+    }
+    let jobs = quarry(d, &["jobs", "--json"]);
+    assert!(jobs.status.success(), "{}", text(&jobs));
+    let list: serde_json::Value = serde_json::from_slice(&jobs.stdout).expect("jobs JSON");
+    let greps: Vec<&serde_json::Value> = list
+        .as_array()
+        .expect("a list of commands")
+        .iter()
+        .filter(|j| j["kernel"] == "grep")
+        .collect();
+    assert_eq!(greps.len(), flag_sets.len(), "{list}");
+    for job in greps {
+        assert_eq!(job["state"], "done", "{job}");
+        let peak = job["peak_memory_bytes"].as_u64().expect("a peak");
+        assert!(peak > 0 && peak <= bound_bytes, "{job}");
+    }
+}

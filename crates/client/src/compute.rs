@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use quarry_kernels_api::{
-    decode, encode, CommandId, CommandResult, CommandStatus, ComputeAnswer, ComputeCall, Job,
-    Limits, Target, MAX_AWAIT_MS, MAX_RESULT_SLICE_BYTES,
+    decode, encode, Assembler, CommandId, CommandResult, CommandState, CommandStatus,
+    ComputeAnswer, ComputeCall, Job, Limits, OutputPiece, Target, MAX_AWAIT_MS,
+    MAX_OUTPUT_SLICE_BYTES, MAX_RESULT_SLICE_BYTES,
 };
 use quarry_proto::{NodeId, Request, Response, Service, ServiceCall, ENTRY_NODE};
 
@@ -105,7 +106,9 @@ impl Compute {
         let until = tokio::time::Instant::now() + timeout;
         loop {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
-            let timeout_ms = (left.as_millis() as u64).min(MAX_AWAIT_MS);
+            // Well within the call's own timeout, which a wait of the
+            // entry node's longest would race.
+            let timeout_ms = (left.as_millis() as u64).min(MAX_AWAIT_MS * 2 / 3);
             let status = match self
                 .call(&ComputeCall::Await { id, timeout_ms }, true)
                 .await?
@@ -170,8 +173,85 @@ impl Compute {
         }
     }
 
-    /// Submits, waits and reads the result; a failed or cancelled command is
-    /// an error naming why.
+    /// A command's output pieces from number `from` on, as they come: the
+    /// number of the first, the pieces (none when none came within the
+    /// entry node's wait), and whether the last piece is among them.
+    /// Asking from `from` releases the pieces before it at the entry node.
+    pub async fn output(
+        &self,
+        id: CommandId,
+        from: u64,
+    ) -> Result<(u64, Vec<OutputPiece>, bool), ClientError> {
+        let call = ComputeCall::Output {
+            id,
+            from_piece: from,
+            max_bytes: MAX_OUTPUT_SLICE_BYTES,
+        };
+        match self.call(&call, true).await? {
+            ComputeAnswer::Pieces {
+                first_piece,
+                pieces,
+                end,
+            } => Ok((first_piece, pieces, end)),
+            other => Err(unexpected("output", &other)),
+        }
+    }
+
+    /// Reads a command's output as it streams, handing each piece to
+    /// `each` in order, until the last; a failed or cancelled command is an
+    /// error naming why. `timeout` bounds the whole read.
+    pub async fn stream(
+        &self,
+        id: CommandId,
+        timeout: Duration,
+        mut each: impl FnMut(OutputPiece) -> Result<(), ClientError>,
+    ) -> Result<(), ClientError> {
+        let until = tokio::time::Instant::now() + timeout;
+        let mut next = 0u64;
+        loop {
+            let (first, pieces, end) = match self.output(id, next).await {
+                Ok(answer) => answer,
+                Err(e) => return Err(self.why(id, e).await),
+            };
+            if first != next {
+                return Err(ClientError::Compute(format!(
+                    "asked command {id}'s output from piece {next}, got it from {first}"
+                )));
+            }
+            next += pieces.len() as u64;
+            for piece in pieces {
+                each(piece)?;
+            }
+            if end {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(ClientError::Compute(format!(
+                    "command {id} is not done after {} ms",
+                    timeout.as_millis()
+                )));
+            }
+        }
+    }
+
+    /// A clearer error for a failed read of a command's output: the
+    /// command's own state when it failed or was cancelled.
+    async fn why(&self, id: CommandId, e: ClientError) -> ClientError {
+        match self.status(id).await.map(|s| s.state) {
+            Ok(CommandState::Failed { reason }) => {
+                ClientError::Compute(format!("command {id} failed: {reason}"))
+            }
+            Ok(CommandState::Cancelled) => {
+                ClientError::Compute(format!("command {id} was cancelled"))
+            }
+            _ => e,
+        }
+    }
+
+    /// Submits, reads the output as it streams and returns it whole; a
+    /// failed or cancelled command is an error naming why. The whole
+    /// result is kept here, so its size is bounded by
+    /// [`Limits::result_bytes`].
     pub async fn run(
         &self,
         job: Job,
@@ -179,30 +259,48 @@ impl Compute {
         limits: Limits,
     ) -> Result<(CommandResult, u64), ClientError> {
         let id = self.submit(job, targets, limits).await?;
-        self.finish(id, Duration::from_millis(limits.time_ms + 5_000))
-            .await
+        self.finish_within(
+            id,
+            Duration::from_millis(limits.time_ms + 5_000),
+            limits.result_bytes,
+        )
+        .await
     }
 
-    /// Waits for a submitted command and reads its result.
+    /// Reads a submitted command's output and returns it whole, with the
+    /// bytes that crossed to the client (at most the largest result limit).
     pub async fn finish(
         &self,
         id: CommandId,
         timeout: Duration,
     ) -> Result<(CommandResult, u64), ClientError> {
-        let status = self.wait(id, timeout).await?;
-        match status.state {
-            quarry_kernels_api::CommandState::Done => self.result(id).await,
-            quarry_kernels_api::CommandState::Failed { reason } => Err(ClientError::Compute(
-                format!("command {id} failed: {reason}"),
-            )),
-            quarry_kernels_api::CommandState::Cancelled => {
-                Err(ClientError::Compute(format!("command {id} was cancelled")))
+        self.finish_within(id, timeout, MAX_RESULT_BYTES).await
+    }
+
+    async fn finish_within(
+        &self,
+        id: CommandId,
+        timeout: Duration,
+        limit_bytes: u64,
+    ) -> Result<(CommandResult, u64), ClientError> {
+        let mut assembler = Assembler::default();
+        let mut bytes = 0u64;
+        self.stream(id, timeout, |piece| {
+            bytes += encode(&piece).len() as u64;
+            if bytes > limit_bytes {
+                return Err(ClientError::Compute(format!(
+                    "command {id}: result size limit exceeded: the result takes more than \
+                     {limit_bytes} bytes"
+                )));
             }
-            other => Err(ClientError::Compute(format!(
-                "command {id} is still {other:?} after {} ms",
-                timeout.as_millis()
-            ))),
-        }
+            assembler.push(piece);
+            Ok(())
+        })
+        .await?;
+        let result = assembler.finish().ok_or_else(|| {
+            ClientError::Compute(format!("command {id}'s output ended without its totals"))
+        })?;
+        Ok((result, bytes))
     }
 }
 

@@ -56,9 +56,9 @@ pub use file_source::file_source;
 pub use linear::{MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH};
 pub use objects::{Objects, StoreCalls};
 pub use quarry_kernels_api::{
-    CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec, GrepSyntax, Job,
-    KernelSpec, Limits, MatchLine, Outcome, Output, RmwBatch, RmwOp, Target, TargetOutput,
-    WcLocale, WcOutput, WcSpec,
+    Assembler, CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec,
+    GrepSyntax, Job, KernelSpec, Limits, MatchLine, Outcome, Output, OutputPiece, RmwBatch, RmwOp,
+    Target, TargetOutput, WcLocale, WcOutput, WcSpec,
 };
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_proto::{LinearSpace, LinearSpaceError};

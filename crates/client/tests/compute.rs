@@ -307,7 +307,8 @@ async fn commands_have_status_limits_cancel_and_clear_errors() {
     assert_eq!((status.bytes_done, status.bytes_total), (4 << 20, 4 << 20));
     assert!(status.result_bytes > 0);
     let (result, size) = compute.result(id).await.unwrap();
-    assert_eq!(size, status.result_bytes);
+    // Once read whole, the encoded result is kept (with the pieces).
+    assert!(compute.status(id).await.unwrap().result_bytes >= size);
     assert_eq!(counts(&result.outcome)[0].1, count(&data));
     assert!(compute.list().await.unwrap().iter().any(|s| s.id == id));
 
@@ -846,6 +847,132 @@ async fn a_cancelled_command_stops_at_every_node() {
         .unwrap_or_else(|e| panic!("a command after the cancel: {e}"));
     assert_eq!(counts(&result.outcome)[0].1, 0);
     assert_eq!(result.bytes_scanned, 4 * 32 * 1024);
+    for n in nodes {
+        n.shutdown().await.unwrap();
+    }
+}
+
+/// A command whose output outgrows what the entry node may hold for it
+/// waits for its client (it does not grow memory, nor finish on its own):
+/// its output is read by pieces from a cursor, and pieces once read are
+/// gone, so `result` says the output streamed. A stalled command still
+/// cancels, and a command that keeps all of its output answers `result`
+/// whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // one scenario, step by step
+async fn output_larger_than_the_bound_waits_for_its_reader_and_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let (nodes, client) = cluster(dir.path(), 1).await;
+    let objects = client.objects().await.unwrap();
+    let bucket = bucket(&objects, "b", 16 * 1024).await;
+    let mut data = Vec::new();
+    let mut n = 0u64;
+    while data.len() < 8 << 20 {
+        data.extend_from_slice(
+            format!("line {n} of the text, {}\n", "x".repeat(n as usize % 50)).as_bytes(),
+        );
+        n += 1;
+    }
+    objects
+        .put_bytes(
+            &bucket,
+            &ObjectKey::new("all").unwrap(),
+            &data,
+            Condition::Always,
+        )
+        .await
+        .unwrap();
+    let compute = client.compute();
+    let every_line = || {
+        Job::Scan(KernelSpec::Grep(quarry_client::GrepSpec::new(
+            "",
+            quarry_client::GrepSyntax::Basic,
+        )))
+    };
+    let limits = Limits {
+        memory_bytes: 2 << 20,
+        ..Limits::default()
+    };
+    let id = compute
+        .submit(every_line(), vec![object("b", "all")], limits)
+        .await
+        .unwrap();
+    let status = compute.wait(id, Duration::from_secs(3)).await.unwrap();
+    assert_eq!(status.state, CommandState::Running, "{status:?}");
+    assert!(
+        status.result_bytes > 0 && status.result_bytes <= limits.memory_bytes / 4,
+        "{status:?}"
+    );
+    let err = compute.result(id).await.unwrap_err();
+    assert!(err.to_string().contains("Running"), "{err}");
+    // Read it all, piece by piece.
+    let mut assembler = quarry_client::Assembler::default();
+    compute
+        .stream(id, Duration::from_secs(120), |piece| {
+            assembler.push(piece);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let result = assembler.finish().expect("the output's totals");
+    let Outcome::Scan(targets) = result.outcome else {
+        panic!("not a scan")
+    };
+    let Output::Grep(g) = &targets[0].output else {
+        panic!("not grep")
+    };
+    assert_eq!((g.matching_lines, g.lines.len() as u64), (n, n));
+    let printed: Vec<u8> = g
+        .lines
+        .iter()
+        .flat_map(|l| l.text.iter().copied().chain([b'\n']))
+        .collect();
+    assert_eq!(printed, data);
+    let status = compute.status(id).await.unwrap();
+    assert_eq!(status.state, CommandState::Done);
+    assert!(
+        status.peak_memory_bytes > 0 && status.peak_memory_bytes <= limits.memory_bytes,
+        "{status:?}"
+    );
+    let err = compute.result(id).await.unwrap_err();
+    assert!(err.to_string().contains("streamed"), "{err}");
+
+    // Stalled, then cancelled: its output says so.
+    let id = compute
+        .submit(every_line(), vec![object("b", "all")], limits)
+        .await
+        .unwrap();
+    compute.wait(id, Duration::from_secs(2)).await.unwrap();
+    assert_eq!(
+        compute.cancel(id).await.unwrap().state,
+        CommandState::Cancelled
+    );
+    let err = compute.output(id, 0).await.unwrap_err();
+    assert!(err.to_string().contains("Cancelled"), "{err}");
+
+    // Output within the bound: kept whole for `result`, as before.
+    let few = Job::Scan(KernelSpec::Grep(quarry_client::GrepSpec::new(
+        "line 77",
+        quarry_client::GrepSyntax::Fixed,
+    )));
+    let id = compute
+        .submit(few, vec![object("b", "all")], limits)
+        .await
+        .unwrap();
+    let status = compute.wait(id, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(status.state, CommandState::Done);
+    let (result, _) = compute.result(id).await.unwrap();
+    let Outcome::Scan(targets) = result.outcome else {
+        panic!("not a scan")
+    };
+    let Output::Grep(g) = &targets[0].output else {
+        panic!("not grep")
+    };
+    let want = data
+        .split(|&b| b == b'\n')
+        .filter(|l| l.windows(7).any(|w| w == b"line 77"))
+        .count();
+    assert_eq!(g.lines.len(), want);
     for n in nodes {
         n.shutdown().await.unwrap();
     }

@@ -57,90 +57,133 @@ pub struct GrepPrint {
 /// selected line there is named in [`GrepPrint::binary_matches`]. (GNU grep
 /// also reads NULs as line ends from there on; the kernel counts that way.)
 pub fn format_grep(outputs: &[TargetOutput], format: &GrepFormat) -> GrepPrint {
+    let mut printer = GrepPrinter::new(*format);
     let mut print = GrepPrint::default();
-    // GNU grep writes `--` before a group once any target had a selected
-    // line, printed or not.
-    let mut used = false;
     for t in outputs {
-        let Output::Grep(g) = &t.output else { continue };
-        if let Some(list) = format.list {
-            if (g.matching_lines > 0) == (list == ListFiles::WithMatches) {
-                print.stdout.extend_from_slice(t.target.as_bytes());
-                print.stdout.push(b'\n');
-            }
-            continue;
-        }
-        if format.count {
-            if format.names {
-                print.stdout.extend_from_slice(t.target.as_bytes());
-                print.stdout.push(b':');
-            }
-            print
-                .stdout
-                .extend_from_slice(format!("{}\n", g.matching_lines).as_bytes());
-            continue;
-        }
-        if print_lines(&mut print.stdout, &t.target, g, format, &mut used) {
-            print.binary_matches.push(t.target.clone());
-        }
+        printer.target(&mut print.stdout, t);
     }
+    print.binary_matches = printer.binary_matches;
     print
 }
 
-/// Prints one target's lines; true when a selected line lies in its binary
-/// data, withheld.
-fn print_lines(
-    out: &mut Vec<u8>,
-    target: &str,
-    g: &GrepOutput,
-    format: &GrepFormat,
-    used: &mut bool,
-) -> bool {
-    let binary_from = g.first_nul.map(|at| at - at % GNU_GREP_READ_BYTES);
-    let mut binary = false;
-    let mut last_line: Option<u64> = None;
-    // Context lines still owed after the last selected line printed, and
-    // the lines GNU grep's reading NULs as line ends adds before the next.
-    let mut pending = 0u64;
-    let mut nul_lines = 0u64;
-    for line in &g.lines {
-        let newline_at = line.byte_offset + line.len_bytes;
-        if let Some(from) = binary_from.filter(|&from| newline_at >= from) {
-            if !line.context {
-                *used = true;
-                binary = true;
-            }
-            let owed = (pending, &mut nul_lines);
-            pending = binary_context(out, (target, g), line, from, owed, format);
-            continue;
+/// GNU grep's output made as a command's output streams: lines of a
+/// target as they come ([`GrepPrinter::lines`], all before the target's
+/// binary data, if any), then its answer ([`GrepPrinter::target`]).
+#[derive(Debug)]
+pub struct GrepPrinter {
+    format: GrepFormat,
+    /// GNU grep writes `--` before a group once any target had a selected
+    /// line, printed or not.
+    used: bool,
+    at: TargetState,
+    /// The targets whose matching lines were withheld as binary data.
+    pub binary_matches: Vec<String>,
+}
+
+/// Where the printer is in the current target.
+#[derive(Debug, Default)]
+struct TargetState {
+    last_line: Option<u64>,
+    /// Context lines still owed after the last selected line printed.
+    pending: u64,
+    /// The lines GNU grep's reading NULs as line ends adds.
+    nul_lines: u64,
+}
+
+impl GrepPrinter {
+    /// A printer with GNU grep's output flags.
+    pub fn new(format: GrepFormat) -> GrepPrinter {
+        GrepPrinter {
+            format,
+            used: false,
+            at: TargetState::default(),
+            binary_matches: Vec::new(),
         }
-        let adjacent = last_line.is_some_and(|n| n + 1 == line.line_number);
-        if format.group_separators && *used && !adjacent {
-            out.extend_from_slice(b"--\n");
+    }
+
+    /// Prints lines of `target` that come before its answer.
+    pub fn lines(&mut self, out: &mut Vec<u8>, target: &str, lines: &[MatchLine]) {
+        if self.format.list.is_some() || self.format.count {
+            return;
         }
-        let head = |out: &mut Vec<u8>, offset: u64| {
-            line_head(out, target, line.line_number, offset, line.context, format);
-        };
-        if format.only_matching {
-            for (at, bytes) in &line.matches {
-                head(out, line.byte_offset + at);
-                out.extend_from_slice(bytes);
+        let g = GrepOutput::default();
+        self.print_lines(out, target, &g, lines);
+    }
+
+    /// Prints a target's answer (its lines after those printed by
+    /// [`GrepPrinter::lines`]).
+    pub fn target(&mut self, out: &mut Vec<u8>, t: &TargetOutput) {
+        let format = &self.format;
+        let Output::Grep(g) = &t.output else { return };
+        if let Some(list) = format.list {
+            if (g.matching_lines > 0) == (list == ListFiles::WithMatches) {
+                out.extend_from_slice(t.target.as_bytes());
                 out.push(b'\n');
             }
-        } else {
-            head(out, line.byte_offset);
-            out.extend_from_slice(&line.text);
-            out.push(b'\n');
+        } else if format.count {
+            if format.names {
+                out.extend_from_slice(t.target.as_bytes());
+                out.push(b':');
+            }
+            out.extend_from_slice(format!("{}\n", g.matching_lines).as_bytes());
+        } else if self.print_lines(out, &t.target, g, &g.lines) {
+            self.binary_matches.push(t.target.clone());
         }
-        last_line = Some(line.line_number);
-        *used |= !line.context;
-        pending = if line.context {
-            pending.saturating_sub(1)
-        } else {
-            format.after_context
-        };
+        self.at = TargetState::default();
     }
-    binary
+
+    /// Prints lines of one target (`g` holds its first NUL, if known);
+    /// true when a selected line lies in its binary data, withheld.
+    fn print_lines(
+        &mut self,
+        out: &mut Vec<u8>,
+        target: &str,
+        g: &GrepOutput,
+        lines: &[MatchLine],
+    ) -> bool {
+        let format = &self.format;
+        let binary_from = g.first_nul.map(|at| at - at % GNU_GREP_READ_BYTES);
+        let mut binary = false;
+        let at = &mut self.at;
+        for line in lines {
+            let newline_at = line.byte_offset + line.len_bytes;
+            if let Some(from) = binary_from.filter(|&from| newline_at >= from) {
+                if !line.context {
+                    self.used = true;
+                    binary = true;
+                }
+                let owed = (at.pending, &mut at.nul_lines);
+                at.pending = binary_context(out, (target, g), line, from, owed, format);
+                continue;
+            }
+            let adjacent = at.last_line.is_some_and(|n| n + 1 == line.line_number);
+            if format.group_separators && self.used && !adjacent {
+                out.extend_from_slice(b"--\n");
+            }
+            let head = |out: &mut Vec<u8>, offset: u64| {
+                line_head(out, target, line.line_number, offset, line.context, format);
+            };
+            if format.only_matching {
+                for (at, bytes) in &line.matches {
+                    head(out, line.byte_offset + at);
+                    out.extend_from_slice(bytes);
+                    out.push(b'\n');
+                }
+            } else {
+                head(out, line.byte_offset);
+                out.extend_from_slice(&line.text);
+                out.push(b'\n');
+            }
+            at.last_line = Some(line.line_number);
+            self.used |= !line.context;
+            at.pending = if line.context {
+                at.pending.saturating_sub(1)
+            } else {
+                format.after_context
+            };
+        }
+        binary
+    }
 }
 
 /// A line in a target's binary data, past `from` (where GNU grep's 96 KiB

@@ -33,7 +33,7 @@ mod job;
 mod size;
 mod wc_output;
 
-pub use grep_output::{format_grep, GrepFormat, GrepPrint, ListFiles};
+pub use grep_output::{format_grep, GrepFormat, GrepPrint, GrepPrinter, ListFiles};
 pub use job::{parse_job, parse_target, JobParseError};
 pub use size::{human_bytes, parse_size, SizeError};
 pub use wc_output::{format_wc, is_utf8_codeset, wc_locale};

@@ -113,7 +113,10 @@ pub struct Limits {
     pub time_ms: u64,
     /// Memory its partial results may hold at once, at any node.
     pub memory_bytes: u64,
-    /// Size of its encoded result.
+    /// Size of its encoded result, when the client reads it whole
+    /// ([`ComputeCall::Result`](crate::ComputeCall::Result)); output read
+    /// as it streams ([`ComputeCall::Output`](crate::ComputeCall::Output))
+    /// is bounded by the memory limit instead.
     pub result_bytes: u64,
 }
 
@@ -176,8 +179,12 @@ pub struct CommandStatus {
     pub bytes_total: u64,
     /// Time since submission, or its run time once final.
     pub elapsed_ms: u64,
-    /// Size of its encoded result, once done.
+    /// Bytes of its output the entry node holds now (unread pieces, or
+    /// the whole encoded result once done and kept).
     pub result_bytes: u64,
+    /// The most bytes its partial results and unread output held at once
+    /// at the entry node: at most the memory limit.
+    pub peak_memory_bytes: u64,
 }
 
 /// A command's answer.

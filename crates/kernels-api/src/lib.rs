@@ -39,12 +39,12 @@ pub use job::{
     CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, RmwBatch, RmwOp,
     Target, TargetOutput,
 };
-pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
+pub use output::{Assembler, ChecksumOutput, GrepOutput, MatchLine, Output, OutputPiece, WcOutput};
 pub use spec::{
     GrepSpec, GrepSyntax, KernelSpec, WcLocale, WcSpec, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES,
 };
 pub use wire::{
     decode, encode, ComputeAnswer, ComputeCall, Failure, FailureKind, Malformed, PeerOnly,
-    MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN,
-    MAX_TARGETS,
+    MAX_AWAIT_MS, MAX_OUTPUT_SLICE_BYTES, MAX_OUTPUT_WAIT_MS, MAX_RESOLVED_TARGETS,
+    MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN, MAX_TARGETS,
 };

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::job::{CommandResult, TargetOutput};
+
 /// A kernel's answer for one whole target (an object, a volume range, a
 /// linear range).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,4 +86,76 @@ pub struct ChecksumOutput {
     pub crc32c: u32,
     /// SHA-256.
     pub sha256: [u8; 32],
+}
+
+/// One piece of a command's output as it streams from the entry node to
+/// the client, in order ([`ComputeCall::Output`](crate::ComputeCall::Output)):
+/// a scan's targets one after the other, each as the lines that are final
+/// so far and then its answer, and the command's totals last.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutputPiece {
+    /// Lines of the next target's answer, in order (grep's lines: printed
+    /// whatever the rest of the target holds); more follow.
+    Lines {
+        /// The target, as its answer names it.
+        target: String,
+        /// The lines.
+        lines: Vec<MatchLine>,
+    },
+    /// A target's answer: for grep, its lines after those of the `Lines`
+    /// pieces before it.
+    Target(TargetOutput),
+    /// The last piece of a scan: bytes the kernels read and bytes the
+    /// nodes sent the entry node.
+    End {
+        /// Bytes the kernels read at the nodes.
+        bytes_scanned: u64,
+        /// Bytes of partial results the nodes sent the entry node.
+        bytes_from_nodes: u64,
+    },
+    /// The whole answer of a command that does not stream (a
+    /// read-modify-write batch): the only piece.
+    Whole(CommandResult),
+}
+
+/// Joins a command's output pieces, in order, into its result: what a
+/// client that keeps the whole answer makes of the stream.
+#[derive(Debug, Default)]
+pub struct Assembler {
+    targets: Vec<TargetOutput>,
+    lines: Vec<MatchLine>,
+    result: Option<CommandResult>,
+}
+
+impl Assembler {
+    /// Adds the next piece.
+    pub fn push(&mut self, piece: OutputPiece) {
+        match piece {
+            OutputPiece::Lines { mut lines, .. } => self.lines.append(&mut lines),
+            OutputPiece::Target(mut t) => {
+                if let Output::Grep(g) = &mut t.output {
+                    self.lines.append(&mut g.lines);
+                    g.lines = std::mem::take(&mut self.lines);
+                }
+                self.lines.clear();
+                self.targets.push(t);
+            }
+            OutputPiece::End {
+                bytes_scanned,
+                bytes_from_nodes,
+            } => {
+                self.result = Some(CommandResult {
+                    outcome: crate::job::Outcome::Scan(std::mem::take(&mut self.targets)),
+                    bytes_scanned,
+                    bytes_from_nodes,
+                });
+            }
+            OutputPiece::Whole(result) => self.result = Some(result),
+        }
+    }
+
+    /// The result, once the last piece is in.
+    pub fn finish(self) -> Option<CommandResult> {
+        self.result
+    }
 }

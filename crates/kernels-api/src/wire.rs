@@ -8,10 +8,17 @@ use quarry_proto::NodeId;
 use serde::{Deserialize, Serialize};
 
 use crate::job::{CommandId, CommandStatus, Job, Limits, Target};
+use crate::output::OutputPiece;
 
 /// Most bytes of a result one [`ComputeCall::Result`] answer carries: the
 /// rest of a frame's 4 MiB + 64 KiB is left for the answer's head.
 pub const MAX_RESULT_SLICE_BYTES: u32 = 4 << 20;
+/// Most bytes of output pieces one [`ComputeCall::Output`] answer carries
+/// (one piece at least).
+pub const MAX_OUTPUT_SLICE_BYTES: u32 = 2 << 20;
+/// Longest one [`ComputeCall::Output`] waits for a piece before it answers
+/// none.
+pub const MAX_OUTPUT_WAIT_MS: u64 = 10_000;
 /// Most segments one local run covers.
 pub const MAX_SEGMENTS_PER_RUN: usize = 8192;
 /// Most targets one command names (a prefix counts once here, and its
@@ -78,6 +85,19 @@ pub enum ComputeCall<L = PeerOnly> {
     List,
     /// Run a kernel over data this node holds (sent by an entry node).
     RunLocal(L),
+    /// A command's output pieces from number `from_piece` on, as they
+    /// come (waiting up to [`MAX_OUTPUT_WAIT_MS`] for one), at most
+    /// `max_bytes` of them (one at least). Asking from `from_piece` says
+    /// the pieces before it were read: the entry node forgets them, and
+    /// the command, which holds a bounded amount of unread output, goes on.
+    Output {
+        /// The command.
+        id: CommandId,
+        /// The first piece wanted (0 first).
+        from_piece: u64,
+        /// At most this many bytes (at most [`MAX_OUTPUT_SLICE_BYTES`]).
+        max_bytes: u32,
+    },
 }
 
 /// A node-to-node message in a client's view of the compute service: no
@@ -110,6 +130,15 @@ pub enum ComputeAnswer<A = PeerOnly> {
     Local(A),
     /// The call failed.
     Failed(Failure),
+    /// Output pieces of a command.
+    Pieces {
+        /// The number of the first piece here.
+        first_piece: u64,
+        /// The pieces, in order (none when none came in time).
+        pieces: Vec<OutputPiece>,
+        /// The last piece of the output is here: nothing follows.
+        end: bool,
+    },
 }
 
 /// A failed call, as it crosses the wire.

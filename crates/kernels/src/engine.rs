@@ -23,15 +23,18 @@ use crate::job::{
     TargetOutput,
 };
 use crate::local::{run_local, LocalData};
+use crate::merge::Merger;
+use crate::output::OutputPiece;
+use crate::output_queue::{piece_bytes, OutputQueue, ReadError};
 use crate::peers::{Peers, StoreVia, VolumesVia};
 use crate::plan::{chain_runs, plan_runs, RUNS_IN_FLIGHT};
 use crate::scan::{compile, Part, ScanKernel};
 use crate::spec::KernelSpec;
 use crate::tuner::ReadTuner;
 use crate::wire::{
-    decode, encode, ComputeAnswer, ComputeCall, FailureKind, LocalAnswer, LocalRun, Segment,
-    Source, MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS,
-    MAX_SEGMENTS_PER_RUN, MAX_TARGETS,
+    decode, encode, ComputeAnswer, ComputeCall, FailureKind, LocalAnswer, LocalRun, Resume,
+    Segment, Source, MAX_AWAIT_MS, MAX_OUTPUT_SLICE_BYTES, MAX_OUTPUT_WAIT_MS,
+    MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN, MAX_TARGETS,
 };
 
 /// Commands a node runs at once; more wait, queued.
@@ -58,11 +61,30 @@ struct Command {
     bytes_done: AtomicU64,
     bytes_total: AtomicU64,
     finished_ms: AtomicU64,
+    /// The output as the client reads it whole, encoded on the first
+    /// `Result` call (see [`OutputQueue::whole`]).
     result: OnceLock<Bytes>,
+    /// The output pieces not read yet.
+    output: OutputQueue,
+    /// Most bytes of the whole result the client may ask for.
+    result_limit_bytes: u64,
+    /// The most bytes of parts and output the entry node held at once.
+    peak_memory_bytes: AtomicU64,
     cancel: Notify,
 }
 
 impl Command {
+    /// Bytes the command keeps for its client now.
+    fn kept_bytes(&self) -> u64 {
+        self.result.get().map_or(0, |r| r.len() as u64) + self.output.held_bytes()
+    }
+
+    /// Records what the entry node holds for the command now.
+    fn note_memory(&self, held_bytes: u64) {
+        self.peak_memory_bytes
+            .fetch_max(held_bytes, Ordering::Relaxed);
+    }
+
     fn status(&self) -> CommandStatus {
         let state = self.state.borrow().clone();
         let elapsed_ms = if state.is_final() {
@@ -77,7 +99,8 @@ impl Command {
             bytes_done: self.bytes_done.load(Ordering::Relaxed),
             bytes_total: self.bytes_total.load(Ordering::Relaxed),
             elapsed_ms,
-            result_bytes: self.result.get().map_or(0, |r| r.len() as u64),
+            result_bytes: self.kept_bytes(),
+            peak_memory_bytes: self.peak_memory_bytes.load(Ordering::Relaxed),
         }
     }
 
@@ -247,12 +270,7 @@ impl<P: Peers> Engine<P> {
                 max_bytes,
             } => {
                 let command = self.command(id)?;
-                let Some(result) = command.result.get() else {
-                    return Err(ComputeError::NotDone {
-                        id,
-                        state: format!("{:?}", command.state.borrow().clone()),
-                    });
-                };
+                let result = self.whole_result(&command)?;
                 let total = result.len() as u64;
                 let start = offset.min(total) as usize;
                 let take =
@@ -261,6 +279,14 @@ impl<P: Peers> Engine<P> {
                     total_bytes: total,
                     bytes: result[start..start + take].to_vec(),
                 })
+            }
+            ComputeCall::Output {
+                id,
+                from_piece,
+                max_bytes,
+            } => {
+                let command = self.command(id)?;
+                read_output(&command, from_piece, max_bytes).await
             }
             ComputeCall::List => Ok(ComputeAnswer::Statuses(
                 self.table().commands.values().map(|c| c.status()).collect(),
@@ -271,21 +297,47 @@ impl<P: Peers> Engine<P> {
         }
     }
 
-    /// Drops the oldest finished commands while their results exceed
+    /// A done command's output as one encoded result: while no reader
+    /// took pieces of it as it streamed, the engine still holds all of it.
+    fn whole_result(&self, command: &Command) -> Result<Bytes, ComputeError> {
+        let id = command.id;
+        let state = command.state.borrow().clone();
+        if state != CommandState::Done {
+            return Err(ComputeError::NotDone {
+                id,
+                state: format!("{state:?}"),
+            });
+        }
+        if let Some(result) = command.result.get() {
+            return Ok(result.clone());
+        }
+        let whole = command.output.whole().ok_or_else(|| {
+            ComputeError::BadRequest(format!(
+                "command {id}'s output was read as it streamed: the pieces read are gone \
+                 (read the rest with Output calls)"
+            ))
+        })?;
+        let bytes = Bytes::from(encode(&whole));
+        if bytes.len() as u64 > command.result_limit_bytes {
+            return Err(result_too_large(
+                bytes.len() as u64,
+                command.result_limit_bytes,
+            ));
+        }
+        Ok(command.result.get_or_init(|| bytes).clone())
+    }
+
+    /// Drops the oldest finished commands while what they keep exceeds
     /// [`MAX_KEPT_RESULT_BYTES`].
     fn drop_old_results(&self) {
         let mut table = self.table();
-        let mut kept: u64 = table
-            .commands
-            .values()
-            .filter_map(|c| c.result.get().map(|r| r.len() as u64))
-            .sum();
+        let mut kept: u64 = table.commands.values().map(|c| c.kept_bytes()).sum();
         for id in table.finished() {
             if kept <= MAX_KEPT_RESULT_BYTES {
                 break;
             }
             if let Some(c) = table.commands.remove(&id) {
-                kept -= c.result.get().map_or(0, |r| r.len() as u64);
+                kept = kept.saturating_sub(c.kept_bytes());
             }
         }
     }
@@ -333,6 +385,9 @@ impl<P: Peers> Engine<P> {
                 bytes_total: AtomicU64::new(0),
                 finished_ms: AtomicU64::new(0),
                 result: OnceLock::new(),
+                output: OutputQueue::new(output_bound_bytes(&limits)),
+                result_limit_bytes: limits.result_bytes,
+                peak_memory_bytes: AtomicU64::new(0),
                 cancel: Notify::new(),
             });
             table.commands.insert(id, command.clone());
@@ -368,24 +423,9 @@ impl<P: Peers> Engine<P> {
             };
             match outcome {
                 None => command.finish(CommandState::Cancelled),
-                Some(Ok(result)) => {
-                    let bytes = Bytes::from(encode(&result));
-                    if bytes.len() as u64 > limits.result_bytes {
-                        command.finish(CommandState::Failed {
-                            reason: ComputeError::Limit {
-                                what: "result size",
-                                detail: format!(
-                                    "the result takes {} bytes, the limit is {}",
-                                    bytes.len(),
-                                    limits.result_bytes
-                                ),
-                            }
-                            .to_string(),
-                        });
-                    } else {
-                        let _ = command.result.set(bytes);
-                        command.finish(CommandState::Done);
-                    }
+                Some(Ok(())) => {
+                    command.output.complete();
+                    command.finish(CommandState::Done);
                 }
                 Some(Err(e)) => command.finish(CommandState::Failed {
                     reason: e.to_string(),
@@ -413,7 +453,7 @@ impl<P: Peers> Engine<P> {
         targets: Vec<Target>,
         limits: Limits,
         members: Vec<NodeId>,
-    ) -> Result<CommandResult, ComputeError> {
+    ) -> Result<(), ComputeError> {
         let mut members = if members.is_empty() {
             self.peers.members()
         } else {
@@ -451,11 +491,13 @@ impl<P: Peers> Engine<P> {
                 command
                     .bytes_done
                     .store(ops.len() as u64 * 8, Ordering::Relaxed);
-                Ok(CommandResult {
+                let result = CommandResult {
                     outcome: Outcome::Rmw { values },
                     bytes_scanned: ops.len() as u64 * 8,
                     bytes_from_nodes: ops.len() as u64 * 8,
-                })
+                };
+                command.output.push(OutputPiece::Whole(result)).await;
+                Ok(())
             }
         }
     }
@@ -657,9 +699,8 @@ impl<P: Peers> Engine<P> {
             .ok_or_else(|| ComputeError::BadRequest("no object store".into()))
     }
 
-    /// Runs a scan kernel over resolved targets and merges the parts.
-    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
-    #[allow(clippy::too_many_lines)]
+    /// Runs a scan kernel over resolved targets and hands the merged
+    /// output to the command's queue, piece by piece.
     async fn scan(
         &self,
         command: &Command,
@@ -668,146 +709,171 @@ impl<P: Peers> Engine<P> {
         targets: Vec<Resolved>,
         limits: &Limits,
         deadline: Instant,
-    ) -> Result<CommandResult, ComputeError> {
-        let scanned = AtomicU64::new(0);
-        let from_nodes = AtomicU64::new(0);
-        let mut parts: Vec<BTreeMap<u64, Part>> = targets.iter().map(|_| BTreeMap::new()).collect();
-        if kernel.parallel() {
-            let runs = plan_runs(targets.iter().map(|t| t.segments.as_slice()));
-            let runs: Vec<_> = runs
-                .into_iter()
-                .map(|(node, segments)| {
-                    let scanned = &scanned;
-                    let from_nodes = &from_nodes;
-                    async move {
-                        // A run whose parts do not fit one message is cut
-                        // in two and each half run again (runs change
-                        // nothing, so running again is safe), down to one
-                        // segment.
-                        let mut pending = vec![segments];
-                        let mut starts = Vec::new();
-                        let mut parts = Vec::new();
-                        while let Some(segments) = pending.pop() {
-                            let expected = part_starts(&segments);
-                            let answer = self
-                                .run_on(node, spec, segments.clone(), None, limits, deadline)
-                                .await;
-                            let (answer, wire) = match answer {
-                                Err(ComputeError::TooLarge { .. }) if segments.len() > 1 => {
-                                    let half = segments.len() / 2;
-                                    let (a, b) = segments.split_at(half);
-                                    // Popped last first: keep target order.
-                                    pending.push(b.to_vec());
-                                    pending.push(a.to_vec());
-                                    continue;
-                                }
-                                other => other?,
-                            };
-                            if answer.parts.len() != expected.len() {
-                                return Err(ComputeError::Remote {
-                                    node,
-                                    message: format!(
-                                        "answered {} parts for {} ranges",
-                                        answer.parts.len(),
-                                        expected.len()
-                                    ),
-                                });
-                            }
-                            scanned.fetch_add(answer.bytes_scanned, Ordering::Relaxed);
-                            from_nodes.fetch_add(wire, Ordering::Relaxed);
-                            command
-                                .bytes_done
-                                .fetch_add(answer.bytes_scanned, Ordering::Relaxed);
-                            starts.extend(expected);
-                            parts.extend(answer.parts);
-                        }
-                        Ok::<_, ComputeError>((starts, parts))
-                    }
-                })
-                .collect();
-            let answers = stream::iter(runs).buffer_unordered(RUNS_IN_FLIGHT);
-            let mut answers = std::pin::pin!(answers);
-            let mut held = 0usize;
-            while let Some((starts, answer_parts)) = answers.try_next().await? {
-                for ((target, offset), (t, part)) in starts.into_iter().zip(answer_parts) {
-                    if t != target {
-                        return Err(ComputeError::BadRequest(format!(
-                            "a part for target {t} where target {target} was expected"
-                        )));
-                    }
-                    held += part.size_bytes();
-                    if held as u64 > limits.memory_bytes {
-                        return Err(memory_limit(limits));
-                    }
-                    parts[target as usize].insert(offset, part);
-                }
-            }
+    ) -> Result<(), ComputeError> {
+        let (bytes_scanned, bytes_from_nodes) = if kernel.parallel() {
+            self.scan_parallel(command, spec, kernel.as_ref(), targets, limits, deadline)
+                .await?
         } else {
-            // A chain: each target's ranges in order, the state handed on.
-            let chains: Vec<_> = targets
-                .iter()
-                .enumerate()
-                .map(|(i, target)| {
-                    let scanned = &scanned;
-                    let from_nodes = &from_nodes;
-                    let kernel = &kernel;
-                    async move {
-                        let mut state = kernel.empty(0);
-                        for (node, segments) in chain_runs(&target.segments) {
-                            let (answer, wire) = self
-                                .run_on(node, spec, segments, Some(state), limits, deadline)
-                                .await?;
-                            scanned.fetch_add(answer.bytes_scanned, Ordering::Relaxed);
-                            from_nodes.fetch_add(wire, Ordering::Relaxed);
-                            command
-                                .bytes_done
-                                .fetch_add(answer.bytes_scanned, Ordering::Relaxed);
-                            let mut parts = answer.parts;
-                            state = match (parts.pop(), parts.is_empty()) {
-                                (Some((_, p)), true) => p,
-                                _ => {
-                                    return Err(ComputeError::Remote {
-                                        node,
-                                        message: "a chained run must answer one part".into(),
-                                    })
-                                }
-                            };
-                        }
-                        Ok::<_, ComputeError>((i, state))
-                    }
-                })
-                .collect();
-            let results = stream::iter(chains).buffer_unordered(RUNS_IN_FLIGHT);
-            let mut results = std::pin::pin!(results);
-            while let Some((i, state)) = results.try_next().await? {
-                parts[i].insert(0, state);
-            }
-        }
-        // Joining and finishing take time in proportion to what the parts
-        // hold (megabytes of matching lines): off the node's reactor, so
-        // its links keep their keepalives and its other requests move.
-        let outputs = tokio::task::spawn_blocking(move || {
-            let mut outputs = Vec::with_capacity(targets.len());
-            for (target, target_parts) in targets.into_iter().zip(parts) {
-                let whole = join_parts(kernel.as_ref(), target_parts)?;
-                outputs.push(TargetOutput {
-                    target: target.name,
-                    size_bytes: target.size_bytes,
-                    output: kernel.finish(whole)?,
+            self.scan_chained(command, spec, kernel.as_ref(), targets, limits, deadline)
+                .await?
+        };
+        command
+            .output
+            .push(OutputPiece::End {
+                bytes_scanned,
+                bytes_from_nodes,
+            })
+            .await;
+        Ok(())
+    }
+
+    /// A kernel whose parts join in any order: runs on every node at once,
+    /// their parts merged in target order as they come (see [`Merger`]).
+    /// Returns the bytes scanned and the bytes the nodes sent.
+    async fn scan_parallel(
+        &self,
+        command: &Command,
+        spec: &KernelSpec,
+        kernel: &dyn ScanKernel,
+        targets: Vec<Resolved>,
+        limits: &Limits,
+        deadline: Instant,
+    ) -> Result<(u64, u64), ComputeError> {
+        let pacing = Pacing::new(spec, limits);
+        let names = targets.iter().map(|t| (t.name.clone(), t.size_bytes));
+        let mut merger = Merger::new(kernel, names, pacing.output_piece_bytes);
+        let mut pending = plan_runs(targets.iter().map(|t| t.segments.as_slice()));
+        drop(targets);
+        let mut in_flight = futures::stream::FuturesUnordered::new();
+        let mut in_flight_keys: Vec<(u32, u64)> = Vec::new();
+        let mut totals = (0u64, 0u64);
+        emit(command, &mut merger, limits).await?;
+        loop {
+            while in_flight.len() < pacing.runs_in_flight {
+                let held = merger.held_bytes() + command.output.held_bytes() as usize;
+                let Some(i) = pacing.next_work(&pending, &in_flight_keys, held) else {
+                    break;
+                };
+                let (node, segments) = pending.remove(i);
+                in_flight_keys.push(work_key(&segments));
+                let bounds = RunBounds {
+                    limits,
+                    deadline,
+                    piece_bytes: pacing.node_piece_bytes,
+                };
+                in_flight.push(async move {
+                    let answer = self
+                        .run_on(node, spec, segments.clone(), None, bounds)
+                        .await;
+                    (node, segments, answer)
                 });
             }
-            Ok::<_, ComputeError>(outputs)
-        })
-        .await
-        .map_err(|e| ComputeError::Storage {
-            node: self.local.node,
-            message: format!("joining the parts failed: {e}"),
-        })??;
-        Ok(CommandResult {
-            outcome: Outcome::Scan(outputs),
-            bytes_scanned: scanned.into_inner(),
-            bytes_from_nodes: from_nodes.into_inner(),
-        })
+            let Some((node, segments, answer)) = in_flight.next().await else {
+                break;
+            };
+            let key = work_key(&segments);
+            in_flight_keys.retain(|k| *k != key);
+            let (answer, wire) = match answer {
+                Err(ComputeError::TooLarge { .. }) if covers_more_than_a_byte(&segments) => {
+                    // Runs change nothing: the halves run again.
+                    let (a, b) = halve(segments);
+                    pending.insert(0, (node, b));
+                    pending.insert(0, (node, a));
+                    continue;
+                }
+                other => other?,
+            };
+            totals.0 += answer.bytes_scanned;
+            totals.1 += wire;
+            command
+                .bytes_done
+                .fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+            if let Some(rest) = accept(&mut merger, node, &segments, answer)? {
+                pending.insert(0, (node, rest));
+            }
+            emit(command, &mut merger, limits).await?;
+        }
+        if !merger.done() {
+            return Err(ComputeError::BadRequest(
+                "the nodes' parts left bytes of a target uncovered".into(),
+            ));
+        }
+        Ok(totals)
+    }
+
+    /// A kernel that folds each target in order (SHA-256 is a chain):
+    /// each target's ranges node after node, the state handed on.
+    async fn scan_chained(
+        &self,
+        command: &Command,
+        spec: &KernelSpec,
+        kernel: &dyn ScanKernel,
+        targets: Vec<Resolved>,
+        limits: &Limits,
+        deadline: Instant,
+    ) -> Result<(u64, u64), ComputeError> {
+        let scanned = AtomicU64::new(0);
+        let from_nodes = AtomicU64::new(0);
+        let chains: Vec<_> = targets
+            .iter()
+            .map(|target| {
+                let (scanned, from_nodes) = (&scanned, &from_nodes);
+                async move {
+                    let mut state = kernel.empty(0);
+                    for (node, segments) in chain_runs(&target.segments) {
+                        let (answer, wire) = self
+                            .run_on(
+                                node,
+                                spec,
+                                segments,
+                                Some(state),
+                                RunBounds {
+                                    limits,
+                                    deadline,
+                                    piece_bytes: 0,
+                                },
+                            )
+                            .await?;
+                        scanned.fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+                        from_nodes.fetch_add(wire, Ordering::Relaxed);
+                        command
+                            .bytes_done
+                            .fetch_add(answer.bytes_scanned, Ordering::Relaxed);
+                        let mut parts = answer.parts;
+                        state = match (parts.pop(), parts.is_empty()) {
+                            (Some((_, p)), true) => p,
+                            _ => {
+                                return Err(ComputeError::Remote {
+                                    node,
+                                    message: "a chained run must answer one part".into(),
+                                })
+                            }
+                        };
+                    }
+                    Ok::<_, ComputeError>(state)
+                }
+            })
+            .collect();
+        // In order: each target's answer goes out as soon as it and the
+        // ones before it are done.
+        let results = stream::iter(chains).buffered(RUNS_IN_FLIGHT);
+        let mut results = std::pin::pin!(results);
+        let mut names = targets.iter();
+        while let Some(state) = results.try_next().await? {
+            let Some(target) = names.next() else {
+                return Err(ComputeError::BadRequest("more answers than targets".into()));
+            };
+            let piece = OutputPiece::Target(TargetOutput {
+                target: target.name.clone(),
+                size_bytes: target.size_bytes,
+                output: kernel.finish(state)?,
+            });
+            command.output.push(piece).await;
+        }
+        Ok((
+            scanned.load(Ordering::Relaxed),
+            from_nodes.load(Ordering::Relaxed),
+        ))
     }
 
     /// Runs segments on `node`: here directly, elsewhere by a call. Returns
@@ -818,9 +884,13 @@ impl<P: Peers> Engine<P> {
         spec: &KernelSpec,
         segments: Vec<Segment>,
         carry: Option<Part>,
-        limits: &Limits,
-        deadline: Instant,
+        bounds: RunBounds<'_>,
     ) -> Result<(LocalAnswer, u64), ComputeError> {
+        let RunBounds {
+            limits,
+            deadline,
+            piece_bytes,
+        } = bounds;
         let time_left_ms = deadline
             .checked_duration_since(Instant::now())
             .map_or(0, |d| d.as_millis() as u64);
@@ -830,6 +900,7 @@ impl<P: Peers> Engine<P> {
             carry,
             time_left_ms,
             memory_bytes: limits.memory_bytes,
+            piece_bytes,
         };
         if node == self.local.node {
             return Ok((run_local(&self.local, &self.tuner, run).await?, 0));
@@ -875,6 +946,64 @@ fn too_many_targets() -> ComputeError {
     ComputeError::BadRequest(format!(
         "the targets expand to more than {MAX_RESOLVED_TARGETS} objects or ranges"
     ))
+}
+
+fn result_too_large(bytes: u64, limit: u64) -> ComputeError {
+    ComputeError::Limit {
+        what: "result size",
+        detail: format!("the result takes {bytes} bytes, the limit is {limit}"),
+    }
+}
+
+/// Bytes of unread output a command holds before it waits for its client:
+/// a quarter of its memory limit.
+fn output_bound_bytes(limits: &Limits) -> u64 {
+    (limits.memory_bytes / 4).max(1)
+}
+
+/// A command's output pieces from `from` on, once there is one, the output
+/// is complete, or [`MAX_OUTPUT_WAIT_MS`] passed.
+async fn read_output(
+    command: &Command,
+    from: u64,
+    max_bytes: u32,
+) -> Result<ComputeAnswer, ComputeError> {
+    let max = u64::from(max_bytes.clamp(1, MAX_OUTPUT_SLICE_BYTES));
+    let until = tokio::time::Instant::now() + Duration::from_millis(MAX_OUTPUT_WAIT_MS);
+    let mut pieces_rx = command.output.subscribe();
+    let mut state_rx = command.state.subscribe();
+    loop {
+        pieces_rx.borrow_and_update();
+        let state = state_rx.borrow_and_update().clone();
+        if matches!(state, CommandState::Failed { .. } | CommandState::Cancelled) {
+            return Err(ComputeError::NotDone {
+                id: command.id,
+                state: format!("{state:?}"),
+            });
+        }
+        let (pieces, end) = command.output.read(from, max).map_err(|e| match e {
+            ReadError::Released { first } => ComputeError::BadRequest(format!(
+                "command {}'s output pieces before {first} were read and are gone",
+                command.id
+            )),
+            ReadError::Ahead { wanted, next } => ComputeError::BadRequest(format!(
+                "command {} has no output piece {wanted}: the next is {next}",
+                command.id
+            )),
+        })?;
+        if !pieces.is_empty() || end || tokio::time::Instant::now() >= until {
+            return Ok(ComputeAnswer::Pieces {
+                first_piece: from,
+                pieces,
+                end,
+            });
+        }
+        tokio::select! {
+            _ = pieces_rx.changed() => {}
+            _ = state_rx.changed() => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+    }
 }
 
 fn memory_limit(limits: &Limits) -> ComputeError {
@@ -986,28 +1115,198 @@ fn object_segments<N: quarry_store::StoreNode>(
     }
 }
 
-/// Where each part a run answers starts: a node folds adjacent segments of
-/// one target into one part, exactly as this groups them.
-fn part_starts(segments: &[Segment]) -> Vec<(u32, u64)> {
-    let mut out = Vec::new();
-    let mut end: Option<(u32, u64)> = None;
+/// The byte ranges of the parts a run answers, with their targets: a node
+/// folds adjacent segments of one target into one part, exactly as this
+/// groups them.
+fn part_ranges(segments: &[Segment]) -> Vec<(u32, u64, u64)> {
+    let mut out: Vec<(u32, u64, u64)> = Vec::new();
     for seg in segments {
-        if end != Some((seg.target, seg.offset)) {
-            out.push((seg.target, seg.offset));
+        let end = seg.offset + seg.source.len_bytes();
+        match out.last_mut() {
+            Some((t, _, e)) if *t == seg.target && *e == seg.offset => *e = end,
+            _ => out.push((seg.target, seg.offset, end)),
         }
-        end = Some((seg.target, seg.offset + seg.source.len_bytes()));
     }
     out
 }
 
-/// Joins a target's parts, in offset order, into the part of the whole.
-fn join_parts(kernel: &dyn ScanKernel, parts: BTreeMap<u64, Part>) -> Result<Part, ComputeError> {
-    let mut whole: Option<Part> = None;
-    for (_, part) in parts {
-        whole = Some(match whole {
-            None => part,
-            Some(left) => kernel.combine(left, part)?,
+/// Where a run's first segment lies: the order in which the merge needs
+/// runs' parts.
+fn work_key(segments: &[Segment]) -> (u32, u64) {
+    segments
+        .first()
+        .map_or((u32::MAX, u64::MAX), |s| (s.target, s.offset))
+}
+
+fn covers_more_than_a_byte(segments: &[Segment]) -> bool {
+    segments.len() > 1 || segments.iter().any(|s| s.source.len_bytes() > 1)
+}
+
+/// A run cut in two: its segments halved, or its one segment's bytes.
+fn halve(mut segments: Vec<Segment>) -> (Vec<Segment>, Vec<Segment>) {
+    if segments.len() == 1 {
+        let seg = &segments[0];
+        let (a, b) = seg.split_at(seg.source.len_bytes() / 2);
+        return (vec![a], vec![b]);
+    }
+    let b = segments.split_off(segments.len() / 2);
+    (segments, b)
+}
+
+/// Hands a run's parts to the merge; returns the segments still to run
+/// when the run answered before its end.
+fn accept(
+    merger: &mut Merger<'_>,
+    node: NodeId,
+    segments: &[Segment],
+    answer: LocalAnswer,
+) -> Result<Option<Vec<Segment>>, ComputeError> {
+    let (ranges, rest) = match answer.resume {
+        None => (part_ranges(segments), None),
+        Some(Resume {
+            segment,
+            bytes_done,
+        }) => {
+            let i = segment as usize;
+            let seg = segments
+                .get(i)
+                .filter(|s| bytes_done <= s.source.len_bytes())
+                .ok_or_else(|| ComputeError::Remote {
+                    node,
+                    message: format!("stopped at byte {bytes_done} of segment {segment}"),
+                })?;
+            let (head, tail) = seg.split_at(bytes_done);
+            let mut done = segments[..i].to_vec();
+            if bytes_done > 0 {
+                done.push(head);
+            }
+            if done.iter().all(|s| s.source.len_bytes() == 0) {
+                return Err(ComputeError::Remote {
+                    node,
+                    message: "a run stopped before it folded a byte".into(),
+                });
+            }
+            let mut rest = vec![tail];
+            rest.extend_from_slice(&segments[i + 1..]);
+            (part_ranges(&done), Some(rest))
+        }
+    };
+    if ranges.len() != answer.parts.len() {
+        return Err(ComputeError::Remote {
+            node,
+            message: format!(
+                "answered {} parts for {} ranges",
+                answer.parts.len(),
+                ranges.len()
+            ),
         });
     }
-    Ok(whole.unwrap_or_else(|| kernel.empty(0)))
+    for ((target, start, end), (t, part)) in ranges.into_iter().zip(answer.parts) {
+        if t != target {
+            return Err(ComputeError::BadRequest(format!(
+                "a part for target {t} where target {target} was expected"
+            )));
+        }
+        merger.add(target, start, end, part)?;
+    }
+    Ok(rest)
+}
+
+/// Joins what the merge can join and hands the pieces that became final to
+/// the command's output, waiting for room there; fails the command when
+/// what the entry node holds for it outgrows its memory limit.
+async fn emit(
+    command: &Command,
+    merger: &mut Merger<'_>,
+    limits: &Limits,
+) -> Result<(), ComputeError> {
+    let held =
+        |m: &Merger<'_>, unsent: u64| m.held_bytes() as u64 + command.output.held_bytes() + unsent;
+    let before = held(merger, 0);
+    command.note_memory(before);
+    if before > limits.memory_bytes {
+        return Err(memory_limit(limits));
+    }
+    let pieces = merger.advance()?;
+    let mut unsent: u64 = pieces.iter().map(piece_bytes).sum();
+    command.note_memory(held(merger, unsent));
+    for piece in pieces {
+        unsent -= piece_bytes(&piece);
+        command.output.push(piece).await;
+        command.note_memory(held(merger, unsent));
+    }
+    Ok(())
+}
+
+/// What bounds one local run: the command's limits and time, and the
+/// bytes of parts after which it answers ([`LocalRun::piece_bytes`]).
+#[derive(Clone, Copy)]
+struct RunBounds<'a> {
+    limits: &'a Limits,
+    deadline: Instant,
+    piece_bytes: u64,
+}
+
+/// How a scan's runs go out: for grep's lines (an answer that grows with
+/// the data) in bounded pieces, few enough at once that the parts waiting
+/// at the entry node stay within the memory limit; for other kernels, as
+/// many runs as [`RUNS_IN_FLIGHT`], each answered once.
+struct Pacing {
+    /// See [`LocalRun::piece_bytes`].
+    node_piece_bytes: u64,
+    runs_in_flight: usize,
+    /// Bytes of lines in one output piece.
+    output_piece_bytes: u64,
+    /// Past this many bytes held, only the run the merge waits for goes
+    /// out.
+    throttle_bytes: usize,
+}
+
+impl Pacing {
+    fn new(spec: &KernelSpec, limits: &Limits) -> Pacing {
+        let output_piece_bytes = (output_bound_bytes(limits) / 2).clamp(4 << 10, 1 << 20);
+        if !matches!(spec, KernelSpec::Grep(g) if g.lines) {
+            return Pacing {
+                node_piece_bytes: 0,
+                runs_in_flight: RUNS_IN_FLIGHT,
+                output_piece_bytes,
+                throttle_bytes: usize::MAX,
+            };
+        }
+        let memory = limits.memory_bytes;
+        // A run may hold twice its piece before it stops inside a segment;
+        // lines take more memory than their encoding (a line's bookkeeping
+        // is about 90 bytes, its encoding's about 12), so twice 1.5 MiB
+        // still fits one message.
+        let piece = (memory / (4 * RUNS_IN_FLIGHT as u64)).clamp(16 << 10, 3 << 19);
+        Pacing {
+            node_piece_bytes: piece,
+            runs_in_flight: (memory / (12 * piece)).clamp(1, RUNS_IN_FLIGHT as u64) as usize,
+            output_piece_bytes,
+            throttle_bytes: (memory / 2) as usize,
+        }
+    }
+
+    /// Which pending run goes out next, if one does: the first, while the
+    /// entry node holds little; past that only the one the merge waits for
+    /// (the first in target order), when no run in flight comes before it.
+    fn next_work(
+        &self,
+        pending: &[(NodeId, Vec<Segment>)],
+        in_flight: &[(u32, u64)],
+        held_bytes: usize,
+    ) -> Option<usize> {
+        if pending.is_empty() {
+            return None;
+        }
+        if held_bytes <= self.throttle_bytes {
+            return Some(0);
+        }
+        let (i, key) = pending
+            .iter()
+            .enumerate()
+            .map(|(i, (_, s))| (i, work_key(s)))
+            .min_by_key(|(_, k)| *k)?;
+        in_flight.iter().all(|k| key < *k).then_some(i)
+    }
 }

@@ -26,6 +26,8 @@ mod engine;
 mod engine_error;
 mod error;
 mod local;
+mod merge;
+mod output_queue;
 mod peer_wire;
 mod peers;
 mod plan;
@@ -46,7 +48,7 @@ mod spec {
 }
 mod wire {
     pub use crate::peer_wire::{
-        ComputeAnswer, ComputeCall, LocalAnswer, LocalRun, Segment, Source,
+        ComputeAnswer, ComputeCall, LocalAnswer, LocalRun, Resume, Segment, Source,
     };
     pub use quarry_kernels_api::*;
 }
@@ -63,7 +65,7 @@ pub use job::{
     Target, TargetOutput,
 };
 pub use local::{LocalData, ManagedData, MAX_RUN_BYTES};
-pub use output::{ChecksumOutput, GrepOutput, MatchLine, Output, WcOutput};
+pub use output::{Assembler, ChecksumOutput, GrepOutput, MatchLine, Output, OutputPiece, WcOutput};
 pub use peers::Peers;
 pub use plan::{RUNS_IN_FLIGHT, RUN_BYTES};
 pub use scan::{compile, Part, ScanKernel};
@@ -73,6 +75,6 @@ pub use spec::{
 pub use tuner::{ReadSetting, ReadTuner, WINDOW_BYTES, WINDOW_MIN};
 pub use wire::{
     decode, encode, ComputeAnswer, ComputeCall, Failure, FailureKind, LocalAnswer, LocalRun,
-    Segment, Source, MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS,
-    MAX_SEGMENTS_PER_RUN, MAX_TARGETS,
+    Resume, Segment, Source, MAX_AWAIT_MS, MAX_RESOLVED_TARGETS, MAX_RESULT_SLICE_BYTES,
+    MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN, MAX_TARGETS,
 };

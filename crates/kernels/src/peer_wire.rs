@@ -32,6 +32,11 @@ pub struct LocalRun {
     pub time_left_ms: u64,
     /// Memory its parts may hold.
     pub memory_bytes: u64,
+    /// Once its parts hold more than this (after a page), the run answers
+    /// what it has and where it stopped, and the entry node sends the
+    /// rest as a new run: a run over a range full of matching lines answers
+    /// in bounded pieces. 0: the run answers once, at its end.
+    pub piece_bytes: u64,
 }
 
 /// Bytes of one target held by one node.
@@ -93,6 +98,27 @@ impl Source {
     }
 }
 
+impl Segment {
+    /// The segment cut after its first `at` bytes (at most its length):
+    /// the two ranges of the same bytes.
+    pub fn split_at(&self, at: u64) -> (Segment, Segment) {
+        let at32 = at.min(self.source.len_bytes()) as u32;
+        let mut first = self.clone();
+        let mut rest = self.clone();
+        match (&mut first.source, &mut rest.source) {
+            (Source::Chunk { end, .. }, Source::Chunk { start, .. })
+            | (Source::VolumePage { end, .. }, Source::VolumePage { start, .. })
+            | (Source::DevicePage { end, .. }, Source::DevicePage { start, .. }) => {
+                *start += at32;
+                *end = *start;
+            }
+            _ => {}
+        }
+        rest.offset += u64::from(at32);
+        (first, rest)
+    }
+}
+
 /// What a local run answers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LocalAnswer {
@@ -101,4 +127,17 @@ pub struct LocalAnswer {
     pub parts: Vec<(u32, Part)>,
     /// Bytes read from the device.
     pub bytes_scanned: u64,
+    /// Where the run stopped, when its parts grew past its piece bytes
+    /// before its end: the parts cover the segments before it and the
+    /// first bytes of it.
+    pub resume: Option<Resume>,
+}
+
+/// Where a run that answered early stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resume {
+    /// The first segment not folded whole.
+    pub segment: u32,
+    /// Its bytes that were folded.
+    pub bytes_done: u64,
 }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::builtin::{ChecksumPart, Fgrep8Part, GrepPart, WcPart};
 use crate::error::KernelError;
-use crate::output::Output;
+use crate::output::{MatchLine, Output};
 use crate::spec::KernelSpec;
 
 /// A kernel's summary of one contiguous byte range of a target.
@@ -58,6 +58,17 @@ pub trait ScanKernel: Send + Sync {
 
     /// The answer for a whole target whose part is `whole`.
     fn finish(&self, whole: Part) -> Result<Output, KernelError>;
+
+    /// Takes from `prefix`, the part of a target's first bytes, what its
+    /// answer holds whatever the bytes after it are (grep's lines, in
+    /// order, as [`finish`](ScanKernel::finish) gives them), so that the
+    /// entry node hands them on and forgets them; `finish` of the rest
+    /// then gives the answer without them. Kernels whose answer is small
+    /// take nothing.
+    fn drain(&self, prefix: &mut Part) -> Result<Vec<MatchLine>, KernelError> {
+        let _ = prefix;
+        Ok(Vec::new())
+    }
 }
 
 impl Part {

@@ -5,7 +5,7 @@ mod common;
 
 use std::io::Write;
 
-use common::{random_block, random_cuts, random_text, run_split, run_whole, tool};
+use common::{random_block, random_cuts, random_text, run_drained, run_split, run_whole, tool};
 use quarry_kernels::{compile, GrepOutput, GrepSpec, GrepSyntax, KernelError, KernelSpec, Output};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -144,6 +144,11 @@ fn every_split_of_a_small_target_gives_the_whole_answer() {
                         want,
                         "{pattern:?} split {a} {b}"
                     );
+                    assert_eq!(
+                        run_drained(&*k, text, &[a, b], block),
+                        want,
+                        "{pattern:?} drained at {a} {b}"
+                    );
                 }
             }
         }
@@ -199,6 +204,11 @@ fn every_split_keeps_context_limits_and_matches() {
                 for block in [1, 2, usize::MAX] {
                     let got = grep_out(run_split(&*k, text, &[a, b], block, &mut rng));
                     assert_eq!(got, want, "{spec:?} split {a} {b} blocks of {block}");
+                    let drained = grep_out(run_drained(&*k, text, &[a, b], block));
+                    assert_eq!(
+                        drained, want,
+                        "{spec:?} drained at {a} {b}, blocks of {block}"
+                    );
                 }
             }
         }
@@ -523,5 +533,54 @@ fn many_matching_lines_then_nuls_count_as_gnu_grep_counts() {
                 );
             }
         }
+    }
+}
+
+/// The entry node hands a target's lines on as its joined prefix grows
+/// (`ScanKernel::drain`): over text much longer than GNU grep's 96 KiB
+/// pieces, cut into many ranges, the lines taken on the way and those
+/// `finish` gives after are the whole answer, and most are taken early.
+#[test]
+fn lines_taken_from_the_growing_prefix_are_the_whole_answer() {
+    let mut rng = StdRng::seed_from_u64(19);
+    let vocab: &[&[u8]] = &[b"a", b"b", b"needle", b"", b"xyz", b"a a"];
+    let text = random_text(&mut rng, vocab, 60_000);
+    assert!(text.len() > 4 * 96 * 1024, "{} bytes", text.len());
+    let base = GrepSpec::new("", GrepSyntax::Basic);
+    let specs = [
+        base.clone(),
+        GrepSpec {
+            before_context: 2,
+            after_context: 2,
+            ..GrepSpec::new("needle", GrepSyntax::Fixed)
+        },
+        GrepSpec {
+            invert: true,
+            after_context: 1,
+            max_count: Some(20_000),
+            ..GrepSpec::new("a", GrepSyntax::Fixed)
+        },
+        GrepSpec {
+            only_matching: true,
+            before_context: 3,
+            ..GrepSpec::new("a+", GrepSyntax::Extended)
+        },
+    ];
+    for spec in &specs {
+        let k = compile(&KernelSpec::Grep(spec.clone())).unwrap();
+        let want = grep_out(run_whole(&*k, &text));
+        let mut cuts: Vec<usize> = (0..40).map(|_| rng.gen_range(0..=text.len())).collect();
+        cuts.sort_unstable();
+        let got = grep_out(run_drained(&*k, &text, &cuts, random_block(&mut rng)));
+        assert_eq!(got, want, "{spec:?}");
+        // What finish still gives: no more than the last pieces' lines.
+        let mut prefix = k.fold(k.empty(0), &text).unwrap();
+        let taken = k.drain(&mut prefix).unwrap();
+        let left = grep_out(k.finish(prefix).unwrap()).lines.len();
+        assert!(
+            taken.len() > 2 * left,
+            "{spec:?}: {} taken, {left} left",
+            taken.len()
+        );
     }
 }

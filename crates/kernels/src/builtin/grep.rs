@@ -64,6 +64,15 @@ pub struct GrepPart {
     /// How many of `lines` are selected (not context): at most `-m`.
     #[serde(default)]
     selected: u64,
+    /// The target's first line (the head) was decided into `lines`: the
+    /// part starts at the target's start and the entry node takes its
+    /// final lines as they are known ([`ScanKernel::drain`]).
+    #[serde(default)]
+    head_settled: bool,
+    /// The last selected line taken from the part by a drain: lines after
+    /// it within `-A` are its context.
+    #[serde(default)]
+    drained_selected: Option<u64>,
 }
 
 impl GrepPart {
@@ -359,7 +368,13 @@ impl Grep {
         left.newlines += right.newlines;
         left.tail = right.tail;
         left.end = right.end;
-        self.prune(&mut left, left_newlines.saturating_sub(self.before), false);
+        let prior = left.drained_selected;
+        self.prune(
+            &mut left,
+            left_newlines.saturating_sub(self.before),
+            false,
+            prior,
+        );
         Ok(left)
     }
 }
@@ -386,6 +401,8 @@ impl ScanKernel for Grep {
             tail: Vec::new(),
             first_nul: None,
             selected: 0,
+            head_settled: false,
+            drained_selected: None,
         })
     }
 
@@ -434,7 +451,12 @@ impl ScanKernel for Grep {
         tail.extend_from_slice(&bytes[last + 1..]);
         p.tail = tail;
         p.end += bytes.len() as u64;
-        self.prune(&mut p, old_newlines.saturating_sub(self.before), false);
+        self.prune(
+            &mut p,
+            old_newlines.saturating_sub(self.before),
+            false,
+            None,
+        );
         Ok(Part::Grep(p))
     }
 
@@ -446,12 +468,22 @@ impl ScanKernel for Grep {
         Ok(Part::Grep(self.join(part(left)?, part(right)?)?))
     }
 
+    fn drain(&self, prefix: &mut Part) -> Result<Vec<MatchLine>, KernelError> {
+        match prefix {
+            Part::Grep(p) => Ok(self.drain_final(p)),
+            other => Err(KernelError::WrongPart {
+                expected: "grep",
+                got: other.kernel_name(),
+            }),
+        }
+    }
+
     fn finish(&self, whole: Part) -> Result<Output, KernelError> {
         let whole = part(whole)?;
         let mut out = part(self.empty(whole.start))?;
         // The target's head is its first line, whole; an empty target has
         // no line at all.
-        if whole.newlines > 0 || !whole.head.is_empty() {
+        if !whole.head_settled && (whole.newlines > 0 || !whole.head.is_empty()) {
             self.decide(&mut out, &whole.head, 0, whole.start);
         }
         out.count = out.count.saturating_add(whole.count).min(self.cap);
@@ -461,18 +493,9 @@ impl ScanKernel for Grep {
             let offset = whole.end - whole.tail.len() as u64;
             self.decide(&mut out, &whole.tail, whole.newlines, offset);
         }
-        self.prune(&mut out, 0, true);
+        self.prune(&mut out, 0, true, whole.drained_selected);
         for l in &mut out.lines {
-            l.line_number += 1;
-            l.byte_offset -= whole.start;
-            // GNU grep's -o prints the matches of the selected lines, or
-            // with -v of the context lines.
-            if l.context != self.invert {
-                l.matches.clear();
-            }
-            if self.only.is_some() {
-                l.text.clear();
-            }
+            self.printable(l, whole.start);
         }
         Ok(Output::Grep(GrepOutput {
             matching_lines: out.count,

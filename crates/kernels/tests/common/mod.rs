@@ -42,6 +42,39 @@ pub fn run_split(
     k.finish(joined).expect("finish")
 }
 
+/// As the entry node joins a target's parts: left to right, taking the
+/// final lines of the joined prefix after every join
+/// ([`ScanKernel::drain`]); the answer is what `finish` gives with the
+/// taken lines before its own.
+pub fn run_drained(k: &dyn ScanKernel, text: &[u8], cuts: &[usize], block: usize) -> Output {
+    let mut bounds = vec![0];
+    bounds.extend_from_slice(cuts);
+    bounds.push(text.len());
+    let mut taken = Vec::new();
+    let mut prefix: Option<Part> = None;
+    for w in bounds.windows(2) {
+        let mut p = k.empty(w[0] as u64);
+        for chunk in text[w[0]..w[1]].chunks(block.max(1)) {
+            p = k.fold(p, chunk).expect("fold");
+        }
+        let mut joined = match prefix.take() {
+            None => p,
+            Some(left) => k.combine(left, p).expect("combine"),
+        };
+        taken.extend(k.drain(&mut joined).expect("drain"));
+        prefix = Some(roundtrip(&joined));
+    }
+    let whole = prefix.expect("one part");
+    let mut out = k.finish(whole).expect("finish");
+    if let Output::Grep(g) = &mut out {
+        taken.append(&mut g.lines);
+        g.lines = taken;
+    } else {
+        assert!(taken.is_empty(), "only grep drains lines");
+    }
+    out
+}
+
 /// The part after a trip through postcard, checked equal to what went in.
 pub fn roundtrip(p: &Part) -> Part {
     let wire = postcard::to_stdvec(p).expect("serialize");

@@ -239,8 +239,15 @@ impl Grep {
     /// Drops the kept lines numbered `from_line` or more that no answer can
     /// print (lines before were judged when they were kept, and lines added
     /// since lie too far after them to change that). `whole`: `p` is a
-    /// whole target, with no neighbours to wait for.
-    pub(super) fn prune(&self, p: &mut GrepPart, from_line: u64, whole: bool) {
+    /// whole target, with no neighbours to wait for. `prior_selected`: the
+    /// last selected line a drain took from `p`, if any.
+    pub(super) fn prune(
+        &self,
+        p: &mut GrepPart,
+        from_line: u64,
+        whole: bool,
+        prior_selected: Option<u64>,
+    ) {
         if self.before == 0 && self.after == 0 {
             // Only selected lines are kept.
             return;
@@ -261,7 +268,8 @@ impl Grep {
             .rev()
             .take_while(|l| l.line_number >= reach)
             .find(|l| !l.context)
-            .map(|l| l.line_number);
+            .map(|l| l.line_number)
+            .or(prior_selected);
         let mut next_selected = vec![None; p.lines.len() - from];
         let mut next = None;
         for (i, l) in p.lines[from..].iter().enumerate().rev() {
@@ -287,5 +295,107 @@ impl Grep {
             }
         }
         p.lines.truncate(kept);
+    }
+}
+
+/// GNU grep reads a file in pieces of this size and withholds lines from
+/// the piece holding the first NUL on (`crates/cli/src/grep_output.rs`):
+/// a drain leaves the lines from there on for `finish`, so the printer
+/// sees them together.
+const GNU_GREP_READ_BYTES: u64 = 96 * 1024;
+
+impl Grep {
+    /// A line as an answer prints it: numbered from 1, its offset from the
+    /// target's start, and under `-o` only the matches GNU grep prints
+    /// (those of the selected lines, or with -v of the context lines).
+    pub(super) fn printable(&self, l: &mut MatchLine, start: u64) {
+        l.line_number += 1;
+        l.byte_offset -= start;
+        if l.context != self.invert {
+            l.matches.clear();
+        }
+        if self.only.is_some() {
+            l.text.clear();
+        }
+    }
+
+    /// Decides the target's first line of `p`, a part from the target's
+    /// start with a newline, as `finish` would, so that its lines are in
+    /// target order from the first on.
+    fn settle_head(&self, p: &mut GrepPart) {
+        let mut out = GrepPart {
+            start: p.start,
+            end: p.end,
+            newlines: p.newlines,
+            head: Vec::new(),
+            count: 0,
+            lines: Vec::new(),
+            tail: std::mem::take(&mut p.tail),
+            first_nul: p.first_nul,
+            selected: 0,
+            head_settled: true,
+            drained_selected: None,
+        };
+        let head = std::mem::take(&mut p.head);
+        self.decide(&mut out, &head, 0, p.start);
+        out.count = out.count.saturating_add(p.count).min(self.cap);
+        self.append(&mut out, std::mem::take(&mut p.lines), 0);
+        *p = out;
+    }
+
+    /// Takes from `p`, the part of a target's first bytes, the lines an
+    /// answer prints whatever the bytes after it hold, in target order and
+    /// as `finish` gives them. Left in `p`: its last selected line and the
+    /// lines after it, its last `-B` lines (a later selected line may want
+    /// them), and the lines of GNU grep's 96 KiB piece that holds its first
+    /// NUL or its end and after (the printer judges binary data as a whole).
+    pub(super) fn drain_final(&self, p: &mut GrepPart) -> Vec<MatchLine> {
+        if !self.want_lines || p.newlines == 0 || p.start != 0 {
+            return Vec::new();
+        }
+        if !p.head_settled {
+            self.settle_head(p);
+        }
+        let guard = p.first_nul.unwrap_or(p.end);
+        let guard = guard - guard % GNU_GREP_READ_BYTES;
+        let Some(last) = p.lines.iter().rposition(|l| !l.context) else {
+            return Vec::new();
+        };
+        let n = p.newlines;
+        let k = p.lines[..last]
+            .iter()
+            .position(|l| {
+                l.line_number.saturating_add(self.before) >= n
+                    || l.byte_offset + l.len_bytes >= guard
+            })
+            .unwrap_or(last);
+        let taken: Vec<MatchLine> = p.lines.drain(..k).collect();
+        // The next selected line after each taken one (the part's last
+        // selected line stays, so there is one).
+        let mut next = p.lines.iter().find(|l| !l.context).map(|l| l.line_number);
+        let mut next_selected = vec![None; taken.len()];
+        for (i, l) in taken.iter().enumerate().rev() {
+            next_selected[i] = next;
+            if !l.context {
+                next = Some(l.line_number);
+            }
+        }
+        let mut prev = p.drained_selected;
+        let mut out = Vec::with_capacity(taken.len());
+        for (mut l, next) in taken.into_iter().zip(next_selected) {
+            let line = l.line_number;
+            let needed = !l.context
+                || prev.is_some_and(|s| line.saturating_sub(s) <= self.after)
+                || next.is_some_and(|s| s.saturating_sub(line) <= self.before);
+            if !l.context {
+                prev = Some(line);
+            }
+            if needed {
+                self.printable(&mut l, p.start);
+                out.push(l);
+            }
+        }
+        p.drained_selected = prev;
+        out
     }
 }
