@@ -90,3 +90,33 @@ pub(crate) fn fio_json(args: &[String]) -> Result<serde_json::Value> {
     }
     serde_json::from_slice(&output.stdout).context("fio printed no JSON")
 }
+
+/// Counts and drops what is written to it: the sink of a timed get.
+#[derive(Default)]
+pub(crate) struct CountingSink {
+    /// Bytes written so far.
+    pub bytes: u64,
+}
+
+impl tokio::io::AsyncWrite for CountingSink {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.bytes += buf.len() as u64;
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}

@@ -22,7 +22,7 @@ use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchComputeArgs;
-use crate::common::{work_dir, TempDir};
+use crate::common::{work_dir, CountingSink, TempDir};
 use crate::measure::median;
 use crate::netlink::ClientNet;
 use crate::plot::{LinePlot, Series};
@@ -330,35 +330,6 @@ async fn bulk_get(client: &Client) -> Result<(f64, u64)> {
         .get_to(&bucket, &key, 0, u64::MAX, &mut sink)
         .await?;
     Ok((started.elapsed().as_secs_f64(), sink.bytes))
-}
-
-/// Counts what is written to it.
-#[derive(Default)]
-struct CountingSink {
-    bytes: u64,
-}
-
-impl tokio::io::AsyncWrite for CountingSink {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.bytes += buf.len() as u64;
-        std::task::Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
 }
 
 /// The floor for a bulk read on this machine: one plain TCP stream between

@@ -18,7 +18,7 @@
 //!     command: BenchCommand,
 //! }
 //! let bench = Bench::parse_from(["bench", "scan", "--quick"]);
-//! assert!(matches!(bench.command, BenchCommand::Scan(ref scan) if scan.quick));
+//! assert!(matches!(bench.command, BenchCommand::Scan(ref scan) if scan.common.quick));
 //!
 //! let mut stats = LatencyStats::new();
 //! stats.record(Duration::from_micros(80));

@@ -11,9 +11,9 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use quarry_client::{BucketName, Chunking, Client, Condition, ObjectKey};
 use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
-use tokio::io::AsyncWrite;
 
 use crate::args::BenchObjectsArgs;
+use crate::common::CountingSink;
 use crate::measure::{median, mib_per_s};
 use quarry_jobs::human_bytes;
 use quarry_jobs::parse_size;
@@ -160,7 +160,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
             put.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
             fio_read.push(run_fio(&fio_file, "read", size_bytes)?);
             let started = Instant::now();
-            let mut sink = Sink::default();
+            let mut sink = CountingSink::default();
             runtime.block_on(objects.get_to(&bucket, &key, 0, u64::MAX, &mut sink))?;
             if sink.bytes != size_bytes {
                 bail!("get returned {} bytes of {size_bytes}", sink.bytes);
@@ -381,33 +381,4 @@ fn run_fio(file: &Path, rw: &str, size_bytes: u64) -> Result<f64> {
         .as_f64()
         .with_context(|| format!("fio JSON has no {side}.bw"))?;
     Ok(bw_kib / 1024.0)
-}
-
-/// Counts and drops what a get writes.
-#[derive(Default)]
-struct Sink {
-    bytes: u64,
-}
-
-impl AsyncWrite for Sink {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-        data: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        self.bytes += data.len() as u64;
-        std::task::Poll::Ready(Ok(data.len()))
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::task::Poll::Ready(Ok(()))
-    }
 }
