@@ -346,7 +346,27 @@ fn plain_tcp_stream(path: &std::path::Path) -> Result<(f64, u64)> {
         .arg(path)
         .spawn()
         .context("cannot start bash to send the plain TCP stream")?;
-    let (mut stream, _) = listener.accept()?;
+    // A sender that never connects (a bash without /dev/tcp) must not hang
+    // the benchmark: wait at most 10 s for it.
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    let mut stream = loop {
+        match listener.accept() {
+            Ok((stream, _)) => break stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if let Some(status) = sender.try_wait()? {
+                    bail!("the plain TCP sender (bash, cat) ended without connecting: {status}");
+                }
+                if Instant::now() > deadline {
+                    let _ = sender.kill();
+                    bail!("the plain TCP sender (bash, cat) did not connect within 10 s");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    stream.set_nonblocking(false)?;
     let started = Instant::now();
     let mut buf = vec![0u8; 1 << 20];
     let mut bytes = 0u64;

@@ -175,6 +175,8 @@ fn up_sizes_nodes_by_capacity_and_takes_disk_only_as_data_arrives() {
         config.contains(&format!("capacity_bytes = {}", 64u64 << 30)),
         "{config}"
     );
+    // The file backend gets CRC-32C alone unless --ecc asks for parity.
+    assert!(config.contains("ecc = \"crc\""), "{config}");
     let status = ok(quarry(d, &["status", "--cluster", "big/cluster.toml"], &[]));
     assert!(
         String::from_utf8_lossy(&status.stdout).contains("128.0 GiB total capacity"),

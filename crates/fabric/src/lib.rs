@@ -106,9 +106,10 @@ pub struct FabricConfig {
     /// (credits) of at most [`FRAGMENT_BYTES`].
     pub window_fragments: u32,
     /// Size of the data channel's fragments (what this node receives; its
-    /// peers cut data to it). Large enough that per-fragment work vanishes
-    /// beside the bytes (`docs/benchmarks.md`, "Fragments"), small enough
-    /// that a flow waits at most one fragment per competing flow.
+    /// peers cut data to it). Large so that per-fragment work (a header,
+    /// a credit, a queue turn) is paid per 64 KiB rather than per 2 KiB,
+    /// small enough that a flow waits at most one fragment per competing
+    /// flow.
     pub data_fragment_bytes: u32,
     /// Receive buffer of the data channel of each link, bytes: with the
     /// control window, it bounds the memory a link can hold.
@@ -141,8 +142,10 @@ impl Default for FabricConfig {
     }
 }
 
-/// Default size of data-channel fragments: where a one-hop bulk read stops
-/// getting faster (`docs/benchmarks.md`, "Fragments").
+/// Default size of data-channel fragments: a judgement, not yet a measured
+/// knee (a 1 MiB chunk crosses a hop in 16 fragments instead of 512; the
+/// sweep over sizes is still to be run, `link_data_fragment_bytes` allows
+/// it).
 pub const DEFAULT_DATA_FRAGMENT_BYTES: u32 = 64 * 1024;
 /// Default data-channel receive buffer per link: 4 MiB, a millisecond of
 /// loopback at full speed, so credits come back before they run out.

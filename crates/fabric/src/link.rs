@@ -543,24 +543,24 @@ impl Link {
         let total: usize = pieces.iter().map(Bytes::len).sum();
         header.channel = Channel::for_message(total);
         let fragment_bytes = self.send_limits.fragment_bytes(header.channel);
-        let mut fragments: Vec<Bytes> = Vec::with_capacity(total.div_ceil(fragment_bytes) + 2);
-        for piece in pieces.iter().filter(|p| !p.is_empty()) {
-            let mut at = 0;
-            while at < piece.len() {
-                let end = (at + fragment_bytes).min(piece.len());
-                fragments.push(piece.slice(at..end));
-                at = end;
-            }
-        }
-        if fragments.is_empty() {
-            fragments.push(Bytes::new());
-        }
-        let count = fragments.len();
+        let count = pieces
+            .iter()
+            .map(|p| p.len().div_ceil(fragment_bytes))
+            .sum::<usize>()
+            .max(1);
+        // Each piece cut on its own, as slices of itself; an empty message
+        // is one empty fragment.
+        let slices = pieces.iter().flat_map(|piece| {
+            (0..piece.len().div_ceil(fragment_bytes)).map(move |i| {
+                piece.slice(i * fragment_bytes..((i + 1) * fragment_bytes).min(piece.len()))
+            })
+        });
         let mut out = lock(&self.out);
         if self.is_closed() {
             return false;
         }
-        for (index, payload) in fragments.into_iter().enumerate() {
+        let empty = (total == 0).then(Bytes::new);
+        for (index, payload) in slices.chain(empty).enumerate() {
             let mut h = header;
             h.flags = 0;
             if index == 0 {
