@@ -30,9 +30,9 @@ pub enum ObjectCommand {
         /// The bucket's name (a-z 0-9 - _ ., 1-63 bytes).
         bucket: String,
         /// How its objects are cut into chunks: `fixed:SIZE` (default
-        /// fixed:64K) or `fastcdc` / `fastcdc:MIN,AVG,MAX` (content-defined;
+        /// fixed:1M) or `fastcdc` / `fastcdc:MIN,AVG,MAX` (content-defined;
         /// an edit moves only nearby chunk boundaries).
-        #[arg(long, default_value = "fixed:64K")]
+        #[arg(long, default_value = "fixed:1M")]
         chunking: String,
     },
     /// Remove an empty bucket.
