@@ -538,8 +538,6 @@ fn has_line_anchors(pattern: &str) -> bool {
 /// Every literal byte is written as an escape, so no character the regex
 /// crate would read specially (`&&` or `[` in a class, `\` in a bracket
 /// expression, a non-ASCII byte) keeps a meaning POSIX does not give it.
-// TODO(issue 19): split (left whole while this file is being edited elsewhere).
-#[allow(clippy::too_many_lines)]
 pub(crate) fn translate(pattern: &[u8], extended: bool) -> Result<String, KernelError> {
     let bad = |why: &str| {
         KernelError::BadArguments(format!(
