@@ -25,7 +25,7 @@ use crate::job::{
 use crate::local::{run_local, LocalData};
 use crate::merge::Merger;
 use crate::output::OutputPiece;
-use crate::output_queue::{piece_bytes, OutputQueue, ReadError};
+use crate::output_queue::{piece_bytes, OutputQueue, PiecesAnswer, ReadError};
 use crate::peers::{Peers, StoreVia, VolumesVia};
 use crate::plan::{chain_runs, plan_runs, RUNS_IN_FLIGHT};
 use crate::scan::{compile, Part, ScanKernel};
@@ -200,10 +200,21 @@ impl<P: Peers> Engine<P> {
     /// Serves one encoded compute call; the answer is always bytes to send
     /// back (errors included).
     pub async fn serve_call(self: &Arc<Self>, body: Bytes) -> Bytes {
-        let answer = match self.serve(body).await {
-            Ok(a) => a,
-            Err(e) => ComputeAnswer::Failed(e.to_failure()),
+        let answer = match decode::<ComputeCall>("compute call", &body) {
+            Ok(ComputeCall::Output {
+                id,
+                from_piece,
+                max_bytes,
+            }) => match self.output(id, from_piece, max_bytes).await {
+                // Encoded from the queue's pieces themselves, not from
+                // copies of them in an answer.
+                Ok(pieces) => return Bytes::from(encode(&pieces)),
+                Err(e) => Err(e),
+            },
+            Ok(call) => self.serve(call).await,
+            Err(e) => Err(e.into()),
         };
+        let answer = answer.unwrap_or_else(|e| ComputeAnswer::Failed(e.to_failure()));
         // A local run's parts may be megabytes of lines: encoded off the
         // node's reactor, so its links and other requests keep moving.
         let encoded = match answer {
@@ -238,8 +249,17 @@ impl<P: Peers> Engine<P> {
         Bytes::from(encoded)
     }
 
-    async fn serve(self: &Arc<Self>, body: Bytes) -> Result<ComputeAnswer, ComputeError> {
-        let call: ComputeCall = decode("compute call", &body)?;
+    async fn output(
+        &self,
+        id: CommandId,
+        from_piece: u64,
+        max_bytes: u32,
+    ) -> Result<PiecesAnswer, ComputeError> {
+        let command = self.command(id)?;
+        read_output(&command, from_piece, max_bytes).await
+    }
+
+    async fn serve(self: &Arc<Self>, call: ComputeCall) -> Result<ComputeAnswer, ComputeError> {
         match call {
             ComputeCall::Submit {
                 job,
@@ -285,8 +305,16 @@ impl<P: Peers> Engine<P> {
                 from_piece,
                 max_bytes,
             } => {
-                let command = self.command(id)?;
-                read_output(&command, from_piece, max_bytes).await
+                let PiecesAnswer {
+                    first_piece,
+                    pieces,
+                    end,
+                } = self.output(id, from_piece, max_bytes).await?;
+                Ok(ComputeAnswer::Pieces {
+                    first_piece,
+                    pieces: pieces.iter().map(|p| (**p).clone()).collect(),
+                    end,
+                })
             }
             ComputeCall::List => Ok(ComputeAnswer::Statuses(
                 self.table().commands.values().map(|c| c.status()).collect(),
@@ -1035,7 +1063,7 @@ async fn read_output(
     command: &Command,
     from: u64,
     max_bytes: u32,
-) -> Result<ComputeAnswer, ComputeError> {
+) -> Result<PiecesAnswer, ComputeError> {
     let max = u64::from(max_bytes.clamp(1, MAX_OUTPUT_SLICE_BYTES));
     let until = tokio::time::Instant::now() + Duration::from_millis(MAX_OUTPUT_WAIT_MS);
     let mut pieces_rx = command.output.subscribe();
@@ -1060,7 +1088,7 @@ async fn read_output(
             )),
         })?;
         if !pieces.is_empty() || end || tokio::time::Instant::now() >= until {
-            return Ok(ComputeAnswer::Pieces {
+            return Ok(PiecesAnswer {
                 first_piece: from,
                 pieces,
                 end,
