@@ -625,9 +625,20 @@ async fn grep_every_line(client: &Client) -> Result<(f64, u64, u64)> {
         )
         .await?;
     let (mut lines, mut printed) = (0u64, 0u64);
-    let mut count = |l: &[quarry_client::MatchLine]| {
-        lines += l.len() as u64;
-        printed += l.iter().map(|l| l.text.len() as u64 + 1).sum::<u64>();
+    // What `quarry grep ''` would print of them: a block's text as it is.
+    let mut count = |runs: &[quarry_client::LineRun]| {
+        for run in runs {
+            match run {
+                quarry_client::LineRun::Block(b) => {
+                    lines += b.lines();
+                    printed += b.text().len() as u64;
+                }
+                quarry_client::LineRun::One(l) => {
+                    lines += 1;
+                    printed += l.text.len() as u64 + 1;
+                }
+            }
+        }
     };
     let timeout = std::time::Duration::from_millis(limits.time_ms);
     compute
