@@ -373,6 +373,20 @@ fn decode_frame(mut buf: BytesMut) -> Result<quarry_proto::Frame, String> {
     }
 }
 
+/// Whether the client-protocol frame in `message` is a page request (read,
+/// program, erase) or a ping: requests whose handler does little before it
+/// either finishes or waits for the device, so that its first poll may run
+/// on the link's reader ([`Link::run_local`]).
+fn is_page_request(message: &[u8]) -> bool {
+    use quarry_proto::opcode;
+    // The opcode is the fourth byte of the frame header (after the magic
+    // and the version); a frame too short to have one is not.
+    matches!(
+        message.get(3).copied(),
+        Some(opcode::READ_PAGE | opcode::PROGRAM_PAGE | opcode::ERASE_BLOCK | opcode::PING)
+    )
+}
+
 /// What one try of a forwarded request sends, and until when it waits.
 #[derive(Clone, Copy)]
 struct Sent<'a> {
@@ -765,16 +779,14 @@ impl Inner {
             self.config.max_streams_per_link,
         );
         let link = Arc::new(link);
+        link.attach(writer);
         link.heard();
         if !self.register(&link) {
             return Ok(());
         }
         tracing::info!(peer = link.peer, addr = %link.peer_addr, serial = link.serial, "link up");
         tokio::spawn(link.clone().local_runner(jobs));
-        let writer_task = tokio::spawn(
-            link.clone()
-                .write_loop(writer, self.config.keepalive_interval),
-        );
+        let writer_task = tokio::spawn(link.clone().write_loop(self.config.keepalive_interval));
         let reason = match self.clone().read_loop(&link, &mut frames).await {
             Ok(()) => "closed by the peer".to_string(),
             Err(e) => e.to_string(),
@@ -1208,8 +1220,9 @@ impl Inner {
                 if header.is_last() {
                     if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
                         drop(inbound);
+                        let poll_first = is_page_request(&buf);
                         let job = self.clone().serve_local(link.clone(), header, buf, permit);
-                        link.run_local(stream, job);
+                        link.run_local(stream, job, poll_first);
                     }
                 }
             }
