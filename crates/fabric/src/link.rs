@@ -1161,4 +1161,54 @@ mod tests {
         runner.await.unwrap();
         assert_eq!(done.load(Ordering::Acquire), 2);
     }
+
+    #[tokio::test]
+    async fn a_link_with_one_request_writes_from_the_sender_and_a_busy_one_leaves_it_queued() {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dialled = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (dialled, accepted) = tokio::join!(dialled, listener.accept());
+        let (_, writer) = dialled.unwrap().into_split();
+        let (mut peer, _) = accepted.unwrap();
+        let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, both(8), 16);
+        link.attach(writer);
+        let queued = |link: &Link| {
+            let out = lock(&link.out);
+            !out.queues[0].is_empty() || !out.queues[1].is_empty()
+        };
+        // One request in flight, no writer task: the bytes reach the peer.
+        let (reply, _answer) = oneshot::channel();
+        let stream = lock(&link.outbound)
+            .insert(Pending::Local {
+                pieces: Vec::new(),
+                len_bytes: 0,
+                reply,
+            })
+            .unwrap();
+        let mut header = LinkHeader::control(Kind::Request, 0);
+        header.stream = stream;
+        assert!(link.send_message(header, Bytes::from(vec![7u8; 100])));
+        assert!(!queued(&link), "written by the sender");
+        let mut got = vec![0u8; crate::wire::LINK_HEADER_BYTES + 100];
+        peer.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got[crate::wire::LINK_HEADER_BYTES..], &[7u8; 100][..]);
+        // A second request in flight: the fragments wait for the writer
+        // task, which batches them.
+        let (reply, _answer) = oneshot::channel();
+        lock(&link.outbound)
+            .insert(Pending::Local {
+                pieces: Vec::new(),
+                len_bytes: 0,
+                reply,
+            })
+            .unwrap();
+        assert!(link.send_message(header, Bytes::from(vec![8u8; 100])));
+        assert!(queued(&link), "left to the writer task");
+        let link = Arc::new(link);
+        let writer = tokio::spawn(link.clone().write_loop(Duration::from_secs(60)));
+        peer.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got[crate::wire::LINK_HEADER_BYTES..], &[8u8; 100][..]);
+        link.close();
+        writer.await.unwrap().unwrap();
+    }
 }
