@@ -1220,7 +1220,11 @@ impl Inner {
                 if header.is_last() {
                     if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
                         drop(inbound);
-                        let poll_first = is_page_request(&buf);
+                        // Only on a link with no other request of the
+                        // peer's here: with more, the runner task runs
+                        // them beside this reader (on the other core),
+                        // which a busy link needs for its throughput.
+                        let poll_first = is_page_request(&buf) && link.local_requests() <= 1;
                         let job = self.clone().serve_local(link.clone(), header, buf, permit);
                         link.run_local(stream, job, poll_first);
                     }

@@ -416,7 +416,8 @@ impl Link {
     /// memory) is then answered without waking the runner task, a wake-up
     /// that measured 10-20 us here when it crosses threads. Only for jobs
     /// whose first poll is short (a page request), since it holds up the
-    /// caller (the link's reader) meanwhile.
+    /// caller (the link's reader) meanwhile, and only when it is the only
+    /// request of the peer's here.
     pub fn run_local(
         &self,
         stream: u32,
