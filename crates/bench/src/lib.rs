@@ -39,6 +39,7 @@ mod objects;
 mod page;
 mod plain_read;
 mod plot;
+mod qd1;
 mod scan;
 mod small;
 mod stats;

@@ -54,11 +54,14 @@ pub fn page(args: &BenchPageArgs) -> Result<()> {
         args.devices.clone()
     };
     let (root, _scratch) = work_dir(args.common.dir.as_deref(), "quarry-bench")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    // The client on one thread: its writer and reader tasks and the
+    // requester then take turns on it, with no wake-up across threads
+    // (10-20 us each here) between submitting a read and seeing its page.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let mut report = Vec::new();
+    let measure_volume = devices.contains(&DeviceArg::Mem);
     for device in devices {
         let backend = backend_of(device);
         let result = bench_backend(
@@ -72,8 +75,19 @@ pub fn page(args: &BenchPageArgs) -> Result<()> {
         }
         report.push(result);
     }
+    let volume = if measure_volume {
+        let ops = u64::from(args.ops.min(2000));
+        let rows = crate::qd1::volume_rows(&runtime, ops, &root.join("mem-volume"))?;
+        if !args.common.json {
+            crate::qd1::print_volume_rows(&rows);
+        }
+        Some(rows)
+    } else {
+        None
+    };
     if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let json = serde_json::json!({ "backends": report, "volume": volume });
+        println!("{}", serde_json::to_string_pretty(&json)?);
     }
     Ok(())
 }
@@ -84,6 +98,13 @@ struct BackendReport {
     backend: String,
     geometry: Geometry,
     working_set_pages: u64,
+    /// A blocking loopback TCP ping-pong of a page read's sizes (64 B out,
+    /// the page and 64 B back), measured in the same run.
+    pingpong_us_mean: f64,
+    /// A Ping to the entry node at QD1 (mean, p50): the protocol's own
+    /// round trip, without a device or a page.
+    ping_us_mean: f64,
+    ping_us_p50: f64,
     points: Vec<Point>,
     fio: Vec<FioComparison>,
     nand_bandwidth: Vec<BandwidthPoint>,
@@ -100,6 +121,8 @@ struct Point {
     latency_us_mean: f64,
     latency_us_p50: f64,
     latency_us_p99: f64,
+    /// Mean latency in ping-pongs of the same sizes.
+    pingpongs: f64,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -183,6 +206,12 @@ async fn measure_cluster(
     fill(&client, &geometry, &set0).await?;
     fill(&client, &geometry, &set1).await?;
 
+    let pingpong_us_mean = crate::qd1::ping_pong_us(
+        args.ops.clamp(200, 2000) as usize,
+        crate::qd1::REQUEST_FRAME_BYTES,
+        geometry.page_size_bytes as usize + crate::qd1::ANSWER_HEAD_BYTES,
+    )?;
+    let (ping_us_mean, ping_us_p50) = ping_latency(&client, args.ops.min(2000)).await?;
     let mut points = Vec::new();
     let mut depth = 1u32;
     while depth <= args.max_queue_depth {
@@ -192,7 +221,9 @@ async fn measure_cluster(
             } else {
                 args.ops
             };
-            points.push(measure(&client, set, depth, u64::from(ops), path).await?);
+            let mut point = measure(&client, set, depth, u64::from(ops), path).await?;
+            point.pingpongs = point.latency_us_mean / pingpong_us_mean;
+            points.push(point);
         }
         depth *= 2;
     }
@@ -221,6 +252,9 @@ async fn measure_cluster(
         backend: format!("{backend:?}").to_lowercase(),
         geometry,
         working_set_pages: set0.len() as u64,
+        pingpong_us_mean,
+        ping_us_mean,
+        ping_us_p50,
         points,
         fio,
         nand_bandwidth,
@@ -377,6 +411,18 @@ async fn run_pipelined(
     Ok(())
 }
 
+/// Mean and median latency (us) of `ops` Pings to the entry node, one at a
+/// time.
+async fn ping_latency(client: &Client, ops: u32) -> Result<(f64, f64)> {
+    let mut stats = LatencyStats::new();
+    for _ in 0..ops.max(1) {
+        let sent = Instant::now();
+        client.ping().await?;
+        stats.record(sent.elapsed());
+    }
+    Ok((stats.mean_us(), stats.quantile_us(0.5)))
+}
+
 /// Random reads over `set` with `depth` requests in flight.
 async fn measure(
     client: &Client,
@@ -415,6 +461,7 @@ async fn measure(
         latency_us_mean: stats.mean_us(),
         latency_us_p50: stats.quantile_us(0.5),
         latency_us_p99: stats.quantile_us(0.99),
+        pingpongs: 0.0,
     })
 }
 
@@ -496,7 +543,14 @@ fn print_backend(report: &BackendReport) {
     );
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
-        "path", "QD", "IOPS", "MiB/s", "mean us", "p50 us", "p99 us",
+        "path",
+        "QD",
+        "IOPS",
+        "MiB/s",
+        "mean us",
+        "p50 us",
+        "p99 us",
+        "ping-pongs",
     ]);
     for p in &report.points {
         table.add_row(vec![
@@ -507,9 +561,14 @@ fn print_backend(report: &BackendReport) {
             format!("{:.1}", p.latency_us_mean),
             format!("{:.1}", p.latency_us_p50),
             format!("{:.1}", p.latency_us_p99),
+            format!("{:.2}", p.pingpongs),
         ]);
     }
-    println!("{table}");
+    println!(
+        "blocking loopback TCP ping-pong, 64 B out and the page + 64 B back, same run: {:.1} us; \
+         a Quarry Ping at QD1: {:.1} us mean, {:.1} us p50\n{table}",
+        report.pingpong_us_mean, report.ping_us_mean, report.ping_us_p50
+    );
     if !report.fio.is_empty() {
         let mut table = Table::new();
         table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![

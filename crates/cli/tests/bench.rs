@@ -139,11 +139,13 @@ fn bench_page_quick_json() {
         dir.path(),
         &["bench", "page", "--quick", "--device", "mem", "--json"],
     );
-    let backends = r.as_array().expect("one report per backend");
+    let backends = r["backends"].as_array().expect("one report per backend");
     assert_eq!(backends.len(), 1);
     let mem = &backends[0];
     assert_eq!(mem["backend"], "mem");
     assert!(mem["working_set_pages"].as_u64().unwrap_or(0) > 0);
+    positive(mem, "pingpong_us_mean");
+    positive(mem, "ping_us_p50");
     let points = mem["points"].as_array().expect("points");
     for depth in [1u64, 2, 4] {
         for path in ["local", "forwarded"] {
@@ -154,6 +156,7 @@ fn bench_page_quick_json() {
             positive(p, "iops");
             positive(p, "mib_per_s");
             positive(p, "latency_us_p50");
+            positive(p, "pingpongs");
             assert!(num(p, "latency_us_p99") >= num(p, "latency_us_p50"), "{p}");
         }
     }
@@ -161,6 +164,20 @@ fn bench_page_quick_json() {
         !points.iter().any(|p| p["queue_depth"].as_u64() > Some(4)),
         "--quick stops at QD4"
     );
+    // With the mem backend come the volume rows, beside a raw read through
+    // the same (managed) node.
+    let volume = &r["volume"];
+    for field in [
+        "pingpong_us_mean",
+        "raw_read_us_mean",
+        "volume_read_us_mean",
+        "volume_write_us_mean",
+        "volume_read_vs_raw",
+        "volume_write_vs_raw",
+    ] {
+        positive(volume, field);
+    }
+    assert_eq!(volume["page_size_bytes"].as_u64(), Some(8192), "{volume}");
 }
 
 #[test]

@@ -16,6 +16,7 @@ use quarry_proto::{
     Request, Response, RouteEntry, RoutesInfo, Status, HEADER_LEN_BYTES, MAX_BODY_BYTES,
     PROTOCOL_VERSION,
 };
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch};
 use tokio_util::codec::{Decoder, FramedRead};
@@ -372,6 +373,32 @@ fn decode_frame(mut buf: BytesMut) -> Result<quarry_proto::Frame, String> {
     }
 }
 
+/// Whether the client-protocol frame in `message` is a page request (read,
+/// program, erase) or a ping: requests whose handler does little before it
+/// either finishes or waits for the device, so that its first poll may run
+/// on the link's reader ([`Link::run_local`]).
+fn is_page_request(message: &[u8]) -> bool {
+    use quarry_proto::opcode;
+    // The opcode is the fourth byte of the frame header (after the magic
+    // and the version); a frame too short to have one is not.
+    matches!(
+        message.get(3).copied(),
+        Some(opcode::READ_PAGE | opcode::PROGRAM_PAGE | opcode::ERASE_BLOCK | opcode::PING)
+    )
+}
+
+/// What one try of a forwarded request sends, and until when it waits.
+#[derive(Clone, Copy)]
+struct Sent<'a> {
+    dest: NodeId,
+    hops: u8,
+    flow: u32,
+    message: &'a Vec<Bytes>,
+    deadline: tokio::time::Instant,
+    /// No try comes after this one.
+    last: bool,
+}
+
 /// Withdraws a request whose requester stopped waiting for it: frees its tag
 /// and tells the next node to drop it, which passes that on to the node
 /// running it, so the work stops there too.
@@ -451,8 +478,6 @@ impl Inner {
 
     /// Sends `request` to `dest` and returns its answer frame as it
     /// arrived, or an error answer of this node's.
-    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
-    #[allow(clippy::too_many_lines)]
     async fn exchange(
         self: Arc<Self>,
         dest: NodeId,
@@ -464,8 +489,7 @@ impl Inner {
         if let Err(refusal) = crate::check_hops(hops, self.config.max_hops) {
             return refusal.into();
         }
-        let local = self.local.id;
-        if dest == local {
+        if dest == self.local.id {
             return error(
                 Status::Internal,
                 format!("node {dest} is this node; a local request reached the fabric"),
@@ -488,99 +512,17 @@ impl Inner {
         let attempts = if is_idempotent(&request) { 2 } else { 1 };
         let mut last_failure = String::new();
         for attempt in 1..=attempts {
-            let mut routes_seen = self.version.subscribe();
-            let link = match self.next_link(dest).await {
-                Ok(link) => link,
-                Err(refusal) => return refusal.into(),
-            };
-            let (reply, answer) = oneshot::channel();
-            let stream = lock(&link.outbound).insert(Pending::Local {
-                pieces: Vec::new(),
-                len_bytes: 0,
-                reply,
-            });
-            let Some(stream) = stream else {
-                return error(
-                    Status::Busy,
-                    format!(
-                        "link to node {} has {} requests in flight, the limit",
-                        link.peer, self.config.max_streams_per_link
-                    ),
-                )
-                .into();
-            };
-            let header = LinkHeader {
-                kind: Kind::Request,
-                channel: Channel::Control,
-                flags: 0,
-                hops,
-                stream,
+            let sent = Sent {
                 dest,
-                origin: local,
+                hops,
                 flow,
-                len_bytes: 0,
+                message: &message,
+                deadline,
+                last: attempt == attempts,
             };
-            if !link.send_pieces(header, message.clone()) {
-                // The link closed after the route was chosen; if its streams
-                // were already failed, this one was not among them.
-                lock(&link.outbound).remove(stream);
-                last_failure = format!("link to node {} closed", link.peer);
-                continue;
-            }
-            // From here until the answer is in, a requester that stops
-            // waiting (a cancelled command, a timeout) withdraws the request.
-            let mut withdraw = Withdraw {
-                link: &link,
-                stream,
-                answered: false,
-            };
-            let waited = tokio::time::timeout_at(deadline, answer).await;
-            // A whole answer closed the stream; anything else withdraws it.
-            withdraw.answered = matches!(waited, Ok(Ok(Ok(_))));
-            drop(withdraw);
-            match waited {
-                Ok(Ok(Ok(pieces))) => {
-                    let frame = match RelayedFrame::new(pieces) {
-                        Ok(frame) => frame,
-                        Err(e) => {
-                            return Answer::Message(error(
-                                Status::Internal,
-                                format!("node {dest} sent a malformed answer: {e}"),
-                            ))
-                        }
-                    };
-                    // A node further on lost its link under the request: a
-                    // read may go again once the routes have moved. (Only
-                    // an error answer is looked into; a page passes on as
-                    // it came.)
-                    let header = frame.header();
-                    let lost_further_on = header.opcode == ERROR_OPCODE
-                        && header.status == Status::NodeUnreachable as u8;
-                    if !lost_further_on || attempt == attempts {
-                        return Answer::Relayed(frame);
-                    }
-                    let rerouted =
-                        tokio::time::timeout(self.config.route_wait, routes_seen.changed()).await;
-                    if !matches!(rerouted, Ok(Ok(()))) {
-                        return Answer::Relayed(frame);
-                    }
-                    if let Response::Error { message, .. } = decode_relayed(&frame, dest) {
-                        last_failure = message;
-                    }
-                }
-                Ok(Ok(Err(reason))) => last_failure = reason,
-                Ok(Err(_)) => last_failure = format!("link to node {} closed", link.peer),
-                Err(_) => {
-                    return error(
-                        Status::Timeout,
-                        format!(
-                            "node {dest} did not answer within {} ms (sent via node {})",
-                            self.config.request_timeout.as_millis(),
-                            link.peer
-                        ),
-                    )
-                    .into();
-                }
+            match self.attempt(sent).await {
+                Ok(answer) => return answer,
+                Err(failure) => last_failure = failure,
             }
         }
         error(
@@ -588,6 +530,111 @@ impl Inner {
             format!("{} is unreachable: {last_failure}", self.name(dest)),
         )
         .into()
+    }
+
+    /// One try of [`Inner::exchange`]: the answer to give, or why this try
+    /// failed in a way another try may mend.
+    async fn attempt(&self, sent: Sent<'_>) -> Result<Answer, String> {
+        let Sent { dest, hops, .. } = sent;
+        let routes_seen = self.version.subscribe();
+        let link = match self.next_link(dest).await {
+            Ok(link) => link,
+            Err(refusal) => return Ok(refusal.into()),
+        };
+        let (reply, answer) = oneshot::channel();
+        let stream = lock(&link.outbound).insert(Pending::Local {
+            pieces: Vec::new(),
+            len_bytes: 0,
+            reply,
+        });
+        let Some(stream) = stream else {
+            return Ok(error(
+                Status::Busy,
+                format!(
+                    "link to node {} has {} requests in flight, the limit",
+                    link.peer, self.config.max_streams_per_link
+                ),
+            )
+            .into());
+        };
+        let header = LinkHeader {
+            kind: Kind::Request,
+            channel: Channel::Control,
+            flags: 0,
+            hops,
+            stream,
+            dest,
+            origin: self.local.id,
+            flow: sent.flow,
+            len_bytes: 0,
+        };
+        if !link.send_pieces(header, sent.message.clone()) {
+            // The link closed after the route was chosen; if its streams
+            // were already failed, this one was not among them.
+            lock(&link.outbound).remove(stream);
+            return Err(format!("link to node {} closed", link.peer));
+        }
+        // From here until the answer is in, a requester that stops
+        // waiting (a cancelled command, a timeout) withdraws the request.
+        let mut withdraw = Withdraw {
+            link: &link,
+            stream,
+            answered: false,
+        };
+        let waited = tokio::time::timeout_at(sent.deadline, answer).await;
+        // A whole answer closed the stream; anything else withdraws it.
+        withdraw.answered = matches!(waited, Ok(Ok(Ok(_))));
+        drop(withdraw);
+        match waited {
+            Ok(Ok(Ok(pieces))) => self.settle(dest, pieces, routes_seen, sent.last).await,
+            Ok(Ok(Err(reason))) => Err(reason),
+            Ok(Err(_)) => Err(format!("link to node {} closed", link.peer)),
+            Err(_) => Ok(error(
+                Status::Timeout,
+                format!(
+                    "node {dest} did not answer within {} ms (sent via node {})",
+                    self.config.request_timeout.as_millis(),
+                    link.peer
+                ),
+            )
+            .into()),
+        }
+    }
+
+    /// The answer `dest` sent as `pieces`, or (when `last` is false) why a
+    /// read should go again: a node further on lost its link under it and
+    /// the routes have moved since.
+    async fn settle(
+        &self,
+        dest: NodeId,
+        pieces: Vec<Bytes>,
+        mut routes_seen: watch::Receiver<u64>,
+        last: bool,
+    ) -> Result<Answer, String> {
+        let frame = match RelayedFrame::new(pieces) {
+            Ok(frame) => frame,
+            Err(e) => {
+                return Ok(Answer::Message(error(
+                    Status::Internal,
+                    format!("node {dest} sent a malformed answer: {e}"),
+                )))
+            }
+        };
+        // Only an error answer is looked into; a page passes on as it came.
+        let header = frame.header();
+        let lost_further_on =
+            header.opcode == ERROR_OPCODE && header.status == Status::NodeUnreachable as u8;
+        if !lost_further_on || last {
+            return Ok(Answer::Relayed(frame));
+        }
+        let rerouted = tokio::time::timeout(self.config.route_wait, routes_seen.changed()).await;
+        if !matches!(rerouted, Ok(Ok(()))) {
+            return Ok(Answer::Relayed(frame));
+        }
+        match decode_relayed(&frame, dest) {
+            Response::Error { message, .. } => Err(message),
+            _ => Err(String::new()),
+        }
     }
 
     /// The link towards `dest`, waiting up to the route wait for a route to
@@ -704,8 +751,6 @@ impl Inner {
 
     /// Handshakes on `stream`, registers the link and serves it until it
     /// closes. `expect` is the neighbour dialled, or None for an accepted link.
-    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
-    #[allow(clippy::too_many_lines)]
     async fn run_link(
         self: Arc<Self>,
         stream: TcpStream,
@@ -714,6 +759,51 @@ impl Inner {
         let _ = stream.set_nodelay(true);
         let (reader, mut writer) = stream.into_split();
         let mut frames = FramedRead::with_capacity(reader, LinkCodec, 128 * 1024);
+        let theirs = self.handshake(&mut frames, &mut writer, expect).await?;
+        self.check_hello(&theirs, expect)?;
+        let dialer = if expect.is_some() {
+            self.local.id
+        } else {
+            theirs.id
+        };
+        let (link, jobs) = Link::new(
+            self.next_serial.fetch_add(1, Ordering::Relaxed),
+            theirs.id,
+            theirs.addr.clone(),
+            theirs.instance,
+            dialer,
+            LinkLimits {
+                receive: self.config.receive_limits(),
+                send: theirs.receive,
+            },
+            self.config.max_streams_per_link,
+        );
+        let link = Arc::new(link);
+        link.attach(writer);
+        link.heard();
+        if !self.register(&link) {
+            return Ok(());
+        }
+        tracing::info!(peer = link.peer, addr = %link.peer_addr, serial = link.serial, "link up");
+        tokio::spawn(link.clone().local_runner(jobs));
+        let writer_task = tokio::spawn(link.clone().write_loop(self.config.keepalive_interval));
+        let reason = match self.clone().read_loop(&link, &mut frames).await {
+            Ok(()) => "closed by the peer".to_string(),
+            Err(e) => e.to_string(),
+        };
+        self.link_down(&link, &reason);
+        writer_task.abort();
+        Ok(())
+    }
+
+    /// Sends this node's Hello and reads the peer's, within the connect
+    /// timeout.
+    async fn handshake(
+        &self,
+        frames: &mut FramedRead<OwnedReadHalf, LinkCodec>,
+        writer: &mut OwnedWriteHalf,
+        expect: Option<NodeId>,
+    ) -> Result<Hello, FabricError> {
         let hello = Hello {
             cluster: self.config.cluster.clone(),
             id: self.local.id,
@@ -725,7 +815,7 @@ impl Inner {
         let handshake = async {
             let mut buf = BytesMut::new();
             encode_json(Kind::Hello, &hello, &mut buf)?;
-            tokio::io::AsyncWriteExt::write_all(&mut writer, &buf).await?;
+            tokio::io::AsyncWriteExt::write_all(writer, &buf).await?;
             match frames.next().await {
                 Some(Ok(frame)) if frame.header.kind == Kind::Hello => {
                     decode_json::<Hello>(Kind::Hello, &frame.payload)
@@ -739,14 +829,19 @@ impl Inner {
                 }),
             }
         };
-        let theirs = tokio::time::timeout(self.config.connect_timeout, handshake)
+        tokio::time::timeout(self.config.connect_timeout, handshake)
             .await
             .map_err(|_| FabricError::BadLinkFrame {
                 reason: format!(
                     "no handshake within {} ms",
                     self.config.connect_timeout.as_millis()
                 ),
-            })??;
+            })?
+    }
+
+    /// Refuses a peer of another cluster, with bad limits, with this node's
+    /// id, or not the one either end meant to dial.
+    fn check_hello(&self, theirs: &Hello, expect: Option<NodeId>) -> Result<(), FabricError> {
         if theirs.cluster != self.config.cluster {
             return Err(FabricError::BadLinkFrame {
                 reason: format!(
@@ -788,40 +883,6 @@ impl Inner {
                 });
             }
         }
-        let dialer = if expect.is_some() {
-            self.local.id
-        } else {
-            theirs.id
-        };
-        let (link, jobs) = Link::new(
-            self.next_serial.fetch_add(1, Ordering::Relaxed),
-            theirs.id,
-            theirs.addr.clone(),
-            theirs.instance,
-            dialer,
-            LinkLimits {
-                receive: self.config.receive_limits(),
-                send: theirs.receive,
-            },
-            self.config.max_streams_per_link,
-        );
-        let link = Arc::new(link);
-        link.heard();
-        if !self.register(&link) {
-            return Ok(());
-        }
-        tracing::info!(peer = link.peer, addr = %link.peer_addr, serial = link.serial, "link up");
-        tokio::spawn(link.clone().local_runner(jobs));
-        let writer_task = tokio::spawn(
-            link.clone()
-                .write_loop(writer, self.config.keepalive_interval),
-        );
-        let reason = match self.clone().read_loop(&link, &mut frames).await {
-            Ok(()) => "closed by the peer".to_string(),
-            Err(e) => e.to_string(),
-        };
-        self.link_down(&link, &reason);
-        writer_task.abort();
         Ok(())
     }
 
@@ -1032,7 +1093,7 @@ impl Inner {
     async fn read_loop(
         self: Arc<Self>,
         link: &Arc<Link>,
-        frames: &mut FramedRead<tokio::net::tcp::OwnedReadHalf, LinkCodec>,
+        frames: &mut FramedRead<OwnedReadHalf, LinkCodec>,
     ) -> Result<(), FabricError> {
         loop {
             let frame = tokio::select! {
@@ -1159,8 +1220,13 @@ impl Inner {
                 if header.is_last() {
                     if let Some(Inbound::Local { buf, permit }) = inbound.remove(&stream) {
                         drop(inbound);
+                        // Only on a link with no other request of the
+                        // peer's here: with more, the runner task runs
+                        // them beside this reader (on the other core),
+                        // which a busy link needs for its throughput.
+                        let poll_first = is_page_request(&buf) && link.local_requests() <= 1;
                         let job = self.clone().serve_local(link.clone(), header, buf, permit);
-                        link.run_local(stream, job);
+                        link.run_local(stream, job, poll_first);
                     }
                 }
             }

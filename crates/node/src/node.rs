@@ -245,8 +245,6 @@ impl Node {
     /// then only used to name the node). Lets a test or an embedded cluster
     /// bind every node's port first and hand out the addresses before any node
     /// starts.
-    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
-    #[allow(clippy::too_many_lines)]
     pub async fn start_with_listener(
         config: NodeConfig,
         listener: TcpListener,
@@ -279,81 +277,13 @@ impl Node {
                 addr: p.addr.clone(),
             })
             .collect();
-        let managed = match config.storage.mode {
-            StorageMode::Raw => None,
-            StorageMode::Managed => {
-                let volume = SpaceManager::open(
-                    device.clone(),
-                    config.storage.volume.clone(),
-                    &config.data_dir,
-                )
-                .await
-                .map_err(NodeError::Volume)?;
-                let volume = Arc::new(volume);
-                let (store, recovery) =
-                    open_volume_node(config.id, volume.clone(), &VolumeStoreConfig::default())
-                        .await
-                        .map_err(NodeError::Store)?;
-                tracing::info!(
-                    id = config.id,
-                    chunks = recovery.chunks,
-                    manifests = recovery.manifests,
-                    orphan_extents_trimmed = recovery.orphan_extents_trimmed,
-                    "object store opened"
-                );
-                let volumes = VolumeRegistry::open(config.id, &config.data_dir)
-                    .map_err(NodeError::Volumes)?;
-                tracing::info!(
-                    id = config.id,
-                    volumes = volumes.volumes().len(),
-                    "block volume registry opened"
-                );
-                Some(Managed {
-                    volume,
-                    store: Arc::new(store),
-                    volumes: Arc::new(volumes),
-                })
-            }
-        };
+        let managed = open_managed(&config, &device).await?;
         let volume = managed.as_ref().map(|m| m.volume.clone());
         let peers = Arc::new(NodePeers {
             id: config.id,
             ..NodePeers::default()
         });
-        let tuner = config.compute.tuner().map_err(|reason| NodeError::Config {
-            path: "<config>".into(),
-            reason,
-        })?;
-        if let Some(s) = config.compute.read_setting().ok().flatten() {
-            tracing::info!(
-                id = config.id,
-                depth = s.depth,
-                read_ahead = s.read_ahead,
-                "read tuner pinned by [compute]"
-            );
-        }
-        let engine = Engine::with_tuner(
-            LocalData::new(
-                config.id,
-                device.clone(),
-                managed.as_ref().map(|m| ManagedData {
-                    space: m.volume.clone(),
-                    store: m.store.clone(),
-                    volumes: m.volumes.clone(),
-                }),
-            ),
-            peers.clone(),
-            tuner,
-        );
-        let local = Arc::new(LocalService {
-            id: config.id,
-            cluster: config.cluster.clone(),
-            addr: advertised.clone(),
-            started: Instant::now(),
-            device: device.clone(),
-            managed,
-            engine,
-        });
+        let local = local_service(&config, &device, managed, advertised.clone(), &peers)?;
         let _ = peers.local.set(Arc::downgrade(&local));
         let service = local.clone();
         let handler: LocalHandler =
@@ -398,6 +328,94 @@ impl Node {
             fabric,
         })
     }
+}
+
+/// Opens the space manager, object store and volume registry of a managed
+/// node; None for a raw one.
+async fn open_managed(
+    config: &NodeConfig,
+    device: &Arc<Device>,
+) -> Result<Option<Managed>, NodeError> {
+    Ok(match config.storage.mode {
+        StorageMode::Raw => None,
+        StorageMode::Managed => {
+            let volume = SpaceManager::open(
+                device.clone(),
+                config.storage.volume.clone(),
+                &config.data_dir,
+            )
+            .await
+            .map_err(NodeError::Volume)?;
+            let volume = Arc::new(volume);
+            let (store, recovery) =
+                open_volume_node(config.id, volume.clone(), &VolumeStoreConfig::default())
+                    .await
+                    .map_err(NodeError::Store)?;
+            tracing::info!(
+                id = config.id,
+                chunks = recovery.chunks,
+                manifests = recovery.manifests,
+                orphan_extents_trimmed = recovery.orphan_extents_trimmed,
+                "object store opened"
+            );
+            let volumes =
+                VolumeRegistry::open(config.id, &config.data_dir).map_err(NodeError::Volumes)?;
+            tracing::info!(
+                id = config.id,
+                volumes = volumes.volumes().len(),
+                "block volume registry opened"
+            );
+            Some(Managed {
+                volume,
+                store: Arc::new(store),
+                volumes: Arc::new(volumes),
+            })
+        }
+    })
+}
+
+/// The service answering this node's own requests, with its kernel engine.
+fn local_service(
+    config: &NodeConfig,
+    device: &Arc<Device>,
+    managed: Option<Managed>,
+    advertised: String,
+    peers: &Arc<NodePeers>,
+) -> Result<Arc<LocalService>, NodeError> {
+    let tuner = config.compute.tuner().map_err(|reason| NodeError::Config {
+        path: "<config>".into(),
+        reason,
+    })?;
+    if let Some(s) = config.compute.read_setting().ok().flatten() {
+        tracing::info!(
+            id = config.id,
+            depth = s.depth,
+            read_ahead = s.read_ahead,
+            "read tuner pinned by [compute]"
+        );
+    }
+    let engine = Engine::with_tuner(
+        LocalData::new(
+            config.id,
+            device.clone(),
+            managed.as_ref().map(|m| ManagedData {
+                space: m.volume.clone(),
+                store: m.store.clone(),
+                volumes: m.volumes.clone(),
+            }),
+        ),
+        peers.clone(),
+        tuner,
+    );
+    Ok(Arc::new(LocalService {
+        id: config.id,
+        cluster: config.cluster.clone(),
+        addr: advertised.clone(),
+        started: Instant::now(),
+        device: device.clone(),
+        managed,
+        engine,
+    }))
 }
 
 /// A running node. Dropping it stops accepting connections; call

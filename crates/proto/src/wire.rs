@@ -457,8 +457,6 @@ pub fn decode_request(frame: &Frame) -> Result<Request, ProtoError> {
 }
 
 /// Decodes an answer frame's body.
-// TODO(issue 19): split (left whole while this file is being edited elsewhere).
-#[allow(clippy::too_many_lines)]
 pub fn decode_response(frame: &Frame) -> Result<Response, ProtoError> {
     let op = frame.header.opcode;
     if op != opcode::ERROR && frame.header.status != Status::Ok as u8 {
@@ -483,94 +481,12 @@ pub fn decode_response(frame: &Frame) -> Result<Response, ProtoError> {
                 Response::Done
             }
         }
-        opcode::PAGE => {
-            let mut c = Cursor::new(&frame.body, "Page answer");
-            let flags = c.u8("flags")?;
-            if flags > 1 {
-                return Err(c.malformed(format!("unknown page flags 0x{flags:02x}")));
-            }
-            let corrected_bytes = c.u32("corrected bytes")?;
-            let (data, oob) = c.page_parts()?;
-            c.finish()?;
-            Response::Page {
-                data,
-                oob,
-                erased: flags == 1,
-                corrected_bytes,
-            }
-        }
-        opcode::NODE_INFO_ANSWER => {
-            let info: NodeInfo =
-                serde_json::from_slice(&frame.body).map_err(|e| ProtoError::Malformed {
-                    what: "NodeInfo answer",
-                    reason: e.to_string(),
-                })?;
-            check_addr(&info.addr).map_err(|e| ProtoError::Malformed {
-                what: "NodeInfo answer",
-                reason: e.to_string(),
-            })?;
-            Response::NodeInfo(Box::new(info))
-        }
-        opcode::CLUSTER_ANSWER => {
-            let members: Vec<NodeEntry> =
-                serde_json::from_slice(&frame.body).map_err(|e| ProtoError::Malformed {
-                    what: "Cluster answer",
-                    reason: e.to_string(),
-                })?;
-            if members.len() > MAX_CLUSTER_MEMBERS {
-                return Err(ProtoError::Malformed {
-                    what: "Cluster answer",
-                    reason: format!(
-                        "{} members exceed limit {MAX_CLUSTER_MEMBERS}",
-                        members.len()
-                    ),
-                });
-            }
-            for m in &members {
-                check_addr(&m.addr).map_err(|e| ProtoError::Malformed {
-                    what: "Cluster answer",
-                    reason: e.to_string(),
-                })?;
-            }
-            Response::Cluster(members)
-        }
-        opcode::ROUTES_ANSWER => {
-            let info: RoutesInfo =
-                serde_json::from_slice(&frame.body).map_err(|e| ProtoError::Malformed {
-                    what: "Routes answer",
-                    reason: e.to_string(),
-                })?;
-            check_routes(&info).map_err(|e| ProtoError::Malformed {
-                what: "Routes answer",
-                reason: e.to_string(),
-            })?;
-            Response::Routes(Box::new(info))
-        }
+        opcode::PAGE => decode_page_answer(frame)?,
+        opcode::NODE_INFO_ANSWER => decode_node_info(frame)?,
+        opcode::CLUSTER_ANSWER => decode_cluster(frame)?,
+        opcode::ROUTES_ANSWER => decode_routes(frame)?,
         opcode::REPLY => Response::Reply(frame.body.clone()),
-        opcode::ERROR => {
-            let status = Status::from_u8(frame.header.status)
-                .filter(|s| *s != Status::Ok)
-                .ok_or_else(|| ProtoError::Malformed {
-                    what: "Error answer",
-                    reason: format!("status byte {} is not an error status", frame.header.status),
-                })?;
-            if frame.body.len() > MAX_ERROR_MESSAGE_BYTES {
-                return Err(ProtoError::Malformed {
-                    what: "Error answer",
-                    reason: format!(
-                        "message of {} bytes exceeds limit {MAX_ERROR_MESSAGE_BYTES}",
-                        frame.body.len()
-                    ),
-                });
-            }
-            let message = std::str::from_utf8(&frame.body)
-                .map_err(|e| ProtoError::Malformed {
-                    what: "Error answer",
-                    reason: format!("message is not UTF-8: {e}"),
-                })?
-                .to_string();
-            Response::Error { status, message }
-        }
+        opcode::ERROR => decode_error_answer(frame)?,
         other => {
             return Err(ProtoError::UnknownOpcode {
                 opcode: other,
@@ -579,6 +495,103 @@ pub fn decode_response(frame: &Frame) -> Result<Response, ProtoError> {
         }
     };
     Ok(response)
+}
+
+/// A page answer: flags, corrected bytes, data and OOB.
+fn decode_page_answer(frame: &Frame) -> Result<Response, ProtoError> {
+    let mut c = Cursor::new(&frame.body, "Page answer");
+    let flags = c.u8("flags")?;
+    if flags > 1 {
+        return Err(c.malformed(format!("unknown page flags 0x{flags:02x}")));
+    }
+    let corrected_bytes = c.u32("corrected bytes")?;
+    let (data, oob) = c.page_parts()?;
+    c.finish()?;
+    Ok(Response::Page {
+        data,
+        oob,
+        erased: flags == 1,
+        corrected_bytes,
+    })
+}
+
+/// A node's info, its address checked.
+fn decode_node_info(frame: &Frame) -> Result<Response, ProtoError> {
+    let info: NodeInfo =
+        serde_json::from_slice(&frame.body).map_err(|e| ProtoError::Malformed {
+            what: "NodeInfo answer",
+            reason: e.to_string(),
+        })?;
+    check_addr(&info.addr).map_err(|e| ProtoError::Malformed {
+        what: "NodeInfo answer",
+        reason: e.to_string(),
+    })?;
+    Ok(Response::NodeInfo(Box::new(info)))
+}
+
+/// The members of a cluster, at most [`MAX_CLUSTER_MEMBERS`], addresses checked.
+fn decode_cluster(frame: &Frame) -> Result<Response, ProtoError> {
+    let members: Vec<NodeEntry> =
+        serde_json::from_slice(&frame.body).map_err(|e| ProtoError::Malformed {
+            what: "Cluster answer",
+            reason: e.to_string(),
+        })?;
+    if members.len() > MAX_CLUSTER_MEMBERS {
+        return Err(ProtoError::Malformed {
+            what: "Cluster answer",
+            reason: format!(
+                "{} members exceed limit {MAX_CLUSTER_MEMBERS}",
+                members.len()
+            ),
+        });
+    }
+    for m in &members {
+        check_addr(&m.addr).map_err(|e| ProtoError::Malformed {
+            what: "Cluster answer",
+            reason: e.to_string(),
+        })?;
+    }
+    Ok(Response::Cluster(members))
+}
+
+/// A node's routes, checked.
+fn decode_routes(frame: &Frame) -> Result<Response, ProtoError> {
+    let info: RoutesInfo =
+        serde_json::from_slice(&frame.body).map_err(|e| ProtoError::Malformed {
+            what: "Routes answer",
+            reason: e.to_string(),
+        })?;
+    check_routes(&info).map_err(|e| ProtoError::Malformed {
+        what: "Routes answer",
+        reason: e.to_string(),
+    })?;
+    Ok(Response::Routes(Box::new(info)))
+}
+
+/// An error answer: an error status and a bounded UTF-8 message.
+fn decode_error_answer(frame: &Frame) -> Result<Response, ProtoError> {
+    let status = Status::from_u8(frame.header.status)
+        .filter(|s| *s != Status::Ok)
+        .ok_or_else(|| ProtoError::Malformed {
+            what: "Error answer",
+            reason: format!("status byte {} is not an error status", frame.header.status),
+        })?;
+    if frame.body.len() > MAX_ERROR_MESSAGE_BYTES {
+        return Err(ProtoError::Malformed {
+            what: "Error answer",
+            reason: format!(
+                "message of {} bytes exceeds limit {MAX_ERROR_MESSAGE_BYTES}",
+                frame.body.len()
+            ),
+        });
+    }
+    let message = std::str::from_utf8(&frame.body)
+        .map_err(|e| ProtoError::Malformed {
+            what: "Error answer",
+            reason: format!("message is not UTF-8: {e}"),
+        })?
+        .to_string();
+    Ok(Response::Error { status, message })
 }
 
 /// Payloads at least this large travel as pieces of their own rather than
