@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use crate::bucket::BucketConfig;
 use crate::chunking::{check_chunk_len, MAX_CHUNK_SIZE};
@@ -70,6 +70,22 @@ pub trait StoreNode: Send + Sync + 'static {
             let data = self.read_chunk(fingerprint).await?;
             let crc = chunk_crc32c(&data);
             Ok((data, crc))
+        }
+    }
+
+    /// [`StoreNode::read_chunk_with_crc`], appending the bytes to `out`
+    /// (which holds the head of the answer they go back in): a node that
+    /// gathers a chunk from pages gathers it there, so serving a read
+    /// copies the chunk once, not twice.
+    fn read_chunk_into(
+        &self,
+        fingerprint: Fingerprint,
+        out: &mut BytesMut,
+    ) -> impl Future<Output = Result<u32>> + Send {
+        async move {
+            let (data, crc) = self.read_chunk_with_crc(fingerprint).await?;
+            out.extend_from_slice(&data);
+            Ok(crc)
         }
     }
 
@@ -180,6 +196,13 @@ impl<N: StoreNode> StoreNode for Arc<N> {
         fingerprint: Fingerprint,
     ) -> impl Future<Output = Result<(Bytes, u32)>> + Send {
         (**self).read_chunk_with_crc(fingerprint)
+    }
+    fn read_chunk_into(
+        &self,
+        fingerprint: Fingerprint,
+        out: &mut BytesMut,
+    ) -> impl Future<Output = Result<u32>> + Send {
+        (**self).read_chunk_into(fingerprint, out)
     }
     fn get_manifest(
         &self,
@@ -673,19 +696,20 @@ fn check_crc(fingerprint: Fingerprint, expected: u32, data: &[u8], what: &str) -
 /// answer (errors included: the answer is always bytes to send back).
 pub async fn serve_call<N: StoreNode>(node: &N, call: Bytes) -> Bytes {
     match serve(node, call).await {
-        Ok(answer) => Bytes::from(answer),
+        Ok(answer) => answer,
         Err(e) => Bytes::from(encode_error(&e)),
     }
 }
 
-async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<u8>> {
+async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Bytes> {
     let mut r = Reader::new("store call", &call);
     let op_byte = r.u8()?;
     let op =
         Op::from_u8(op_byte).ok_or_else(|| r.malformed(format!("unknown store op {op_byte}")))?;
     let mut w = Writer::starting(0);
     match op {
-        Op::PutChunk | Op::ReleaseChunk | Op::ReadChunk | Op::ChunksPage | Op::LowerRefs => {
+        Op::ReadChunk => return serve_read_chunk(node, &mut r).await,
+        Op::PutChunk | Op::ReleaseChunk | Op::ChunksPage | Op::LowerRefs => {
             serve_chunk_call(node, op, &mut r, &call, &mut w).await?
         }
         Op::GetManifest
@@ -697,7 +721,25 @@ async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<u8>> {
             serve_bucket_call(node, op, &mut r, &mut w).await?
         }
     }
-    Ok(w.0)
+    Ok(Bytes::from(w.0))
+}
+
+/// The answer to a chunk read, built in the buffer the chunk's pages are
+/// gathered into: `0`, the bytes' CRC-32C (the reader checks them against
+/// it after the network), their length, the bytes.
+async fn serve_read_chunk<N: StoreNode>(node: &N, r: &mut Reader<'_>) -> Result<Bytes> {
+    /// Status, CRC and length.
+    const HEAD_BYTES: usize = 9;
+    let fp = r.fingerprint()?;
+    r.end()?;
+    let mut out = BytesMut::new();
+    out.extend_from_slice(&[0; HEAD_BYTES]);
+    let crc = node.read_chunk_into(fp, &mut out).await?;
+    let len_bytes = u32::try_from(out.len() - HEAD_BYTES)
+        .map_err(|_| r.malformed("a chunk longer than 4 GiB".to_string()))?;
+    out[1..5].copy_from_slice(&crc.to_le_bytes());
+    out[5..HEAD_BYTES].copy_from_slice(&len_bytes.to_le_bytes());
+    Ok(out.freeze())
 }
 
 /// Runs a call on the node's chunk table, writing its answer to `w`.
@@ -729,13 +771,6 @@ async fn serve_chunk_call<N: StoreNode>(
             let fp = r.fingerprint()?;
             r.end()?;
             w.release(&node.release_chunk(&bucket, fp).await?);
-        }
-        Op::ReadChunk => {
-            let fp = r.fingerprint()?;
-            r.end()?;
-            let (data, crc) = node.read_chunk_with_crc(fp).await?;
-            // The reader checks the bytes against this after the network.
-            w.u32(crc).blob(&data);
         }
         Op::ChunksPage => {
             let after = r.optional(Reader::fingerprint)?;

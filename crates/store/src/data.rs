@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use quarry_store_api::{ChunkLocation, Fingerprint};
 use quarry_store_api::{Result, StoreError};
@@ -61,6 +61,24 @@ pub trait ChunkStore: Send + Sync + 'static {
         check: ChunkCheck,
     ) -> impl Future<Output = Result<Bytes>> + Send;
 
+    /// [`ChunkStore::read`], appending the bytes to `out`, which may already
+    /// hold the head of an answer: a store that gathers a chunk from pages
+    /// gathers it there, so the answer is not one more copy of the chunk.
+    fn read_into(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+        check: ChunkCheck,
+        out: &mut BytesMut,
+    ) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            let data = self.read(fingerprint, location, len, check).await?;
+            out.extend_from_slice(&data);
+            Ok(())
+        }
+    }
+
     /// Declares the location's pages dead.
     fn trim(&self, location: ChunkLocation) -> impl Future<Output = Result<()>> + Send;
 
@@ -84,6 +102,16 @@ impl<C: ChunkStore> ChunkStore for std::sync::Arc<C> {
         check: ChunkCheck,
     ) -> impl Future<Output = Result<Bytes>> + Send {
         (**self).read(fingerprint, location, len, check)
+    }
+    fn read_into(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+        check: ChunkCheck,
+        out: &mut BytesMut,
+    ) -> impl Future<Output = Result<()>> + Send {
+        (**self).read_into(fingerprint, location, len, check, out)
     }
     fn trim(&self, location: ChunkLocation) -> impl Future<Output = Result<()>> + Send {
         (**self).trim(location)

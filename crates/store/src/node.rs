@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::data::{ChunkCheck, ChunkStore};
@@ -493,6 +493,43 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         Ok(self.read_chunk_with_crc(fingerprint).await?.0)
     }
 
+    /// Appends a chunk's bytes to `out` (which may hold an answer's head)
+    /// and returns their CRC-32C, as [`NodeStore::read_chunk_with_crc`]:
+    /// the chunk store gathers its pages there, with no copy between.
+    pub async fn read_chunk_into(
+        &self,
+        fingerprint: Fingerprint,
+        out: &mut BytesMut,
+    ) -> Result<u32> {
+        let rec = self
+            .chunk_record(&fingerprint)
+            .await?
+            .ok_or(StoreError::ChunkMissing(fingerprint))?;
+        let check = rec
+            .data_crc32c
+            .map_or(ChunkCheck::Sha256, ChunkCheck::Crc32c);
+        let start = out.len();
+        match self
+            .data
+            .read_into(&fingerprint, rec.location, rec.len, check, out)
+            .await
+        {
+            // The chunk store checked exactly these bytes against the
+            // record's CRC (ChunkStore::read_into's contract).
+            Ok(()) => Ok(match check {
+                ChunkCheck::Crc32c(crc) if out.len() - start == rec.len as usize => crc,
+                _ => quarry_store_api::chunk_crc32c(&out[start..]),
+            }),
+            Err(_)
+                if self.chunk_record(&fingerprint).await?.map(|r| r.location)
+                    != Some(rec.location) =>
+            {
+                Err(StoreError::ChunkMissing(fingerprint))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// [`NodeStore::read_chunk`] with the bytes' CRC-32C: the one their
     /// record kept, which the read checked them against, or (records from
     /// before CRCs, checked by SHA-256) summed here.
@@ -778,6 +815,9 @@ impl<T: TableStore, C: ChunkStore> StoreNode for NodeStore<T, C> {
     }
     async fn read_chunk_with_crc(&self, fingerprint: Fingerprint) -> Result<(Bytes, u32)> {
         NodeStore::read_chunk_with_crc(self, fingerprint).await
+    }
+    async fn read_chunk_into(&self, fingerprint: Fingerprint, out: &mut BytesMut) -> Result<u32> {
+        NodeStore::read_chunk_into(self, fingerprint, out).await
     }
     async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
         NodeStore::get_manifest(self, bucket, key).await

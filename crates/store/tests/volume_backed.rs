@@ -658,6 +658,14 @@ async fn chunk_reads_check_the_length_and_the_fingerprint() {
     assert_eq!(read.unwrap(), data);
     let err = chunks.read(&fp, loc, 5000, ChunkCheck::Crc32c(!crc)).await;
     assert!(err.unwrap_err().to_string().contains("CRC-32C"));
+    // Gathered after an answer's head: the head stays, the bytes follow.
+    let mut out = bytes::BytesMut::from(&b"head"[..]);
+    chunks
+        .read_into(&fp, loc, 4000, ChunkCheck::Crc32c(crc), &mut out)
+        .await
+        .unwrap();
+    assert_eq!(&out[..4], b"head");
+    assert_eq!(&out[4..], &data[..4000]);
     assert_eq!(
         chunks
             .read(&fp, loc, 100, ChunkCheck::Sha256)
@@ -706,6 +714,16 @@ async fn chunk_reads_check_the_length_and_the_fingerprint() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("CRC-32C"), "{err}");
+    // Gathering into an answer finds it too, and leaves the answer's head
+    // as it was: no damaged byte is ever handed on.
+    let mut out = bytes::BytesMut::from(&b"head"[..]);
+    let err = chunks
+        .read_into(&fp, loc, 5000, crc, &mut out)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("CRC-32C"), "{err}");
+    assert_eq!(&out[..], b"head");
 
     chunks.trim(loc).await.unwrap();
     assert!(volume.pages_in(chunks.space()).is_empty());

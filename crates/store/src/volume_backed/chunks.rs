@@ -707,13 +707,15 @@ impl Inner {
         result
     }
 
-    async fn read(
+    /// Reads a chunk's first page and checks its header names `fingerprint`
+    /// and holds at least `len` bytes: (the page's data, where the chunk's
+    /// bytes start on it, the header).
+    async fn open(
         &self,
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
-        check: ChunkCheck,
-    ) -> Result<Bytes> {
+    ) -> Result<(Bytes, usize, Header)> {
         let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
         if location.space != self.space || location.pages == 0 {
             return Err(bad(format!("not a location of chunk space {}", self.space)));
@@ -724,8 +726,6 @@ impl Inner {
             .ok_or_else(|| bad("its first page is not written (trimmed?)".into()))?;
         let (h, layout) = Header::of_page(&first, self.space, location.first_page, self.page_size)
             .ok_or_else(|| bad("its first page holds no valid chunk header".into()))?;
-        let first = first.data;
-        let header_bytes = layout.header_bytes();
         if h.fingerprint != *fingerprint {
             return Err(bad(format!(
                 "it holds chunk {}, not {fingerprint}",
@@ -738,13 +738,23 @@ impl Inner {
                 h.len, h.pages, location.pages
             )));
         }
+        Ok((first.data, layout.header_bytes(), h))
+    }
+
+    /// Appends the chunk's bytes to `out`: the rest of its first page,
+    /// then each later page's, up to the header's length.
+    async fn append_pages(
+        &self,
+        location: ChunkLocation,
+        (first, header_bytes, h): &(Bytes, usize, Header),
+        out: &mut BytesMut,
+    ) -> Result<()> {
+        let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
+        let start = out.len();
         let total = header_bytes + h.len as usize;
-        let data = if h.pages == 1 {
-            // The whole chunk is on its first page: no copy.
-            first.slice(header_bytes..first.len().min(total))
-        } else {
-            let mut bytes = BytesMut::with_capacity(h.len as usize);
-            bytes.extend_from_slice(&first[header_bytes..first.len().min(total)]);
+        out.reserve(h.len as usize);
+        out.extend_from_slice(&first[*header_bytes..first.len().min(total)]);
+        if h.pages > 1 {
             let rest = read_pages(
                 &self.volume,
                 self.space,
@@ -755,20 +765,66 @@ impl Inner {
             for (i, page) in rest.into_iter().enumerate() {
                 let page = page
                     .ok_or_else(|| bad(format!("page {} of {} is not written", i + 2, h.pages)))?;
-                let want = (h.len as usize - bytes.len()).min(page.len());
-                bytes.extend_from_slice(&page[..want]);
+                let want = (h.len as usize - (out.len() - start)).min(page.len());
+                out.extend_from_slice(&page[..want]);
             }
-            bytes.freeze()
-        };
-        if data.len() != h.len as usize {
+        }
+        if out.len() - start != h.len as usize {
             return Err(bad(format!(
                 "its pages hold {} of its {} bytes",
-                data.len(),
+                out.len() - start,
                 h.len
             )));
         }
-        crate::data::verify(&h.fingerprint, &data, check).map_err(bad)?;
+        Ok(())
+    }
+
+    async fn read(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+        check: ChunkCheck,
+    ) -> Result<Bytes> {
+        let opened = self.open(fingerprint, location, len).await?;
+        let (first, header_bytes, h) = &opened;
+        let data = if h.pages == 1 && first.len() >= header_bytes + h.len as usize {
+            // The whole chunk is on its first page: no copy.
+            first.slice(*header_bytes..header_bytes + h.len as usize)
+        } else {
+            let mut bytes = BytesMut::new();
+            self.append_pages(location, &opened, &mut bytes).await?;
+            bytes.freeze()
+        };
+        crate::data::verify(&h.fingerprint, &data, check)
+            .map_err(|reason| StoreError::Backend(format!("chunk at {location:?}: {reason}")))?;
         Ok(data.slice(..len as usize))
+    }
+
+    async fn read_into(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+        check: ChunkCheck,
+        out: &mut BytesMut,
+    ) -> Result<()> {
+        let opened = self.open(fingerprint, location, len).await?;
+        let start = out.len();
+        let appended = self
+            .append_pages(location, &opened, out)
+            .await
+            .and_then(|()| {
+                crate::data::verify(&opened.2.fingerprint, &out[start..], check).map_err(|reason| {
+                    StoreError::Backend(format!("chunk at {location:?}: {reason}"))
+                })
+            });
+        if let Err(e) = appended {
+            out.truncate(start);
+            return Err(e);
+        }
+        out.truncate(start + len as usize);
+        Ok(())
     }
 }
 
@@ -789,6 +845,19 @@ impl ChunkStore for VolumeChunkStore {
         check: ChunkCheck,
     ) -> Result<Bytes> {
         self.inner.read(fingerprint, location, len, check).await
+    }
+
+    async fn read_into(
+        &self,
+        fingerprint: &Fingerprint,
+        location: ChunkLocation,
+        len: u32,
+        check: ChunkCheck,
+        out: &mut BytesMut,
+    ) -> Result<()> {
+        self.inner
+            .read_into(fingerprint, location, len, check, out)
+            .await
     }
 
     async fn trim(&self, location: ChunkLocation) -> Result<()> {
