@@ -41,6 +41,7 @@ mod plain_read;
 mod plot;
 mod scan;
 mod small;
+mod small_steps;
 mod stats;
 mod stream;
 mod volume;

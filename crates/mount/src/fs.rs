@@ -280,15 +280,21 @@ impl<B: ObjectBackend> Mount<B> {
                 }
             }
             Location::Entry { bucket, key } => {
-                match self.run(self.backend.head(bucket, key)) {
+                // Both questions at once: a name that is neither (every
+                // new file `cp` makes) costs one round of calls, not two.
+                let prefix = format!("{key}/");
+                let (head, under) = self.run(async {
+                    tokio::join!(
+                        self.backend.head(bucket, key),
+                        self.backend.list(bucket, &prefix, None, 1)
+                    )
+                });
+                match head {
                     Ok(meta) => return Ok(Found::File(meta)),
                     Err(StoreError::NoSuchObject { .. }) => {}
                     Err(e) => return Err(store_errno("head", loc, &e)),
                 }
-                let prefix = format!("{key}/");
-                let under = self
-                    .run(self.backend.list(bucket, &prefix, None, 1))
-                    .map_err(|e| store_errno("list", loc, &e))?;
+                let under = under.map_err(|e| store_errno("list", loc, &e))?;
                 if under.is_empty() {
                     Err(Errno::ENOENT)
                 } else {
