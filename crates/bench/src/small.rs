@@ -23,8 +23,9 @@ use serde::Serialize;
 use crate::args::BenchSmallArgs;
 use crate::common::work_dir;
 use crate::small_steps::{breakdown, Step};
+use quarry_device::EccMode;
 use quarry_jobs::parse_size;
-use quarry_local::{backend_of, quarry_exe, LocalCluster, LocalClusterSpec};
+use quarry_local::{backend_of, quarry_exe, DeviceArg, LocalCluster, LocalClusterSpec};
 
 /// The object size of the QD1 figures.
 const SMALL_OBJECT_BYTES: usize = 4096;
@@ -83,6 +84,12 @@ pub fn small(args: &BenchSmallArgs) -> Result<()> {
     let mut spec = LocalClusterSpec::default_in(&dir.join("cluster"));
     spec.stop_with_this_process = true;
     spec.backend = backend_of(args.device);
+    // As `quarry up` gives each backend: CRC-32C alone on file and mem,
+    // Reed-Solomon on the NAND emulator.
+    spec.ecc = match args.device {
+        DeviceArg::Nand => EccMode::Rs,
+        DeviceArg::File | DeviceArg::Mem => EccMode::Crc,
+    };
     if !args.common.json {
         eprintln!(
             "bench small: {files} files ({tree_bytes} bytes) and {ops} QD1 4 KiB puts and gets on a {}-node cluster ({:?} backend, otherwise quarry up's defaults) in {}",
