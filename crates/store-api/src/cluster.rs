@@ -178,11 +178,7 @@ impl<N: StoreNode> ObjectStore<N> {
     /// manifest's node if `m` keeps its chunk there, else the node the
     /// fingerprint names.
     fn chunk_home(&self, m: &Manifest, fp: &Fingerprint) -> &N {
-        if m.chunk_at_manifest_node() {
-            self.manifest_node(m.bucket(), m.key())
-        } else {
-            self.chunk_node(fp)
-        }
+        &self.nodes[&self.placement.chunk_holder(m, fp)]
     }
 
     /// Creates a bucket whose objects are cut with `chunking`.
