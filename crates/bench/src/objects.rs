@@ -135,11 +135,11 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     let mut fio_read = Vec::new();
     let mut fuse: Option<(f64, f64)> = None;
     let result = (|| -> Result<()> {
-        let members = cluster.cluster.nodes.iter().map(|n| n.id);
+        let members = cluster.cluster.nodes.iter().map(|n| (n.id, n.addr.clone()));
         let objects = runtime.block_on(async {
             Client::connect(&entry)
                 .await?
-                .with_members(members)
+                .with_member_addrs(members)
                 .objects()
                 .await
         })?;

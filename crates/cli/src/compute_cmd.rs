@@ -424,6 +424,9 @@ fn scan_outputs(result: &CommandResult) -> Result<&[TargetOutput]> {
     }
 }
 
+/// Bytes `quarry grep` gathers before it writes to standard output.
+const STDOUT_BUFFER_BYTES: usize = 64 << 10;
+
 /// `quarry grep`.
 pub fn grep(args: &GrepArgs) -> Result<()> {
     let request = args.request()?;
@@ -479,22 +482,25 @@ async fn print_grep(
     format: GrepFormat,
 ) -> Result<(bool, Vec<String>)> {
     let mut printer = GrepPrinter::new(format);
-    let mut out = std::io::stdout().lock();
-    let mut buf = Vec::new();
+    // Blocks of lines larger than the buffer go to standard output in one
+    // write each, not through it.
+    let mut out = std::io::BufWriter::with_capacity(STDOUT_BUFFER_BYTES, std::io::stdout().lock());
     let mut any = false;
     compute
         .stream(id, timeout, |piece| {
-            match piece {
-                OutputPiece::Lines { target, lines } => printer.lines(&mut buf, &target, &lines),
+            let written = match piece {
+                OutputPiece::Lines { target, lines } => printer.lines(&mut out, &target, &lines),
                 OutputPiece::Target(t) => {
                     any |= matches!(&t.output, Output::Grep(g) if g.matching_lines > 0);
-                    printer.target(&mut buf, &t);
+                    printer.target(&mut out, &t)
                 }
-                OutputPiece::End { .. } | OutputPiece::Whole(_) => {}
-            }
-            let written = out.write_all(&buf);
-            buf.clear();
-            written.map_err(|e| ClientError::Compute(format!("writing standard output: {e}")))
+                OutputPiece::End { .. } | OutputPiece::Whole(_) => Ok(()),
+            };
+            // What is printed goes out as each piece comes, not when the
+            // buffer fills: a reader sees lines as the nodes find them.
+            written
+                .and_then(|()| out.flush())
+                .map_err(|e| ClientError::Compute(format!("writing standard output: {e}")))
         })
         .await?;
     out.flush()?;
@@ -596,7 +602,7 @@ fn target_json(t: &TargetOutput) -> Value {
         Output::Grep(g) => json!({
             "matching_lines": g.matching_lines,
             "first_nul": g.first_nul,
-            "lines": g.lines.iter().map(|l| json!({
+            "lines": g.match_lines().map(|l| json!({
                 "line_number": l.line_number,
                 "byte_offset": l.byte_offset,
                 "text": text(&l.text),

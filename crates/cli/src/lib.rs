@@ -13,6 +13,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod allocator;
 mod args;
 mod commands;
 mod compute_cmd;
@@ -22,6 +23,7 @@ mod mount_cmd;
 mod objects_cmd;
 mod volume_cmd;
 
+pub use allocator::tune_allocator;
 pub use args::{Cli, ClusterArg, Command, DemoArgs, PageCommand, StorageArg, TopologyArg, UpArgs};
 pub use compute_cmd::{
     result_json, CommandOptions, ExitStatus, GrepArgs, GrepRequest, RunArgs, WcArgs,

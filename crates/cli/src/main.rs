@@ -2,6 +2,9 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 fn main() {
+    // Before any thread starts: chunk-sized buffers are reused, not
+    // faulted in anew (quarry_cli::tune_allocator says why).
+    quarry_cli::tune_allocator();
     let cli = quarry_cli::Cli::parse();
     // Node logs go to stderr (a node's log file under `quarry up`); client
     // commands only log warnings unless RUST_LOG says otherwise.

@@ -30,9 +30,9 @@ pub enum ObjectCommand {
         /// The bucket's name (a-z 0-9 - _ ., 1-63 bytes).
         bucket: String,
         /// How its objects are cut into chunks: `fixed:SIZE` (default
-        /// fixed:64K) or `fastcdc` / `fastcdc:MIN,AVG,MAX` (content-defined;
+        /// fixed:1M) or `fastcdc` / `fastcdc:MIN,AVG,MAX` (content-defined;
         /// an edit moves only nearby chunk boundaries).
-        #[arg(long, default_value = "fixed:64K")]
+        #[arg(long, default_value = "fixed:1M")]
         chunking: String,
     },
     /// Remove an empty bucket.
@@ -438,6 +438,37 @@ fn parse_range(text: &str, size: u64) -> Result<(u64, u64)> {
     }
 }
 
+/// Opens where a get writes. A regular file (or a new name) is written as a
+/// temporary file beside it, renamed at the end, so a failed get leaves no
+/// half-written file under the name; that temporary's path comes back too.
+/// Anything else that exists (`/dev/null`, a FIFO, a terminal) is written in
+/// place: renaming over it would replace the device with a file.
+async fn open_get_target(path: &Path) -> Result<(tokio::fs::File, Option<std::path::PathBuf>)> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => bail!("{} is a directory", path.display()),
+        Ok(meta) if !meta.is_file() => {
+            let file = tokio::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .await
+                .with_context(|| format!("cannot open {} for writing", path.display()))?;
+            return Ok((file, None));
+        }
+        _ => {}
+    }
+    let tmp = path.with_file_name(format!(
+        ".{}.quarry-get-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".into()),
+        std::process::id()
+    ));
+    let file = tokio::fs::File::create(&tmp)
+        .await
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    Ok((file, Some(tmp)))
+}
+
 async fn get(args: &GetArgs) -> Result<()> {
     let (bucket, key) = object_path(&args.path)?;
     let store = objects(&args.cluster).await?;
@@ -460,34 +491,26 @@ async fn get(args: &GetArgs) -> Result<()> {
     let started = Instant::now();
     let manifest = match local {
         Some(path) => {
-            // Into a temporary file beside the target, renamed at the end:
-            // a failed get leaves no half-written file under the name.
-            let tmp = path.with_file_name(format!(
-                ".{}.quarry-get-{}",
-                path.file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "out".into()),
-                std::process::id()
-            ));
-            let file = tokio::fs::File::create(&tmp)
-                .await
-                .with_context(|| format!("cannot create {}", tmp.display()))?;
+            let (file, tmp) = open_get_target(path).await?;
             let mut out = Counted {
                 inner: tokio::io::BufWriter::with_capacity(1 << 20, file),
                 bar: bar.clone(),
             };
             let got = store.get_to(&bucket, &key, offset, want, &mut out).await;
             bar.finish_and_clear();
-            match got {
-                Ok(m) => {
+            match (got, tmp) {
+                (Ok(m), Some(tmp)) => {
                     out.inner.get_ref().sync_all().await.ok();
                     std::fs::rename(&tmp, path).with_context(|| {
                         format!("cannot rename {} to {}", tmp.display(), path.display())
                     })?;
                     m
                 }
-                Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
+                (Ok(m), None) => m,
+                (Err(e), tmp) => {
+                    if let Some(tmp) = tmp {
+                        let _ = std::fs::remove_file(&tmp);
+                    }
                     return Err(e.into());
                 }
             }

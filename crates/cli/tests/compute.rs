@@ -507,8 +507,11 @@ fn grep_flags_near_the_data_print_what_gnu_grep_prints() {
 /// the memory the command may hold at the entry node: the lines stream to
 /// the client in order as the nodes produce them, in bounded pieces, and
 /// the entry node never holds more than the bound (it reports its peak).
-/// Also with `-n`, and with `-C2` around matches whose context crosses
-/// chunk and node boundaries. Output equals GNU grep's, byte for byte.
+/// Also with `-n` and `-b` (numbers and offsets counted in blocks of lines
+/// that crossed chunk and node boundaries), with `-C2` around matches
+/// whose context crosses them, and with `-m` ending a block among its
+/// lines. Output equals GNU grep's, byte for byte, and `grep ''` the
+/// object's bytes (a newline after its unterminated last line).
 #[test]
 fn grep_of_every_line_streams_with_bounded_memory() {
     let version = tool(Path::new("."), "grep", &["--version"])
@@ -538,12 +541,21 @@ fn grep_of_every_line_streams_with_bounded_memory() {
         data.extend_from_slice(line.as_bytes());
         n += 1;
     }
+    // A last line without a newline: grep prints it with one.
+    data.extend_from_slice(b"the last line, with no newline");
     assert!(data.len() as u64 > 8 * bound_bytes);
     std::fs::write(d.join("s/big.txt"), &data).unwrap();
     let put = quarry(d, &["put", "s/big.txt", "s/big.txt"]);
     assert!(put.status.success(), "{}", text(&put));
     let bound = bound_bytes.to_string();
-    let flag_sets: [&[&str]; 4] = [&[""], &["-n", ""], &["-C2", "needle"], &["-n", "-C2", ""]];
+    let flag_sets: [&[&str]; 6] = [
+        &[""],
+        &["-n", ""],
+        &["-C2", "needle"],
+        &["-n", "-C2", ""],
+        &["-b", "^"],
+        &["-m", "70000", "-A3", ""],
+    ];
     for flags in flag_sets {
         let mut ours_args = vec!["grep", "--memory-limit", &bound];
         ours_args.extend(flags);
@@ -564,7 +576,9 @@ fn grep_of_every_line_streams_with_bounded_memory() {
             gnu.stdout.len()
         );
         if flags == [""] {
-            assert_eq!(ours.stdout, data, "grep '' prints the object");
+            let mut object = data.clone();
+            object.push(b'\n');
+            assert!(ours.stdout == object, "grep '' prints the object");
         }
     }
     let jobs = quarry(d, &["jobs", "--json"]);

@@ -88,6 +88,31 @@ fn get_dash_writes_to_stdout_and_stat_prints_local_iso_dates() {
     // `./-` is still a file of that name.
     ok(quarry(d, &["get", "b/k", "./-", "-q"], &[]));
     assert!(std::fs::read(d.join("-")).unwrap() == bytes);
+    // A path that is not a regular file (here a FIFO; `/dev/null` is the
+    // everyday case) is written in place, never renamed over.
+    let fifo = d.join("pipe");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    assert!(
+        made.is_ok_and(|s| s.success()),
+        "this test needs mkfifo (coreutils)"
+    );
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    ok(quarry(d, &["get", "b/k", "pipe", "-q"], &[]));
+    assert!(
+        reader.join().unwrap() == bytes,
+        "the FIFO's reader got other bytes"
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "the FIFO was replaced"
+    );
 
     let json = ok(quarry(d, &["stat", "b/k", "--json"], &[]));
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("stat json");

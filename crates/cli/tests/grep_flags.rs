@@ -78,6 +78,34 @@ fn run_split(k: &dyn ScanKernel, text: &[u8], rng: &mut StdRng) -> Output {
     k.finish(joined).expect("finish")
 }
 
+/// Runs `k` over `text` cut at `cuts` as the entry node joins parts: left
+/// to right, taking the final lines of the joined prefix after each join;
+/// the answer is those lines and then what `finish` gives.
+fn run_drained(k: &dyn ScanKernel, text: &[u8], cuts: &[usize]) -> Output {
+    let mut bounds = vec![0];
+    bounds.extend_from_slice(cuts);
+    bounds.push(text.len());
+    let mut taken = Vec::new();
+    let mut prefix: Option<Part> = None;
+    for w in bounds.windows(2) {
+        let p = k
+            .fold(k.empty(w[0] as u64), &text[w[0]..w[1]])
+            .expect("fold");
+        let mut joined = match prefix.take() {
+            None => p,
+            Some(left) => k.combine(left, roundtrip(&p)).expect("combine"),
+        };
+        taken.extend(k.drain(&mut joined).expect("drain"));
+        prefix = Some(roundtrip(&joined));
+    }
+    let mut out = k.finish(prefix.expect("one part")).expect("finish");
+    if let Output::Grep(g) = &mut out {
+        taken.append(&mut g.lines);
+        g.lines = taken;
+    }
+    out
+}
+
 fn roundtrip(p: &Part) -> Part {
     let wire = postcard::to_stdvec(p).expect("serialize");
     postcard::from_bytes(&wire).expect("deserialize")
@@ -311,5 +339,84 @@ fn random_flags_print_what_gnu_grep_prints() {
                 .collect::<Vec<_>>()
                 .join("\n")
         );
+    }
+}
+
+/// Patterns that select every line (`''`, `^`, `x*$`: the kernel takes
+/// whole blocks of lines with no search) with the flags that cut, number
+/// or surround those blocks, on random text with and without NULs and
+/// with and without a last newline: what GNU grep prints.
+#[test]
+fn every_line_patterns_print_what_gnu_grep_prints() {
+    require_gnu_grep();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("e")).expect("mkdir");
+    let mut rng = StdRng::seed_from_u64(0x6772_6570_0020);
+    let flag_sets: &[&[&str]] = &[
+        &[],
+        &["-n"],
+        &["-b"],
+        &["-c"],
+        &["-m", "5", "-A", "3"],
+        &["-m", "5", "-A", "3", "-n"],
+        &["-m", "1", "-B", "2"],
+        &["-C", "1", "-n"],
+        &["-v"],
+        &["-x"],
+        &["-w"],
+        &["-o"],
+        &["-H", "-n", "-b"],
+    ];
+    for case in 0..60 {
+        let nul = case % 4 == 3;
+        // Some texts pass GNU grep's 96 KiB pieces, so drains take lines.
+        let lines = if case % 10 == 9 {
+            rng.gen_range(8000..12000)
+        } else {
+            rng.gen_range(0..120)
+        };
+        let mut text = random_text(&mut rng, lines, nul);
+        if case % 2 == 1 && text.last() == Some(&b'\n') {
+            text.pop();
+        }
+        let name = format!("e/f{case}");
+        std::fs::write(dir.path().join(&name), &text).expect("write a file");
+        for pattern in ["", "^", "x*$"] {
+            for flags in flag_sets {
+                let mut args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+                args.extend(["-E".to_string(), "-e".to_string(), pattern.to_string()]);
+                args.push(name.clone());
+                let want = theirs(dir.path(), &args);
+                let got = ours(&args, &[(name.clone(), text.clone())], &mut rng);
+                let request = request(&args);
+                if !request.nothing_selected {
+                    let kernel = compile(&KernelSpec::Grep(request.spec.clone())).expect("compile");
+                    let mut cuts: Vec<usize> = (0..rng.gen_range(1..12))
+                        .map(|_| rng.gen_range(0..=text.len()))
+                        .collect();
+                    cuts.sort_unstable();
+                    let output = TargetOutput {
+                        target: name.clone(),
+                        size_bytes: text.len() as u64,
+                        output: run_drained(&*kernel, &text, &cuts),
+                    };
+                    let drained = format_grep(&[output], &request.format).stdout;
+                    assert!(
+                        drained == want.0,
+                        "drained, cut at {cuts:?}: grep {args:?}\n--- GNU grep:\n{}\n--- quarry grep:\n{}",
+                        String::from_utf8_lossy(&want.0),
+                        String::from_utf8_lossy(&drained),
+                    );
+                }
+                assert!(
+                    got == want,
+                    "grep {args:?}\n--- GNU grep (status {}):\n{}\n--- quarry grep (status {}):\n{}",
+                    want.1,
+                    String::from_utf8_lossy(&want.0),
+                    got.1,
+                    String::from_utf8_lossy(&got.0),
+                );
+            }
+        }
     }
 }

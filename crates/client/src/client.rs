@@ -20,6 +20,13 @@ pub struct Client {
     /// The cluster's members as configured (from a cluster file), when
     /// known: placement must be computed over every member, up or not.
     members: Option<std::sync::Arc<Vec<NodeId>>>,
+    /// The members' client addresses, when known: object calls then go to
+    /// the node that holds the data directly instead of through the entry
+    /// node, which would otherwise carry every byte twice.
+    member_addrs: Option<std::sync::Arc<Vec<(NodeId, String)>>>,
+    /// The limits this connection was made with; direct connections to
+    /// members take the same.
+    limits: SessionLimits,
 }
 
 /// A submitted request whose answer has not been awaited yet.
@@ -38,6 +45,8 @@ impl Client {
             session,
             entry_addr: addr.to_string(),
             members: None,
+            member_addrs: None,
+            limits,
         })
     }
 
@@ -47,7 +56,10 @@ impl Client {
         let mut tried = Vec::new();
         for node in &cluster.nodes {
             match Client::connect(&node.addr).await {
-                Ok(client) => return Ok(client.with_members(cluster.nodes.iter().map(|n| n.id))),
+                Ok(client) => {
+                    return Ok(client
+                        .with_member_addrs(cluster.nodes.iter().map(|n| (n.id, n.addr.clone()))))
+                }
                 Err(e) => tried.push(format!("node {} at {}: {e}", node.id, node.addr)),
             }
         }
@@ -71,6 +83,35 @@ impl Client {
         ids.dedup();
         self.members = Some(std::sync::Arc::new(ids));
         self
+    }
+
+    /// Names the cluster's members and their client addresses (as a
+    /// cluster file lists them): placement is computed over them, as with
+    /// [`Client::with_members`], and object calls go straight to the member
+    /// that holds the data over a connection of their own, dialled on first
+    /// use. A member this client cannot reach directly (a firewall, another
+    /// network) is reached through the entry node, as without addresses.
+    pub fn with_member_addrs(
+        mut self,
+        members: impl IntoIterator<Item = (NodeId, String)>,
+    ) -> Client {
+        let mut members: Vec<(NodeId, String)> = members.into_iter().collect();
+        members.sort_unstable_by_key(|(id, _)| *id);
+        members.dedup_by_key(|(id, _)| *id);
+        self = self.with_members(members.iter().map(|(id, _)| *id));
+        self.member_addrs = Some(std::sync::Arc::new(members));
+        self
+    }
+
+    /// The configured members' client addresses, when known
+    /// ([`Client::with_member_addrs`]).
+    pub fn member_addrs(&self) -> Option<&[(NodeId, String)]> {
+        self.member_addrs.as_deref().map(Vec::as_slice)
+    }
+
+    /// The limits this connection was made with.
+    pub fn limits(&self) -> SessionLimits {
+        self.limits
     }
 
     /// The configured members, when known ([`Client::with_members`]).

@@ -57,8 +57,8 @@ pub use linear::{MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH};
 pub use objects::{Objects, StoreCalls};
 pub use quarry_kernels_api::{
     Assembler, CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec,
-    GrepSyntax, Job, KernelSpec, Limits, MatchLine, Outcome, Output, OutputPiece, RmwBatch, RmwOp,
-    Target, TargetOutput, WcLocale, WcOutput, WcSpec,
+    GrepSyntax, Job, KernelSpec, Limits, LineBlock, LineRun, MatchLine, Outcome, Output,
+    OutputPiece, RmwBatch, RmwOp, Target, TargetOutput, WcLocale, WcOutput, WcSpec,
 };
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_proto::{LinearSpace, LinearSpaceError};

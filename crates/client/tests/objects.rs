@@ -10,6 +10,7 @@ use quarry_client::{
 };
 use quarry_device::Geometry;
 use quarry_node::StorageMode;
+use quarry_store_api::Fingerprint;
 
 fn geometry() -> Geometry {
     Geometry {
@@ -274,4 +275,106 @@ async fn placement_spans_the_configured_members_while_one_is_down() {
     for n in nodes {
         n.shutdown().await.unwrap();
     }
+}
+
+/// With the members' addresses, object calls go to the member that holds
+/// the data over a connection of their own: with the entry node gone, an
+/// object held wholly elsewhere still reads back, where a client that knows
+/// only the entry node can no longer reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_calls_go_straight_to_the_member_that_holds_the_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = cluster_with(dir.path(), &[geometry(); 3], StorageMode::Managed).await;
+    let addrs: Vec<(u16, String)> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (i as u16, n.local_addr().to_string()))
+        .collect();
+    let entry = addrs[0].1.clone();
+    let direct = Client::connect(&entry)
+        .await
+        .unwrap()
+        .with_member_addrs(addrs.clone())
+        .objects()
+        .await
+        .unwrap();
+    let routed = Client::connect(&entry)
+        .await
+        .unwrap()
+        .with_members([0, 1, 2])
+        .objects()
+        .await
+        .unwrap();
+    let placement = direct.placement().clone();
+    // A bucket, a key and one chunk's bytes that all live off node 0.
+    let bucket = (0..)
+        .map(|i| BucketName::new(&format!("b{i}")).unwrap())
+        .find(|b| placement.bucket_node(b) != 0)
+        .unwrap();
+    let key = (0..)
+        .map(|i| ObjectKey::new(&format!("k{i}")).unwrap())
+        .find(|k| placement.manifest_node(&bucket, k) != 0)
+        .unwrap();
+    let data = (0..)
+        .map(|seed| bytes(3000, seed))
+        .find(|d| placement.chunk_node(&Fingerprint::of(d)) != 0)
+        .unwrap();
+    direct
+        .create_bucket(&bucket, Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    direct
+        .put(&bucket, &key, &data[..], Condition::Always)
+        .await
+        .unwrap();
+    assert_eq!(&direct.get(&bucket, &key).await.unwrap().1[..], &data[..]);
+
+    nodes.remove(0).shutdown().await.unwrap();
+    let (_, got) = direct.get(&bucket, &key).await.unwrap();
+    assert_eq!(&got[..], &data[..]);
+    let err = routed.get(&bucket, &key).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Transport { .. }),
+        "through the dead entry node: {err}"
+    );
+}
+
+/// A member whose address does not answer is reached through the entry
+/// node: a wrong or unreachable address costs speed, never an answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_out_of_direct_reach_is_reached_through_the_entry_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 3], StorageMode::Managed).await;
+    // Nothing listens on port 1 of loopback: every dial is refused.
+    let addrs = vec![
+        (0, nodes[0].local_addr().to_string()),
+        (1, "127.0.0.1:1".to_string()),
+        (2, "127.0.0.1:1".to_string()),
+    ];
+    let objects = Client::connect(&addrs[0].1)
+        .await
+        .unwrap()
+        .with_member_addrs(addrs)
+        .objects()
+        .await
+        .unwrap();
+    let bucket = BucketName::new("reach").unwrap();
+    objects
+        .create_bucket(&bucket, Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    let data = bytes(200_000, 11);
+    let key = ObjectKey::new("spread.bin").unwrap();
+    objects
+        .put(&bucket, &key, &data[..], Condition::Always)
+        .await
+        .unwrap();
+    let placement = objects.placement().clone();
+    let on_far_nodes = data
+        .chunks(4096)
+        .filter(|c| placement.chunk_node(&Fingerprint::of(c)) != 0)
+        .count();
+    assert!(on_far_nodes > 0, "some chunks must live on nodes 1 and 2");
+    let (_, got) = objects.get(&bucket, &key).await.unwrap();
+    assert_eq!(&got[..], &data[..]);
 }

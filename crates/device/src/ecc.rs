@@ -318,7 +318,7 @@ impl Ecc {
         let meta_crc = crc32c::crc32c(&slot[l.header_offset..l.meta_crc_offset]);
         slot[l.meta_crc_offset..l.meta_crc_offset + 4].copy_from_slice(&meta_crc.to_le_bytes());
         for k in 0..l.sectors {
-            let crc = crc32c::crc32c(&slot[k * l.sector_size..(k + 1) * l.sector_size]);
+            let crc = crc32c_fast(&slot[k * l.sector_size..(k + 1) * l.sector_size]);
             let at = l.sector_crc_offset + 4 * k;
             slot[at..at + 4].copy_from_slice(&crc.to_le_bytes());
         }

@@ -1,12 +1,22 @@
 //! What GNU grep 3.8 prints for the kernel's answers: [`format_grep`], used
 //! by `quarry grep` and by the mount's `grep` files.
+//!
+//! A block of selected lines ([`LineBlock`]) is printed as it came, in one
+//! write, when nothing goes before its lines (no name, `-n` or `-b`) and no
+//! binary data lies in it; otherwise line by line, its numbers and offsets
+//! counted from its first.
 
-use quarry_kernels_api::{GrepOutput, MatchLine, Output, TargetOutput};
+use std::io::{self, Write};
+
+use quarry_kernels_api::{GrepOutput, LineBlock, LineRun, MatchLine, Output, TargetOutput};
 
 /// GNU grep 3.8 reads a file in pieces of 96 KiB (its first read, and every
 /// later one while lines are shorter than a page) and treats the data as
 /// binary from the piece that holds its first NUL byte on.
 const GNU_GREP_READ_BYTES: u64 = 96 * 1024;
+
+/// Bytes of numbered lines put together before they are written.
+const SCRATCH_BYTES: usize = 64 << 10;
 
 /// `-l` or `-L`: only names are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +70,8 @@ pub fn format_grep(outputs: &[TargetOutput], format: &GrepFormat) -> GrepPrint {
     let mut printer = GrepPrinter::new(*format);
     let mut print = GrepPrint::default();
     for t in outputs {
-        printer.target(&mut print.stdout, t);
+        // Writing into a Vec does not fail.
+        let _ = printer.target(&mut print.stdout, t);
     }
     print.binary_matches = printer.binary_matches;
     print
@@ -78,6 +89,8 @@ pub struct GrepPrinter {
     at: TargetState,
     /// The targets whose matching lines were withheld as binary data.
     pub binary_matches: Vec<String>,
+    /// Where a line is put together before it is written.
+    scratch: Vec<u8>,
 }
 
 /// Where the printer is in the current target.
@@ -98,91 +111,170 @@ impl GrepPrinter {
             used: false,
             at: TargetState::default(),
             binary_matches: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
     /// Prints lines of `target` that come before its answer.
-    pub fn lines(&mut self, out: &mut Vec<u8>, target: &str, lines: &[MatchLine]) {
+    pub fn lines<W: Write>(
+        &mut self,
+        out: &mut W,
+        target: &str,
+        lines: &[LineRun],
+    ) -> io::Result<()> {
         if self.format.list.is_some() || self.format.count {
-            return;
+            return Ok(());
         }
         let g = GrepOutput::default();
-        self.print_lines(out, target, &g, lines);
+        self.print_lines(out, target, &g, lines).map(|_| ())
     }
 
     /// Prints a target's answer (its lines after those printed by
     /// [`GrepPrinter::lines`]).
-    pub fn target(&mut self, out: &mut Vec<u8>, t: &TargetOutput) {
+    pub fn target<W: Write>(&mut self, out: &mut W, t: &TargetOutput) -> io::Result<()> {
         let format = &self.format;
-        let Output::Grep(g) = &t.output else { return };
+        let Output::Grep(g) = &t.output else {
+            return Ok(());
+        };
         if let Some(list) = format.list {
             if (g.matching_lines > 0) == (list == ListFiles::WithMatches) {
-                out.extend_from_slice(t.target.as_bytes());
-                out.push(b'\n');
+                out.write_all(t.target.as_bytes())?;
+                out.write_all(b"\n")?;
             }
         } else if format.count {
             if format.names {
-                out.extend_from_slice(t.target.as_bytes());
-                out.push(b':');
+                out.write_all(t.target.as_bytes())?;
+                out.write_all(b":")?;
             }
-            out.extend_from_slice(format!("{}\n", g.matching_lines).as_bytes());
-        } else if self.print_lines(out, &t.target, g, &g.lines) {
+            writeln!(out, "{}", g.matching_lines)?;
+        } else if self.print_lines(out, &t.target, g, &g.lines)? {
             self.binary_matches.push(t.target.clone());
         }
         self.at = TargetState::default();
+        Ok(())
     }
 
     /// Prints lines of one target (`g` holds its first NUL, if known);
     /// true when a selected line lies in its binary data, withheld.
-    fn print_lines(
+    fn print_lines<W: Write>(
         &mut self,
-        out: &mut Vec<u8>,
+        out: &mut W,
         target: &str,
         g: &GrepOutput,
-        lines: &[MatchLine],
-    ) -> bool {
-        let format = &self.format;
+        lines: &[LineRun],
+    ) -> io::Result<bool> {
         let binary_from = g.first_nul.map(|at| at - at % GNU_GREP_READ_BYTES);
         let mut binary = false;
-        let at = &mut self.at;
-        for line in lines {
-            let newline_at = line.byte_offset + line.len_bytes;
-            if let Some(from) = binary_from.filter(|&from| newline_at >= from) {
-                if !line.context {
-                    self.used = true;
-                    binary = true;
+        for run in lines {
+            match run {
+                LineRun::Block(b) if binary_from.is_none_or(|from| b.end_offset() < from) => {
+                    self.print_block(out, target, b)?;
                 }
-                let owed = (at.pending, &mut at.nul_lines);
-                at.pending = binary_context(out, (target, g), line, from, owed, format);
-                continue;
-            }
-            let adjacent = at.last_line.is_some_and(|n| n + 1 == line.line_number);
-            if format.group_separators && self.used && !adjacent {
-                out.extend_from_slice(b"--\n");
-            }
-            let head = |out: &mut Vec<u8>, offset: u64| {
-                line_head(out, target, line.line_number, offset, line.context, format);
-            };
-            if format.only_matching {
-                for (at, bytes) in &line.matches {
-                    head(out, line.byte_offset + at);
-                    out.extend_from_slice(bytes);
-                    out.push(b'\n');
+                LineRun::Block(b) => {
+                    for line in b.match_lines() {
+                        binary |= self.print_line(out, target, g, &line, binary_from)?;
+                    }
                 }
-            } else {
-                head(out, line.byte_offset);
-                out.extend_from_slice(&line.text);
-                out.push(b'\n');
+                LineRun::One(line) => {
+                    binary |= self.print_line(out, target, g, line, binary_from)?;
+                }
             }
-            at.last_line = Some(line.line_number);
-            self.used |= !line.context;
-            at.pending = if line.context {
-                at.pending.saturating_sub(1)
-            } else {
-                format.after_context
-            };
         }
-        binary
+        Ok(binary)
+    }
+
+    /// Prints a block of selected lines that holds no binary data.
+    fn print_block<W: Write>(
+        &mut self,
+        out: &mut W,
+        target: &str,
+        b: &LineBlock,
+    ) -> io::Result<()> {
+        let format = &self.format;
+        let adjacent = self.at.last_line.is_some_and(|n| n + 1 == b.first_line());
+        if format.group_separators && self.used && !adjacent {
+            out.write_all(b"--\n")?;
+        }
+        if format.only_matching {
+            // -o sends no blocks; one that came prints what -o would of it:
+            // nothing but its matches, which it does not hold.
+        } else if !format.names && !format.line_number && !format.byte_offset {
+            out.write_all(b.text())?;
+        } else {
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            for (line_number, offset, text) in b.each() {
+                line_head(&mut buf, target, line_number, offset, false, format);
+                buf.extend_from_slice(text);
+                buf.push(b'\n');
+                if buf.len() >= SCRATCH_BYTES {
+                    out.write_all(&buf)?;
+                    buf.clear();
+                }
+            }
+            let written = out.write_all(&buf);
+            self.scratch = buf;
+            written?;
+        }
+        self.at.last_line = Some(b.last_line());
+        self.used = true;
+        self.at.pending = format.after_context;
+        Ok(())
+    }
+
+    /// Prints one line; true when it is a selected line in binary data,
+    /// withheld.
+    fn print_line<W: Write>(
+        &mut self,
+        out: &mut W,
+        target: &str,
+        g: &GrepOutput,
+        line: &MatchLine,
+        binary_from: Option<u64>,
+    ) -> io::Result<bool> {
+        let format = &self.format;
+        let at = &mut self.at;
+        // One line's bytes go out in one write.
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        let newline_at = line.byte_offset + line.len_bytes;
+        if let Some(from) = binary_from.filter(|&from| newline_at >= from) {
+            let binary = !line.context;
+            self.used |= binary;
+            let owed = (at.pending, &mut at.nul_lines);
+            at.pending = binary_context(&mut buf, (target, g), line, from, owed, format);
+            let written = out.write_all(&buf);
+            self.scratch = buf;
+            return written.map(|()| binary);
+        }
+        let adjacent = at.last_line.is_some_and(|n| n + 1 == line.line_number);
+        if format.group_separators && self.used && !adjacent {
+            buf.extend_from_slice(b"--\n");
+        }
+        let head = |out: &mut Vec<u8>, offset: u64| {
+            line_head(out, target, line.line_number, offset, line.context, format);
+        };
+        if format.only_matching {
+            for (at, bytes) in &line.matches {
+                head(&mut buf, line.byte_offset + at);
+                buf.extend_from_slice(bytes);
+                buf.push(b'\n');
+            }
+        } else {
+            head(&mut buf, line.byte_offset);
+            buf.extend_from_slice(&line.text);
+            buf.push(b'\n');
+        }
+        at.last_line = Some(line.line_number);
+        self.used |= !line.context;
+        at.pending = if line.context {
+            at.pending.saturating_sub(1)
+        } else {
+            format.after_context
+        };
+        let written = out.write_all(&buf);
+        self.scratch = buf;
+        written.map(|()| false)
     }
 }
 
@@ -204,10 +296,9 @@ fn binary_context(
     let piece = |l: &MatchLine| (l.byte_offset + l.len_bytes) / GNU_GREP_READ_BYTES;
     let here = piece(line);
     let selected_here = g
-        .lines
-        .iter()
+        .match_lines()
         .filter(|l| !l.context && l.byte_offset + l.len_bytes >= from)
-        .any(|l| piece(l) <= here);
+        .any(|l| piece(&l) <= here);
     if !line.context || pending == 0 || selected_here || format.only_matching {
         return 0;
     }
@@ -244,11 +335,12 @@ fn line_head(
         out.push(sep);
     }
     if f.line_number {
-        out.extend_from_slice(line_number.to_string().as_bytes());
+        // Into a Vec: cannot fail, and makes no String per line.
+        let _ = write!(out, "{line_number}");
         out.push(sep);
     }
     if f.byte_offset {
-        out.extend_from_slice(offset.to_string().as_bytes());
+        let _ = write!(out, "{offset}");
         out.push(sep);
     }
 }

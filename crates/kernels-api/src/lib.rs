@@ -31,6 +31,7 @@
 #![deny(missing_docs)]
 
 mod job;
+mod lines;
 mod output;
 mod spec;
 mod wire;
@@ -39,6 +40,7 @@ pub use job::{
     CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, RmwBatch, RmwOp,
     Target, TargetOutput,
 };
+pub use lines::{BadBlock, LineBlock, LineRun};
 pub use output::{Assembler, ChecksumOutput, GrepOutput, MatchLine, Output, OutputPiece, WcOutput};
 pub use spec::{
     GrepSpec, GrepSyntax, KernelSpec, WcLocale, WcSpec, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES,

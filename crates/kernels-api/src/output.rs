@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::job::{CommandResult, TargetOutput};
+use crate::lines::{bytes_field, LineRun};
 
 /// A kernel's answer for one whole target (an object, a volume range, a
 /// linear range).
@@ -20,14 +21,18 @@ pub enum Output {
 }
 
 /// The lines of one target that matched.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Two answers are equal when they print the same: the same counts and
+/// the same lines, however the lines are cut into runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GrepOutput {
     /// How many lines were selected (`grep -c`: matching ones, or with
     /// `-v` the others; at most `-m`).
     pub matching_lines: u64,
     /// The lines to print in target order, when the spec asked for them:
-    /// the selected lines (at most `-m` of them) and their context lines.
-    pub lines: Vec<MatchLine>,
+    /// the selected lines (at most `-m` of them) and their context lines;
+    /// consecutive selected lines may come as one block.
+    pub lines: Vec<LineRun>,
     /// The offset of the target's first NUL byte, looked for when lines
     /// were asked for: GNU grep treats data holding one as binary and
     /// prints no lines from there on.
@@ -35,7 +40,24 @@ pub struct GrepOutput {
     pub first_nul: Option<u64>,
 }
 
-/// One matching line.
+impl GrepOutput {
+    /// The lines to print, one by one.
+    pub fn match_lines(&self) -> impl Iterator<Item = MatchLine> + '_ {
+        self.lines.iter().flat_map(LineRun::match_lines)
+    }
+}
+
+impl PartialEq for GrepOutput {
+    fn eq(&self, other: &GrepOutput) -> bool {
+        self.matching_lines == other.matching_lines
+            && self.first_nul == other.first_nul
+            && self.match_lines().eq(other.match_lines())
+    }
+}
+
+impl Eq for GrepOutput {}
+
+/// One line to print.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MatchLine {
     /// 1-based line number in the target (`grep -n`).
@@ -45,6 +67,7 @@ pub struct MatchLine {
     /// The line without its terminating newline; empty under `-o`
     /// ([`GrepSpec::only_matching`](crate::GrepSpec::only_matching)),
     /// where `matches` holds what is printed.
+    #[serde(with = "bytes_field")]
     pub text: Vec<u8>,
     /// The line's length without its newline (`text` may be left out).
     #[serde(default)]
@@ -100,7 +123,7 @@ pub enum OutputPiece {
         /// The target, as its answer names it.
         target: String,
         /// The lines.
-        lines: Vec<MatchLine>,
+        lines: Vec<LineRun>,
     },
     /// A target's answer: for grep, its lines after those of the `Lines`
     /// pieces before it.
@@ -123,7 +146,7 @@ pub enum OutputPiece {
 #[derive(Debug, Default)]
 pub struct Assembler {
     targets: Vec<TargetOutput>,
-    lines: Vec<MatchLine>,
+    lines: Vec<LineRun>,
     result: Option<CommandResult>,
 }
 

@@ -169,9 +169,15 @@ pub enum FailureKind {
 
 /// Encodes a message.
 pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    // Sized first, so the bytes are written once into a buffer of their
+    // size: a Vec that grows copied a large answer's bytes again at each
+    // doubling (blocks of lines are megabytes).
+    let size = postcard::serialize_with_flavor(message, postcard::ser_flavors::Size::default())
+        .unwrap_or(0);
     // Serializing into a Vec fails only for sequences of unknown length,
     // which none of these types has.
-    postcard::to_stdvec(message).expect("postcard encodes every compute message")
+    postcard::to_io(message, Vec::with_capacity(size))
+        .expect("postcard encodes every compute message")
 }
 
 /// A compute message that did not decode: what it was meant to be, its

@@ -25,7 +25,7 @@ use crate::job::{
 use crate::local::{run_local, LocalData};
 use crate::merge::Merger;
 use crate::output::OutputPiece;
-use crate::output_queue::{piece_bytes, OutputQueue, ReadError};
+use crate::output_queue::{piece_bytes, OutputQueue, PiecesAnswer, ReadError};
 use crate::peers::{Peers, StoreVia, VolumesVia};
 use crate::plan::{chain_runs, plan_runs, RUNS_IN_FLIGHT};
 use crate::scan::{compile, Part, ScanKernel};
@@ -200,10 +200,21 @@ impl<P: Peers> Engine<P> {
     /// Serves one encoded compute call; the answer is always bytes to send
     /// back (errors included).
     pub async fn serve_call(self: &Arc<Self>, body: Bytes) -> Bytes {
-        let answer = match self.serve(body).await {
-            Ok(a) => a,
-            Err(e) => ComputeAnswer::Failed(e.to_failure()),
+        let answer = match decode::<ComputeCall>("compute call", &body) {
+            Ok(ComputeCall::Output {
+                id,
+                from_piece,
+                max_bytes,
+            }) => match self.output(id, from_piece, max_bytes).await {
+                // Encoded from the queue's pieces themselves, not from
+                // copies of them in an answer.
+                Ok(pieces) => return Bytes::from(encode(&pieces)),
+                Err(e) => Err(e),
+            },
+            Ok(call) => self.serve(call).await,
+            Err(e) => Err(e.into()),
         };
+        let answer = answer.unwrap_or_else(|e| ComputeAnswer::Failed(e.to_failure()));
         // A local run's parts may be megabytes of lines: encoded off the
         // node's reactor, so its links and other requests keep moving.
         let encoded = match answer {
@@ -238,8 +249,17 @@ impl<P: Peers> Engine<P> {
         Bytes::from(encoded)
     }
 
-    async fn serve(self: &Arc<Self>, body: Bytes) -> Result<ComputeAnswer, ComputeError> {
-        let call: ComputeCall = decode("compute call", &body)?;
+    async fn output(
+        &self,
+        id: CommandId,
+        from_piece: u64,
+        max_bytes: u32,
+    ) -> Result<PiecesAnswer, ComputeError> {
+        let command = self.command(id)?;
+        read_output(&command, from_piece, max_bytes).await
+    }
+
+    async fn serve(self: &Arc<Self>, call: ComputeCall) -> Result<ComputeAnswer, ComputeError> {
         match call {
             ComputeCall::Submit {
                 job,
@@ -285,8 +305,16 @@ impl<P: Peers> Engine<P> {
                 from_piece,
                 max_bytes,
             } => {
-                let command = self.command(id)?;
-                read_output(&command, from_piece, max_bytes).await
+                let PiecesAnswer {
+                    first_piece,
+                    pieces,
+                    end,
+                } = self.output(id, from_piece, max_bytes).await?;
+                Ok(ComputeAnswer::Pieces {
+                    first_piece,
+                    pieces: pieces.iter().map(|p| (**p).clone()).collect(),
+                    end,
+                })
             }
             ComputeCall::List => Ok(ComputeAnswer::Statuses(
                 self.table().commands.values().map(|c| c.status()).collect(),
@@ -343,8 +371,6 @@ impl<P: Peers> Engine<P> {
     }
 
     /// Starts a command; returns its number at once.
-    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
-    #[allow(clippy::too_many_lines)]
     pub fn submit(
         self: &Arc<Self>,
         job: Job,
@@ -354,52 +380,80 @@ impl<P: Peers> Engine<P> {
     ) -> Result<CommandId, ComputeError> {
         let kernel_name = job.kernel_name();
         let prepared = prepare(job, &targets, &limits)?;
-        let command = {
-            let mut table = self.table();
-            let unfinished = table
-                .commands
-                .values()
-                .filter(|c| !c.state.borrow().is_final())
-                .count();
-            if unfinished >= MAX_UNFINISHED_COMMANDS {
-                return Err(ComputeError::Busy {
-                    node: self.local.node,
-                    commands: MAX_UNFINISHED_COMMANDS,
-                });
-            }
-            let finished = table.finished();
-            for id in finished
-                .iter()
-                .take(finished.len().saturating_sub(MAX_FINISHED_COMMANDS - 1))
-            {
-                table.commands.remove(id);
-            }
-            let id = table.next_id;
-            table.next_id += 1;
-            let command = Arc::new(Command {
-                id,
-                kernel: kernel_name,
-                submitted: Instant::now(),
-                state: watch::channel(CommandState::Queued).0,
-                bytes_done: AtomicU64::new(0),
-                bytes_total: AtomicU64::new(0),
-                finished_ms: AtomicU64::new(0),
-                result: OnceLock::new(),
-                output: OutputQueue::new(output_bound_bytes(&limits)),
-                result_limit_bytes: limits.result_bytes,
-                peak_memory_bytes: AtomicU64::new(0),
-                cancel: Notify::new(),
-            });
-            table.commands.insert(id, command.clone());
-            command
-        };
+        let command = self.register(kernel_name, &limits)?;
         let engine = Arc::clone(self);
         let id = command.id;
         tokio::spawn(async move {
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.time_ms);
-            let work = async {
+            engine
+                .run_command(&command, prepared, targets, limits, members)
+                .await;
+            engine.drop_old_results();
+        });
+        Ok(id)
+    }
+
+    /// Makes room for a new command in the table (dropping the oldest
+    /// finished ones past [`MAX_FINISHED_COMMANDS`]) and enters it, queued;
+    /// busy when the node holds [`MAX_UNFINISHED_COMMANDS`] already.
+    fn register(
+        &self,
+        kernel_name: &'static str,
+        limits: &Limits,
+    ) -> Result<Arc<Command>, ComputeError> {
+        let mut table = self.table();
+        let unfinished = table
+            .commands
+            .values()
+            .filter(|c| !c.state.borrow().is_final())
+            .count();
+        if unfinished >= MAX_UNFINISHED_COMMANDS {
+            return Err(ComputeError::Busy {
+                node: self.local.node,
+                commands: MAX_UNFINISHED_COMMANDS,
+            });
+        }
+        let finished = table.finished();
+        for id in finished
+            .iter()
+            .take(finished.len().saturating_sub(MAX_FINISHED_COMMANDS - 1))
+        {
+            table.commands.remove(id);
+        }
+        let id = table.next_id;
+        table.next_id += 1;
+        let command = Arc::new(Command {
+            id,
+            kernel: kernel_name,
+            submitted: Instant::now(),
+            state: watch::channel(CommandState::Queued).0,
+            bytes_done: AtomicU64::new(0),
+            bytes_total: AtomicU64::new(0),
+            finished_ms: AtomicU64::new(0),
+            result: OnceLock::new(),
+            output: OutputQueue::new(output_bound_bytes(limits)),
+            result_limit_bytes: limits.result_bytes,
+            peak_memory_bytes: AtomicU64::new(0),
+            cancel: Notify::new(),
+        });
+        table.commands.insert(id, command.clone());
+        Ok(command)
+    }
+
+    /// Runs a registered command once a slot is free, until it ends, is
+    /// cancelled or runs out of time, and records how it ended.
+    async fn run_command(
+        &self,
+        command: &Command,
+        prepared: Prepared,
+        targets: Vec<Target>,
+        limits: Limits,
+        members: Vec<NodeId>,
+    ) {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.time_ms);
+        let work =
+            async {
                 let _slot =
-                    engine.slots.clone().acquire_owned().await.map_err(|_| {
+                    self.slots.clone().acquire_owned().await.map_err(|_| {
                         ComputeError::BadRequest("the engine is shutting down".into())
                     })?;
                 command.state.send_if_modified(|s| {
@@ -409,41 +463,37 @@ impl<P: Peers> Engine<P> {
                     }
                     queued
                 });
-                engine
-                    .execute(&command, prepared, targets, limits, members)
+                self.execute(command, prepared, targets, limits, members)
                     .await
             };
-            let outcome = tokio::select! {
-                r = work => Some(r),
-                _ = command.cancel.notified() => None,
-                _ = tokio::time::sleep_until(deadline) => Some(Err(ComputeError::Limit {
-                    what: "time",
-                    detail: format!("the command ran past its {} ms", limits.time_ms),
-                })),
-            };
-            match outcome {
-                None => command.finish(CommandState::Cancelled),
-                Some(Ok(())) => {
-                    command.output.complete();
-                    command.finish(CommandState::Done);
-                }
-                Some(Err(e)) => command.finish(CommandState::Failed {
-                    reason: e.to_string(),
-                }),
+        let outcome = tokio::select! {
+            r = work => Some(r),
+            _ = command.cancel.notified() => None,
+            _ = tokio::time::sleep_until(deadline) => Some(Err(ComputeError::Limit {
+                what: "time",
+                detail: format!("the command ran past its {} ms", limits.time_ms),
+            })),
+        };
+        match outcome {
+            None => command.finish(CommandState::Cancelled),
+            Some(Ok(())) => {
+                command.output.complete();
+                command.finish(CommandState::Done);
             }
-            let elapsed_s = command.submitted.elapsed().as_secs_f64();
-            let bytes_done = command.bytes_done.load(Ordering::Relaxed);
-            tracing::debug!(
-                id,
-                state = ?command.state.borrow().clone(),
-                bytes_done,
-                elapsed_ms = format!("{:.1}", elapsed_s * 1e3),
-                mib_per_s = format!("{:.0}", bytes_done as f64 / f64::from(1 << 20) / elapsed_s.max(1e-9)),
-                "command finished"
-            );
-            engine.drop_old_results();
-        });
-        Ok(id)
+            Some(Err(e)) => command.finish(CommandState::Failed {
+                reason: e.to_string(),
+            }),
+        }
+        let elapsed_s = command.submitted.elapsed().as_secs_f64();
+        let bytes_done = command.bytes_done.load(Ordering::Relaxed);
+        tracing::debug!(
+            id = command.id,
+            state = ?command.state.borrow().clone(),
+            bytes_done,
+            elapsed_ms = format!("{:.1}", elapsed_s * 1e3),
+            mib_per_s = format!("{:.0}", bytes_done as f64 / f64::from(1 << 20) / elapsed_s.max(1e-9)),
+            "command finished"
+        );
     }
 
     async fn execute(
@@ -503,8 +553,6 @@ impl<P: Peers> Engine<P> {
     }
 
     /// Expands the targets into byte ranges and the segments holding them.
-    // TODO(issue 19): split (left whole while this file is being edited elsewhere).
-    #[allow(clippy::too_many_lines)]
     async fn resolve(
         &self,
         targets: &[Target],
@@ -526,144 +574,32 @@ impl<P: Peers> Engine<P> {
                 }
                 Target::Prefix { bucket, prefix } => {
                     let store = self.objects(&mut objects, members)?;
-                    let b = BucketName::new(bucket)
-                        .map_err(|e| ComputeError::BadRequest(format!("{target}: {e}")))?;
-                    let mut after: Option<ObjectKey> = None;
-                    loop {
-                        let page = store
-                            .list(&b, prefix, after.as_ref(), MAX_PAGE_ITEMS)
-                            .await
-                            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
-                        for m in &page {
-                            if out.len() >= MAX_RESOLVED_TARGETS {
-                                return Err(too_many_targets());
-                            }
-                            out.push(object_segments(store, m, out.len()));
-                        }
-                        match page.last() {
-                            Some(m) if page.len() == MAX_PAGE_ITEMS => {
-                                after = Some(m.key().clone());
-                            }
-                            _ => break,
-                        }
-                    }
+                    resolve_prefix(store, target, bucket, prefix, &mut out).await?;
                 }
                 Target::Volume {
                     name,
                     offset_bytes,
                     len_bytes,
                 } => {
-                    let volumes = BlockVolumes::new(
-                        Arc::new(VolumesVia(self.peers.clone())),
-                        members.to_vec(),
-                    );
-                    let volume = volumes
-                        .open(name)
-                        .await
-                        .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
-                    let size = volume.size_bytes();
-                    let len = len_bytes.unwrap_or(size.saturating_sub(*offset_bytes));
-                    let end = offset_bytes
-                        .checked_add(len)
-                        .filter(|&e| e <= size && *offset_bytes <= size)
-                        .ok_or_else(|| {
-                            ComputeError::Target(format!(
-                                "{target}: bytes {offset_bytes}..+{len} are not inside the \
-                                 volume's {size} bytes"
-                            ))
-                        })?;
-                    let page_size = volume.page_size() as u64;
-                    let space = volume.def().space();
-                    let index = out.len() as u32;
-                    let mut segments = Vec::new();
-                    let mut at = *offset_bytes;
-                    while at < end {
-                        let page = at / page_size;
-                        let start = at % page_size;
-                        let take = (page_size - start).min(end - at);
-                        let (node, local) = volume
-                            .locate(page)
-                            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
-                        segments.push((
-                            node,
-                            Segment {
-                                target: index,
-                                offset: at - offset_bytes,
-                                source: Source::VolumePage {
-                                    space,
-                                    page: local,
-                                    start: start as u32,
-                                    end: (start + take) as u32,
-                                },
-                            },
-                        ));
-                        at += take;
-                    }
-                    out.push(Resolved {
-                        name: target.to_string(),
-                        size_bytes: len,
-                        segments,
-                    });
+                    let range = (*offset_bytes, *len_bytes);
+                    let resolved = self
+                        .resolve_volume(target, name, range, members, out.len())
+                        .await?;
+                    out.push(resolved);
                 }
                 Target::Linear { first_page, pages } => {
                     if linear.is_none() {
-                        let mut geometries = Vec::with_capacity(members.len());
-                        for &node in members {
-                            let g = self
-                                .peers
-                                .geometry(node)
-                                .await
-                                .map_err(|message| ComputeError::Remote { node, message })?;
-                            geometries.push((node, g));
-                        }
-                        linear = Some(
-                            LinearSpace::new(geometries)
-                                .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?,
-                        );
+                        linear = Some(self.linear_space(target, members).await?);
                     }
                     let Some(space) = linear.as_ref() else {
                         return Err(ComputeError::Target(format!("{target}: no linear space")));
                     };
-                    let page_size = space.geometry().page_size_bytes;
-                    let end = first_page
-                        .checked_add(*pages)
-                        .filter(|&e| e <= space.pages())
-                        .ok_or_else(|| {
-                            ComputeError::Target(format!(
-                                "{target}: the linear space has {} pages",
-                                space.pages()
-                            ))
-                        })?;
-                    if *pages > MAX_SEGMENTS_PER_RUN as u64 * 1024 {
-                        return Err(ComputeError::BadRequest(format!(
-                            "{target}: at most {} pages per linear target",
-                            MAX_SEGMENTS_PER_RUN * 1024
-                        )));
-                    }
-                    let index = out.len() as u32;
-                    let mut segments = Vec::with_capacity(*pages as usize);
-                    for (i, linear_page) in (*first_page..end).enumerate() {
-                        let addr = space
-                            .to_global(linear_page)
-                            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
-                        segments.push((
-                            addr.node,
-                            Segment {
-                                target: index,
-                                offset: i as u64 * u64::from(page_size),
-                                source: Source::DevicePage {
-                                    page: addr.page,
-                                    start: 0,
-                                    end: page_size,
-                                },
-                            },
-                        ));
-                    }
-                    out.push(Resolved {
-                        name: target.to_string(),
-                        size_bytes: *pages * u64::from(page_size),
-                        segments,
-                    });
+                    out.push(linear_segments(
+                        space,
+                        target,
+                        (*first_page, *pages),
+                        out.len(),
+                    )?);
                 }
             }
             if out.len() > MAX_RESOLVED_TARGETS {
@@ -678,6 +614,85 @@ impl<P: Peers> Engine<P> {
             }
         }
         Ok(out)
+    }
+
+    /// Bytes `range` (offset, length or to the end) of block volume
+    /// `name`, target number `index`, page by page on the nodes of its
+    /// stripe.
+    async fn resolve_volume(
+        &self,
+        target: &Target,
+        name: &str,
+        range: (u64, Option<u64>),
+        members: &[NodeId],
+        index: usize,
+    ) -> Result<Resolved, ComputeError> {
+        let (offset_bytes, len_bytes) = range;
+        let volumes = BlockVolumes::new(Arc::new(VolumesVia(self.peers.clone())), members.to_vec());
+        let volume = volumes
+            .open(name)
+            .await
+            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+        let size = volume.size_bytes();
+        let len = len_bytes.unwrap_or(size.saturating_sub(offset_bytes));
+        let end = offset_bytes
+            .checked_add(len)
+            .filter(|&e| e <= size && offset_bytes <= size)
+            .ok_or_else(|| {
+                ComputeError::Target(format!(
+                    "{target}: bytes {offset_bytes}..+{len} are not inside the \
+                     volume's {size} bytes"
+                ))
+            })?;
+        let page_size = volume.page_size() as u64;
+        let space = volume.def().space();
+        let mut segments = Vec::new();
+        let mut at = offset_bytes;
+        while at < end {
+            let page = at / page_size;
+            let start = at % page_size;
+            let take = (page_size - start).min(end - at);
+            let (node, local) = volume
+                .locate(page)
+                .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+            segments.push((
+                node,
+                Segment {
+                    target: index as u32,
+                    offset: at - offset_bytes,
+                    source: Source::VolumePage {
+                        space,
+                        page: local,
+                        start: start as u32,
+                        end: (start + take) as u32,
+                    },
+                },
+            ));
+            at += take;
+        }
+        Ok(Resolved {
+            name: target.to_string(),
+            size_bytes: len,
+            segments,
+        })
+    }
+
+    /// The linear page space over `members`, from their geometries.
+    async fn linear_space(
+        &self,
+        target: &Target,
+        members: &[NodeId],
+    ) -> Result<LinearSpace, ComputeError> {
+        let mut geometries = Vec::with_capacity(members.len());
+        for &node in members {
+            let g = self
+                .peers
+                .geometry(node)
+                .await
+                .map_err(|message| ComputeError::Remote { node, message })?;
+            geometries.push((node, g));
+        }
+        LinearSpace::new(geometries).map_err(|e| ComputeError::Target(format!("{target}: {e}")))
     }
 
     fn objects<'a>(
@@ -942,6 +957,87 @@ impl<P: Peers> Engine<P> {
     }
 }
 
+/// Every object of `bucket` whose key starts with `prefix`, in key order,
+/// appended to `out`.
+async fn resolve_prefix<N: quarry_store::StoreNode>(
+    store: &ObjectStore<N>,
+    target: &Target,
+    bucket: &str,
+    prefix: &str,
+    out: &mut Vec<Resolved>,
+) -> Result<(), ComputeError> {
+    let b =
+        BucketName::new(bucket).map_err(|e| ComputeError::BadRequest(format!("{target}: {e}")))?;
+    let mut after: Option<ObjectKey> = None;
+    loop {
+        let page = store
+            .list(&b, prefix, after.as_ref(), MAX_PAGE_ITEMS)
+            .await
+            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+        for m in &page {
+            if out.len() >= MAX_RESOLVED_TARGETS {
+                return Err(too_many_targets());
+            }
+            out.push(object_segments(store, m, out.len()));
+        }
+        match page.last() {
+            Some(m) if page.len() == MAX_PAGE_ITEMS => {
+                after = Some(m.key().clone());
+            }
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Pages `first_page..+pages` of the linear space, target number `index`:
+/// one segment per page, on the page's node.
+fn linear_segments(
+    space: &LinearSpace,
+    target: &Target,
+    (first_page, pages): (u64, u64),
+    index: usize,
+) -> Result<Resolved, ComputeError> {
+    let page_size = space.geometry().page_size_bytes;
+    let end = first_page
+        .checked_add(pages)
+        .filter(|&e| e <= space.pages())
+        .ok_or_else(|| {
+            ComputeError::Target(format!(
+                "{target}: the linear space has {} pages",
+                space.pages()
+            ))
+        })?;
+    if pages > MAX_SEGMENTS_PER_RUN as u64 * 1024 {
+        return Err(ComputeError::BadRequest(format!(
+            "{target}: at most {} pages per linear target",
+            MAX_SEGMENTS_PER_RUN * 1024
+        )));
+    }
+    let mut segments = Vec::with_capacity(pages as usize);
+    for (i, linear_page) in (first_page..end).enumerate() {
+        let addr = space
+            .to_global(linear_page)
+            .map_err(|e| ComputeError::Target(format!("{target}: {e}")))?;
+        segments.push((
+            addr.node,
+            Segment {
+                target: index as u32,
+                offset: i as u64 * u64::from(page_size),
+                source: Source::DevicePage {
+                    page: addr.page,
+                    start: 0,
+                    end: page_size,
+                },
+            },
+        ));
+    }
+    Ok(Resolved {
+        name: target.to_string(),
+        size_bytes: pages * u64::from(page_size),
+        segments,
+    })
+}
+
 fn too_many_targets() -> ComputeError {
     ComputeError::BadRequest(format!(
         "the targets expand to more than {MAX_RESOLVED_TARGETS} objects or ranges"
@@ -967,7 +1063,7 @@ async fn read_output(
     command: &Command,
     from: u64,
     max_bytes: u32,
-) -> Result<ComputeAnswer, ComputeError> {
+) -> Result<PiecesAnswer, ComputeError> {
     let max = u64::from(max_bytes.clamp(1, MAX_OUTPUT_SLICE_BYTES));
     let until = tokio::time::Instant::now() + Duration::from_millis(MAX_OUTPUT_WAIT_MS);
     let mut pieces_rx = command.output.subscribe();
@@ -992,7 +1088,7 @@ async fn read_output(
             )),
         })?;
         if !pieces.is_empty() || end || tokio::time::Instant::now() >= until {
-            return Ok(ComputeAnswer::Pieces {
+            return Ok(PiecesAnswer {
                 first_piece: from,
                 pieces,
                 end,

@@ -65,7 +65,10 @@ pub use job::{
     Target, TargetOutput,
 };
 pub use local::{LocalData, ManagedData, MAX_RUN_BYTES};
-pub use output::{Assembler, ChecksumOutput, GrepOutput, MatchLine, Output, OutputPiece, WcOutput};
+pub use output::{
+    Assembler, BadBlock, ChecksumOutput, GrepOutput, LineBlock, LineRun, MatchLine, Output,
+    OutputPiece, WcOutput,
+};
 pub use peers::Peers;
 pub use plan::{RUNS_IN_FLIGHT, RUN_BYTES};
 pub use scan::{compile, Part, ScanKernel};

@@ -625,9 +625,6 @@ impl RunReader<'_> {
     /// straight back: no other thread touches the bytes, and the disk writes
     /// into the same few buffers over and over.
     /// `lane` goes back once the last read is in.
-    // TODO(issue 19): split (the streaming pieces grew it past 100 lines in
-    // the merge that brought them; split with the read loop next).
-    #[allow(clippy::too_many_lines)]
     fn stream_and_fold(
         &self,
         folder: &mut Folder<'_>,
@@ -638,8 +635,7 @@ impl RunReader<'_> {
             data,
             tuner,
             items,
-            deadline: _,
-            stop: _,
+            ..
         } = *self;
         let mut io_wait = Duration::ZERO;
         let mut lane = Some(lane);
@@ -647,7 +643,6 @@ impl RunReader<'_> {
         let _runtime = handle.enter();
         let mut setting = tuner.current();
         data.apply(setting);
-        let max_read_pages = data.device.max_read_pages() as usize;
         // The run's own ring, when the device has one to give: the thread
         // that waits for a read is the one that submitted it, as with fio
         // (`quarry_device::StreamReader`).
@@ -660,89 +655,23 @@ impl RunReader<'_> {
         let mut next = 0usize;
         let mut bytes_read = 0u64;
         loop {
-            // Reads are as large as one device request may be; as many are
-            // issued as the setting has buffers (the one to fold next
-            // included), and `depth` of them are at the disk.
-            while next < items.len() && issued.len() < setting.buffers() {
-                let len = group_len(&items[next..], max_read_pages);
-                let group = &items[next..next + len];
-                let read = match stream.as_mut() {
-                    Some((m, stream)) if len > 1 => data.issue_on_stream(m, stream, group)?,
-                    _ => Issued::Shared(data.issue_shared(group)),
-                };
-                issued.push_back((next, read));
-                next += len;
-            }
+            self.issue_reads(&mut stream, &mut issued, &mut next, setting)?;
             let Some((group_at, read)) = issued.pop_front() else {
                 break;
             };
             self.check_wanted()?;
             let waited = Instant::now();
-            let (group, mut fetched) = match read {
-                Issued::Shared(mut read) => {
-                    handle.block_on(read.as_mut());
-                    read.as_mut()
-                        .take_output()
-                        .ok_or_else(|| data.storage("a read finished without its pages".into()))?
-                }
-                Issued::Stream {
-                    group,
-                    located,
-                    on_stream,
-                } => {
-                    let Some((m, stream)) = stream.as_mut() else {
-                        return Err(data.storage("a stream read without its stream".into()));
-                    };
-                    let reads = located
-                        .device_reads()
-                        .zip(on_stream)
-                        .map(|((first, count), on_stream)| {
-                            if on_stream {
-                                stream.take_next()
-                            } else {
-                                handle.block_on(data.device.fetch_pages(first, count))
-                            }
-                        })
-                        .collect();
-                    (group, Fetched::Run(located.fetched(&m.space, reads)))
-                }
-            };
+            let (group, mut fetched) = self.wait_for(&mut stream, read)?;
             io_wait += waited.elapsed();
             if issued.is_empty() && next == items.len() {
                 // Nothing left to read: the disk is the next run's while
                 // this one checks and folds its last pages.
                 drop(lane.take());
             }
-            // Each page is checked right before it is folded, so the kernel
-            // reads it from the cache the check brought it into (the scan
-            // thread's time per 2 MiB read went from 0.41 to 0.34-0.37 ms
-            // with the one-pass check, `docs/benchmarks.md`).
-            for (k, item) in group.iter().enumerate() {
-                let page = resolve(handle, fetched.take(data, k, item))?;
-                data.check_header(item, &page)?;
-                let Some(bytes) = page.data.get(item.span.clone()) else {
-                    return Err(data.storage(format!(
-                        "a page of {} bytes has no bytes {:?}",
-                        page.data.len(),
-                        item.span
-                    )));
-                };
-                // An empty span (a header page read for its check) opens
-                // no part: a run that stops there answers no part for it.
-                if !bytes.is_empty() {
-                    folder.fold(item.segment, bytes)?;
-                }
-                bytes_read += bytes.len() as u64;
-                let folded = group_at + k + 1;
-                if let Some(next) = items.get(folded) {
-                    // Cut between segments when it can: a run resumed
-                    // inside a chunk reads the chunk's first page again to
-                    // check it.
-                    let between = next.segment != item.segment;
-                    if folder.past_piece(if between { 1 } else { 2 }) {
-                        return Ok((bytes_read, io_wait, Some(folded)));
-                    }
-                }
+            let (folded, cut) = self.fold_group(folder, group_at, group, &mut fetched)?;
+            bytes_read += folded;
+            if cut.is_some() {
+                return Ok((bytes_read, io_wait, cut));
             }
             // The pages went back to the device's pool as they were folded:
             // the next read issued takes that buffer again.
@@ -762,7 +691,125 @@ impl RunReader<'_> {
         }
         Ok((bytes_read, io_wait, None))
     }
+
+    /// Issues reads from item `*next` on until as many are out as the
+    /// setting has buffers (the one to fold next included), `depth` of them
+    /// at the disk; each read is as large as one device request may be.
+    fn issue_reads<'s>(
+        &self,
+        stream: &mut Option<RunStream<'s>>,
+        issued: &mut VecDeque<(usize, Issued<'s>)>,
+        next: &mut usize,
+        setting: ReadSetting,
+    ) -> Result<(), ComputeError>
+    where
+        Self: 's,
+    {
+        let (data, items) = (self.data, self.items);
+        let max_read_pages = data.device.max_read_pages() as usize;
+        while *next < items.len() && issued.len() < setting.buffers() {
+            let len = group_len(&items[*next..], max_read_pages);
+            let group = &items[*next..*next + len];
+            let read = match stream.as_mut() {
+                Some((m, stream)) if len > 1 => data.issue_on_stream(m, stream, group)?,
+                _ => Issued::Shared(data.issue_shared(group)),
+            };
+            issued.push_back((*next, read));
+            *next += len;
+        }
+        Ok(())
+    }
+
+    /// Waits for an issued read's pages (blocking this thread).
+    fn wait_for<'s>(
+        &self,
+        stream: &mut Option<RunStream<'s>>,
+        read: Issued<'s>,
+    ) -> Result<FetchedGroup<'s>, ComputeError>
+    where
+        Self: 's,
+    {
+        let (handle, data) = (self.handle, self.data);
+        match read {
+            Issued::Shared(mut read) => {
+                handle.block_on(read.as_mut());
+                read.as_mut()
+                    .take_output()
+                    .ok_or_else(|| data.storage("a read finished without its pages".into()))
+            }
+            Issued::Stream {
+                group,
+                located,
+                on_stream,
+            } => {
+                let Some((m, stream)) = stream.as_mut() else {
+                    return Err(data.storage("a stream read without its stream".into()));
+                };
+                let reads = located
+                    .device_reads()
+                    .zip(on_stream)
+                    .map(|((first, count), on_stream)| {
+                        if on_stream {
+                            stream.take_next()
+                        } else {
+                            handle.block_on(data.device.fetch_pages(first, count))
+                        }
+                    })
+                    .collect();
+                Ok((group, Fetched::Run(located.fetched(&m.space, reads))))
+            }
+        }
+    }
+
+    /// Checks and folds the pages of a group whose first item is item
+    /// `group_at` of the run; returns the bytes folded and, when the parts
+    /// grew past the run's piece bytes, the first item not folded.
+    fn fold_group(
+        &self,
+        folder: &mut Folder<'_>,
+        group_at: usize,
+        group: &[PageItem],
+        fetched: &mut Fetched<'_>,
+    ) -> Result<(u64, Option<usize>), ComputeError> {
+        let (handle, data, items) = (self.handle, self.data, self.items);
+        let mut bytes_read = 0u64;
+        // Each page is checked right before it is folded, so the kernel
+        // reads it from the cache the check brought it into (the scan
+        // thread's time per 2 MiB read went from 0.41 to 0.34-0.37 ms
+        // with the one-pass check, `docs/benchmarks.md`).
+        for (k, item) in group.iter().enumerate() {
+            let page = resolve(handle, fetched.take(data, k, item))?;
+            data.check_header(item, &page)?;
+            let Some(bytes) = page.data.get(item.span.clone()) else {
+                return Err(data.storage(format!(
+                    "a page of {} bytes has no bytes {:?}",
+                    page.data.len(),
+                    item.span
+                )));
+            };
+            // An empty span (a header page read for its check) opens
+            // no part: a run that stops there answers no part for it.
+            if !bytes.is_empty() {
+                folder.fold(item.segment, bytes)?;
+            }
+            bytes_read += bytes.len() as u64;
+            let folded = group_at + k + 1;
+            if let Some(next) = items.get(folded) {
+                // Cut between segments when it can: a run resumed
+                // inside a chunk reads the chunk's first page again to
+                // check it.
+                let between = next.segment != item.segment;
+                if folder.past_piece(if between { 1 } else { 2 }) {
+                    return Ok((bytes_read, Some(folded)));
+                }
+            }
+        }
+        Ok((bytes_read, None))
+    }
 }
+
+/// A run's own ring of reads, with the managed storage it reads through.
+type RunStream<'a> = (&'a ManagedData, quarry_device::StreamReader<'a>);
 
 /// The kernel's side of a run: folds the segments' bytes in order, one
 /// part per stretch of contiguous segments of one target.

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 
 use crate::engine_error::ComputeError;
 use crate::job::TargetOutput;
-use crate::output::{MatchLine, OutputPiece};
+use crate::output::{LineRun, OutputPiece};
+use crate::output_queue::{run_bytes, run_bytes_of_text};
 use crate::scan::{Part, ScanKernel};
 
 /// One target on its way through the merge.
@@ -146,22 +147,35 @@ impl<'k> Merger<'k> {
     }
 }
 
-/// Cuts lines into pieces of about `piece_bytes` each.
-fn cut_lines(target: &str, lines: Vec<MatchLine>, piece_bytes: u64, out: &mut Vec<OutputPiece>) {
+/// Cuts lines into pieces of about `piece_bytes` each; a block larger
+/// than that is cut between its lines (a line longer than a piece makes a
+/// piece of its own), a smaller one goes whole into the next piece it fits.
+fn cut_lines(target: &str, lines: Vec<LineRun>, piece_bytes: u64, out: &mut Vec<OutputPiece>) {
     let piece_of = |lines| OutputPiece::Lines {
         target: target.to_string(),
         lines,
     };
-    let mut piece: Vec<MatchLine> = Vec::new();
+    let mut piece: Vec<LineRun> = Vec::new();
     let mut bytes = 0u64;
-    for line in lines {
-        let size = 32 + line.text.len() as u64 + 16 * line.matches.len() as u64;
+    let mut add = |run: LineRun, piece: &mut Vec<LineRun>, out: &mut Vec<OutputPiece>| {
+        let size = run_bytes(&run);
         if !piece.is_empty() && bytes + size > piece_bytes {
-            out.push(piece_of(std::mem::take(&mut piece)));
+            out.push(piece_of(std::mem::take(piece)));
             bytes = 0;
         }
         bytes += size;
-        piece.push(line);
+        piece.push(run);
+    };
+    for run in lines {
+        match run {
+            LineRun::Block(b) if run_bytes_of_text(b.text().len()) > piece_bytes => {
+                let max = piece_bytes.saturating_sub(run_bytes_of_text(0)).max(1);
+                for b in b.into_pieces(max as usize) {
+                    add(LineRun::Block(b), &mut piece, out);
+                }
+            }
+            run => add(run, &mut piece, out),
+        }
     }
     if !piece.is_empty() {
         out.push(piece_of(piece));

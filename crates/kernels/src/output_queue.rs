@@ -11,27 +11,38 @@
 //! [`CommandResult`], as a client that reads results whole expects.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::ser::{SerializeStructVariant, Serializer};
+use serde::Serialize;
 
 use tokio::sync::watch;
 
 use crate::job::CommandResult;
-use crate::output::{Assembler, MatchLine, Output, OutputPiece};
+use crate::output::{Assembler, LineRun, Output, OutputPiece};
+
+/// Roughly how many bytes a run of lines takes, encoded or in memory.
+pub(crate) fn run_bytes(run: &LineRun) -> u64 {
+    match run {
+        LineRun::One(l) => {
+            32 + l.text.len() as u64
+                + l.matches
+                    .iter()
+                    .map(|(_, m)| 16 + m.len() as u64)
+                    .sum::<u64>()
+        }
+        LineRun::Block(b) => run_bytes_of_text(b.text().len()),
+    }
+}
+
+/// [`run_bytes`] of a block of `len` bytes of text.
+pub(crate) fn run_bytes_of_text(len: usize) -> u64 {
+    32 + len as u64
+}
 
 /// Roughly how many bytes a piece takes, encoded or in memory.
 pub(crate) fn piece_bytes(piece: &OutputPiece) -> u64 {
-    let lines = |lines: &[MatchLine]| -> u64 {
-        lines
-            .iter()
-            .map(|l| {
-                32 + l.text.len() as u64
-                    + l.matches
-                        .iter()
-                        .map(|(_, m)| 16 + m.len() as u64)
-                        .sum::<u64>()
-            })
-            .sum()
-    };
+    let lines = |lines: &[LineRun]| -> u64 { lines.iter().map(run_bytes).sum() };
     match piece {
         OutputPiece::Lines { target, lines: l } => 16 + target.len() as u64 + lines(l),
         OutputPiece::Target(t) => {
@@ -54,7 +65,9 @@ pub(crate) fn piece_bytes(piece: &OutputPiece) -> u64 {
 struct Held {
     /// The number of the first piece held.
     first: u64,
-    pieces: VecDeque<(OutputPiece, u64)>,
+    /// Shared with the answers that carry them, which encode them from
+    /// here: a piece's lines are not copied to be sent.
+    pieces: VecDeque<(Arc<OutputPiece>, u64)>,
     held_bytes: u64,
     /// The last piece is in.
     complete: bool,
@@ -113,7 +126,7 @@ impl OutputQueue {
             {
                 let mut held = self.held();
                 if held.pieces.is_empty() || held.held_bytes + size <= self.bound_bytes {
-                    held.pieces.push_back((piece, size));
+                    held.pieces.push_back((Arc::new(piece), size));
                     held.held_bytes += size;
                     drop(held);
                     self.bump();
@@ -145,7 +158,7 @@ impl OutputQueue {
         &self,
         from: u64,
         max_bytes: u64,
-    ) -> Result<(Vec<OutputPiece>, bool), ReadError> {
+    ) -> Result<(Vec<Arc<OutputPiece>>, bool), ReadError> {
         let mut held = self.held();
         if from < held.first {
             return Err(ReadError::Released { first: held.first });
@@ -168,7 +181,7 @@ impl OutputQueue {
                 break;
             }
             bytes += size;
-            out.push(piece.clone());
+            out.push(Arc::clone(piece));
         }
         let end = held.complete && out.len() == held.pieces.len();
         drop(held);
@@ -187,8 +200,65 @@ impl OutputQueue {
         }
         let mut assembler = Assembler::default();
         for (piece, _) in &held.pieces {
-            assembler.push(piece.clone());
+            assembler.push((**piece).clone());
         }
         assembler.finish()
+    }
+}
+
+/// `ComputeAnswer::Pieces` of shared pieces: encodes exactly as that
+/// variant does (postcard writes a variant's index and its fields in
+/// order; `the_pieces_answer_encodes_as_compute_answer_pieces` checks it).
+pub(crate) struct PiecesAnswer {
+    pub(crate) first_piece: u64,
+    pub(crate) pieces: Vec<Arc<OutputPiece>>,
+    pub(crate) end: bool,
+}
+
+/// The index of `Pieces` among `ComputeAnswer`'s variants.
+const PIECES_VARIANT: u32 = 6;
+
+impl Serialize for PiecesAnswer {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let pieces: Vec<&OutputPiece> = self.pieces.iter().map(|p| &**p).collect();
+        let mut s =
+            serializer.serialize_struct_variant("ComputeAnswer", PIECES_VARIANT, "Pieces", 3)?;
+        s.serialize_field("first_piece", &self.first_piece)?;
+        s.serialize_field("pieces", &pieces)?;
+        s.serialize_field("end", &self.end)?;
+        s.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{LineBlock, LineRun};
+    use crate::wire::{encode, ComputeAnswer};
+
+    #[test]
+    fn the_pieces_answer_encodes_as_compute_answer_pieces() {
+        let block = LineBlock::new(1, 0, b"a\nbc\n".to_vec()).expect("a block");
+        let pieces = vec![
+            OutputPiece::Lines {
+                target: "b/k".into(),
+                lines: vec![LineRun::Block(block)],
+            },
+            OutputPiece::End {
+                bytes_scanned: 5,
+                bytes_from_nodes: 7,
+            },
+        ];
+        let shared = PiecesAnswer {
+            first_piece: 9,
+            pieces: pieces.iter().cloned().map(Arc::new).collect(),
+            end: true,
+        };
+        let plain = ComputeAnswer::Pieces {
+            first_piece: 9,
+            pieces,
+            end: true,
+        };
+        assert_eq!(encode(&shared), encode(&plain));
     }
 }

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::builtin::{ChecksumPart, Fgrep8Part, GrepPart, WcPart};
 use crate::error::KernelError;
-use crate::output::{MatchLine, Output};
+use crate::output::{LineRun, Output};
 use crate::spec::KernelSpec;
 
 /// A kernel's summary of one contiguous byte range of a target.
@@ -65,7 +65,7 @@ pub trait ScanKernel: Send + Sync {
     /// entry node hands them on and forgets them; `finish` of the rest
     /// then gives the answer without them. Kernels whose answer is small
     /// take nothing.
-    fn drain(&self, prefix: &mut Part) -> Result<Vec<MatchLine>, KernelError> {
+    fn drain(&self, prefix: &mut Part) -> Result<Vec<LineRun>, KernelError> {
         let _ = prefix;
         Ok(Vec::new())
     }

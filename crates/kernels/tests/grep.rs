@@ -27,7 +27,7 @@ fn grep_out(o: Output) -> GrepOutput {
 /// The kernel's lines as `grep -n -b` prints them.
 fn as_grep_nb(g: &GrepOutput) -> Vec<u8> {
     let mut out = Vec::new();
-    for l in &g.lines {
+    for l in g.match_lines() {
         write!(out, "{}:{}:", l.line_number, l.byte_offset).unwrap();
         out.extend_from_slice(&l.text);
         out.push(b'\n');
@@ -164,7 +164,30 @@ fn every_split_keeps_context_limits_and_matches() {
     let text = b"a1\nb\nc\na2\nd\ne\nf\ng\na3 a\na4\nh\n\na5";
     let mut rng = StdRng::seed_from_u64(2);
     let base = GrepSpec::new("a", GrepSyntax::Fixed);
+    // Patterns that match every line make blocks of lines with no search:
+    // cut by -m into selected lines and context, and by every split.
+    let every = GrepSpec::new("", GrepSyntax::Basic);
     let specs = [
+        GrepSpec {
+            max_count: Some(5),
+            after_context: 2,
+            ..every.clone()
+        },
+        GrepSpec {
+            max_count: Some(7),
+            before_context: 2,
+            ..GrepSpec::new("^", GrepSyntax::Extended)
+        },
+        GrepSpec {
+            after_context: 1,
+            ..GrepSpec::new("x*$", GrepSyntax::Extended)
+        },
+        GrepSpec {
+            invert: true,
+            max_count: Some(4),
+            after_context: 1,
+            ..GrepSpec::new("[0-9]", GrepSyntax::Extended)
+        },
         GrepSpec {
             before_context: 1,
             after_context: 2,
@@ -214,11 +237,10 @@ fn every_split_keeps_context_limits_and_matches() {
         }
     }
     // -B1 -A2: groups of selected lines and their context, in order.
-    let k = compile(&KernelSpec::Grep(specs[0].clone())).unwrap();
+    let k = compile(&KernelSpec::Grep(specs[4].clone())).unwrap();
     let got = grep_out(run_whole(&*k, text));
     let shown: Vec<(u64, bool)> = got
-        .lines
-        .iter()
+        .match_lines()
         .map(|l| (l.line_number, l.context))
         .collect();
     assert_eq!(
@@ -575,12 +597,57 @@ fn lines_taken_from_the_growing_prefix_are_the_whole_answer() {
         assert_eq!(got, want, "{spec:?}");
         // What finish still gives: no more than the last pieces' lines.
         let mut prefix = k.fold(k.empty(0), &text).unwrap();
-        let taken = k.drain(&mut prefix).unwrap();
-        let left = grep_out(k.finish(prefix).unwrap()).lines.len();
-        assert!(
-            taken.len() > 2 * left,
-            "{spec:?}: {} taken, {left} left",
-            taken.len()
-        );
+        let taken: u64 = k
+            .drain(&mut prefix)
+            .unwrap()
+            .iter()
+            .map(|r| r.lines())
+            .sum();
+        let left = grep_out(k.finish(prefix).unwrap()).match_lines().count() as u64;
+        assert!(taken > 2 * left, "{spec:?}: {taken} taken, {left} left");
+    }
+}
+
+/// A node's answer of grep parts holding blocks of lines: every cut of its
+/// encoding is an error, and random changes to it or random bytes are
+/// errors or answers, never a panic.
+#[test]
+fn malformed_local_answers_of_blocks_never_panic() {
+    use quarry_kernels::{decode, encode, ComputeAnswer, LineRun, LocalAnswer};
+    let k = compile(&KernelSpec::Grep(GrepSpec::new("", GrepSyntax::Basic))).unwrap();
+    let text = random_text(&mut StdRng::seed_from_u64(9), VOCAB, 200);
+    let (a, b) = text.split_at(text.len() / 3);
+    let parts = vec![
+        (0, k.fold(k.empty(0), a).unwrap()),
+        (0, k.fold(k.empty(a.len() as u64), b).unwrap()),
+    ];
+    // The parts hold blocks: the whole answer is made of them.
+    let whole = k.combine(parts[0].1.clone(), parts[1].1.clone()).unwrap();
+    let g = grep_out(k.finish(whole).unwrap());
+    assert!(g
+        .lines
+        .iter()
+        .any(|r| matches!(r, LineRun::Block(b) if b.lines() > 10)));
+    let answer = ComputeAnswer::Local(LocalAnswer {
+        parts,
+        bytes_scanned: text.len() as u64,
+        resume: None,
+    });
+    let encoded = encode(&answer);
+    let back: ComputeAnswer = decode("answer", &encoded).unwrap();
+    assert_eq!(back, answer);
+    for len in 0..encoded.len() {
+        assert!(decode::<ComputeAnswer>("answer", &encoded[..len]).is_err());
+    }
+    let mut rng = StdRng::seed_from_u64(10);
+    for _ in 0..2000 {
+        let mut changed = encoded.clone();
+        for _ in 0..rng.gen_range(1..4) {
+            let i = rng.gen_range(0..changed.len());
+            changed[i] = rng.gen();
+        }
+        let _ = decode::<ComputeAnswer>("answer", &changed);
+        let random: Vec<u8> = (0..rng.gen_range(0..300)).map(|_| rng.gen()).collect();
+        let _ = decode::<ComputeAnswer>("answer", &random);
     }
 }

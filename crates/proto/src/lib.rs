@@ -39,6 +39,7 @@ mod error;
 mod frame;
 mod linear;
 mod message;
+mod out_queue;
 mod relay;
 mod server;
 mod session;

@@ -99,6 +99,24 @@ impl RelayedFrame {
         }
     }
 
+    /// The frame under `tag` as pieces whose concatenation is the frame: a
+    /// new header, then the body as the pieces it arrived in (no copy).
+    pub fn pieces_under(&self, tag: Tag) -> Vec<Bytes> {
+        let mut head = BytesMut::with_capacity(HEADER_LEN_BYTES);
+        FrameHeader { tag, ..self.header }.put(&mut head);
+        let mut out = Vec::with_capacity(self.pieces.len() + 1);
+        out.push(head.freeze());
+        let mut skip = HEADER_LEN_BYTES;
+        for piece in &self.pieces {
+            let from = skip.min(piece.len());
+            skip -= from;
+            if from < piece.len() {
+                out.push(piece.slice(from..));
+            }
+        }
+        out
+    }
+
     /// The whole frame as one buffer (a copy), for a caller that decodes it.
     pub fn to_contiguous(&self) -> BytesMut {
         let mut buf =

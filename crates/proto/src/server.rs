@@ -4,7 +4,6 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::task::Poll;
 
-use bytes::{Buf, BytesMut};
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -12,9 +11,10 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 
 use crate::frame::{Frame, FrameCodec};
+use crate::out_queue::OutQueue;
 use crate::relay::Answer;
 use crate::session::{READ_BUFFER_BYTES, WRITE_BATCH_BYTES};
-use crate::wire::{decode_request, encode_response};
+use crate::wire::{decode_request, encode_response, encode_response_pieces, has_payload_piece};
 use crate::{ProtoError, Request, Response, SessionLimits, Status, Tag, PROTOCOL_VERSION};
 
 /// A decoded request with the frame fields a node needs besides the message.
@@ -78,7 +78,7 @@ where
     let mut frames = FramedRead::with_capacity(reader, FrameCodec, READ_BUFFER_BYTES);
     let mut in_flight: FuturesUnordered<BoxFuture<'static, (Tag, Answer)>> =
         FuturesUnordered::new();
-    let mut out = BytesMut::with_capacity(64 * 1024);
+    let mut out = OutQueue::with_capacity(64 * 1024);
     let mut reading = true;
     let mut outcome = Ok(());
     tokio::pin!(stop);
@@ -103,7 +103,7 @@ where
                     }
                 }
             }
-            written = writer.write(&out), if !out.is_empty() => match written {
+            written = out.write_some(&mut writer), if !out.is_empty() => match written {
                 Ok(0) => return Err(ProtoError::Io {
                     peer: "requester".to_string(),
                     source: std::io::ErrorKind::WriteZero.into(),
@@ -163,7 +163,7 @@ fn accept<H, F>(
     frame: Frame,
     handler: &H,
     in_flight: &mut FuturesUnordered<BoxFuture<'static, (Tag, Answer)>>,
-    out: &mut BytesMut,
+    out: &mut OutQueue,
 ) -> Result<(), ProtoError>
 where
     H: Fn(Incoming) -> F,
@@ -221,11 +221,19 @@ fn panicked() -> Response {
     }
 }
 
-fn encode_answer(tag: Tag, answer: &Answer, buf: &mut BytesMut) {
+fn encode_answer(tag: Tag, answer: &Answer, out: &mut OutQueue) {
+    // A large payload is queued as the bytes its producer holds and leaves
+    // by a vectored write: no copy into a frame buffer at this node.
     let answer = match answer {
-        Answer::Relayed(frame) => return frame.write_into(tag, buf),
+        Answer::Relayed(frame) => return out.push_pieces(frame.pieces_under(tag)),
         Answer::Message(response) => response,
     };
+    if has_payload_piece(answer) {
+        if let Ok(pieces) = encode_response_pieces(tag, answer) {
+            return out.push_pieces(pieces);
+        }
+    }
+    let buf = out.buf();
     if let Err(e) = encode_response(tag, answer, buf) {
         let fallback = Response::Error {
             status: Status::Internal,

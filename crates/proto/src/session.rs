@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::BytesMut;
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -15,7 +14,11 @@ use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
 use crate::frame::FrameCodec;
-use crate::wire::{check_request, decode_response, encode_request};
+use crate::out_queue::OutQueue;
+use crate::wire::{
+    check_request, decode_response, encode_request, encode_request_pieces,
+    has_payload_piece_request,
+};
 use crate::{ProtoError, Request, Response, Tag};
 
 /// Bits of a tag that index the slot table; the bits above hold the slot's
@@ -411,29 +414,36 @@ async fn write_loop<W>(mut writer: W, mut rx: mpsc::Receiver<Outgoing>, shared: 
 where
     W: AsyncWrite + Unpin,
 {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let mut out = OutQueue::with_capacity(64 * 1024);
     while let Some(first) = rx.recv().await {
-        encode_outgoing(&first, &mut buf, &shared);
+        encode_outgoing(&first, &mut out, &shared);
         // Everything already queued goes out in the same write: one syscall
         // for a burst of requests.
-        while buf.len() < WRITE_BATCH_BYTES {
+        while out.len() < WRITE_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(next) => encode_outgoing(&next, &mut buf, &shared),
+                Ok(next) => encode_outgoing(&next, &mut out, &shared),
                 Err(_) => break,
             }
         }
-        if let Err(e) = writer.write_all(&buf).await {
+        if let Err(e) = out.write_all(&mut writer).await {
             shared.fail_all(format!("write failed: {e}"));
             return;
         }
-        buf.clear();
     }
     // Every Session clone is gone: tell the peer we are done.
     let _ = writer.shutdown().await;
 }
 
-fn encode_outgoing(outgoing: &Outgoing, buf: &mut BytesMut, shared: &Shared) {
-    if let Err(e) = encode_request(outgoing.tag, outgoing.hops, &outgoing.request, buf) {
+fn encode_outgoing(outgoing: &Outgoing, out: &mut OutQueue, shared: &Shared) {
+    // A call's body and a page's data are queued as the caller's bytes and
+    // leave by a vectored write, not copied into a frame buffer first.
+    let encoded = if has_payload_piece_request(&outgoing.request) {
+        encode_request_pieces(outgoing.tag, outgoing.hops, &outgoing.request)
+            .map(|pieces| out.push_pieces(pieces))
+    } else {
+        encode_request(outgoing.tag, outgoing.hops, &outgoing.request, out.buf())
+    };
+    if let Err(e) = encoded {
         if let Some(waiter) = shared.take_waiter(outgoing.tag) {
             let _ = waiter.send(Err(e));
         }

@@ -649,6 +649,27 @@ pub fn encode_request_pieces(
     }
 }
 
+/// Whether [`encode_response_pieces`] gives `response`'s payload a piece
+/// of its own (worth a slice in a vectored write) rather than one small
+/// buffer.
+pub(crate) fn has_payload_piece(response: &Response) -> bool {
+    match response {
+        Response::Reply(body) => body.len() >= PIECE_BYTES_MIN,
+        Response::Page { data, .. } => data.len() >= PIECE_BYTES_MIN,
+        _ => false,
+    }
+}
+
+/// Whether [`encode_request_pieces`] gives `request`'s payload a piece of
+/// its own.
+pub(crate) fn has_payload_piece_request(request: &Request) -> bool {
+    match request {
+        Request::Call(call) => call.body.len() >= PIECE_BYTES_MIN,
+        Request::ProgramPage { data, .. } => data.len() >= PIECE_BYTES_MIN,
+        _ => false,
+    }
+}
+
 /// [`encode_response`] as pieces whose concatenation is the frame: a
 /// reply's body and a page's data and OOB are pieces of their own, not
 /// copies. Small answers are one piece.

@@ -31,8 +31,9 @@ use crate::usage::Usage;
 pub const DEFAULT_PUT_DEADLINE_MS: u64 = 10 * 60 * 1000;
 
 /// Default bound on the chunk bytes a put or a read has in flight to the
-/// nodes at once: 32 MiB (it keeps every node's device busy on a 4-node
-/// cluster with 64 KiB chunks, and bounds the memory a transfer holds).
+/// nodes at once: 32 MiB (eight 1 MiB chunks a node on a 4-node cluster
+/// keep every node's device busy, and it bounds the memory a transfer
+/// holds).
 pub const DEFAULT_IN_FLIGHT_BYTES: u64 = 32 << 20;
 
 /// What [`ObjectStore::collect_orphans`] did.

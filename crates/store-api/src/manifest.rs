@@ -12,8 +12,8 @@ pub const MANIFEST_MAGIC: [u8; 4] = *b"QMAN";
 /// The encoding's format version; a decoder refuses others.
 pub const MANIFEST_FORMAT_VERSION: u8 = 1;
 /// Most chunks one manifest may list: 2^18, so a manifest stays under 10 MB
-/// (36 bytes a chunk) and an object is at most 16 GiB with 64 KiB chunks,
-/// 1 TiB with 4 MiB chunks.
+/// (36 bytes a chunk) and an object is at most 256 GiB with the default
+/// 1 MiB chunks, 16 GiB with 64 KiB chunks, 1 TiB with 4 MiB chunks.
 pub const MAX_MANIFEST_CHUNKS: usize = 1 << 18;
 
 /// Flag bit: the object's one chunk lives on the node that holds its

@@ -61,6 +61,21 @@ pub trait StoreNode: Send + Sync + 'static {
     /// against the CRC-32C the node sent with them.
     fn read_chunk(&self, fingerprint: Fingerprint) -> impl Future<Output = Result<Bytes>> + Send;
 
+    /// [`StoreNode::read_chunk`] with the bytes' CRC-32C, which a node
+    /// sends along so the reader can check them after the network. A node
+    /// that checked the bytes against the CRC their record kept returns
+    /// that one rather than summing the chunk a second time.
+    fn read_chunk_with_crc(
+        &self,
+        fingerprint: Fingerprint,
+    ) -> impl Future<Output = Result<(Bytes, u32)>> + Send {
+        async move {
+            let data = self.read_chunk(fingerprint).await?;
+            let crc = chunk_crc32c(&data);
+            Ok((data, crc))
+        }
+    }
+
     /// The current manifest of a key held here.
     fn get_manifest(
         &self,
@@ -185,6 +200,12 @@ impl<N: StoreNode> StoreNode for Arc<N> {
     }
     fn read_chunk(&self, fingerprint: Fingerprint) -> impl Future<Output = Result<Bytes>> + Send {
         (**self).read_chunk(fingerprint)
+    }
+    fn read_chunk_with_crc(
+        &self,
+        fingerprint: Fingerprint,
+    ) -> impl Future<Output = Result<(Bytes, u32)>> + Send {
+        (**self).read_chunk_with_crc(fingerprint)
     }
     fn get_manifest(
         &self,
@@ -789,9 +810,9 @@ async fn serve_chunk_call<N: StoreNode>(
         Op::ReadChunk => {
             let fp = r.fingerprint()?;
             r.end()?;
-            let data = node.read_chunk(fp).await?;
+            let (data, crc) = node.read_chunk_with_crc(fp).await?;
             // The reader checks the bytes against this after the network.
-            w.u32(chunk_crc32c(&data)).blob(&data);
+            w.u32(crc).blob(&data);
         }
         Op::ChunksPage => {
             let after = r.optional(Reader::fingerprint)?;

@@ -506,6 +506,13 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
 
     /// A chunk's bytes.
     pub async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
+        Ok(self.read_chunk_with_crc(fingerprint).await?.0)
+    }
+
+    /// [`NodeStore::read_chunk`] with the bytes' CRC-32C: the one their
+    /// record kept, which the read checked them against, or (records from
+    /// before CRCs, checked by SHA-256) summed here.
+    pub async fn read_chunk_with_crc(&self, fingerprint: Fingerprint) -> Result<(Bytes, u32)> {
         let rec = self
             .chunk_record(&fingerprint)
             .await?
@@ -518,7 +525,15 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             .read(&fingerprint, rec.location, rec.len, check)
             .await
         {
-            Ok(b) => Ok(b),
+            Ok(b) => {
+                // The chunk store checked exactly these bytes against the
+                // record's CRC (ChunkStore::read's contract).
+                let crc = match check {
+                    ChunkCheck::Crc32c(crc) if b.len() == rec.len as usize => crc,
+                    _ => quarry_store_api::chunk_crc32c(&b),
+                };
+                Ok((b, crc))
+            }
             // Released between the lookup and the read (the chunk store
             // refuses the location if another chunk took it since).
             Err(_)
@@ -959,6 +974,9 @@ impl<T: TableStore, C: ChunkStore> StoreNode for NodeStore<T, C> {
     }
     async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
         NodeStore::read_chunk(self, fingerprint).await
+    }
+    async fn read_chunk_with_crc(&self, fingerprint: Fingerprint) -> Result<(Bytes, u32)> {
+        NodeStore::read_chunk_with_crc(self, fingerprint).await
     }
     async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
         NodeStore::get_manifest(self, bucket, key).await

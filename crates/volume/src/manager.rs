@@ -1025,6 +1025,14 @@ impl SpaceManager {
         self.inner.lock().stats(&self.inner)
     }
 
+    /// Live pages and the pages the volume may hold, as in
+    /// [`SpaceManager::stats`], without its walk over every block: what a
+    /// writer checks before each write.
+    pub fn fill_pages(&self) -> (u64, u64) {
+        let st = self.inner.lock();
+        (st.live, self.inner.capacity(&st.blocks))
+    }
+
     /// The logical pages of `space` that hold data, in index order. Reads
     /// the space's range of the map only (the map is ordered by space, then
     /// index), under the state lock.

@@ -18,7 +18,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::KernelError;
-use crate::output::{GrepOutput, MatchLine, Output};
+use crate::output::{GrepOutput, LineRun, Output};
 use crate::scan::{Part, ScanKernel};
 use crate::spec::{GrepSpec, GrepSyntax, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES};
 
@@ -53,8 +53,8 @@ pub struct GrepPart {
     /// When the spec asks for lines: those of them and the lines around
     /// them that an answer may print (see [`lines`]), `line_number` counted
     /// from the range's head line (0) and `byte_offset` from the target's
-    /// start.
-    lines: Vec<MatchLine>,
+    /// start; consecutive selected lines as blocks.
+    lines: Vec<LineRun>,
     /// The bytes after the last newline (empty when there is none).
     tail: Vec<u8>,
     /// The offset in the target of the range's first NUL byte, looked for
@@ -80,15 +80,7 @@ impl GrepPart {
         std::mem::size_of::<Self>()
             + self.head.capacity()
             + self.tail.capacity()
-            + self
-                .lines
-                .iter()
-                .map(|l| {
-                    std::mem::size_of::<MatchLine>()
-                        + l.text.capacity()
-                        + l.matches.iter().map(|m| 16 + m.1.capacity()).sum::<usize>()
-                })
-                .sum::<usize>()
+            + self.lines.iter().map(LineRun::size_bytes).sum::<usize>()
     }
 }
 
@@ -103,6 +95,10 @@ pub(crate) struct Grep {
     /// lines need looking at for NULs. Otherwise every block is first
     /// searched for a NUL.
     pieces_match_within: bool,
+    /// The pattern matches every line (`''`, `^`, `a*`) and no `-o` asks
+    /// for what it matched: a block of lines without NULs is selected
+    /// whole, with no search, as one block of text.
+    every_line: bool,
     /// `-v`.
     invert: bool,
     /// `-m` (u64::MAX without it).
@@ -197,11 +193,13 @@ impl Grep {
             None
         };
         let matches_empty = search.is_match(b"");
+        let every_line = search.matches_every_line() && only.is_none();
         Ok(Grep {
             search,
             only,
             want_lines: spec.lines,
             pieces_match_within: !has_line_anchors(&pattern) && !matches_empty,
+            every_line,
             invert: spec.invert,
             cap: spec.max_count.unwrap_or(u64::MAX),
             before: spec.before_context,
@@ -271,6 +269,15 @@ impl Grep {
                 matching
             };
             p.count = p.count.saturating_add(selected).min(self.cap);
+        } else if self.every_line
+            && !self.invert
+            && p.selected.saturating_add(slice_lines) <= self.cap
+            && self.keep_selected_block(p, slice, rel, offset)
+        {
+            // No NUL here (`by_line` otherwise: a pattern that matches
+            // every line matches the empty line), so every line counts once.
+            p.count = p.count.saturating_add(slice_lines).min(self.cap);
+            p.selected += slice_lines;
         } else {
             let spans = self.matching_spans(slice);
             self.walk(p, slice, slice_lines, rel, offset, &spans);
@@ -468,7 +475,7 @@ impl ScanKernel for Grep {
         Ok(Part::Grep(self.join(part(left)?, part(right)?)?))
     }
 
-    fn drain(&self, prefix: &mut Part) -> Result<Vec<MatchLine>, KernelError> {
+    fn drain(&self, prefix: &mut Part) -> Result<Vec<LineRun>, KernelError> {
         match prefix {
             Part::Grep(p) => Ok(self.drain_final(p)),
             other => Err(KernelError::WrongPart {
@@ -481,6 +488,15 @@ impl ScanKernel for Grep {
     fn finish(&self, whole: Part) -> Result<Output, KernelError> {
         let whole = part(whole)?;
         let mut out = part(self.empty(whole.start))?;
+        // Selected lines a drain took count against -m before the ones left
+        // (a last line without a newline, decided here, among them).
+        let kept: u64 = whole
+            .lines
+            .iter()
+            .filter(|l| !l.context())
+            .map(LineRun::lines)
+            .sum();
+        out.selected = whole.selected.saturating_sub(kept);
         // The target's head is its first line, whole; an empty target has
         // no line at all.
         if !whole.head_settled && (whole.newlines > 0 || !whole.head.is_empty()) {
@@ -538,8 +554,6 @@ fn has_line_anchors(pattern: &str) -> bool {
 /// Every literal byte is written as an escape, so no character the regex
 /// crate would read specially (`&&` or `[` in a class, `\` in a bracket
 /// expression, a non-ASCII byte) keeps a meaning POSIX does not give it.
-// TODO(issue 19): split (left whole while this file is being edited elsewhere).
-#[allow(clippy::too_many_lines)]
 pub(crate) fn translate(pattern: &[u8], extended: bool) -> Result<String, KernelError> {
     let bad = |why: &str| {
         KernelError::BadArguments(format!(

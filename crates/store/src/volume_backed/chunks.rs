@@ -584,14 +584,14 @@ impl Inner {
         check_chunk_len(fingerprint, &data)?;
         let layout = self.layout;
         let pages = pages_for(data.len(), self.page_size, layout);
-        let v = self.volume.stats();
-        if v.live_pages + pages + self.keep_free_pages > v.capacity_pages {
+        let (live_pages, capacity_pages) = self.volume.fill_pages();
+        if live_pages + pages + self.keep_free_pages > capacity_pages {
             return Err(StoreError::Backend(format!(
                 "no space for a chunk of {} bytes ({pages} pages): the volume holds {} of at \
                  most {} pages, and chunks leave {} free for the tables",
                 data.len(),
-                v.live_pages,
-                v.capacity_pages,
+                live_pages,
+                capacity_pages,
                 self.keep_free_pages
             )));
         }

@@ -22,7 +22,18 @@
 //! [`ScanKernel::finish`]: crate::scan::ScanKernel::finish
 
 use super::{Grep, GrepPart};
-use crate::output::MatchLine;
+use crate::output::{LineBlock, LineRun, MatchLine};
+
+/// Most bytes of text one block of selected lines takes in before the
+/// next lines start another: what the entry node holds back of a block
+/// (its last line, or the lines past GNU grep's piece) is cut out of it,
+/// so this bounds no memory, only how much one append copies.
+const MAX_BLOCK_BYTES: usize = 1 << 20;
+
+/// A block up to this size is moved to a larger buffer to take a line in
+/// (the buffer doubles: a copy per byte at most, amortized); a larger one
+/// with no room left is followed by a new block instead.
+const MOVABLE_BLOCK_BYTES: usize = 64 << 10;
 
 /// A matching line of a block: its number in the block (0 first), its
 /// first byte and its newline.
@@ -56,6 +67,10 @@ impl Grep {
         } else if self.before == 0 && self.after == 0 {
             return;
         }
+        if !context && self.only.is_none() {
+            self.keep_selected(p, text, rel, offset);
+            return;
+        }
         let (kept, matches) = match &self.only {
             None => (text.to_vec(), Vec::new()),
             // -o prints the matches of the selected lines, or with -v of
@@ -69,14 +84,71 @@ impl Grep {
             }
             Some(_) => (Vec::new(), Vec::new()),
         };
-        p.lines.push(MatchLine {
+        p.lines.push(LineRun::One(MatchLine {
             line_number: rel,
             byte_offset: offset,
             text: kept,
             len_bytes: text.len() as u64,
             context,
             matches,
+        }));
+    }
+
+    /// Adds a selected line (without its newline) to the part's last
+    /// block when it follows that block's last line, else starts a block.
+    fn keep_selected(&self, p: &mut GrepPart, text: &[u8], rel: u64, offset: u64) {
+        if let Some(LineRun::Block(b)) = p.lines.last_mut() {
+            // A large block whose buffer is full (one that came off the
+            // wire: the line across two parts' cut) is not moved for a line.
+            let cheap = b.spare_bytes() > text.len() || b.text().len() < MOVABLE_BLOCK_BYTES;
+            if follows(b, rel, offset)
+                && cheap
+                && b.text().len() + text.len() < MAX_BLOCK_BYTES
+                && b.push_line(text).is_ok()
+            {
+                return;
+            }
+        }
+        p.lines.push(match LineBlock::one(rel, offset, text) {
+            Ok(b) => LineRun::Block(b),
+            // Past the largest offset: no block, the line alone.
+            Err(_) => LineRun::One(MatchLine {
+                line_number: rel,
+                byte_offset: offset,
+                text: text.to_vec(),
+                len_bytes: text.len() as u64,
+                context: false,
+                matches: Vec::new(),
+            }),
         });
+    }
+
+    /// Keeps complete lines (`text`, each with its newline), all selected,
+    /// the first line `rel` of the part at `offset`, as one block (the
+    /// part's count and selected lines are the caller's); false when they
+    /// do not fit one.
+    pub(super) fn keep_selected_block(
+        &self,
+        p: &mut GrepPart,
+        text: &[u8],
+        rel: u64,
+        offset: u64,
+    ) -> bool {
+        if let Some(LineRun::Block(b)) = p.lines.last_mut() {
+            if follows(b, rel, offset)
+                && b.text().len() + text.len() <= MAX_BLOCK_BYTES
+                && b.push_lines(text).is_ok()
+            {
+                return true;
+            }
+        }
+        match LineBlock::new(rel, offset, text.to_vec()) {
+            Ok(b) => {
+                p.lines.push(LineRun::Block(b));
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Decides the complete lines of `slice` (`slice_lines` of them, the
@@ -210,29 +282,71 @@ impl Grep {
 
     /// Appends the kept lines of the range after `p`'s, numbered from
     /// `shift`: their selected lines count against `-m` after `p`'s.
-    pub(super) fn append(&self, p: &mut GrepPart, lines: Vec<MatchLine>, shift: u64) {
+    pub(super) fn append(&self, p: &mut GrepPart, lines: Vec<LineRun>, shift: u64) {
         let context_kept = self.before > 0 || self.after > 0;
-        for mut l in lines {
-            l.line_number += shift;
-            if !l.context {
-                if p.selected < self.cap {
-                    p.selected += 1;
-                } else {
-                    l.context = true;
-                    // With -v it shows the matches -o finds outside whole
-                    // matches, from the text kept for that.
-                    match &self.only {
-                        Some(only) if self.invert && only.matches_outside() => {
-                            l.matches = only.matches(&l.text);
-                            l.text = Vec::new();
+        for run in lines {
+            match run {
+                LineRun::One(mut l) => {
+                    l.line_number += shift;
+                    if !l.context {
+                        if p.selected < self.cap {
+                            p.selected += 1;
+                        } else {
+                            l.context = true;
+                            // With -v it shows the matches -o finds outside
+                            // whole matches, from the text kept for that.
+                            match &self.only {
+                                Some(only) if self.invert && only.matches_outside() => {
+                                    l.matches = only.matches(&l.text);
+                                    l.text = Vec::new();
+                                }
+                                _ => {}
+                            }
                         }
-                        _ => {}
+                    }
+                    if !l.context || context_kept {
+                        p.lines.push(LineRun::One(l));
                     }
                 }
+                LineRun::Block(mut b) => {
+                    // A block whose numbers would pass u64 (only from a
+                    // malformed part) keeps its own.
+                    b.renumber(b.first_line().saturating_add(shift), b.byte_offset());
+                    self.append_block(p, b);
+                }
             }
-            if !l.context || context_kept {
-                p.lines.push(l);
-            }
+        }
+    }
+
+    /// Appends a block of selected lines: those past `-m` become context,
+    /// of which only the first `-A` can be printed (no selected line
+    /// follows them).
+    fn append_block(&self, p: &mut GrepPart, mut b: LineBlock) {
+        let room = self.cap.saturating_sub(p.selected);
+        if b.lines() <= room {
+            p.selected += b.lines();
+            p.lines.push(LineRun::Block(b));
+            return;
+        }
+        p.selected = self.cap;
+        let rest = if room == 0 {
+            b
+        } else {
+            let Some(rest) = b.split_off(room) else {
+                return;
+            };
+            p.lines.push(LineRun::Block(b));
+            rest
+        };
+        for (line_number, byte_offset, text) in rest.each().take(self.after as usize) {
+            p.lines.push(LineRun::One(MatchLine {
+                line_number,
+                byte_offset,
+                text: text.to_vec(),
+                len_bytes: text.len() as u64,
+                context: true,
+                matches: Vec::new(),
+            }));
         }
     }
 
@@ -240,7 +354,8 @@ impl Grep {
     /// print (lines before were judged when they were kept, and lines added
     /// since lie too far after them to change that). `whole`: `p` is a
     /// whole target, with no neighbours to wait for. `prior_selected`: the
-    /// last selected line a drain took from `p`, if any.
+    /// last selected line a drain took from `p`, if any. Context lines are
+    /// single lines; selected ones are always kept.
     pub(super) fn prune(
         &self,
         p: &mut GrepPart,
@@ -253,7 +368,7 @@ impl Grep {
             return;
         }
         let (after, before) = (self.after, self.before);
-        let from = p.lines.partition_point(|l| l.line_number < from_line);
+        let from = p.lines.partition_point(|l| l.first_line() < from_line);
         if from == p.lines.len() {
             return;
         }
@@ -266,28 +381,21 @@ impl Grep {
         let mut last_selected = p.lines[..from]
             .iter()
             .rev()
-            .take_while(|l| l.line_number >= reach)
-            .find(|l| !l.context)
-            .map(|l| l.line_number)
+            .take_while(|l| l.last_line() >= reach)
+            .find(|l| !l.context())
+            .map(LineRun::last_line)
             .or(prior_selected);
-        let mut next_selected = vec![None; p.lines.len() - from];
-        let mut next = None;
-        for (i, l) in p.lines[from..].iter().enumerate().rev() {
-            next_selected[i] = next;
-            if !l.context {
-                next = Some(l.line_number);
-            }
-        }
+        let next_selected = next_selected_lines(&p.lines[from..], None);
         let mut kept = from;
         for i in from..p.lines.len() {
-            let (line, context) = (p.lines[i].line_number, p.lines[i].context);
+            let (line, context) = (p.lines[i].first_line(), p.lines[i].context());
             let needed = !context
                 || last_selected.is_some_and(|s| line.saturating_sub(s) <= after)
                 || next_selected[i - from].is_some_and(|s| s.saturating_sub(line) <= before)
                 || (!whole && line <= after)
                 || (!whole && !full && line + before >= n);
             if !context {
-                last_selected = Some(line);
+                last_selected = Some(p.lines[i].last_line());
             }
             if needed {
                 p.lines.swap(kept, i);
@@ -296,6 +404,19 @@ impl Grep {
         }
         p.lines.truncate(kept);
     }
+}
+
+/// For each run, the first selected line after it (`then` after the last).
+fn next_selected_lines(lines: &[LineRun], then: Option<u64>) -> Vec<Option<u64>> {
+    let mut next_selected = vec![None; lines.len()];
+    let mut next = then;
+    for (i, l) in lines.iter().enumerate().rev() {
+        next_selected[i] = next;
+        if !l.context() {
+            next = Some(l.first_line());
+        }
+    }
+    next_selected
 }
 
 /// GNU grep reads a file in pieces of this size and withholds lines from
@@ -308,14 +429,24 @@ impl Grep {
     /// A line as an answer prints it: numbered from 1, its offset from the
     /// target's start, and under `-o` only the matches GNU grep prints
     /// (those of the selected lines, or with -v of the context lines).
-    pub(super) fn printable(&self, l: &mut MatchLine, start: u64) {
-        l.line_number += 1;
-        l.byte_offset -= start;
-        if l.context != self.invert {
-            l.matches.clear();
-        }
-        if self.only.is_some() {
-            l.text.clear();
+    pub(super) fn printable(&self, l: &mut LineRun, start: u64) {
+        match l {
+            LineRun::One(l) => {
+                l.line_number += 1;
+                l.byte_offset -= start;
+                if l.context != self.invert {
+                    l.matches.clear();
+                }
+                if self.only.is_some() {
+                    l.text.clear();
+                }
+            }
+            LineRun::Block(b) => {
+                b.renumber(
+                    b.first_line().saturating_add(1),
+                    b.byte_offset().saturating_sub(start),
+                );
+            }
         }
     }
 
@@ -349,7 +480,8 @@ impl Grep {
     /// lines after it, its last `-B` lines (a later selected line may want
     /// them), and the lines of GNU grep's 96 KiB piece that holds its first
     /// NUL or its end and after (the printer judges binary data as a whole).
-    pub(super) fn drain_final(&self, p: &mut GrepPart) -> Vec<MatchLine> {
+    /// A block is cut where lines must stay.
+    pub(super) fn drain_final(&self, p: &mut GrepPart) -> Vec<LineRun> {
         if !self.want_lines || p.newlines == 0 || p.start != 0 {
             return Vec::new();
         }
@@ -358,37 +490,35 @@ impl Grep {
         }
         let guard = p.first_nul.unwrap_or(p.end);
         let guard = guard - guard % GNU_GREP_READ_BYTES;
-        let Some(last) = p.lines.iter().rposition(|l| !l.context) else {
+        let Some(mut last) = p.lines.iter().rposition(|l| !l.context()) else {
             return Vec::new();
         };
-        let n = p.newlines;
-        let k = p.lines[..last]
-            .iter()
-            .position(|l| {
-                l.line_number.saturating_add(self.before) >= n
-                    || l.byte_offset + l.len_bytes >= guard
-            })
-            .unwrap_or(last);
-        let taken: Vec<MatchLine> = p.lines.drain(..k).collect();
-        // The next selected line after each taken one (the part's last
-        // selected line stays, so there is one).
-        let mut next = p.lines.iter().find(|l| !l.context).map(|l| l.line_number);
-        let mut next_selected = vec![None; taken.len()];
-        for (i, l) in taken.iter().enumerate().rev() {
-            next_selected[i] = next;
-            if !l.context {
-                next = Some(l.line_number);
+        // The last selected line stays, not the block it ends.
+        if let LineRun::Block(b) = &mut p.lines[last] {
+            if let Some(rest) = b.split_off(b.lines() - 1) {
+                p.lines.insert(last + 1, LineRun::Block(rest));
+                last += 1;
             }
         }
+        let k = self.first_staying(p, last, guard);
+        let taken: Vec<LineRun> = p.lines.drain(..k).collect();
+        // The next selected line after each taken one (the part's last
+        // selected line stays, so there is one).
+        let then = p
+            .lines
+            .iter()
+            .find(|l| !l.context())
+            .map(LineRun::first_line);
+        let next_selected = next_selected_lines(&taken, then);
         let mut prev = p.drained_selected;
         let mut out = Vec::with_capacity(taken.len());
         for (mut l, next) in taken.into_iter().zip(next_selected) {
-            let line = l.line_number;
-            let needed = !l.context
+            let line = l.first_line();
+            let needed = !l.context()
                 || prev.is_some_and(|s| line.saturating_sub(s) <= self.after)
                 || next.is_some_and(|s| s.saturating_sub(line) <= self.before);
-            if !l.context {
-                prev = Some(line);
+            if !l.context() {
+                prev = Some(l.last_line());
             }
             if needed {
                 self.printable(&mut l, p.start);
@@ -398,4 +528,38 @@ impl Grep {
         p.drained_selected = prev;
         out
     }
+
+    /// The first of `p`'s runs before run `last` that must stay: it holds
+    /// one of the last `-B` lines or reaches GNU grep's piece from
+    /// `guard` on (a block that does is cut there first), else `last`.
+    fn first_staying(&self, p: &mut GrepPart, last: usize, guard: u64) -> usize {
+        let n = p.newlines;
+        for i in 0..last {
+            let l = &mut p.lines[i];
+            if l.last_line().saturating_add(self.before) < n && l.end_offset() < guard {
+                continue;
+            }
+            if let LineRun::Block(b) = l {
+                // Its first line that must stay.
+                let by_number = n.saturating_sub(self.before).saturating_sub(b.first_line());
+                let by_offset = if guard > b.end_offset() {
+                    b.lines()
+                } else {
+                    let before_guard = guard.saturating_sub(b.byte_offset()) as usize;
+                    memchr::memchr_iter(b'\n', &b.text()[..before_guard]).count() as u64
+                };
+                if let Some(rest) = b.split_off(by_number.min(by_offset)) {
+                    p.lines.insert(i + 1, LineRun::Block(rest));
+                    return i + 1;
+                }
+            }
+            return i;
+        }
+        last
+    }
+}
+
+/// Whether the line numbered `rel` at `offset` follows `b`'s last line.
+fn follows(b: &LineBlock, rel: u64, offset: u64) -> bool {
+    b.last_line().checked_add(1) == Some(rel) && b.end_offset().checked_add(1) == Some(offset)
 }

@@ -53,6 +53,8 @@ pub(super) struct LineSearch {
     /// decides which is rare: ` the ` or `ing`). Any choice finds the same
     /// lines, so parts that race to make it agree on the result.
     choice: AtomicUsize,
+    /// See [`LineSearch::matches_every_line`].
+    every_line: bool,
 }
 
 /// Where a block is looked at first.
@@ -84,6 +86,7 @@ impl LineSearch {
             .parse(pattern)
             .map_err(|e| e.to_string())?;
         let hir = without_newline(&parsed);
+        let every_line = matches_every_line(&hir);
         let regex = build(&hir)?;
         let candidates = match literal {
             Some(l) if !l.is_empty() && !l.contains(&b'\n') => {
@@ -109,7 +112,15 @@ impl LineSearch {
             regex,
             candidates,
             choice: AtomicUsize::new(UNCHOSEN),
+            every_line,
         })
+    }
+
+    /// Whether the pattern matches every line, whatever it holds (`''`,
+    /// `^`, `a*`, `x*$`): it matches the empty string with no condition
+    /// but line starts, or none but line ends.
+    pub(super) fn matches_every_line(&self) -> bool {
+        self.every_line
     }
 
     /// Whether the pattern matches somewhere in `bytes`.
@@ -176,6 +187,24 @@ impl LineSearch {
         self.choice.store(choice, Ordering::Relaxed);
         choice
     }
+}
+
+/// See [`LineSearch::matches_every_line`]: an empty match whose looks all
+/// hold at a line's start (or all at its end) is found in every line.
+fn matches_every_line(hir: &Hir) -> bool {
+    use regex_syntax::hir::{Look, LookSet};
+    let props = hir.properties();
+    let starts = LookSet::empty()
+        .insert(Look::Start)
+        .insert(Look::StartLF)
+        .insert(Look::StartCRLF);
+    let ends = LookSet::empty()
+        .insert(Look::End)
+        .insert(Look::EndLF)
+        .insert(Look::EndCRLF);
+    let looks = props.look_set();
+    props.minimum_len() == Some(0)
+        && (looks.subtract(starts).is_empty() || looks.subtract(ends).is_empty())
 }
 
 /// The meta regex for `hir`, with ripgrep's limits.
