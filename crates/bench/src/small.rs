@@ -7,7 +7,7 @@
 //!   blocking loopback TCP ping-pongs of the same sizes;
 //!
 //! and the steps those are made of, each store call timed alone against
-//! the entry node and a node one hop behind it ([`crate::small_steps`]).
+//! the entry node and another member ([`crate::small_steps`]).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -143,14 +143,14 @@ fn measure(
     let bucket = BucketName::new("bench")?;
     runtime.block_on(objects.create_bucket(&bucket, Chunking::default()))?;
     let (put_us, get_us) = runtime.block_on(qd1(&objects, &bucket, ops))?;
-    let [entry, hop, ..] = cluster.cluster.nodes.as_slice() else {
+    let [entry, other, ..] = cluster.cluster.nodes.as_slice() else {
         bail!("the breakdown needs two nodes");
     };
     let steps = runtime.block_on(breakdown(
         &client,
         &objects,
         &bucket,
-        (entry.id, hop.id),
+        (entry.id, other.id),
         ops.min(MAX_STEP_ROUNDS),
         SMALL_OBJECT_BYTES,
     ))?;

@@ -1,7 +1,9 @@
 //! The per-step breakdown of `quarry bench small`: each store call a
 //! small put or get is made of, timed alone at QD1 against the entry node
-//! and against a node one hop behind it, beside the client's ping of the
-//! entry node (the floor of one call through Quarry's stack).
+//! and against another member (reached as the client reaches it: over its
+//! own connection when the cluster file gives its address, else one hop
+//! through the entry node), beside the client's ping of the entry node
+//! (the floor of one call through Quarry's stack).
 
 use std::time::Instant;
 
@@ -49,12 +51,12 @@ where
 }
 
 /// Times every step of a small put and get, `rounds` times each, on the
-/// entry node `entry` and on `hop`, a node one hop behind it.
+/// entry node `entry` and on `other`, another member.
 pub async fn breakdown(
     client: &Client,
     objects: &Objects,
     bucket: &BucketName,
-    (entry, hop): (NodeId, NodeId),
+    (entry, other): (NodeId, NodeId),
     rounds: usize,
     object_bytes: usize,
 ) -> Result<Vec<Step>> {
@@ -62,7 +64,7 @@ pub async fn breakdown(
         step: "ping of the entry node".into(),
         us_mean: time_mean(rounds, |_| async { Ok(client.ping().await?) }).await?,
     }];
-    for (id, place) in [(entry, "entry node"), (hop, "one hop")] {
+    for (id, place) in [(entry, "entry node"), (other, "another node")] {
         let node = objects.node(id)?;
         let label = |what: &str| format!("{what}, {place}");
         steps.extend(node_steps(&**node, bucket, rounds, object_bytes, id as u8, &label).await?);

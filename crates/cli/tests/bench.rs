@@ -338,10 +338,10 @@ fn bench_small_quick_json() {
     let expect = num(&r, "put_4k_us_mean") / num(&r, "pingpong_put_us_mean");
     assert!((pingpongs - expect).abs() < 1e-6 * expect, "{r}");
     // The breakdown: the ping, then each store call of a small put and
-    // get on the entry node and one hop behind it, each timed.
+    // get on the entry node and another member, each timed.
     let steps = r["steps"].as_array().expect("a list of steps");
     assert_eq!(steps.len(), 1 + 2 * 6, "{r}");
-    for place in ["entry node", "one hop"] {
+    for place in ["entry node", "another node"] {
         for call in [
             "put_chunk",
             "put_manifest",
