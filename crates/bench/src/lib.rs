@@ -42,6 +42,7 @@ mod plot;
 mod qd1;
 mod scan;
 mod small;
+mod small_steps;
 mod stats;
 mod stream;
 mod volume;

@@ -4,7 +4,10 @@
 //! - `cp -r` of a tree of many small files into the FUSE mount, in files
 //!   per second, next to the same `cp -r` into a local directory;
 //! - a 4 KiB object put and get at queue depth 1 (mean latency), in plain
-//!   blocking loopback TCP ping-pongs of the same sizes.
+//!   blocking loopback TCP ping-pongs of the same sizes;
+//!
+//! and the steps those are made of, each store call timed alone against
+//! the entry node and another member ([`crate::small_steps`]).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -19,8 +22,10 @@ use serde::Serialize;
 
 use crate::args::BenchSmallArgs;
 use crate::common::work_dir;
+use crate::small_steps::{breakdown, Step};
+use quarry_device::EccMode;
 use quarry_jobs::parse_size;
-use quarry_local::{backend_of, quarry_exe, LocalCluster, LocalClusterSpec};
+use quarry_local::{backend_of, quarry_exe, DeviceArg, LocalCluster, LocalClusterSpec};
 
 /// The object size of the QD1 figures.
 const SMALL_OBJECT_BYTES: usize = 4096;
@@ -33,6 +38,8 @@ const MAX_COUNT: usize = 1_000_000;
 const MAX_FILE_BYTES: u64 = 16 << 20;
 /// Files per directory of the generated tree (a source tree's order).
 const FILES_PER_DIR: usize = 70;
+/// Most rounds of each step of the breakdown.
+const MAX_STEP_ROUNDS: usize = 500;
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -51,6 +58,7 @@ struct Report {
     pingpong_get_us_mean: f64,
     put_4k_pingpongs: f64,
     get_4k_pingpongs: f64,
+    steps: Vec<Step>,
 }
 
 /// Runs the benchmark and prints its table (or JSON).
@@ -76,6 +84,12 @@ pub fn small(args: &BenchSmallArgs) -> Result<()> {
     let mut spec = LocalClusterSpec::default_in(&dir.join("cluster"));
     spec.stop_with_this_process = true;
     spec.backend = backend_of(args.device);
+    // As `quarry up` gives each backend: CRC-32C alone on file and mem,
+    // Reed-Solomon on the NAND emulator.
+    spec.ecc = match args.device {
+        DeviceArg::Nand => EccMode::Rs,
+        DeviceArg::File | DeviceArg::Mem => EccMode::Crc,
+    };
     if !args.common.json {
         eprintln!(
             "bench small: {files} files ({tree_bytes} bytes) and {ops} QD1 4 KiB puts and gets on a {}-node cluster ({:?} backend, otherwise quarry up's defaults) in {}",
@@ -87,7 +101,7 @@ pub fn small(args: &BenchSmallArgs) -> Result<()> {
     let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     let result = measure(&cluster, &dir, &source, files, ops);
     cluster.stop()?;
-    let (cp_mount_seconds, put_us, get_us) = result?;
+    let (cp_mount_seconds, put_us, get_us, steps) = result?;
     let (ping_put_us, ping_get_us) = ping_pong(ops.max(1000))?;
     let report = Report {
         quick: args.common.quick,
@@ -105,32 +119,41 @@ pub fn small(args: &BenchSmallArgs) -> Result<()> {
         pingpong_get_us_mean: ping_get_us,
         put_4k_pingpongs: put_us / ping_put_us,
         get_4k_pingpongs: get_us / ping_get_us,
+        steps,
     };
     print_report(&report, args.common.json)
 }
 
-/// The cluster part: the QD1 puts and gets through the client, then the
-/// `cp -r` through a mount. Returns (cp seconds, put us, get us).
+/// The cluster part: the QD1 puts and gets through the client, their
+/// steps, then the `cp -r` through a mount. Returns (cp seconds, put us,
+/// get us, steps).
 fn measure(
     cluster: &LocalCluster,
     dir: &Path,
     source: &Path,
     files: usize,
     ops: usize,
-) -> Result<(f64, f64, f64)> {
+) -> Result<(f64, f64, f64, Vec<Step>)> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let objects = runtime.block_on(async {
-        Client::connect_cluster(&cluster.cluster)
-            .await?
-            .objects()
-            .await
-    })?;
+    let client = runtime.block_on(Client::connect_cluster(&cluster.cluster))?;
+    let objects = runtime.block_on(client.objects())?;
     let bucket = BucketName::new("bench")?;
     runtime.block_on(objects.create_bucket(&bucket, Chunking::default()))?;
     let (put_us, get_us) = runtime.block_on(qd1(&objects, &bucket, ops))?;
+    let [entry, other, ..] = cluster.cluster.nodes.as_slice() else {
+        bail!("the breakdown needs two nodes");
+    };
+    let steps = runtime.block_on(breakdown(
+        &client,
+        &objects,
+        &bucket,
+        (entry.id, other.id),
+        ops.min(MAX_STEP_ROUNDS),
+        SMALL_OBJECT_BYTES,
+    ))?;
     let mount = MountProcess::start(dir, &cluster.cluster_path)?;
     let target = mount.dir.join("bench").join("tree");
     let started = Instant::now();
@@ -146,7 +169,7 @@ fn measure(
     if stored != files {
         bail!("cp -r into the mount stored {stored} objects of {files} files");
     }
-    Ok((seconds, put_us, get_us))
+    Ok((seconds, put_us, get_us, steps))
 }
 
 /// Mean latency (us) of `ops` 4 KiB puts, one at a time, then of getting
@@ -342,5 +365,21 @@ fn print_report(r: &Report, json: bool) -> Result<()> {
         format!("{:.1} ping-pongs", r.get_4k_pingpongs),
     ]);
     println!("{table}");
+    let mut steps = Table::new();
+    steps.load_preset(UTF8_FULL_CONDENSED);
+    steps.set_header(vec!["step (QD1, mean)", "us", "put/get ping-pongs"]);
+    for s in &r.steps {
+        let ping = if s.step.starts_with("put") {
+            r.pingpong_put_us_mean
+        } else {
+            r.pingpong_get_us_mean
+        };
+        steps.add_row(vec![
+            s.step.clone(),
+            format!("{:.0}", s.us_mean),
+            format!("{:.1}", s.us_mean / ping),
+        ]);
+    }
+    println!("{steps}");
     Ok(())
 }

@@ -354,6 +354,32 @@ fn bench_small_quick_json() {
     let pingpongs = num(&r, "put_4k_pingpongs");
     let expect = num(&r, "put_4k_us_mean") / num(&r, "pingpong_put_us_mean");
     assert!((pingpongs - expect).abs() < 1e-6 * expect, "{r}");
+    // The breakdown: the ping, then each store call of a small put and
+    // get on the entry node and another member, each timed.
+    let steps = r["steps"].as_array().expect("a list of steps");
+    assert_eq!(steps.len(), 1 + 2 * 6, "{r}");
+    for place in ["entry node", "another node"] {
+        for call in [
+            "put_chunk",
+            "put_manifest",
+            "get_manifest",
+            "read_chunk",
+            "put_with_chunk",
+            "get_with_chunk",
+        ] {
+            let step = steps
+                .iter()
+                .find(|s| {
+                    let name = s["step"].as_str().unwrap_or("");
+                    name.starts_with(call) && name.ends_with(place)
+                })
+                .unwrap_or_else(|| panic!("no step {call} on {place}: {r}"));
+            assert!(
+                step["us_mean"].as_f64().is_some_and(|us| us > 0.0),
+                "{step}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -1179,7 +1179,8 @@ fn prepare(job: Job, targets: &[Target], limits: &Limits) -> Result<Prepared, Co
     }
 }
 
-/// The segments of an object's bytes: one per chunk, on the chunk's node.
+/// The segments of an object's bytes: one per chunk, on the node that
+/// holds the chunk (a small object's is its manifest's node).
 fn object_segments<N: quarry_store::StoreNode>(
     store: &ObjectStore<N>,
     m: &quarry_store::Manifest,
@@ -1201,7 +1202,7 @@ fn object_segments<N: quarry_store::StoreNode>(
                 },
             };
             offset += u64::from(c.len);
-            (store.placement().chunk_node(&c.fingerprint), seg)
+            (store.placement().chunk_holder(m, &c.fingerprint), seg)
         })
         .collect();
     Resolved {

@@ -222,9 +222,18 @@ impl<B: ObjectBackend> Mount<B> {
             }
             Location::Root => return Err(Errno::EEXIST),
         }
-        let mut inodes = lock(&self.inodes);
-        let ino = inodes.intern(parent, name, Kind::Dir)?;
-        inodes.add_lookup(ino);
+        let ino = {
+            let mut inodes = lock(&self.inodes);
+            let ino = inodes.intern(parent, name, Kind::Dir)?;
+            inodes.add_lookup(ino);
+            ino
+        };
+        // Only a directory inside a bucket: a new bucket is where other
+        // tools (`quarry put`) store right after `mkdir`, and its lookups
+        // keep asking.
+        if matches!(loc, Location::Entry { .. }) {
+            self.note_fresh_dir(ino);
+        }
         Ok(self.dir_attr(ino))
     }
 

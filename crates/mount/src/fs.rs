@@ -99,6 +99,14 @@ pub struct Mount<B: ObjectBackend> {
     /// such a lookup (how the kernel creates a file) trusts it instead of
     /// asking the store again.
     absent: Mutex<HashMap<(Ino, String), Instant>>,
+    /// Directories this mount made, and when. Right after `mkdir` found
+    /// the name free (no object, no key under it), every name the store
+    /// holds in it was made through this mount, so for the same trust as
+    /// [`Self::absent`] a lookup of a name the inode table does not hold
+    /// is answered absent without asking the store (each file `cp -r`
+    /// copies into a new directory saves a round of calls). A forgotten
+    /// child ends the trust: its name may exist in the store unknown here.
+    fresh_dirs: Mutex<HashMap<Ino, Instant>>,
     /// Set once the session exists: lets `open` drop the kernel's cached
     /// attributes of a file another mount replaced.
     pub(crate) notifier: Arc<OnceLock<Notifier>>,
@@ -141,6 +149,7 @@ impl<B: ObjectBackend> Mount<B> {
             }),
             buckets_cache: Mutex::new(None),
             absent: Mutex::new(HashMap::new()),
+            fresh_dirs: Mutex::new(HashMap::new()),
             notifier: Arc::new(OnceLock::new()),
             kernels: None,
             options,
@@ -280,15 +289,21 @@ impl<B: ObjectBackend> Mount<B> {
                 }
             }
             Location::Entry { bucket, key } => {
-                match self.run(self.backend.head(bucket, key)) {
+                // Both questions at once: a name that is neither (every
+                // new file `cp` makes) costs one round of calls, not two.
+                let prefix = format!("{key}/");
+                let (head, under) = self.run(async {
+                    tokio::join!(
+                        self.backend.head(bucket, key),
+                        self.backend.list(bucket, &prefix, None, 1)
+                    )
+                });
+                match head {
                     Ok(meta) => return Ok(Found::File(meta)),
                     Err(StoreError::NoSuchObject { .. }) => {}
                     Err(e) => return Err(store_errno("head", loc, &e)),
                 }
-                let prefix = format!("{key}/");
-                let under = self
-                    .run(self.backend.list(bucket, &prefix, None, 1))
-                    .map_err(|e| store_errno("list", loc, &e))?;
+                let under = under.map_err(|e| store_errno("list", loc, &e))?;
                 if under.is_empty() {
                     Err(Errno::ENOENT)
                 } else {
@@ -366,6 +381,10 @@ impl<B: ObjectBackend> Mount<B> {
                 return Ok(attr);
             }
         }
+        if local.is_none() && self.is_fresh_dir(parent) {
+            self.note_absent(parent, name);
+            return Err(Errno::ENOENT);
+        }
         let found = match self.resolve(&loc) {
             Err(Errno::ENOENT) => {
                 self.note_absent(parent, name);
@@ -398,6 +417,32 @@ impl<B: ObjectBackend> Mount<B> {
             absent.clear();
         }
         absent.insert((parent, name.to_string()), Instant::now());
+    }
+
+    /// Notes a directory this mount just made (see `fresh_dirs`).
+    pub(crate) fn note_fresh_dir(&self, ino: Ino) {
+        if self.options.attr_ttl.is_zero() {
+            return;
+        }
+        let mut fresh = lock(&self.fresh_dirs);
+        if fresh.len() >= MAX_ABSENT_NAMES {
+            fresh.clear();
+        }
+        fresh.insert(ino, Instant::now());
+    }
+
+    /// Whether `dir` was made by this mount within the trust window.
+    fn is_fresh_dir(&self, dir: Ino) -> bool {
+        let trust = self.options.attr_ttl.min(ABSENT_TRUST);
+        let mut fresh = lock(&self.fresh_dirs);
+        match fresh.get(&dir) {
+            Some(at) if at.elapsed() < trust => true,
+            Some(_) => {
+                fresh.remove(&dir);
+                false
+            }
+            None => false,
+        }
     }
 
     /// Whether a lookup found `name` absent within [`ABSENT_TRUST`] (and
@@ -488,7 +533,17 @@ impl<B: ObjectBackend> Filesystem for Mount<B> {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        lock(&self.inodes).forget(ino.0, nlookup);
+        let parent = {
+            let mut inodes = lock(&self.inodes);
+            let parent = inodes.parent(ino.0);
+            inodes.forget(ino.0, nlookup);
+            parent
+        };
+        // A name this mount made may now be missing from the inode table:
+        // its directory can no longer answer absent by itself.
+        if let Some(p) = parent {
+            lock(&self.fresh_dirs).remove(&p);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {

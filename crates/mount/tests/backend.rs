@@ -353,6 +353,32 @@ fn a_file_unlinked_while_it_streams_is_not_stored() {
 }
 
 #[test]
+fn files_copied_into_a_directory_just_made_ask_the_store_nothing_before_their_upload() {
+    let (rt, backend) = counting();
+    let d = dirs(&["mnt"]);
+    let _m = mount_counting(&d, &backend);
+    fs::create_dir(d.mnt.join("c")).unwrap();
+    fs::create_dir(d.mnt.join("c/new")).unwrap();
+    let c = &backend.counts;
+    let (heads0, puts0) = (c.heads.load(Relaxed), c.puts.load(Relaxed));
+    let files = 20u64;
+    for i in 0..files {
+        fs::write(d.mnt.join(format!("c/new/f{i}")), noise(300 + i, 3000)).unwrap();
+    }
+    // Every name in the new directory was made here: neither the
+    // kernel's lookup nor create asks whether it exists.
+    assert_eq!(c.heads.load(Relaxed) - heads0, 0, "no head per new file");
+    assert_eq!(c.puts.load(Relaxed) - puts0, files, "one upload per file");
+    for i in 0..files {
+        assert!(stored(&rt, &backend, "c", &format!("new/f{i}")) == noise(300 + i, 3000));
+        assert_eq!(
+            fs::read(d.mnt.join(format!("c/new/f{i}"))).unwrap(),
+            noise(300 + i, 3000)
+        );
+    }
+}
+
+#[test]
 fn creating_a_file_asks_the_store_once_whether_it_exists() {
     let (rt, backend) = counting();
     let d = dirs(&["mnt"]);

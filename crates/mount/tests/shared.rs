@@ -244,3 +244,45 @@ fn an_open_beside_a_stale_writer_pins_the_current_version() {
     drop(stale);
     assert_eq!(fs::read(lax.join("c/f")).unwrap(), b"again");
 }
+
+/// A directory one mount just made answers for the names in it by itself
+/// for the trust window (a copy into it asks the store nothing per new
+/// name), then asks again: a file the other mount stored in it meanwhile
+/// shows up, and the mount's own files were there all along.
+#[test]
+fn a_new_directory_answers_for_its_names_for_a_second_then_asks_again() {
+    assert!(
+        fuse_available(),
+        "this test mounts two file systems: /dev/fuse (fuse3) is needed"
+    );
+    let m = StrictAndLax::new();
+    fs::create_dir(m.lax.join("n")).unwrap();
+    for i in 0..20 {
+        fs::write(m.lax.join(format!("n/mine{i}")), format!("mine {i}")).unwrap();
+    }
+    // The other mount sees the directory (its marker is stored) and
+    // stores a file in it.
+    fs::write(m.strict.join("n/theirs"), b"theirs").unwrap();
+    for i in 0..20 {
+        assert_eq!(
+            fs::read_to_string(m.lax.join(format!("n/mine{i}"))).unwrap(),
+            format!("mine {i}")
+        );
+    }
+    wait_ttl(&options(std::path::Path::new("/")));
+    assert_eq!(fs::read(m.lax.join("n/theirs")).unwrap(), b"theirs");
+    let mut names: Vec<String> = fs::read_dir(m.lax.join("n"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 21, "{names:?}");
+    assert!(names.contains(&"theirs".to_string()));
+    // And the other way round: what this mount made is in the store.
+    for i in 0..20 {
+        assert_eq!(
+            fs::read_to_string(m.strict.join(format!("n/mine{i}"))).unwrap(),
+            format!("mine {i}")
+        );
+    }
+}

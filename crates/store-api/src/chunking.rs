@@ -281,6 +281,8 @@ impl<R: Read> Iterator for Chunker<R> {
 pub struct AsyncChunker<R> {
     core: Core,
     source: R,
+    /// A chunk [`Self::take_single`] cut and gave back: the next one out.
+    given_back: Option<Chunk>,
 }
 
 impl<R: AsyncRead + Unpin> AsyncChunker<R> {
@@ -289,23 +291,57 @@ impl<R: AsyncRead + Unpin> AsyncChunker<R> {
         Ok(Self {
             core: Core::new(chunking)?,
             source,
+            given_back: None,
         })
+    }
+
+    /// Reads once more from the source into the buffer (notes its end).
+    async fn fill_once(&mut self) -> Result<()> {
+        self.core.make_room();
+        let room = self.core.max - self.core.buf.len();
+        let n = self
+            .source
+            .read_buf(&mut (&mut self.core.buf).limit(room))
+            .await?;
+        if n == 0 {
+            self.core.eof = true;
+        }
+        Ok(())
     }
 
     /// The next chunk, or `None` at the end of the source.
     pub async fn next_chunk(&mut self) -> Result<Option<Chunk>> {
+        if let Some(chunk) = self.given_back.take() {
+            return Ok(Some(chunk));
+        }
         while self.core.needs_data() {
-            self.core.make_room();
-            let room = self.core.max - self.core.buf.len();
-            let n = self
-                .source
-                .read_buf(&mut (&mut self.core.buf).limit(room))
-                .await?;
-            if n == 0 {
-                self.core.eof = true;
-            }
+            self.fill_once().await?;
         }
         Ok(self.core.next_chunk())
+    }
+
+    /// If the whole source, from where the chunker stands, is exactly one
+    /// chunk of at most `max_bytes`, takes and returns it (the chunker is
+    /// then at its end). Otherwise returns `None` and gives back what it
+    /// cut: [`Self::next_chunk`] yields every chunk as if this had not been
+    /// called. Reads at most one chunk and one read beyond it.
+    pub async fn take_single(&mut self, max_bytes: usize) -> Result<Option<Chunk>> {
+        if self.given_back.is_some() {
+            return Ok(None);
+        }
+        let Some(first) = self.next_chunk().await? else {
+            return Ok(None);
+        };
+        // A chunk of exactly the maximum leaves the buffer empty without
+        // saying whether the source ended: one more read tells.
+        while self.core.buf.is_empty() && !self.core.eof {
+            self.fill_once().await?;
+        }
+        if self.core.buf.is_empty() && first.data.len() <= max_bytes {
+            return Ok(Some(first));
+        }
+        self.given_back = Some(first);
+        Ok(None)
     }
 }
 
@@ -517,6 +553,64 @@ mod tests {
         let mut c = Chunker::new(Flaky(0), Chunking::fixed(1024).unwrap()).unwrap();
         let e = c.next_chunk().unwrap_err().to_string();
         assert!(e.contains("disk on fire"), "{e}");
+    }
+
+    /// Every chunk the async chunker yields after `take_single` gave
+    /// nothing, as (offset, length), checked against the bytes.
+    async fn rest<R: AsyncRead + Unpin>(
+        c: &mut AsyncChunker<R>,
+        bytes: &[u8],
+    ) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        while let Some(chunk) = c.next_chunk().await.unwrap() {
+            let at = chunk.offset as usize;
+            assert_eq!(&chunk.data[..], &bytes[at..at + chunk.data.len()]);
+            out.push((at, chunk.data.len()));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn take_single_takes_a_one_chunk_source_and_gives_back_anything_else() {
+        let fixed = Chunking::fixed(4096).unwrap();
+        for (len, max, single) in [
+            (0, 4096, false),
+            (1, 4096, true),
+            (100, 4096, true),
+            (4096, 4096, true),
+            (4097, 4096, false),
+            (3000, 2000, false),
+            (20_000, 1 << 20, false),
+        ] {
+            let bytes = data(len, len as u64);
+            // Two slices: a read ends at 4096 when there is more, so the
+            // chunker cannot tell the end of a 4096-byte chunk from it.
+            let (a, b) = bytes.split_at(len.min(4096));
+            let mut c = AsyncChunker::new(tokio::io::AsyncReadExt::chain(a, b), fixed).unwrap();
+            let took = c.take_single(max).await.unwrap();
+            assert_eq!(took.is_some(), single, "{len} bytes, at most {max}");
+            if let Some(chunk) = took {
+                assert_eq!((chunk.offset, &chunk.data[..]), (0, &bytes[..]));
+                assert!(c.next_chunk().await.unwrap().is_none());
+            } else {
+                assert_eq!(rest(&mut c, &bytes).await, fixed.split(&bytes), "{len}");
+                assert!(c.take_single(max).await.unwrap().is_none());
+            }
+        }
+        // Content-defined: one chunk only if no cut falls inside.
+        let cdc = small_cdc();
+        for (len, seed) in [(1000, 1), (2048, 2), (9000, 3), (40_000, 4)] {
+            let bytes = data(len, seed);
+            let cuts = cdc.split(&bytes);
+            let mut c = AsyncChunker::new(&bytes[..], cdc).unwrap();
+            match c.take_single(1 << 20).await.unwrap() {
+                Some(chunk) => {
+                    assert_eq!(cuts, vec![(0, len)]);
+                    assert_eq!(&chunk.data[..], &bytes[..]);
+                }
+                None => assert_eq!(rest(&mut c, &bytes).await, cuts),
+            }
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::manifest::{ChunkRef, Manifest};
 use crate::name::{BucketName, ObjectKey};
-use crate::ops::{now_ms, Condition};
+use crate::ops::{now_ms, Condition, ManifestWithChunk};
 use crate::placement::{NodeId, Placement};
 use crate::put_pipeline::ChunkPuts;
 use crate::remote::{StoreNode, MAX_PAGE_ITEMS};
@@ -77,10 +77,51 @@ pub const BUCKET_CONFIG_TTL: Duration = Duration::from_secs(1);
 /// Most bucket settings cached at once (the cache is emptied when full).
 const MAX_CACHED_BUCKETS: usize = 1024;
 
+/// Largest object put in one call with its chunk kept on its manifest's
+/// node ([`Manifest::with_chunk_at_manifest_node`]): an object of one
+/// chunk up to this size. Such an object costs one call to put and one to
+/// get, instead of two each; its chunk dedups only against chunks on that
+/// node. 64 KiB: a small file's size (the tree `quarry bench small`
+/// copies holds 5-15 KB files), while objects of one chunk larger than
+/// this (up to the default 1 MiB chunk) stay placed by fingerprint, where
+/// dedup across keys pays and a second call costs little beside moving
+/// their bytes.
+pub const MAX_SMALL_OBJECT_BYTES: usize = 64 << 10;
+
 /// Releases a put or delete keeps in flight at once.
 const RELEASES_IN_FLIGHT: usize = 32;
 /// Most chunk reads a stream keeps in flight, whatever the byte bound.
 const MAX_READS_IN_FLIGHT: usize = 256;
+
+/// Bytes `offset .. offset + len` (cut at the end) of an object whose
+/// whole bytes `data` came with its manifest `m`.
+fn slice_of_whole(m: &Manifest, data: &Bytes, offset: u64, len: u64) -> Result<Bytes> {
+    if data.len() as u64 != m.size() {
+        let fingerprint = m
+            .chunks()
+            .first()
+            .map_or(Fingerprint([0; 32]), |c| c.fingerprint);
+        return Err(StoreError::InvalidChunk {
+            fingerprint,
+            reason: format!(
+                "{} bytes came with the manifest of {}/{} version {}, which says {}",
+                data.len(),
+                m.bucket(),
+                m.key(),
+                m.version(),
+                m.size()
+            ),
+        });
+    }
+    if offset > m.size() {
+        return Err(StoreError::RangeOutOfBounds {
+            offset,
+            size: m.size(),
+        });
+    }
+    let end = offset.saturating_add(len).min(m.size());
+    Ok(data.slice(offset as usize..end as usize))
+}
 
 /// A failed release leaves a count too high, for the orphan collector; it
 /// is not the caller's failure, so it is only logged.
@@ -133,6 +174,13 @@ impl<N: StoreNode> ObjectStore<N> {
 
     fn manifest_node(&self, bucket: &BucketName, key: &ObjectKey) -> &N {
         &self.nodes[&self.placement.manifest_node(bucket, key)]
+    }
+
+    /// The node that holds chunk `fp` of the object `m` describes: its
+    /// manifest's node if `m` keeps its chunk there, else the node the
+    /// fingerprint names.
+    fn chunk_home(&self, m: &Manifest, fp: &Fingerprint) -> &N {
+        &self.nodes[&self.placement.chunk_holder(m, fp)]
     }
 
     /// Creates a bucket whose objects are cut with `chunking`.
@@ -248,6 +296,12 @@ impl<N: StoreNode> ObjectStore<N> {
         condition: Condition,
     ) -> Result<Manifest> {
         let config = self.bucket_cached(bucket).await?;
+        let mut chunker = AsyncChunker::new(source, config.chunking)?;
+        if let Some(chunk) = chunker.take_single(MAX_SMALL_OBJECT_BYTES).await? {
+            return self
+                .put_small(bucket, key, config.chunking, chunk.data, condition)
+                .await;
+        }
         // Fail fast on a condition that already fails (it is checked again,
         // atomically, at the commit).
         if !matches!(condition, Condition::Always) {
@@ -257,7 +311,6 @@ impl<N: StoreNode> ObjectStore<N> {
                 .await?;
             condition.check(bucket, key, current.as_ref().map(Manifest::version))?;
         }
-        let mut chunker = AsyncChunker::new(source, config.chunking)?;
         // Every chunk whose put succeeded: what a failure must release.
         let mut taken: Vec<ChunkRef> = Vec::new();
         let mut commit_sent = false;
@@ -298,7 +351,7 @@ impl<N: StoreNode> ObjectStore<N> {
         match result {
             Ok(put) => {
                 if let Some(old) = put.replaced {
-                    self.release_all(bucket, old.chunks()).await;
+                    self.release_manifest_chunks(&old).await;
                 }
                 Ok(put.manifest)
             }
@@ -314,6 +367,52 @@ impl<N: StoreNode> ObjectStore<N> {
         }
     }
 
+    /// A put of an object of one chunk of at most
+    /// [`MAX_SMALL_OBJECT_BYTES`], in one call: the manifest's node keeps
+    /// the chunk and commits the manifest in one step (nothing to undo on
+    /// failure: the step is atomic), and releases a replaced version's
+    /// chunk when that was kept there too.
+    async fn put_small(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        chunking: Chunking,
+        data: Bytes,
+        condition: Condition,
+    ) -> Result<Manifest> {
+        let chunk = ChunkRef {
+            fingerprint: Fingerprint::of(&data),
+            len: data.len() as u32,
+        };
+        let manifest = Manifest::new(
+            bucket.clone(),
+            key.clone(),
+            0,
+            now_ms(),
+            chunking,
+            vec![chunk],
+        )?
+        .with_chunk_at_manifest_node()?;
+        let put = self
+            .manifest_node(bucket, key)
+            .put_with_chunk(manifest, condition, data)
+            .await?;
+        if let Some(old) = put.replaced.filter(|_| !put.replaced_released) {
+            self.release_manifest_chunks(&old).await;
+        }
+        Ok(put.manifest)
+    }
+
+    /// Releases the references a replaced or deleted version `m` held,
+    /// each at the node that holds the chunk.
+    async fn release_manifest_chunks(&self, m: &Manifest) {
+        let at = m
+            .chunks()
+            .iter()
+            .map(|c| (self.chunk_home(m, &c.fingerprint), c.fingerprint));
+        self.release_at(m.bucket(), at).await;
+    }
+
     /// [`Self::put`] of bytes in memory.
     pub async fn put_bytes(
         &self,
@@ -325,20 +424,31 @@ impl<N: StoreNode> ObjectStore<N> {
         self.put(bucket, key, data, condition).await
     }
 
-    /// Releases one reference per entry, several at a time; failures leave
-    /// orphans (counts too high) for the collector, never missing chunks.
+    /// Releases one reference per entry (chunks placed by fingerprint),
+    /// several at a time; failures leave orphans (counts too high) for the
+    /// collector, never missing chunks.
     async fn release_all(&self, bucket: &BucketName, chunks: &[ChunkRef]) {
+        let at = chunks
+            .iter()
+            .map(|c| (self.chunk_node(&c.fingerprint), c.fingerprint));
+        self.release_at(bucket, at).await;
+    }
+
+    /// Releases one reference to each chunk at the node given with it,
+    /// several at a time (see [`Self::release_all`]).
+    async fn release_at<'a>(
+        &'a self,
+        bucket: &BucketName,
+        chunks: impl Iterator<Item = (&'a N, Fingerprint)>,
+    ) {
         let mut pending = FuturesUnordered::new();
-        for c in chunks {
+        for (node, fingerprint) in chunks {
             if pending.len() == RELEASES_IN_FLIGHT {
                 if let Some(Err(e)) = pending.next().await {
                     note_failed_release(&e);
                 }
             }
-            pending.push(
-                self.chunk_node(&c.fingerprint)
-                    .release_chunk(bucket, c.fingerprint),
-            );
+            pending.push(node.release_chunk(bucket, fingerprint));
         }
         while let Some(released) = pending.next().await {
             if let Err(e) = released {
@@ -355,6 +465,28 @@ impl<N: StoreNode> ObjectStore<N> {
             .await?
         {
             return Ok(m);
+        }
+        // Say which is missing: the bucket, or the object in it.
+        self.bucket_cached(bucket).await?;
+        Err(StoreError::NoSuchObject {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        })
+    }
+
+    /// The current manifest of an object and, when its one chunk is kept
+    /// with it, that chunk's bytes: a small object's get in one call.
+    pub async fn head_with_chunk(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Result<ManifestWithChunk> {
+        if let Some(found) = self
+            .manifest_node(bucket, key)
+            .get_with_chunk(bucket, key)
+            .await?
+        {
+            return Ok(found);
         }
         // Say which is missing: the bucket, or the object in it.
         self.bucket_cached(bucket).await?;
@@ -383,8 +515,13 @@ impl<N: StoreNode> ObjectStore<N> {
     ) -> Result<(Manifest, Bytes)> {
         let mut last = 0;
         for _ in 0..3 {
-            let m = self.head(bucket, key).await?;
+            let found = self.head_with_chunk(bucket, key).await?;
+            let m = found.manifest;
             last = m.version();
+            if let Some(data) = found.chunk {
+                let bytes = slice_of_whole(&m, &data, offset, len)?;
+                return Ok((m, bytes));
+            }
             match self.read_range(&m, offset, len).await {
                 Ok(b) => return Ok((m, b)),
                 Err(StoreError::ChunkMissing(fp)) => {
@@ -436,7 +573,7 @@ impl<N: StoreNode> ObjectStore<N> {
         let fetches = pieces.into_iter().map(move |p| async move {
             let fingerprint = p.chunk.fingerprint;
             let data = self
-                .chunk_node(&fingerprint)
+                .chunk_home(m, &fingerprint)
                 .read_chunk(fingerprint)
                 .await?;
             // The chunk table's length and the manifest's agree unless one
@@ -520,7 +657,7 @@ impl<N: StoreNode> ObjectStore<N> {
             .manifest_node(bucket, key)
             .delete_manifest(bucket, key, condition)
             .await?;
-        self.release_all(bucket, m.chunks()).await;
+        self.release_manifest_chunks(&m).await;
         Ok(m)
     }
 
@@ -592,7 +729,11 @@ impl<N: StoreNode> ObjectStore<N> {
     pub async fn collect_orphans(&self) -> Result<OrphanReport> {
         let cutoff = now_ms().saturating_sub(self.put_deadline_ms.saturating_mul(2));
         let mut report = OrphanReport::default();
-        let mut expected: HashMap<Fingerprint, BTreeMap<BucketName, u64>> = HashMap::new();
+        // Keyed by the node that holds the chunk: a chunk kept with a small
+        // object's manifest lives there, and the same bytes may also live
+        // where their fingerprint places them.
+        let mut expected: HashMap<(NodeId, Fingerprint), BTreeMap<BucketName, u64>> =
+            HashMap::new();
         for n in self.nodes.values() {
             // One page of manifests at a time: the mark keeps only counts.
             let mut cursor = None;
@@ -601,8 +742,13 @@ impl<N: StoreNode> ObjectStore<N> {
                 for m in &page {
                     report.manifests += 1;
                     for c in m.chunks() {
+                        let home = if m.chunk_at_manifest_node() {
+                            n.id()
+                        } else {
+                            self.placement.chunk_node(&c.fingerprint)
+                        };
                         *expected
-                            .entry(c.fingerprint)
+                            .entry((home, c.fingerprint))
                             .or_default()
                             .entry(m.bucket().clone())
                             .or_default() += 1;
@@ -622,7 +768,7 @@ impl<N: StoreNode> ObjectStore<N> {
                 let Some((last, _)) = page.last() else { break };
                 after = Some(*last);
                 for (fp, info) in page {
-                    let want = expected.get(&fp).cloned().unwrap_or_default();
+                    let want = expected.get(&(n.id(), fp)).cloned().unwrap_or_default();
                     let too_high = info
                         .refs
                         .iter()
@@ -635,12 +781,12 @@ impl<N: StoreNode> ObjectStore<N> {
                             }
                         }
                     }
-                    seen.insert(fp, info.refs);
+                    seen.insert((n.id(), fp), info.refs);
                 }
             }
         }
-        for (fp, want) in &expected {
-            let have = seen.get(fp);
+        for ((node, fp), want) in &expected {
+            let have = seen.get(&(*node, *fp));
             let short = want
                 .iter()
                 .any(|(b, &w)| have.and_then(|h| h.get(b)).copied().unwrap_or(0) < w);
@@ -649,6 +795,7 @@ impl<N: StoreNode> ObjectStore<N> {
             }
         }
         report.dangling.sort();
+        report.dangling.dedup();
         Ok(report)
     }
 }

@@ -54,15 +54,22 @@ pub use bucket::{BucketConfig, RECORD_FORMAT};
 pub use chunking::{
     check_chunk_len, AsyncChunker, Chunk, Chunker, Chunking, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
-pub use cluster::{ObjectStore, OrphanReport, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS};
+pub use cluster::{
+    ObjectStore, OrphanReport, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS, MAX_SMALL_OBJECT_BYTES,
+};
 pub use error::{Result, StoreError};
 pub use fingerprint::{chunk_crc32c, Fingerprint};
 pub use manifest::{
-    ChunkRef, ChunkSlice, Manifest, Reader as RecordReader, MANIFEST_FORMAT_VERSION,
-    MANIFEST_MAGIC, MAX_MANIFEST_CHUNKS,
+    ChunkRef, ChunkSlice, Manifest, Reader as RecordReader, FLAG_CHUNK_AT_MANIFEST_NODE,
+    MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_MANIFEST_CHUNKS,
 };
 pub use name::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN};
-pub use ops::{now_ms, ChunkInfo, ChunkLocation, ChunkPut, ChunkRelease, Condition, ManifestPut};
+pub use ops::{
+    now_ms, ChunkInfo, ChunkLocation, ChunkPut, ChunkRelease, Condition, ManifestPut,
+    ManifestWithChunk, SmallPut,
+};
 pub use placement::{bucket_point, manifest_point, NodeId, Placement};
-pub use remote::{serve_call, RemoteNode, StoreNode, StoreTransport, MAX_PAGE_ITEMS};
+pub use remote::{
+    check_small_put, serve_call, RemoteNode, StoreNode, StoreTransport, MAX_PAGE_ITEMS,
+};
 pub use usage::{BucketUsage, Usage};

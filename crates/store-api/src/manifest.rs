@@ -16,6 +16,11 @@ pub const MANIFEST_FORMAT_VERSION: u8 = 1;
 /// 1 MiB chunks, 16 GiB with 64 KiB chunks, 1 TiB with 4 MiB chunks.
 pub const MAX_MANIFEST_CHUNKS: usize = 1 << 18;
 
+/// Flag bit: the object's one chunk lives on the node that holds its
+/// manifest, not on the node its fingerprint names (a small object put in
+/// one call: [`Manifest::with_chunk_at_manifest_node`]).
+pub const FLAG_CHUNK_AT_MANIFEST_NODE: u8 = 0x01;
+
 /// Encoded bytes before the bucket name: magic, format, flags, name lengths.
 const HEAD: usize = 4 + 1 + 1 + 1 + 2;
 /// Encoded bytes between the key and the chunk list.
@@ -61,6 +66,9 @@ pub struct Manifest {
     chunks: Vec<ChunkRef>,
     /// `starts[i]` = object offset of chunk `i` (for range lookups).
     starts: Vec<u64>,
+    /// Its one chunk is held by the manifest's node (see
+    /// [`FLAG_CHUNK_AT_MANIFEST_NODE`]).
+    chunk_at_manifest_node: bool,
 }
 
 impl Manifest {
@@ -121,7 +129,31 @@ impl Manifest {
             chunking,
             chunks,
             starts,
+            chunk_at_manifest_node: false,
         })
+    }
+
+    /// Marks this manifest's chunk as held by the node that holds the
+    /// manifest (one call stores both, one call reads both). Only for a
+    /// manifest of exactly one chunk: anything else is refused.
+    pub fn with_chunk_at_manifest_node(mut self) -> Result<Self> {
+        if self.chunks.len() != 1 {
+            return Err(StoreError::Malformed {
+                what: "manifest",
+                reason: format!(
+                    "{} chunks: only an object of one chunk can keep it with its manifest",
+                    self.chunks.len()
+                ),
+            });
+        }
+        self.chunk_at_manifest_node = true;
+        Ok(self)
+    }
+
+    /// Whether the object's one chunk lives on the manifest's node rather
+    /// than where its fingerprint places it.
+    pub fn chunk_at_manifest_node(&self) -> bool {
+        self.chunk_at_manifest_node
     }
 
     /// The bucket.
@@ -206,7 +238,7 @@ impl Manifest {
     /// The binary form (all integers little-endian):
     ///
     /// ```text
-    /// "QMAN"  format:u8=1  flags:u8=0  bucket_len:u8  key_len:u16
+    /// "QMAN"  format:u8=1  flags:u8  bucket_len:u8  key_len:u16
     /// bucket  key
     /// version:u64  size:u64  created_unix_ms:u64
     /// chunking:u8 (0 fixed, 1 FastCDC-2020 level 1)  a:u32 b:u32 c:u32
@@ -214,11 +246,18 @@ impl Manifest {
     /// chunk_count:u32  { sha256:[u8;32]  len:u32 } * chunk_count
     /// crc32c:u32 (of every byte before it)
     /// ```
+    ///
+    /// `flags` is 0, or [`FLAG_CHUNK_AT_MANIFEST_NODE`] with exactly one
+    /// chunk.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
         out.extend_from_slice(&MANIFEST_MAGIC);
         out.push(MANIFEST_FORMAT_VERSION);
-        out.push(0);
+        out.push(if self.chunk_at_manifest_node {
+            FLAG_CHUNK_AT_MANIFEST_NODE
+        } else {
+            0
+        });
         out.push(self.bucket.as_str().len() as u8);
         out.extend_from_slice(&(self.key.as_str().len() as u16).to_le_bytes());
         out.extend_from_slice(self.bucket.as_str().as_bytes());
@@ -292,7 +331,7 @@ impl Manifest {
         };
         let mut r = Reader::after("manifest", body, 5)?;
         let flags = r.u8()?;
-        if flags != 0 {
+        if flags & !FLAG_CHUNK_AT_MANIFEST_NODE != 0 {
             return Err(bad(format!("unknown flags {flags:#04x}")));
         }
         let bucket_len = r.u8()? as usize;
@@ -337,7 +376,10 @@ impl Manifest {
             let len = r.u32()?;
             chunks.push(ChunkRef { fingerprint, len });
         }
-        let m = Manifest::new(bucket, key, version, created_unix_ms, chunking, chunks)?;
+        let mut m = Manifest::new(bucket, key, version, created_unix_ms, chunking, chunks)?;
+        if flags & FLAG_CHUNK_AT_MANIFEST_NODE != 0 {
+            m = m.with_chunk_at_manifest_node()?;
+        }
         if m.size != size {
             return Err(bad(format!(
                 "records size {size}, its chunks add up to {}",
@@ -522,6 +564,42 @@ mod tests {
     }
 
     #[test]
+    fn chunk_at_manifest_node_flag_round_trips_and_is_checked() {
+        let one = sample(Chunking::fixed(1000).unwrap(), &[700]);
+        assert!(!one.chunk_at_manifest_node());
+        let flagged = one.clone().with_chunk_at_manifest_node().unwrap();
+        let enc = flagged.encode();
+        assert_eq!(enc[5], FLAG_CHUNK_AT_MANIFEST_NODE);
+        let back = Manifest::decode(&enc).unwrap();
+        assert!(back.chunk_at_manifest_node());
+        assert_eq!(back, flagged);
+        assert_ne!(back, one, "the flag is part of what a manifest is");
+        // Only an object of exactly one chunk may keep it with its manifest.
+        let two = sample(Chunking::fixed(1000).unwrap(), &[1000, 5]);
+        let e = two.clone().with_chunk_at_manifest_node().unwrap_err();
+        assert!(e.to_string().contains("2 chunks"), "{e}");
+        let mut b = two.encode();
+        b[5] = FLAG_CHUNK_AT_MANIFEST_NODE;
+        reseal(&mut b);
+        let e = Manifest::decode(&b).unwrap_err().to_string();
+        assert!(e.contains("only an object of one chunk"), "{e}");
+        let empty = sample(Chunking::fixed(1000).unwrap(), &[]);
+        let mut b = empty.encode();
+        b[5] = FLAG_CHUNK_AT_MANIFEST_NODE;
+        reseal(&mut b);
+        assert!(
+            Manifest::decode(&b).is_err(),
+            "an empty object has no chunk"
+        );
+        // Bits other than the known one are refused.
+        let mut b = one.encode();
+        b[5] = 0x02;
+        reseal(&mut b);
+        let e = Manifest::decode(&b).unwrap_err().to_string();
+        assert!(e.contains("unknown flags 0x02"), "{e}");
+    }
+
+    #[test]
     fn locate_maps_ranges_to_chunk_pieces() {
         let m = sample(
             Chunking::fastcdc(256, 512, 1024).unwrap(),
@@ -563,8 +641,9 @@ mod tests {
             any::<u64>(),
             chunking,
             proptest::collection::vec((any::<[u8; 32]>(), 1u32..=8192), 0..40),
+            any::<bool>(),
         )
-            .prop_map(|(b, k, version, created, chunking, raw)| {
+            .prop_map(|(b, k, version, created, chunking, raw, with_node)| {
                 let max = chunking.max_chunk();
                 let n = raw.len();
                 let chunks = raw
@@ -578,7 +657,7 @@ mod tests {
                         },
                     })
                     .collect();
-                Manifest::new(
+                let m = Manifest::new(
                     BucketName::new(&b).unwrap(),
                     ObjectKey::new(&k).unwrap(),
                     version,
@@ -586,7 +665,12 @@ mod tests {
                     chunking,
                     chunks,
                 )
-                .unwrap()
+                .unwrap();
+                if with_node && n == 1 {
+                    m.with_chunk_at_manifest_node().unwrap()
+                } else {
+                    m
+                }
             })
     }
 

@@ -104,3 +104,26 @@ pub struct ManifestPut {
     /// The version it replaced: the caller must release its chunks.
     pub replaced: Option<Manifest>,
 }
+
+/// What a node's `put_with_chunk` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmallPut {
+    /// The manifest as committed (with its version).
+    pub manifest: Manifest,
+    /// The version it replaced.
+    pub replaced: Option<Manifest>,
+    /// Whether the node released the replaced version's chunk itself (it
+    /// does when that chunk was held with the manifest too); if not, the
+    /// caller must release the replaced version's chunks.
+    pub replaced_released: bool,
+}
+
+/// What a node's `get_with_chunk` found for a key: its current manifest
+/// and, when the manifest's one chunk is held with it, that chunk's bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ManifestWithChunk {
+    /// The current manifest.
+    pub manifest: Manifest,
+    /// The bytes of its one chunk, when it is held with the manifest.
+    pub chunk: Option<bytes::Bytes>,
+}

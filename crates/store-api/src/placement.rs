@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
+use crate::manifest::Manifest;
 use crate::name::{BucketName, ObjectKey};
 
 /// A node's id, as in the fabric and the wire protocol (`quarry_proto::NodeId`).
@@ -99,6 +100,17 @@ impl Placement {
     /// The node a chunk lives on.
     pub fn chunk_node(&self, fingerprint: &Fingerprint) -> NodeId {
         self.owner(fingerprint.prefix_u64())
+    }
+
+    /// The node that holds chunk `fingerprint` of the object `manifest`
+    /// describes: the manifest's node when the manifest keeps its chunk
+    /// there (a small object), else the node the fingerprint names.
+    pub fn chunk_holder(&self, manifest: &Manifest, fingerprint: &Fingerprint) -> NodeId {
+        if manifest.chunk_at_manifest_node() {
+            self.manifest_node(manifest.bucket(), manifest.key())
+        } else {
+            self.chunk_node(fingerprint)
+        }
     }
 
     /// The node an object's manifest lives on.

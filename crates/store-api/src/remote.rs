@@ -21,7 +21,10 @@ use crate::error::{Result, StoreError};
 use crate::fingerprint::{chunk_crc32c, Fingerprint};
 use crate::manifest::{Manifest, Reader};
 use crate::name::{BucketName, ObjectKey};
-use crate::ops::{ChunkInfo, ChunkLocation, ChunkPut, ChunkRelease, Condition, ManifestPut};
+use crate::ops::{
+    ChunkInfo, ChunkLocation, ChunkPut, ChunkRelease, Condition, ManifestPut, ManifestWithChunk,
+    SmallPut,
+};
 use crate::placement::NodeId;
 use crate::usage::{BucketUsage, Usage};
 use quarry_proto::ByteWriter;
@@ -110,6 +113,29 @@ pub trait StoreNode: Send + Sync + 'static {
         key: &ObjectKey,
         condition: Condition,
     ) -> impl Future<Output = Result<Manifest>> + Send;
+
+    /// Stores a small object in one step: `data`, the one chunk `manifest`
+    /// names, is kept on this node with the manifest (stored once, else its
+    /// count raised), and the manifest is committed as the key's next
+    /// version if `condition` holds, both in one commit. `manifest` must be
+    /// [`Manifest::with_chunk_at_manifest_node`]. A replaced version whose
+    /// chunk was kept here too is released here; otherwise the caller
+    /// releases the replaced version's chunks.
+    fn put_with_chunk(
+        &self,
+        manifest: Manifest,
+        condition: Condition,
+        data: Bytes,
+    ) -> impl Future<Output = Result<SmallPut>> + Send;
+
+    /// The current manifest of a key held here and, when its one chunk is
+    /// kept here with it, that chunk's bytes (a small object's get in one
+    /// call).
+    fn get_with_chunk(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> impl Future<Output = Result<Option<ManifestWithChunk>>> + Send;
 
     /// Up to `limit` (at most [`MAX_PAGE_ITEMS`]) current manifests of
     /// `bucket` here with keys starting with `prefix`, after `after`.
@@ -225,6 +251,21 @@ impl<N: StoreNode> StoreNode for Arc<N> {
         condition: Condition,
     ) -> impl Future<Output = Result<Manifest>> + Send {
         (**self).delete_manifest(bucket, key, condition)
+    }
+    fn put_with_chunk(
+        &self,
+        manifest: Manifest,
+        condition: Condition,
+        data: Bytes,
+    ) -> impl Future<Output = Result<SmallPut>> + Send {
+        (**self).put_with_chunk(manifest, condition, data)
+    }
+    fn get_with_chunk(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> impl Future<Output = Result<Option<ManifestWithChunk>>> + Send {
+        (**self).get_with_chunk(bucket, key)
     }
     fn list_manifests(
         &self,
@@ -347,6 +388,8 @@ enum Op {
     ManifestsPage = 13,
     ChunksPage = 14,
     LowerRefs = 15,
+    PutWithChunk = 16,
+    GetWithChunk = 17,
 }
 
 impl Op {
@@ -368,6 +411,8 @@ impl Op {
             13 => ManifestsPage,
             14 => ChunksPage,
             15 => LowerRefs,
+            16 => PutWithChunk,
+            17 => GetWithChunk,
             _ => return None,
         })
     }
@@ -677,6 +722,35 @@ fn decode_error(r: &mut Reader<'_>, node: NodeId) -> Result<StoreError> {
     Ok(e)
 }
 
+/// Checks the chunk bytes a one-call get brought: the manifest keeps its
+/// one chunk with it, the length is that chunk's, and the bytes pass the
+/// CRC-32C the node sent.
+fn check_chunk_answer(m: &Manifest, crc: u32, data: Bytes) -> Result<Bytes> {
+    let bad = |reason: String| StoreError::Malformed {
+        what: "small object get answer",
+        reason,
+    };
+    let chunk = match m.chunks() {
+        [chunk] if m.chunk_at_manifest_node() => *chunk,
+        _ => {
+            return Err(bad(format!(
+                "chunk bytes came with a manifest of {}/{} that does not keep its chunk with it",
+                m.bucket(),
+                m.key()
+            )))
+        }
+    };
+    if data.len() != chunk.len as usize {
+        return Err(bad(format!(
+            "{} bytes came for a chunk of {} bytes",
+            data.len(),
+            chunk.len
+        )));
+    }
+    check_crc(chunk.fingerprint, crc, &data, "arrived damaged")?;
+    Ok(data)
+}
+
 /// Checks a chunk's bytes against the CRC-32C that came with them.
 fn check_crc(fingerprint: Fingerprint, expected: u32, data: &[u8], what: &str) -> Result<()> {
     let actual = chunk_crc32c(data);
@@ -717,6 +791,9 @@ async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Bytes> {
         | Op::DeleteManifest
         | Op::ListManifests
         | Op::ManifestsPage => serve_manifest_call(node, op, &mut r, &mut w).await?,
+        Op::PutWithChunk | Op::GetWithChunk => {
+            serve_small_call(node, op, &mut r, &call, &mut w).await?
+        }
         Op::CreateBucket | Op::Bucket | Op::DeleteBucket | Op::Buckets | Op::Usage => {
             serve_bucket_call(node, op, &mut r, &mut w).await?
         }
@@ -872,6 +949,88 @@ async fn serve_manifest_call<N: StoreNode>(
     Ok(())
 }
 
+/// Runs a small object's one-call put or get, writing its answer to `w`.
+async fn serve_small_call<N: StoreNode>(
+    node: &N,
+    op: Op,
+    r: &mut Reader<'_>,
+    call: &Bytes,
+    w: &mut Writer,
+) -> Result<()> {
+    match op {
+        Op::PutWithChunk => {
+            let m = r.manifest()?;
+            let condition = r.condition()?;
+            let crc = r.u32()?;
+            let data = r.bytes(call)?;
+            r.end()?;
+            let chunk = check_small_put(&m, &data)?;
+            // As for a chunk put: the CRC proves the bytes crossed the
+            // network intact; the writer hashed them to name them.
+            check_crc(chunk.fingerprint, crc, &data, "arrived damaged")?;
+            let put = node.put_with_chunk(m, condition, data).await?;
+            w.manifest(&put.manifest);
+            match &put.replaced {
+                None => w.u8(0),
+                Some(old) => w.u8(1).manifest(old),
+            };
+            w.flag(put.replaced_released);
+        }
+        Op::GetWithChunk => {
+            let bucket = r.bucket()?;
+            let key = r.key()?;
+            r.end()?;
+            match node.get_with_chunk(&bucket, &key).await? {
+                None => {
+                    w.u8(0);
+                }
+                Some(found) => {
+                    w.u8(1).manifest(&found.manifest);
+                    match &found.chunk {
+                        None => w.u8(0),
+                        // The reader checks the bytes against this after
+                        // the network.
+                        Some(data) => w.u8(1).u32(chunk_crc32c(data)).blob(data),
+                    };
+                }
+            }
+        }
+        other => {
+            return Err(r.malformed(format!("{other:?} is not a small object call")));
+        }
+    }
+    Ok(())
+}
+
+/// Checks that `data` is what a one-call put of `m` must carry: `m` keeps
+/// its one chunk with it, and `data` has that chunk's length. Returns the
+/// chunk's reference.
+pub fn check_small_put(m: &Manifest, data: &[u8]) -> Result<crate::manifest::ChunkRef> {
+    let bad = |reason: String| StoreError::Malformed {
+        what: "small object put",
+        reason,
+    };
+    if !m.chunk_at_manifest_node() {
+        return Err(bad(format!(
+            "the manifest of {}/{} does not keep its chunk with it",
+            m.bucket(),
+            m.key()
+        )));
+    }
+    let [chunk] = m.chunks() else {
+        return Err(bad(format!("{} chunks, not one", m.chunks().len())));
+    };
+    check_chunk_len(chunk.fingerprint, data)?;
+    if data.len() != chunk.len as usize {
+        return Err(bad(format!(
+            "{} bytes sent for a chunk of {} bytes",
+            data.len(),
+            chunk.len
+        )));
+    }
+    Ok(*chunk)
+}
+
 /// Runs a call on the node's bucket and accounting, writing its answer to `w`.
 async fn serve_bucket_call<N: StoreNode>(
     node: &N,
@@ -1000,6 +1159,52 @@ impl<X: StoreTransport> StoreNode for RemoteNode<X> {
         let mut w = Writer::starting(Op::DeleteManifest as u8);
         w.bucket(bucket).key(key).condition(condition);
         self.rpc(false, w, |r, _| r.manifest()).await
+    }
+    async fn put_with_chunk(
+        &self,
+        manifest: Manifest,
+        condition: Condition,
+        data: Bytes,
+    ) -> Result<SmallPut> {
+        check_small_put(&manifest, &data)?;
+        let mut w = Writer::starting(Op::PutWithChunk as u8);
+        w.manifest(&manifest)
+            .condition(condition)
+            .u32(chunk_crc32c(&data))
+            .blob(&data);
+        self.rpc(false, w, |r, _| {
+            Ok(SmallPut {
+                manifest: r.manifest()?,
+                replaced: r.optional(Reader::manifest)?,
+                replaced_released: r.flag()?,
+            })
+        })
+        .await
+    }
+    async fn get_with_chunk(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Result<Option<ManifestWithChunk>> {
+        let mut w = Writer::starting(Op::GetWithChunk as u8);
+        w.bucket(bucket).key(key);
+        let found = self
+            .rpc(true, w, |r, answer| {
+                r.optional(|r| {
+                    let manifest = r.manifest()?;
+                    let chunk = r.optional(|r| Ok((r.u32()?, r.bytes(answer)?)))?;
+                    Ok((manifest, chunk))
+                })
+            })
+            .await?;
+        let Some((manifest, chunk)) = found else {
+            return Ok(None);
+        };
+        let chunk = match chunk {
+            None => None,
+            Some((crc, data)) => Some(check_chunk_answer(&manifest, crc, data)?),
+        };
+        Ok(Some(ManifestWithChunk { manifest, chunk }))
     }
     async fn list_manifests(
         &self,

@@ -17,8 +17,8 @@ use quarry_store_api::Manifest;
 use quarry_store_api::NodeId;
 use quarry_store_api::Usage;
 use quarry_store_api::{
-    now_ms, BucketConfig, ChunkInfo, ChunkPut, ChunkRelease, Condition, ManifestPut, StoreNode,
-    MAX_PAGE_ITEMS,
+    check_small_put, now_ms, BucketConfig, ChunkInfo, ChunkLocation, ChunkPut, ChunkRelease,
+    Condition, ManifestPut, ManifestWithChunk, SmallPut, StoreNode, MAX_PAGE_ITEMS,
 };
 use quarry_store_api::{BucketName, ObjectKey};
 use quarry_store_api::{Result, StoreError};
@@ -41,6 +41,22 @@ impl From<ChunkRecord> for ChunkInfo {
         }
     }
 }
+
+/// A chunk reference added to a batch not yet committed
+/// ([`NodeStore::stage_chunk`]): what to undo if the commit fails and what
+/// to count once it succeeds.
+struct StagedChunk {
+    /// The extent written for a chunk new here (trimmed if the commit
+    /// fails).
+    written: Option<ChunkLocation>,
+    len: u32,
+    /// The first reference of its bucket.
+    first_in_bucket: bool,
+}
+
+/// How many times a one-call get reads the manifest again when the chunk
+/// kept with it was released under it by a newer version.
+const GET_WITH_CHUNK_TRIES: usize = 3;
 
 /// What [`NodeStore::open`] found and repaired.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -631,8 +647,17 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             KeyRecord::Live(manifest.clone()).encode(),
         );
         self.tables.commit(batch).await?;
+        self.count_manifest_replaced(&manifest, live.as_ref());
+        Ok(ManifestPut {
+            manifest,
+            replaced: live,
+        })
+    }
+
+    /// Counts a committed manifest and uncounts the live one it replaced.
+    fn count_manifest_replaced(&self, manifest: &Manifest, live: Option<&Manifest>) {
         self.with_usage(|u| {
-            if let Some(old) = &live {
+            if let Some(old) = live {
                 let b = u.bucket(old.bucket());
                 b.objects -= 1;
                 b.logical_bytes -= old.size();
@@ -644,14 +669,188 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             b.logical_bytes += manifest.size();
             u.objects += 1;
             u.logical_bytes += manifest.size();
-            if let Some(old) = &live {
+            if let Some(old) = live {
                 u.prune(old.bucket());
             }
         });
-        Ok(ManifestPut {
+    }
+
+    /// Stores a small object in one step (see
+    /// [`StoreNode::put_with_chunk`]): under the key's lock, then the
+    /// chunk's (nothing takes them the other way round), the condition is
+    /// checked, a new chunk's bytes are written, and the chunk record and
+    /// the manifest are committed in one batch, so a crash leaves both or
+    /// neither (and at worst an unnamed extent, trimmed at the next open).
+    /// The caller computed the chunk's fingerprint from `data` (across the
+    /// fabric the bytes were checked against the CRC-32C sent with them).
+    pub async fn put_with_chunk(
+        &self,
+        mut manifest: Manifest,
+        condition: Condition,
+        data: Bytes,
+    ) -> Result<SmallPut> {
+        let chunk = check_small_put(&manifest, &data)?;
+        debug_assert_eq!(Fingerprint::of(&data), chunk.fingerprint);
+        let bucket = manifest.bucket().clone();
+        let tkey = manifest_key(&bucket, manifest.key());
+        let key_guard = self.key_lock(&tkey).lock().await;
+        let chunk_guard = self.chunk_lock(&chunk.fingerprint).lock().await;
+        let current = self.key_record(&tkey).await?;
+        let live = match &current {
+            Some(KeyRecord::Live(m)) => Some(m.clone()),
+            _ => None,
+        };
+        condition.check(
+            &bucket,
+            manifest.key(),
+            live.as_ref().map(Manifest::version),
+        )?;
+        manifest.set_version(current.as_ref().map_or(0, KeyRecord::version) + 1);
+        let mut batch = Batch::new();
+        let staged = self
+            .stage_chunk(&bucket, chunk.fingerprint, data, &mut batch)
+            .await?;
+        batch.put(
+            Table::Manifests,
+            tkey,
+            KeyRecord::Live(manifest.clone()).encode(),
+        );
+        if let Err(e) = self.tables.commit(batch).await {
+            if let Some(location) = staged.written {
+                // Best effort: else the next open trims the unnamed extent.
+                let _ = self.data.trim(location).await;
+            }
+            return Err(e);
+        }
+        self.count_staged_chunk(&bucket, &staged);
+        self.count_manifest_replaced(&manifest, live.as_ref());
+        drop(chunk_guard);
+        drop(key_guard);
+        // The replaced version's chunk, if it was kept here too, is
+        // released here: the new one is counted already, so a chunk both
+        // share never passes through zero. A failed release leaves a count
+        // too high, for the orphan collector (never retried: a release
+        // whose answer was lost may have been applied).
+        let replaced_released = match &live {
+            Some(old) if old.chunk_at_manifest_node() => {
+                for c in old.chunks() {
+                    let _ = self.release_chunk(old.bucket(), c.fingerprint).await;
+                }
+                true
+            }
+            _ => false,
+        };
+        Ok(SmallPut {
             manifest,
             replaced: live,
+            replaced_released,
         })
+    }
+
+    /// Adds one of `bucket`'s references to chunk `fingerprint` to `batch`:
+    /// to its record if the chunk is here, else to a new record after
+    /// writing `data`. The caller holds the chunk's lock until the batch is
+    /// committed, then counts it with [`Self::count_staged_chunk`].
+    async fn stage_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+        batch: &mut Batch,
+    ) -> Result<StagedChunk> {
+        if let Some(mut rec) = self.chunk_record(&fingerprint).await? {
+            if rec.len as usize != data.len() {
+                return Err(StoreError::InvalidChunk {
+                    fingerprint,
+                    reason: format!(
+                        "{} bytes, but the chunk table holds it with {} (damaged record?)",
+                        data.len(),
+                        rec.len
+                    ),
+                });
+            }
+            let count = rec.refs.entry(bucket.clone()).or_insert(0);
+            *count += 1;
+            let first_in_bucket = *count == 1;
+            rec.touched_unix_ms = now_ms();
+            batch.put(Table::Chunks, fingerprint.0.to_vec(), rec.encode());
+            return Ok(StagedChunk {
+                written: None,
+                len: rec.len,
+                first_in_bucket,
+            });
+        }
+        let len = data.len() as u32;
+        let data_crc32c = quarry_store_api::chunk_crc32c(&data);
+        let location = self.data.write(&fingerprint, data).await?;
+        let rec = ChunkRecord {
+            location,
+            len,
+            refs: BTreeMap::from([(bucket.clone(), 1)]),
+            touched_unix_ms: now_ms(),
+            data_crc32c: Some(data_crc32c),
+        };
+        batch.put(Table::Chunks, fingerprint.0.to_vec(), rec.encode());
+        Ok(StagedChunk {
+            written: Some(location),
+            len,
+            first_in_bucket: true,
+        })
+    }
+
+    /// Counts a staged chunk reference once its batch is committed.
+    fn count_staged_chunk(&self, bucket: &BucketName, staged: &StagedChunk) {
+        let len = u64::from(staged.len);
+        self.with_usage(|u| {
+            if staged.written.is_some() {
+                u.chunks += 1;
+                u.stored_bytes += len;
+            }
+            if staged.first_in_bucket {
+                let b = u.bucket(bucket);
+                b.chunks += 1;
+                b.stored_bytes += len;
+            }
+        });
+    }
+
+    /// The current manifest of a key and, if it keeps its one chunk here,
+    /// that chunk's bytes. A newer version that released the chunk between
+    /// the two reads makes it read the manifest again (a few times, then
+    /// [`StoreError::ChunkMissing`]).
+    pub async fn get_with_chunk(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Result<Option<ManifestWithChunk>> {
+        let mut missing = None;
+        for _ in 0..GET_WITH_CHUNK_TRIES {
+            let Some(manifest) = self.get_manifest(bucket, key).await? else {
+                return Ok(None);
+            };
+            let chunk = match manifest.chunks() {
+                [c] if manifest.chunk_at_manifest_node() => c.fingerprint,
+                _ => {
+                    return Ok(Some(ManifestWithChunk {
+                        manifest,
+                        chunk: None,
+                    }))
+                }
+            };
+            match self.read_chunk(chunk).await {
+                Ok(data) => {
+                    return Ok(Some(ManifestWithChunk {
+                        manifest,
+                        chunk: Some(data),
+                    }))
+                }
+                Err(StoreError::ChunkMissing(fp)) => missing = Some(fp),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(StoreError::ChunkMissing(
+            missing.unwrap_or(Fingerprint([0; 32])),
+        ))
     }
 
     /// Deletes an object if `condition` holds, leaving a tombstone with its
@@ -832,6 +1031,22 @@ impl<T: TableStore, C: ChunkStore> StoreNode for NodeStore<T, C> {
         condition: Condition,
     ) -> Result<Manifest> {
         NodeStore::delete_manifest(self, bucket, key, condition).await
+    }
+    async fn put_with_chunk(
+        &self,
+        manifest: Manifest,
+        condition: Condition,
+        data: Bytes,
+    ) -> Result<SmallPut> {
+        // In this process the caller hashed these very bytes.
+        NodeStore::put_with_chunk(self, manifest, condition, data).await
+    }
+    async fn get_with_chunk(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+    ) -> Result<Option<ManifestWithChunk>> {
+        NodeStore::get_with_chunk(self, bucket, key).await
     }
     async fn list_manifests(
         &self,

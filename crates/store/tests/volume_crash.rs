@@ -21,7 +21,9 @@ use quarry_store::{open_volume_node, BucketName, ObjectKey, ObjectStore, StoreEr
 
 const ROUNDS: u64 = 10;
 const KEYS: u64 = 12;
-const BUCKETS: [&str; 2] = ["fixed", "cdc"];
+/// As `store-crash-writer` has them ("small" puts objects of one chunk,
+/// kept with their manifests in one step).
+const BUCKETS: [&str; 3] = ["fixed", "cdc", "small"];
 
 /// An object's state: a content number, or absent.
 type State = Option<u64>;

@@ -35,7 +35,9 @@ const KEYS: u64 = 12;
 const TASKS: u64 = 3;
 /// Content numbers (sizes 1.5-11 KB, sharing chunks).
 const CONTENTS: u64 = 12;
-const BUCKETS: [&str; 2] = ["fixed", "cdc"];
+/// "small": chunks larger than every content, so each put is one chunk
+/// kept with its manifest, stored in one step.
+const BUCKETS: [&str; 3] = ["fixed", "cdc", "small"];
 /// Ends by itself after this many operations per task if nobody kills it.
 const MAX_OPS_PER_TASK: u64 = 100_000;
 
@@ -67,6 +69,7 @@ async fn main() {
     for (name, chunking) in [
         (BUCKETS[0], Chunking::fixed(2048).unwrap()),
         (BUCKETS[1], Chunking::fastcdc(256, 1024, 4096).unwrap()),
+        (BUCKETS[2], Chunking::fixed(16 * 1024).unwrap()),
     ] {
         let bucket = BucketName::new(name).unwrap();
         match store.bucket(&bucket).await {
@@ -87,7 +90,7 @@ async fn main() {
         tasks.push(tokio::spawn(async move {
             let mut rng = Rng(round * 1000 + t);
             for _ in 0..MAX_OPS_PER_TASK {
-                let name = BUCKETS[rng.below(2) as usize];
+                let name = BUCKETS[rng.below(BUCKETS.len() as u64) as usize];
                 let bucket = BucketName::new(name).unwrap();
                 let key = format!("k{}", rng.below(KEYS / TASKS) * TASKS + t);
                 let object = ObjectKey::new(&key).unwrap();
