@@ -97,10 +97,12 @@ impl OutQueue {
         slices.extend(
             self.pieces
                 .iter()
-                .take(SLICES_PER_WRITE_MAX - 1)
+                .take(SLICES_PER_WRITE_MAX)
                 .map(|p| IoSlice::new(p)),
         );
-        if slices.len() < SLICES_PER_WRITE_MAX && !self.tail.is_empty() {
+        // The tail follows the last piece: it may go only in a write that
+        // carries every piece before it.
+        if self.pieces.len() < SLICES_PER_WRITE_MAX && !self.tail.is_empty() {
             slices.push(IoSlice::new(&self.tail));
         }
         writer.write_vectored(&slices).await
@@ -134,6 +136,27 @@ mod tests {
     }
 
     impl AsyncWrite for Trickle {
+        /// Takes up to `step` bytes across the slices, in order, as a
+        /// socket's `writev` does.
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let mut taken = 0;
+            for buf in bufs {
+                let n = buf.len().min(self.step - taken);
+                self.got.extend_from_slice(&buf[..n]);
+                taken += n;
+                if taken == self.step {
+                    break;
+                }
+            }
+            std::task::Poll::Ready(Ok(taken))
+        }
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
         fn poll_write(
             mut self: std::pin::Pin<&mut Self>,
             _: &mut std::task::Context<'_>,
@@ -171,6 +194,9 @@ mod tests {
                 expected.extend_from_slice(b"hd");
                 expected.extend_from_slice(&big);
             }
+            // Small frames after many pieces: they must wait for all of them.
+            queue.buf().extend_from_slice(b"end");
+            expected.extend_from_slice(b"end");
             assert_eq!(queue.len(), expected.len());
             let mut w = Trickle {
                 got: Vec::new(),
