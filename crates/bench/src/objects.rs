@@ -48,10 +48,48 @@ struct Report {
     fuse: Option<Vec<FuseRow>>,
 }
 
+/// What one run measures on: the object's size and bytes, the chunking,
+/// and the cluster to start.
+struct Plan {
+    size_bytes: u64,
+    dir: std::path::PathBuf,
+    /// Removes the work directory when dropped (a temporary one).
+    _scratch: Option<crate::common::TempDir>,
+    chunking: Chunking,
+    chunk_bytes: u32,
+    source: std::path::PathBuf,
+    spec: LocalClusterSpec,
+}
+
+/// Medians of every round, MiB/s.
+struct Measured {
+    put: f64,
+    get: f64,
+    fio_write: f64,
+    fio_read: f64,
+    /// (write, read) through the mount, the last round.
+    fuse: Option<(f64, f64)>,
+}
+
 /// Runs the benchmark and prints its table (or JSON).
-// TODO(issue 19): split (left whole while rows are being added here elsewhere).
-#[allow(clippy::too_many_lines)]
 pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
+    let plan = plan(args)?;
+    let cluster = LocalCluster::start(&plan.spec, &quarry_exe()?)?;
+    let measured = measure(args, &plan, &cluster);
+    cluster.stop()?;
+    let report = report(args, &plan, &measured?);
+    if args.common.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print_report(&report, args.rounds);
+    Ok(())
+}
+
+/// The settings a user gets from `quarry up` and `quarry mb` unless the
+/// flags ask for others; only the capacity is chosen here, as a user would
+/// with `quarry up --capacity`. Writes the source object.
+fn plan(args: &BenchObjectsArgs) -> Result<Plan> {
     let size_bytes = if args.common.quick {
         32 << 20
     } else {
@@ -60,11 +98,8 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     if size_bytes == 0 {
         bail!("--size must be above zero");
     }
-    let (dir, _scratch) =
+    let (dir, scratch) =
         crate::common::work_dir(args.common.dir.as_deref(), "quarry-bench-objects")?;
-    // The settings a user gets from `quarry up` and `quarry mb` unless the
-    // flags ask for others; only the capacity is chosen here, as a user
-    // would with `quarry up --capacity`.
     let chunking = match &args.chunk {
         Some(text) => Chunking::fixed(u32::try_from(parse_size(text)?).context("--chunk")?)?,
         None => Chunking::DEFAULT_FIXED,
@@ -89,7 +124,6 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     let geometry = shape.with_capacity(capacity_bytes)?;
     geometry.validate()?;
     let custom_shape = args.page_size.is_some() || args.chips.is_some();
-    let page_size_bytes = geometry.page_size_bytes;
     let source = dir.join("source.bin");
     write_source(&source, size_bytes)?;
     let spec = LocalClusterSpec {
@@ -117,104 +151,111 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
             args.nodes,
             if args.rs_ecc { "RS" } else { "CRC-only" },
             geometry.buses * geometry.chips_per_bus,
-            human_bytes(u64::from(page_size_bytes)),
+            human_bytes(u64::from(geometry.page_size_bytes)),
             human_bytes(geometry.capacity_bytes()),
             dir.display()
         );
     }
-    let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
+    Ok(Plan {
+        size_bytes,
+        dir,
+        _scratch: scratch,
+        chunking,
+        chunk_bytes,
+        source,
+        spec,
+    })
+}
+
+/// Every round: fio write, put, fio read, get (the peer and Quarry
+/// alternate so drift in the disk affects both); FUSE in the last.
+fn measure(args: &BenchObjectsArgs, plan: &Plan, cluster: &LocalCluster) -> Result<Measured> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let size_bytes = plan.size_bytes;
     let entry = cluster.cluster.nodes[0].addr.clone();
-    let fio_file = dir.join("fio.dat");
-    let mut put = Vec::new();
-    let mut get = Vec::new();
-    let mut fio_write = Vec::new();
-    let mut fio_read = Vec::new();
+    let fio_file = plan.dir.join("fio.dat");
+    let (mut put, mut get, mut fio_write, mut fio_read) = (vec![], vec![], vec![], vec![]);
     let mut fuse: Option<(f64, f64)> = None;
-    let result = (|| -> Result<()> {
-        let members = cluster.cluster.nodes.iter().map(|n| (n.id, n.addr.clone()));
-        let objects = runtime.block_on(async {
-            Client::connect(&entry)
-                .await?
-                .with_member_addrs(members)
-                .objects()
-                .await
+    let members = cluster.cluster.nodes.iter().map(|n| (n.id, n.addr.clone()));
+    let objects = runtime.block_on(async {
+        Client::connect(&entry)
+            .await?
+            .with_member_addrs(members)
+            .objects()
+            .await
+    })?;
+    let bucket = BucketName::new("bench")?;
+    runtime.block_on(objects.create_bucket(&bucket, plan.chunking))?;
+    for round in 0..args.rounds {
+        fio_write.push(run_fio(&fio_file, "write", size_bytes)?);
+        let key = ObjectKey::new(&format!("big-{round}"))?;
+        let started = Instant::now();
+        runtime.block_on(async {
+            let reader = quarry_client::file_source(std::fs::File::open(&plan.source)?);
+            objects
+                .put(&bucket, &key, reader, Condition::Always)
+                .await?;
+            anyhow::Ok(())
         })?;
-        let bucket = BucketName::new("bench")?;
-        runtime.block_on(objects.create_bucket(&bucket, chunking))?;
-        for round in 0..args.rounds {
-            // Alternate the peer and Quarry so drift in the disk affects both.
-            fio_write.push(run_fio(&fio_file, "write", size_bytes)?);
-            let key = ObjectKey::new(&format!("big-{round}"))?;
-            let started = Instant::now();
-            runtime.block_on(async {
-                let reader = quarry_client::file_source(std::fs::File::open(&source)?);
-                objects
-                    .put(&bucket, &key, reader, Condition::Always)
-                    .await?;
-                anyhow::Ok(())
-            })?;
-            put.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
-            fio_read.push(run_fio(&fio_file, "read", size_bytes)?);
-            let started = Instant::now();
-            let mut sink = CountingSink::default();
-            runtime.block_on(objects.get_to(&bucket, &key, 0, u64::MAX, &mut sink))?;
-            if sink.bytes != size_bytes {
-                bail!("get returned {} bytes of {size_bytes}", sink.bytes);
-            }
-            get.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
-            if round + 1 == args.rounds && !args.no_fuse {
-                // The same transfers through the FUSE mount: read the
-                // object just put, write a copy of the source.
-                match fuse_transfers(&dir, &cluster.cluster_path, &entry, &source, &key) {
-                    Ok(f) => fuse = Some(f),
-                    Err(e) => eprintln!("bench objects: FUSE part skipped: {e:#}"),
-                }
-                runtime
-                    .block_on(objects.delete(
-                        &bucket,
-                        &ObjectKey::new("fuse-copy")?,
-                        Condition::Always,
-                    ))
-                    .ok();
-            }
-            // Free the space for the next round.
-            runtime.block_on(objects.delete(&bucket, &key, Condition::Always))?;
-            let _ = std::fs::remove_file(&fio_file);
+        put.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
+        fio_read.push(run_fio(&fio_file, "read", size_bytes)?);
+        let started = Instant::now();
+        let mut sink = CountingSink::default();
+        runtime.block_on(objects.get_to(&bucket, &key, 0, u64::MAX, &mut sink))?;
+        if sink.bytes != size_bytes {
+            bail!("get returned {} bytes of {size_bytes}", sink.bytes);
         }
-        Ok(())
-    })();
-    cluster.stop()?;
-    result?;
-    let (p, g, fw, fr) = (
-        median(&mut put),
-        median(&mut get),
-        median(&mut fio_write),
-        median(&mut fio_read),
-    );
-    let report = Report {
-        object_bytes: size_bytes,
+        get.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
+        if round + 1 == args.rounds && !args.no_fuse {
+            // The same transfers through the FUSE mount: read the object
+            // just put, write a copy of the source.
+            match fuse_transfers(&plan.dir, &cluster.cluster_path, &entry, &plan.source, &key) {
+                Ok(f) => fuse = Some(f),
+                Err(e) => eprintln!("bench objects: FUSE part skipped: {e:#}"),
+            }
+            let copy = ObjectKey::new("fuse-copy")?;
+            runtime
+                .block_on(objects.delete(&bucket, &copy, Condition::Always))
+                .ok();
+        }
+        // Free the space for the next round.
+        runtime.block_on(objects.delete(&bucket, &key, Condition::Always))?;
+        let _ = std::fs::remove_file(&fio_file);
+    }
+    Ok(Measured {
+        put: median(&mut put),
+        get: median(&mut get),
+        fio_write: median(&mut fio_write),
+        fio_read: median(&mut fio_read),
+        fuse,
+    })
+}
+
+fn report(args: &BenchObjectsArgs, plan: &Plan, m: &Measured) -> Report {
+    let (p, g) = (m.put, m.get);
+    Report {
+        object_bytes: plan.size_bytes,
         nodes: args.nodes,
-        chunk_bytes,
+        chunk_bytes: plan.chunk_bytes,
         rounds: args.rounds,
         rows: vec![
             Row {
                 what: "put vs fio sequential write",
                 quarry_mib_per_s: p,
-                fio_mib_per_s: fw,
-                ratio: p / fw,
+                fio_mib_per_s: m.fio_write,
+                ratio: p / m.fio_write,
             },
             Row {
                 what: "get vs fio sequential read",
                 quarry_mib_per_s: g,
-                fio_mib_per_s: fr,
-                ratio: g / fr,
+                fio_mib_per_s: m.fio_read,
+                ratio: g / m.fio_read,
             },
         ],
-        fuse: fuse.map(|(write, read)| {
+        fuse: m.fuse.map(|(write, read)| {
             vec![
                 FuseRow {
                     what: "FUSE write (copy into the mount, close) vs put",
@@ -230,11 +271,10 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
                 },
             ]
         }),
-    };
-    if args.common.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
     }
+}
+
+fn print_report(report: &Report, rounds: u32) {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "transfer",
@@ -252,8 +292,7 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
     }
     println!("{table}");
     println!(
-        "(medians of {} rounds; fio: 1 MiB blocks, O_DIRECT, psync, fsync at the end of writes)",
-        args.rounds
+        "(medians of {rounds} rounds; fio: 1 MiB blocks, O_DIRECT, psync, fsync at the end of writes)"
     );
     if let Some(rows) = &report.fuse {
         let mut table = Table::new();
@@ -274,7 +313,6 @@ pub fn objects(args: &BenchObjectsArgs) -> Result<()> {
         println!("{table}");
         println!("(one round, the last; put/get figures are the medians above)");
     }
-    Ok(())
 }
 
 /// Mounts the cluster with `quarry mount` (through `entry`), reads object

@@ -62,8 +62,6 @@ struct Report {
 }
 
 /// Runs the benchmark and prints its table (or JSON).
-// TODO(issue 19): split (left whole while rows are being added here elsewhere).
-#[allow(clippy::too_many_lines)]
 pub fn scan(args: &BenchScanArgs) -> Result<()> {
     let (size_bytes, rounds) = if args.common.quick {
         (16 << 20, 1)

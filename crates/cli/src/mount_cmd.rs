@@ -76,9 +76,11 @@ pub fn mount(args: &MountArgs) -> Result<()> {
         let file = ClusterFile::load(&ClusterFile::locate(args.cluster.cluster.as_deref()))?;
         let client = match &args.entry {
             // Placement still spans every member of the file.
+            // Object calls still go straight to the member that holds the
+            // data, as through the cluster file.
             Some(addr) => Client::connect(addr)
                 .await?
-                .with_members(file.nodes.iter().map(|n| n.id)),
+                .with_member_addrs(file.nodes.iter().map(|n| (n.id, n.addr.clone()))),
             None => Client::connect_cluster(&file).await?,
         };
         anyhow::Ok((Arc::new(client.objects().await?), client.compute()))
