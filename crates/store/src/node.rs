@@ -517,32 +517,15 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         fingerprint: Fingerprint,
         out: &mut BytesMut,
     ) -> Result<u32> {
-        let rec = self
-            .chunk_record(&fingerprint)
-            .await?
-            .ok_or(StoreError::ChunkMissing(fingerprint))?;
-        let check = rec
-            .data_crc32c
-            .map_or(ChunkCheck::Sha256, ChunkCheck::Crc32c);
+        let (rec, check) = self.chunk_to_read(fingerprint).await?;
         let start = out.len();
         match self
             .data
             .read_into(&fingerprint, rec.location, rec.len, check, out)
             .await
         {
-            // The chunk store checked exactly these bytes against the
-            // record's CRC (ChunkStore::read_into's contract).
-            Ok(()) => Ok(match check {
-                ChunkCheck::Crc32c(crc) if out.len() - start == rec.len as usize => crc,
-                _ => quarry_store_api::chunk_crc32c(&out[start..]),
-            }),
-            Err(_)
-                if self.chunk_record(&fingerprint).await?.map(|r| r.location)
-                    != Some(rec.location) =>
-            {
-                Err(StoreError::ChunkMissing(fingerprint))
-            }
-            Err(e) => Err(e),
+            Ok(()) => Ok(answer_crc(check, &rec, &out[start..])),
+            Err(e) => Err(self.read_failed(fingerprint, &rec, e).await),
         }
     }
 
@@ -550,6 +533,22 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
     /// record kept, which the read checked them against, or (records from
     /// before CRCs, checked by SHA-256) summed here.
     pub async fn read_chunk_with_crc(&self, fingerprint: Fingerprint) -> Result<(Bytes, u32)> {
+        let (rec, check) = self.chunk_to_read(fingerprint).await?;
+        match self
+            .data
+            .read(&fingerprint, rec.location, rec.len, check)
+            .await
+        {
+            Ok(b) => {
+                let crc = answer_crc(check, &rec, &b);
+                Ok((b, crc))
+            }
+            Err(e) => Err(self.read_failed(fingerprint, &rec, e).await),
+        }
+    }
+
+    /// The record of a chunk to read, and the check its bytes must pass.
+    async fn chunk_to_read(&self, fingerprint: Fingerprint) -> Result<(ChunkRecord, ChunkCheck)> {
         let rec = self
             .chunk_record(&fingerprint)
             .await?
@@ -557,29 +556,24 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         let check = rec
             .data_crc32c
             .map_or(ChunkCheck::Sha256, ChunkCheck::Crc32c);
-        match self
-            .data
-            .read(&fingerprint, rec.location, rec.len, check)
-            .await
-        {
-            Ok(b) => {
-                // The chunk store checked exactly these bytes against the
-                // record's CRC (ChunkStore::read's contract).
-                let crc = match check {
-                    ChunkCheck::Crc32c(crc) if b.len() == rec.len as usize => crc,
-                    _ => quarry_store_api::chunk_crc32c(&b),
-                };
-                Ok((b, crc))
+        Ok((rec, check))
+    }
+
+    /// What a failed read of `rec` reports: a chunk released between the
+    /// lookup and the read is missing (the chunk store refuses the location
+    /// if another chunk took it since); anything else is the read's error.
+    async fn read_failed(
+        &self,
+        fingerprint: Fingerprint,
+        rec: &ChunkRecord,
+        e: StoreError,
+    ) -> StoreError {
+        match self.chunk_record(&fingerprint).await {
+            Ok(now) if now.as_ref().map(|r| r.location) != Some(rec.location) => {
+                StoreError::ChunkMissing(fingerprint)
             }
-            // Released between the lookup and the read (the chunk store
-            // refuses the location if another chunk took it since).
-            Err(_)
-                if self.chunk_record(&fingerprint).await?.map(|r| r.location)
-                    != Some(rec.location) =>
-            {
-                Err(StoreError::ChunkMissing(fingerprint))
-            }
-            Err(e) => Err(e),
+            Ok(_) => e,
+            Err(lookup) => lookup,
         }
     }
 
@@ -986,6 +980,16 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
     /// This node's space figures (kept up to date with every commit).
     pub fn usage(&self) -> Usage {
         self.usage.lock().expect("usage lock").clone()
+    }
+}
+
+/// The CRC-32C sent with a chunk's bytes: the record's, which the chunk
+/// store checked exactly these bytes against (its `read` contract), or
+/// summed here for records from before CRCs.
+fn answer_crc(check: ChunkCheck, rec: &ChunkRecord, bytes: &[u8]) -> u32 {
+    match check {
+        ChunkCheck::Crc32c(crc) if bytes.len() == rec.len as usize => crc,
+        _ => quarry_store_api::chunk_crc32c(bytes),
     }
 }
 
