@@ -9,8 +9,6 @@
 //! and the steps those are made of, each store call timed alone against
 //! the entry node and another member ([`crate::small_steps`]).
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -203,44 +201,8 @@ async fn qd1(objects: &Objects, bucket: &BucketName, ops: usize) -> Result<(f64,
 /// small put (4 KiB out, a short answer back) and like a small get (a
 /// short request out, 4 KiB back), `rounds` each.
 fn ping_pong(rounds: usize) -> Result<(f64, f64)> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    let addr = listener.local_addr()?;
-    let server = std::thread::spawn(move || -> std::io::Result<()> {
-        let (mut s, _) = listener.accept()?;
-        s.set_nodelay(true)?;
-        let mut big = vec![0u8; SMALL_OBJECT_BYTES];
-        let mut short = [0u8; PING_SHORT_BYTES];
-        for _ in 0..rounds {
-            s.read_exact(&mut big)?;
-            s.write_all(&short)?;
-        }
-        for _ in 0..rounds {
-            s.read_exact(&mut short)?;
-            s.write_all(&big)?;
-        }
-        Ok(())
-    });
-    let mut c = TcpStream::connect(addr)?;
-    c.set_nodelay(true)?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut big = vec![1u8; SMALL_OBJECT_BYTES];
-    let mut short = [1u8; PING_SHORT_BYTES];
-    let started = Instant::now();
-    for _ in 0..rounds {
-        c.write_all(&big)?;
-        c.read_exact(&mut short)?;
-    }
-    let put_us = started.elapsed().as_secs_f64() * 1e6 / rounds as f64;
-    let started = Instant::now();
-    for _ in 0..rounds {
-        c.write_all(&short)?;
-        c.read_exact(&mut big)?;
-    }
-    let get_us = started.elapsed().as_secs_f64() * 1e6 / rounds as f64;
-    match server.join() {
-        Ok(r) => r.context("ping-pong server")?,
-        Err(_) => bail!("the ping-pong server thread panicked"),
-    }
+    let put_us = crate::qd1::ping_pong_us(rounds, SMALL_OBJECT_BYTES, PING_SHORT_BYTES)?;
+    let get_us = crate::qd1::ping_pong_us(rounds, PING_SHORT_BYTES, SMALL_OBJECT_BYTES)?;
     Ok((put_us, get_us))
 }
 
