@@ -562,7 +562,8 @@ async fn accept_loop(
 }
 
 /// Whether a new connection speaks the link protocol (a neighbour) rather
-/// than the client protocol: looks at its first two bytes without taking them.
+/// than the client protocol: looks at its first two bytes without taking
+/// them; a connection silent for `timeout` is a client's.
 async fn is_link(stream: &tokio::net::TcpStream, timeout: Duration) -> std::io::Result<bool> {
     let mut magic = [0u8; 2];
     let peeked = tokio::time::timeout(timeout, async {
@@ -580,7 +581,12 @@ async fn is_link(stream: &tokio::net::TcpStream, timeout: Duration) -> std::io::
         }
     })
     .await;
-    peeked.unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+    // A neighbour sends its magic as soon as it connects; a connection
+    // still silent after `timeout` is a client that connected before it
+    // had anything to ask (the mount connects at start and waits for the
+    // first file operation). It is served as one, not closed: closing it
+    // broke that client's every later call.
+    peeked.unwrap_or(Ok(false))
 }
 
 /// Starts the node described by `config` and serves until SIGTERM or SIGINT,

@@ -361,3 +361,22 @@ async fn pipelined_programs_of_one_block_stay_in_order_across_hops() {
         node.shutdown().await.unwrap();
     }
 }
+
+/// A client that connects and asks nothing for longer than the node's
+/// connect timeout (1 s here) is still served when it does ask: the mount
+/// connects at start and waits for the first file operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_silent_past_the_connect_timeout_is_still_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster(2, dir.path()).await;
+    let quiet = session(&nodes[0]).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(quiet.call(Request::Ping).await.unwrap(), Response::Pong);
+    // Neighbours still find each other's links: a page on the other node
+    // reads through this one.
+    let read = quiet.call(Request::ReadPage(page(1, 0))).await.unwrap();
+    assert!(
+        matches!(read, Response::Page { .. }),
+        "a read through the link answered {read:?}"
+    );
+}
