@@ -28,17 +28,68 @@ pub struct StoreCalls {
 /// A client's own connection to one member.
 struct DirectLink {
     addr: String,
+    /// Read on every call: a plain lock held for a clone, never across a
+    /// wait.
+    state: std::sync::Mutex<DirectState>,
     /// Held while dialling, so concurrent calls wait for one dial rather
     /// than each making a connection.
-    state: tokio::sync::Mutex<DirectState>,
+    dialling: tokio::sync::Mutex<()>,
 }
 
+#[derive(Clone)]
 enum DirectState {
     NotDialled,
     Up(Client),
     /// The last dial failed at this instant; use the entry node until
     /// [`REDIAL_AFTER`] has passed.
     Unreachable(Instant),
+}
+
+impl DirectLink {
+    fn state(&self) -> DirectState {
+        // A poisoned lock only means a panic elsewhere mid-assignment of a
+        // whole value; the value is still one of the states.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, state: DirectState) {
+        *self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = state;
+    }
+
+    /// The member's own connection, dialled now if it has none and the
+    /// last dial is not too recent; `None` means use the entry node.
+    async fn client(&self, node: NodeId, limits: quarry_proto::SessionLimits) -> Option<Client> {
+        let ready = |state: DirectState| match state {
+            DirectState::Up(client) => Some(Some(client)),
+            DirectState::Unreachable(at) if at.elapsed() < REDIAL_AFTER => Some(None),
+            DirectState::Unreachable(_) | DirectState::NotDialled => None,
+        };
+        if let Some(known) = ready(self.state()) {
+            return known;
+        }
+        let _dialling = self.dialling.lock().await;
+        // Another call may have dialled while this one waited.
+        if let Some(known) = ready(self.state()) {
+            return known;
+        }
+        match Client::connect_with(&self.addr, limits).await {
+            Ok(client) => {
+                self.set(DirectState::Up(client.clone()));
+                Some(client)
+            }
+            Err(e) => {
+                tracing::debug!(node, addr = %self.addr, "direct dial failed, using the entry node: {e}");
+                self.set(DirectState::Unreachable(Instant::now()));
+                None
+            }
+        }
+    }
 }
 
 impl StoreCalls {
@@ -48,11 +99,13 @@ impl StoreCalls {
             .member_addrs()
             .unwrap_or(&[])
             .iter()
-            .filter(|(id, _)| members.contains(id))
+            // The entry node serves its own calls over the entry connection.
+            .filter(|(id, addr)| members.contains(id) && addr != client.entry_addr())
             .map(|(id, addr)| {
                 let link = DirectLink {
                     addr: addr.clone(),
-                    state: tokio::sync::Mutex::new(DirectState::NotDialled),
+                    state: std::sync::Mutex::new(DirectState::NotDialled),
+                    dialling: tokio::sync::Mutex::new(()),
                 };
                 (*id, link)
             })
@@ -60,42 +113,12 @@ impl StoreCalls {
         StoreCalls { client, direct }
     }
 
-    /// The connection that reaches `node` best: its own when it can be had,
-    /// else the entry node's.
-    async fn route(&self, node: NodeId) -> Client {
-        let Some(link) = self.direct.get(&node) else {
-            return self.client.clone();
-        };
-        // The entry node serves its own calls over the entry connection.
-        if link.addr == self.client.entry_addr() {
-            return self.client.clone();
-        }
-        let mut state = link.state.lock().await;
-        match &*state {
-            DirectState::Up(client) => return client.clone(),
-            DirectState::Unreachable(at) if at.elapsed() < REDIAL_AFTER => {
-                return self.client.clone()
-            }
-            DirectState::Unreachable(_) | DirectState::NotDialled => {}
-        }
-        match Client::connect_with(&link.addr, self.client.limits()).await {
-            Ok(client) => {
-                *state = DirectState::Up(client.clone());
-                client
-            }
-            Err(e) => {
-                tracing::debug!(node, addr = %link.addr, "direct dial failed, using the entry node: {e}");
-                *state = DirectState::Unreachable(Instant::now());
-                self.client.clone()
-            }
-        }
-    }
-
-    /// Forgets a direct connection that failed, so the next call dials anew.
-    async fn drop_direct(&self, node: NodeId) {
-        if let Some(link) = self.direct.get(&node) {
-            *link.state.lock().await = DirectState::NotDialled;
-        }
+    /// `node`'s own connection when it can be had; `None`: the entry node's.
+    async fn direct(&self, node: NodeId) -> Option<Client> {
+        self.direct
+            .get(&node)?
+            .client(node, self.client.limits())
+            .await
     }
 }
 
@@ -114,18 +137,25 @@ impl StoreTransport for StoreCalls {
                 body,
             }))
         };
-        let via = self.route(node).await;
-        let direct = via.entry_addr() != self.client.entry_addr();
-        let mut answer = via.call(request(body.clone())).await;
-        if direct && matches!(answer, Err(ClientError::Proto(_))) {
-            // The direct connection broke (the member restarted, or a
-            // timeout); the entry node may still reach the member over the
-            // fabric. Only a call that may run twice is sent again.
-            self.drop_direct(node).await;
-            if idempotent {
-                answer = self.client.call(request(body)).await;
-            }
-        }
+        let answer = match self.direct(node).await {
+            None => self.client.call(request(body)).await,
+            Some(via) => match via.call(request(body.clone())).await {
+                // The direct connection broke (the member restarted, or a
+                // timeout); the entry node may still reach the member over
+                // the fabric. Only a call that may run twice is sent again.
+                Err(ClientError::Proto(e)) => {
+                    if let Some(link) = self.direct.get(&node) {
+                        link.set(DirectState::NotDialled);
+                    }
+                    if idempotent {
+                        self.client.call(request(body)).await
+                    } else {
+                        Err(ClientError::Proto(e))
+                    }
+                }
+                answer => answer,
+            },
+        };
         match answer {
             Ok(Response::Reply(answer)) => Ok(answer),
             Ok(other) => Err(StoreError::Transport {

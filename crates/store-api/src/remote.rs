@@ -61,34 +61,21 @@ pub trait StoreNode: Send + Sync + 'static {
     /// against the CRC-32C the node sent with them.
     fn read_chunk(&self, fingerprint: Fingerprint) -> impl Future<Output = Result<Bytes>> + Send;
 
-    /// [`StoreNode::read_chunk`] with the bytes' CRC-32C, which a node
-    /// sends along so the reader can check them after the network. A node
-    /// that checked the bytes against the CRC their record kept returns
+    /// [`StoreNode::read_chunk`], appending the bytes to `out` (which holds
+    /// the head of the answer they go back in) and returning their CRC-32C,
+    /// which the answer carries so the reader can check them after the
+    /// network. A node that gathers a chunk from pages gathers it there, and
+    /// one that checked the bytes against the CRC their record kept returns
     /// that one rather than summing the chunk a second time.
-    fn read_chunk_with_crc(
-        &self,
-        fingerprint: Fingerprint,
-    ) -> impl Future<Output = Result<(Bytes, u32)>> + Send {
-        async move {
-            let data = self.read_chunk(fingerprint).await?;
-            let crc = chunk_crc32c(&data);
-            Ok((data, crc))
-        }
-    }
-
-    /// [`StoreNode::read_chunk_with_crc`], appending the bytes to `out`
-    /// (which holds the head of the answer they go back in): a node that
-    /// gathers a chunk from pages gathers it there, so serving a read
-    /// copies the chunk once, not twice.
     fn read_chunk_into(
         &self,
         fingerprint: Fingerprint,
         out: &mut BytesMut,
     ) -> impl Future<Output = Result<u32>> + Send {
         async move {
-            let (data, crc) = self.read_chunk_with_crc(fingerprint).await?;
+            let data = self.read_chunk(fingerprint).await?;
             out.extend_from_slice(&data);
-            Ok(crc)
+            Ok(chunk_crc32c(&data))
         }
     }
 
@@ -216,12 +203,6 @@ impl<N: StoreNode> StoreNode for Arc<N> {
     }
     fn read_chunk(&self, fingerprint: Fingerprint) -> impl Future<Output = Result<Bytes>> + Send {
         (**self).read_chunk(fingerprint)
-    }
-    fn read_chunk_with_crc(
-        &self,
-        fingerprint: Fingerprint,
-    ) -> impl Future<Output = Result<(Bytes, u32)>> + Send {
-        (**self).read_chunk_with_crc(fingerprint)
     }
     fn read_chunk_into(
         &self,

@@ -504,14 +504,25 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             .map(Some)
     }
 
-    /// A chunk's bytes.
+    /// A chunk's bytes, checked against the CRC-32C their record kept (or
+    /// their fingerprint, for records from before).
     pub async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
-        Ok(self.read_chunk_with_crc(fingerprint).await?.0)
+        let (rec, check) = self.chunk_to_read(fingerprint).await?;
+        match self
+            .data
+            .read(&fingerprint, rec.location, rec.len, check)
+            .await
+        {
+            Ok(b) => Ok(b),
+            Err(e) => Err(self.read_failed(fingerprint, &rec, e).await),
+        }
     }
 
     /// Appends a chunk's bytes to `out` (which may hold an answer's head)
-    /// and returns their CRC-32C, as [`NodeStore::read_chunk_with_crc`]:
-    /// the chunk store gathers its pages there, with no copy between.
+    /// and returns their CRC-32C: the one their record kept, which the read
+    /// checked them against, or (records from before CRCs, checked by
+    /// SHA-256) summed here. The chunk store gathers its pages into `out`,
+    /// with no copy between.
     pub async fn read_chunk_into(
         &self,
         fingerprint: Fingerprint,
@@ -525,24 +536,6 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
             .await
         {
             Ok(()) => Ok(answer_crc(check, &rec, &out[start..])),
-            Err(e) => Err(self.read_failed(fingerprint, &rec, e).await),
-        }
-    }
-
-    /// [`NodeStore::read_chunk`] with the bytes' CRC-32C: the one their
-    /// record kept, which the read checked them against, or (records from
-    /// before CRCs, checked by SHA-256) summed here.
-    pub async fn read_chunk_with_crc(&self, fingerprint: Fingerprint) -> Result<(Bytes, u32)> {
-        let (rec, check) = self.chunk_to_read(fingerprint).await?;
-        match self
-            .data
-            .read(&fingerprint, rec.location, rec.len, check)
-            .await
-        {
-            Ok(b) => {
-                let crc = answer_crc(check, &rec, &b);
-                Ok((b, crc))
-            }
             Err(e) => Err(self.read_failed(fingerprint, &rec, e).await),
         }
     }
@@ -1015,9 +1008,6 @@ impl<T: TableStore, C: ChunkStore> StoreNode for NodeStore<T, C> {
     }
     async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
         NodeStore::read_chunk(self, fingerprint).await
-    }
-    async fn read_chunk_with_crc(&self, fingerprint: Fingerprint) -> Result<(Bytes, u32)> {
-        NodeStore::read_chunk_with_crc(self, fingerprint).await
     }
     async fn read_chunk_into(&self, fingerprint: Fingerprint, out: &mut BytesMut) -> Result<u32> {
         NodeStore::read_chunk_into(self, fingerprint, out).await
