@@ -18,7 +18,9 @@ const SLICES_PER_WRITE_MAX: usize = 64;
 /// in a write costs more than copying a few hundred bytes.
 const COPY_BELOW_BYTES: usize = 1024;
 
-/// Frames waiting to be written, in order.
+/// Frames waiting to be written, in order. It holds no bound of its own:
+/// each owner stops adding past its batch size (`WRITE_BATCH_BYTES`) and
+/// writes before taking more.
 #[derive(Debug, Default)]
 pub(crate) struct OutQueue {
     /// Sealed pieces, oldest first; `tail` follows the last of them.

@@ -322,18 +322,8 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
                 refcount,
             });
         }
-        let len = data.len() as u32;
-        // Taken before the write, of the bytes as they came: a read checks
-        // the same bytes against it, at a tenth of what hashing costs.
-        let data_crc32c = quarry_store_api::chunk_crc32c(&data);
-        let location = self.data.write(&fingerprint, data).await?;
-        let rec = ChunkRecord {
-            location,
-            len,
-            refs: BTreeMap::from([(bucket.clone(), 1)]),
-            touched_unix_ms: now_ms(),
-            data_crc32c: Some(data_crc32c),
-        };
+        let rec = self.write_new_chunk(bucket, fingerprint, data).await?;
+        let (location, len) = (rec.location, rec.len);
         let mut batch = Batch::new();
         batch.put(Table::Chunks, fingerprint.0.to_vec(), rec.encode());
         if let Err(e) = self.tables.commit(batch).await {
@@ -767,21 +757,34 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
                 first_in_bucket,
             });
         }
+        let rec = self.write_new_chunk(bucket, fingerprint, data).await?;
+        batch.put(Table::Chunks, fingerprint.0.to_vec(), rec.encode());
+        Ok(StagedChunk {
+            written: Some(rec.location),
+            len: rec.len,
+            first_in_bucket: true,
+        })
+    }
+
+    /// Writes a chunk not yet here and returns the record that names it,
+    /// with one reference from `bucket`; the caller commits the record.
+    async fn write_new_chunk(
+        &self,
+        bucket: &BucketName,
+        fingerprint: Fingerprint,
+        data: Bytes,
+    ) -> Result<ChunkRecord> {
         let len = data.len() as u32;
+        // Taken before the write, of the bytes as they came: a read checks
+        // the same bytes against it, at a tenth of what hashing costs.
         let data_crc32c = quarry_store_api::chunk_crc32c(&data);
         let location = self.data.write(&fingerprint, data).await?;
-        let rec = ChunkRecord {
+        Ok(ChunkRecord {
             location,
             len,
             refs: BTreeMap::from([(bucket.clone(), 1)]),
             touched_unix_ms: now_ms(),
             data_crc32c: Some(data_crc32c),
-        };
-        batch.put(Table::Chunks, fingerprint.0.to_vec(), rec.encode());
-        Ok(StagedChunk {
-            written: Some(location),
-            len,
-            first_in_bucket: true,
         })
     }
 
