@@ -11,10 +11,9 @@ use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::StreamExt;
 use quarry_proto::{
-    decode_request, decode_response, encode_request_pieces, encode_response,
-    encode_response_pieces, Answer, FrameCodec, LinkEntry, NodeEntry, NodeId, RelayedFrame,
-    Request, Response, RouteEntry, RoutesInfo, Status, HEADER_LEN_BYTES, MAX_BODY_BYTES,
-    PROTOCOL_VERSION,
+    decode_request, decode_response, encode_request_pieces, encode_response, Answer, FrameCodec,
+    LinkEntry, NodeEntry, NodeId, RelayedFrame, Request, Response, RouteEntry, RoutesInfo, Status,
+    HEADER_LEN_BYTES, MAX_BODY_BYTES, PROTOCOL_VERSION,
 };
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -33,7 +32,7 @@ const MAX_MESSAGE_BYTES: usize = HEADER_LEN_BYTES + MAX_BODY_BYTES as usize;
 
 /// Runs a request addressed to this node (a device operation, a NodeInfo) and
 /// answers it.
-pub type LocalHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Response> + Send + Sync>;
+pub type LocalHandler = Arc<dyn Fn(Request) -> BoxFuture<'static, Answer> + Send + Sync>;
 
 /// One node's view of the storage network, and the switch that forwards
 /// requests hop by hop. Cloning is cheap; clones share everything.
@@ -224,9 +223,15 @@ impl Fabric {
     /// hop limit. `flow` names the requester, for fair sharing of links.
     /// Completes within the route wait plus the request timeout.
     pub async fn route(&self, dest: NodeId, request: Request, hops: u8, flow: u32) -> Response {
-        match self.inner.clone().exchange(dest, request, hops, flow).await {
-            Answer::Message(response) => response,
-            Answer::Relayed(frame) => decode_relayed(&frame, dest),
+        match self
+            .inner
+            .clone()
+            .exchange(dest, request, hops, flow)
+            .await
+            .into_message()
+        {
+            Ok(response) => response,
+            Err(frame) => decode_relayed(&frame, dest),
         }
     }
 
@@ -1422,23 +1427,25 @@ impl Inner {
         message: BytesMut,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) {
-        let answer = match decode_frame(message) {
-            Err(reason) => error(Status::BadRequest, format!("malformed request: {reason}")),
+        let answer: Answer = match decode_frame(message) {
+            Err(reason) => error(Status::BadRequest, format!("malformed request: {reason}")).into(),
             Ok(frame) if frame.header.version != PROTOCOL_VERSION => error(
                 Status::UnsupportedVersion,
                 format!(
                     "protocol version {} is not spoken here ({PROTOCOL_VERSION} is)",
                     frame.header.version
                 ),
-            ),
+            )
+            .into(),
             Ok(frame) => match decode_request(&frame) {
-                Err(e) => error(Status::BadRequest, e.to_string()),
+                Err(e) => error(Status::BadRequest, e.to_string()).into(),
                 Ok(Request::Routes(_)) => Response::Routes(Box::new(
                     Fabric {
                         inner: self.clone(),
                     }
                     .routes(),
-                )),
+                ))
+                .into(),
                 Ok(request) => {
                     // A request that changes something runs to its end once
                     // started, withdrawn or not: dropping it half-way could
@@ -1458,9 +1465,7 @@ impl Inner {
         answer_header.flow = header.flow;
         // A page or a reply body goes back as the bytes the handler holds,
         // in pieces of its own: not copied into a frame here.
-        let pieces =
-            encode_response_pieces(0, &answer).unwrap_or_else(|_| vec![encode_answer(&answer)]);
-        link.send_pieces(answer_header, pieces);
+        link.send_pieces(answer_header, answer.frame_pieces(0));
     }
 
     /// Closes the retired links that carry no stream any more (after a

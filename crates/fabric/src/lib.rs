@@ -34,7 +34,7 @@
 //!
 //! let runtime = tokio::runtime::Runtime::new().unwrap();
 //! runtime.block_on(async {
-//!     let handler: LocalHandler = Arc::new(|_request| Box::pin(async { Response::Done }));
+//!     let handler: LocalHandler = Arc::new(|_request| Box::pin(async { Response::Done.into() }));
 //!     let local = NodeEntry { id: 0, addr: "127.0.0.1:7400".into() };
 //!     let config = FabricConfig { route_wait: std::time::Duration::from_millis(50), ..FabricConfig::default() };
 //!     let fabric = Fabric::start(local, Vec::new(), config, handler).unwrap();

@@ -34,7 +34,7 @@ fn page_of(node: NodeId, page: u32) -> Bytes {
 fn handler(id: NodeId) -> LocalHandler {
     Arc::new(move |request| {
         Box::pin(async move {
-            match request {
+            let response = match request {
                 Request::ReadPage(addr) => Response::Page {
                     data: page_of(id, addr.page.page),
                     oob: Bytes::from(vec![id as u8; 16]),
@@ -48,7 +48,8 @@ fn handler(id: NodeId) -> LocalHandler {
                     message: format!("node {id} got {} bytes summing {}", data.len(), sum(&data)),
                 },
                 _ => Response::Done,
-            }
+            };
+            response.into()
         })
     })
 }
@@ -571,7 +572,7 @@ fn slow_calls(id: NodeId, log: Arc<CallLog>, call_time: Duration) -> LocalHandle
             tokio::time::sleep(call_time).await;
             guard.1 = false;
             log.finished.fetch_add(1, AtomicOrdering::SeqCst);
-            Response::Done
+            Response::Done.into()
         })
     })
 }

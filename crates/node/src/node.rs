@@ -118,6 +118,20 @@ impl LocalService {
         })
     }
 
+    /// [`Self::serve`], with an object-store call's answer in the pieces
+    /// it was read in (a chunk's pages, not joined into one buffer here).
+    async fn serve_answer(self: Arc<Self>, request: Request) -> Answer {
+        match request {
+            Request::Call(call) if call.service == Service::Store => match &self.managed {
+                Some(m) => {
+                    Answer::ReplyPieces(quarry_store::serve_call_pieces(&m.store, call.body).await)
+                }
+                None => self.serve(Request::Call(call)).await.into(),
+            },
+            request => self.serve(request).await.into(),
+        }
+    }
+
     async fn serve(self: Arc<Self>, request: Request) -> Response {
         match request {
             Request::ProgramPage { .. } | Request::EraseBlock(_) if self.managed.is_some() => {
@@ -220,7 +234,7 @@ impl NodeCore {
         if let Request::Routes(_) = request {
             return Response::Routes(Box::new(self.fabric.routes())).into();
         }
-        self.local.clone().serve(request).await.into()
+        self.local.clone().serve_answer(request).await
     }
 }
 
@@ -287,7 +301,7 @@ impl Node {
         let _ = peers.local.set(Arc::downgrade(&local));
         let service = local.clone();
         let handler: LocalHandler =
-            Arc::new(move |request| Box::pin(service.clone().serve(request)));
+            Arc::new(move |request| Box::pin(service.clone().serve_answer(request)));
         let fabric = Fabric::start(
             NodeEntry {
                 id: config.id,

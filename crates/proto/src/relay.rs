@@ -16,6 +16,61 @@ pub enum Answer {
     Message(Response),
     /// Another node's answer frame, passed on as it arrived.
     Relayed(RelayedFrame),
+    /// A service's [`Response::Reply`] whose body is these pieces in order:
+    /// a chunk as the pages the device read it into, sent without being
+    /// joined into one buffer first.
+    ReplyPieces(Vec<Bytes>),
+}
+
+impl Answer {
+    /// The answer as a message, for a caller that reads it here: reply
+    /// pieces are joined (a copy). A relayed frame stays what it is.
+    pub fn into_message(self) -> Result<Response, RelayedFrame> {
+        match self {
+            Answer::Message(response) => Ok(response),
+            Answer::Relayed(frame) => Err(frame),
+            Answer::ReplyPieces(pieces) => Ok(Response::Reply(join_pieces(&pieces))),
+        }
+    }
+
+    /// The whole answer frame under `tag`, as pieces whose concatenation is
+    /// the frame: payloads stay the `Bytes` their producer holds. An answer
+    /// that cannot be encoded (a body past the frame limit) becomes an
+    /// error answer naming why.
+    pub fn frame_pieces(&self, tag: Tag) -> Vec<Bytes> {
+        let encoded = match self {
+            Answer::Relayed(frame) => return frame.pieces_under(tag),
+            Answer::Message(response) => crate::encode_response_pieces(tag, response),
+            Answer::ReplyPieces(pieces) => crate::wire::encode_reply_pieces(tag, pieces),
+        };
+        encoded.unwrap_or_else(|e| {
+            let fallback = Response::Error {
+                status: crate::Status::Internal,
+                message: format!("answer could not be encoded: {e}"),
+            };
+            let mut buf = BytesMut::new();
+            // An error answer with a bounded message always encodes.
+            if let Err(e) = crate::encode_response(tag, &fallback, &mut buf) {
+                tracing::error!(tag, "dropping answer: {e}");
+            }
+            vec![buf.freeze()]
+        })
+    }
+}
+
+/// `pieces` as one buffer.
+fn join_pieces(pieces: &[Bytes]) -> Bytes {
+    match pieces {
+        [] => Bytes::new(),
+        [one] => one.clone(),
+        _ => {
+            let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+            for piece in pieces {
+                joined.put_slice(piece);
+            }
+            joined.freeze()
+        }
+    }
 }
 
 impl From<Response> for Answer {

@@ -14,7 +14,7 @@ use crate::frame::{Frame, FrameCodec};
 use crate::out_queue::OutQueue;
 use crate::relay::Answer;
 use crate::session::{READ_BUFFER_BYTES, WRITE_BATCH_BYTES};
-use crate::wire::{decode_request, encode_response, encode_response_pieces, has_payload_piece};
+use crate::wire::{decode_request, encode_response, has_payload_piece};
 use crate::{ProtoError, Request, Response, SessionLimits, Status, Tag, PROTOCOL_VERSION};
 
 /// A decoded request with the frame fields a node needs besides the message.
@@ -224,24 +224,12 @@ fn panicked() -> Response {
 fn encode_answer(tag: Tag, answer: &Answer, out: &mut OutQueue) {
     // A large payload is queued as the bytes its producer holds and leaves
     // by a vectored write: no copy into a frame buffer at this node.
-    let answer = match answer {
-        Answer::Relayed(frame) => return out.push_pieces(frame.pieces_under(tag)),
-        Answer::Message(response) => response,
-    };
-    if has_payload_piece(answer) {
-        if let Ok(pieces) = encode_response_pieces(tag, answer) {
-            return out.push_pieces(pieces);
+    if let Answer::Message(response) = answer {
+        if !has_payload_piece(response) {
+            if encode_response(tag, response, out.buf()).is_ok() {
+                return;
+            }
         }
     }
-    let buf = out.buf();
-    if let Err(e) = encode_response(tag, answer, buf) {
-        let fallback = Response::Error {
-            status: Status::Internal,
-            message: format!("answer could not be encoded: {e}"),
-        };
-        // An error answer with a bounded message always encodes.
-        if let Err(e) = encode_response(tag, &fallback, buf) {
-            tracing::error!(tag, "dropping answer: {e}");
-        }
-    }
+    out.push_pieces(answer.frame_pieces(tag));
 }

@@ -622,6 +622,13 @@ fn pieces_with_tail(
     Ok(pieces)
 }
 
+/// A [`Response::Reply`] whose body is `body` joined, as pieces whose
+/// concatenation is the frame, the body's pieces not copied.
+pub(crate) fn encode_reply_pieces(tag: Tag, body: &[Bytes]) -> Result<Vec<Bytes>, ProtoError> {
+    let tail: Vec<&Bytes> = body.iter().collect();
+    pieces_with_tail(FrameHeader::new(opcode::REPLY, 0, 0, tag), |_| {}, &tail)
+}
+
 /// [`encode_request`] as pieces whose concatenation is the frame: a call's
 /// body and a page's data and OOB are pieces of their own, the bytes the
 /// caller holds, not copies (a node passing a request on sends them as

@@ -58,7 +58,7 @@ pub use cluster::{
     ObjectStore, OrphanReport, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS, MAX_SMALL_OBJECT_BYTES,
 };
 pub use error::{Result, StoreError};
-pub use fingerprint::{chunk_crc32c, Fingerprint};
+pub use fingerprint::{chunk_crc32c, chunk_crc32c_of_parts, Fingerprint};
 pub use manifest::{
     ChunkRef, ChunkSlice, Manifest, Reader as RecordReader, FLAG_CHUNK_AT_MANIFEST_NODE,
     MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_MANIFEST_CHUNKS,
@@ -70,6 +70,7 @@ pub use ops::{
 };
 pub use placement::{bucket_point, manifest_point, NodeId, Placement};
 pub use remote::{
-    check_small_put, serve_call, RemoteNode, StoreNode, StoreTransport, MAX_PAGE_ITEMS,
+    check_small_put, serve_call, serve_call_pieces, RemoteNode, StoreNode, StoreTransport,
+    MAX_PAGE_ITEMS,
 };
 pub use usage::{BucketUsage, Usage};

@@ -61,21 +61,20 @@ pub trait StoreNode: Send + Sync + 'static {
     /// against the CRC-32C the node sent with them.
     fn read_chunk(&self, fingerprint: Fingerprint) -> impl Future<Output = Result<Bytes>> + Send;
 
-    /// [`StoreNode::read_chunk`], appending the bytes to `out` (which holds
-    /// the head of the answer they go back in) and returning their CRC-32C,
-    /// which the answer carries so the reader can check them after the
-    /// network. A node that gathers a chunk from pages gathers it there, and
-    /// one that checked the bytes against the CRC their record kept returns
-    /// that one rather than summing the chunk a second time.
-    fn read_chunk_into(
+    /// [`StoreNode::read_chunk`] as pieces whose concatenation is the
+    /// bytes, with their CRC-32C, which the answer carries so the reader can
+    /// check them after the network. A node that reads a chunk from pages
+    /// hands back the pages' bytes as they came off the device, so the
+    /// answer goes out without joining them; one that checked the bytes
+    /// against the CRC their record kept returns that one rather than
+    /// summing the chunk a second time.
+    fn read_chunk_pieces(
         &self,
         fingerprint: Fingerprint,
-        out: &mut BytesMut,
-    ) -> impl Future<Output = Result<u32>> + Send {
+    ) -> impl Future<Output = Result<(u32, Vec<Bytes>)>> + Send {
         async move {
             let data = self.read_chunk(fingerprint).await?;
-            out.extend_from_slice(&data);
-            Ok(chunk_crc32c(&data))
+            Ok((chunk_crc32c(&data), vec![data]))
         }
     }
 
@@ -204,12 +203,11 @@ impl<N: StoreNode> StoreNode for Arc<N> {
     fn read_chunk(&self, fingerprint: Fingerprint) -> impl Future<Output = Result<Bytes>> + Send {
         (**self).read_chunk(fingerprint)
     }
-    fn read_chunk_into(
+    fn read_chunk_pieces(
         &self,
         fingerprint: Fingerprint,
-        out: &mut BytesMut,
-    ) -> impl Future<Output = Result<u32>> + Send {
-        (**self).read_chunk_into(fingerprint, out)
+    ) -> impl Future<Output = Result<(u32, Vec<Bytes>)>> + Send {
+        (**self).read_chunk_pieces(fingerprint)
     }
     fn get_manifest(
         &self,
@@ -750,13 +748,33 @@ fn check_crc(fingerprint: Fingerprint, expected: u32, data: &[u8], what: &str) -
 /// Runs one encoded store call against a node's store and encodes its
 /// answer (errors included: the answer is always bytes to send back).
 pub async fn serve_call<N: StoreNode>(node: &N, call: Bytes) -> Bytes {
-    match serve(node, call).await {
-        Ok(answer) => answer,
-        Err(e) => Bytes::from(encode_error(&e)),
+    let pieces = serve_call_pieces(node, call).await;
+    match pieces.as_slice() {
+        [one] => one.clone(),
+        _ => {
+            // A caller that wants one buffer (the fabric's in-process
+            // answers) pays the one copy a gather would have made.
+            let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+            for piece in &pieces {
+                joined.extend_from_slice(piece);
+            }
+            joined.freeze()
+        }
     }
 }
 
-async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Bytes> {
+/// [`serve_call`] with the answer as pieces whose concatenation is the
+/// answer: a chunk read answers with the pages' bytes as the device read
+/// them, which a connection writes out by a vectored write, never joined
+/// at this node.
+pub async fn serve_call_pieces<N: StoreNode>(node: &N, call: Bytes) -> Vec<Bytes> {
+    match serve(node, call).await {
+        Ok(answer) => answer,
+        Err(e) => vec![Bytes::from(encode_error(&e))],
+    }
+}
+
+async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<Bytes>> {
     let mut r = Reader::new("store call", &call);
     let op_byte = r.u8()?;
     let op =
@@ -779,25 +797,24 @@ async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Bytes> {
             serve_bucket_call(node, op, &mut r, &mut w).await?
         }
     }
-    Ok(Bytes::from(w.0))
+    Ok(vec![Bytes::from(w.0)])
 }
 
-/// The answer to a chunk read, built in the buffer the chunk's pages are
-/// gathered into: `0`, the bytes' CRC-32C (the reader checks them against
-/// it after the network), their length, the bytes.
-async fn serve_read_chunk<N: StoreNode>(node: &N, r: &mut Reader<'_>) -> Result<Bytes> {
-    /// Status, CRC and length.
-    const HEAD_BYTES: usize = 9;
+/// The answer to a chunk read: `0`, the bytes' CRC-32C (the reader checks
+/// them against it after the network), their length, then the bytes as the
+/// pieces the node read them in.
+async fn serve_read_chunk<N: StoreNode>(node: &N, r: &mut Reader<'_>) -> Result<Vec<Bytes>> {
     let fp = r.fingerprint()?;
     r.end()?;
-    let mut out = BytesMut::new();
-    out.extend_from_slice(&[0; HEAD_BYTES]);
-    let crc = node.read_chunk_into(fp, &mut out).await?;
-    let len_bytes = u32::try_from(out.len() - HEAD_BYTES)
+    let (crc, pieces) = node.read_chunk_pieces(fp).await?;
+    let len_bytes = u32::try_from(pieces.iter().map(Bytes::len).sum::<usize>())
         .map_err(|_| r.malformed("a chunk longer than 4 GiB".to_string()))?;
-    out[1..5].copy_from_slice(&crc.to_le_bytes());
-    out[5..HEAD_BYTES].copy_from_slice(&len_bytes.to_le_bytes());
-    Ok(out.freeze())
+    let mut answer = Vec::with_capacity(pieces.len() + 1);
+    let mut head = Writer::starting(0);
+    head.u32(crc).u32(len_bytes);
+    answer.push(Bytes::from(head.0));
+    answer.extend(pieces);
+    Ok(answer)
 }
 
 /// Runs a call on the node's chunk table, writing its answer to `w`.

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use quarry_store_api::{ChunkLocation, Fingerprint};
 use quarry_store_api::{Result, StoreError};
@@ -61,22 +61,17 @@ pub trait ChunkStore: Send + Sync + 'static {
         check: ChunkCheck,
     ) -> impl Future<Output = Result<Bytes>> + Send;
 
-    /// [`ChunkStore::read`], appending the bytes to `out`, which may already
-    /// hold the head of an answer: a store that gathers a chunk from pages
-    /// gathers it there, so the answer is not one more copy of the chunk.
-    fn read_into(
+    /// [`ChunkStore::read`] as pieces whose concatenation is the bytes: a
+    /// store that keeps a chunk on pages hands back each page's bytes as the
+    /// device read them, so an answer can go out without joining them.
+    fn read_pieces(
         &self,
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
         check: ChunkCheck,
-        out: &mut BytesMut,
-    ) -> impl Future<Output = Result<()>> + Send {
-        async move {
-            let data = self.read(fingerprint, location, len, check).await?;
-            out.extend_from_slice(&data);
-            Ok(())
-        }
+    ) -> impl Future<Output = Result<Vec<Bytes>>> + Send {
+        async move { Ok(vec![self.read(fingerprint, location, len, check).await?]) }
     }
 
     /// Declares the location's pages dead.
@@ -103,15 +98,14 @@ impl<C: ChunkStore> ChunkStore for std::sync::Arc<C> {
     ) -> impl Future<Output = Result<Bytes>> + Send {
         (**self).read(fingerprint, location, len, check)
     }
-    fn read_into(
+    fn read_pieces(
         &self,
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
         check: ChunkCheck,
-        out: &mut BytesMut,
-    ) -> impl Future<Output = Result<()>> + Send {
-        (**self).read_into(fingerprint, location, len, check, out)
+    ) -> impl Future<Output = Result<Vec<Bytes>>> + Send {
+        (**self).read_pieces(fingerprint, location, len, check)
     }
     fn trim(&self, location: ChunkLocation) -> impl Future<Output = Result<()>> + Send {
         (**self).trim(location)
@@ -249,9 +243,18 @@ pub(crate) fn verify(
     data: &[u8],
     check: ChunkCheck,
 ) -> std::result::Result<(), String> {
+    verify_parts(fingerprint, [data], check)
+}
+
+/// [`verify`] of the concatenation of `parts`, without joining them.
+pub(crate) fn verify_parts<'a>(
+    fingerprint: &Fingerprint,
+    parts: impl IntoIterator<Item = &'a [u8]>,
+    check: ChunkCheck,
+) -> std::result::Result<(), String> {
     match check {
         ChunkCheck::Crc32c(expected) => {
-            let actual = quarry_store_api::chunk_crc32c(data);
+            let actual = quarry_store_api::chunk_crc32c_of_parts(parts);
             if actual != expected {
                 return Err(format!(
                     "the bytes have CRC-32C {actual:08x}, the record says {expected:08x}"
@@ -259,7 +262,7 @@ pub(crate) fn verify(
             }
         }
         ChunkCheck::Sha256 => {
-            let actual = Fingerprint::of(data);
+            let actual = Fingerprint::of_parts(parts);
             if actual != *fingerprint {
                 return Err(format!(
                     "the bytes hash to {actual}, the header names {fingerprint}"

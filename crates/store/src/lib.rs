@@ -73,14 +73,14 @@ pub use node::{NodeStore, Recovery};
 // What a client shares with the nodes lives in quarry-store-api, which a
 // client links without this crate; named here as it always was.
 pub use quarry_store_api::{
-    bucket_point, chunk_crc32c, manifest_point, serve_call, AsyncChunker, BucketConfig, BucketName,
-    BucketUsage, Chunk, ChunkInfo, ChunkLocation, ChunkPut, ChunkRef, ChunkRelease, ChunkSlice,
-    Chunker, Chunking, Condition, Fingerprint, Manifest, ManifestPut, ManifestWithChunk, NodeId,
-    ObjectKey, ObjectStore, OrphanReport, Placement, RemoteNode, Result, SmallPut, StoreError,
-    StoreNode, StoreTransport, Usage, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS,
-    FLAG_CHUNK_AT_MANIFEST_NODE, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_BUCKET_LEN,
-    MAX_CHUNK_SIZE, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN, MAX_MANIFEST_CHUNKS, MAX_PAGE_ITEMS,
-    MAX_SMALL_OBJECT_BYTES, MIN_CHUNK_SIZE,
+    bucket_point, chunk_crc32c, manifest_point, serve_call, serve_call_pieces, AsyncChunker,
+    BucketConfig, BucketName, BucketUsage, Chunk, ChunkInfo, ChunkLocation, ChunkPut, ChunkRef,
+    ChunkRelease, ChunkSlice, Chunker, Chunking, Condition, Fingerprint, Manifest, ManifestPut,
+    ManifestWithChunk, NodeId, ObjectKey, ObjectStore, OrphanReport, Placement, RemoteNode, Result,
+    SmallPut, StoreError, StoreNode, StoreTransport, Usage, BUCKET_CONFIG_TTL,
+    DEFAULT_PUT_DEADLINE_MS, FLAG_CHUNK_AT_MANIFEST_NODE, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC,
+    MAX_BUCKET_LEN, MAX_CHUNK_SIZE, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN, MAX_MANIFEST_CHUNKS,
+    MAX_PAGE_ITEMS, MAX_SMALL_OBJECT_BYTES, MIN_CHUNK_SIZE,
 };
 pub use table::{Batch, MemTableStore, Op, Table, TableStore};
 pub use volume_backed::{

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::data::{ChunkCheck, ChunkStore};
@@ -508,24 +508,18 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
         }
     }
 
-    /// Appends a chunk's bytes to `out` (which may hold an answer's head)
-    /// and returns their CRC-32C: the one their record kept, which the read
-    /// checked them against, or (records from before CRCs, checked by
-    /// SHA-256) summed here. The chunk store gathers its pages into `out`,
-    /// with no copy between.
-    pub async fn read_chunk_into(
-        &self,
-        fingerprint: Fingerprint,
-        out: &mut BytesMut,
-    ) -> Result<u32> {
+    /// A chunk's bytes as the pieces the chunk store read them in, and
+    /// their CRC-32C: the one their record kept, which the read checked
+    /// them against, or (records from before CRCs, checked by SHA-256)
+    /// summed here.
+    pub async fn read_chunk_pieces(&self, fingerprint: Fingerprint) -> Result<(u32, Vec<Bytes>)> {
         let (rec, check) = self.chunk_to_read(fingerprint).await?;
-        let start = out.len();
         match self
             .data
-            .read_into(&fingerprint, rec.location, rec.len, check, out)
+            .read_pieces(&fingerprint, rec.location, rec.len, check)
             .await
         {
-            Ok(()) => Ok(answer_crc(check, &rec, &out[start..])),
+            Ok(pieces) => Ok((answer_crc(check, &rec, &pieces), pieces)),
             Err(e) => Err(self.read_failed(fingerprint, &rec, e).await),
         }
     }
@@ -982,10 +976,14 @@ impl<T: TableStore, C: ChunkStore> NodeStore<T, C> {
 /// The CRC-32C sent with a chunk's bytes: the record's, which the chunk
 /// store checked exactly these bytes against (its `read` contract), or
 /// summed here for records from before CRCs.
-fn answer_crc(check: ChunkCheck, rec: &ChunkRecord, bytes: &[u8]) -> u32 {
+fn answer_crc(check: ChunkCheck, rec: &ChunkRecord, pieces: &[Bytes]) -> u32 {
     match check {
-        ChunkCheck::Crc32c(crc) if bytes.len() == rec.len as usize => crc,
-        _ => quarry_store_api::chunk_crc32c(bytes),
+        ChunkCheck::Crc32c(crc)
+            if pieces.iter().map(Bytes::len).sum::<usize>() == rec.len as usize =>
+        {
+            crc
+        }
+        _ => quarry_store_api::chunk_crc32c_of_parts(pieces.iter().map(|p| &p[..])),
     }
 }
 
@@ -1012,8 +1010,8 @@ impl<T: TableStore, C: ChunkStore> StoreNode for NodeStore<T, C> {
     async fn read_chunk(&self, fingerprint: Fingerprint) -> Result<Bytes> {
         NodeStore::read_chunk(self, fingerprint).await
     }
-    async fn read_chunk_into(&self, fingerprint: Fingerprint, out: &mut BytesMut) -> Result<u32> {
-        NodeStore::read_chunk_into(self, fingerprint, out).await
+    async fn read_chunk_pieces(&self, fingerprint: Fingerprint) -> Result<(u32, Vec<Bytes>)> {
+        NodeStore::read_chunk_pieces(self, fingerprint).await
     }
     async fn get_manifest(&self, bucket: &BucketName, key: &ObjectKey) -> Result<Option<Manifest>> {
         NodeStore::get_manifest(self, bucket, key).await

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::{Bytes, BytesMut};
 use quarry_volume::{LogicalPage, SpaceManager, TaggedPage};
 
-use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error};
+use super::{paginate, trim_pages, u32_at, u64_at, volume_error};
 use crate::data::{ChunkCheck, ChunkStore};
 use quarry_store_api::ChunkLocation;
 use quarry_store_api::Fingerprint;
@@ -707,25 +707,35 @@ impl Inner {
         result
     }
 
-    /// Reads a chunk's first page and checks its header names `fingerprint`
-    /// and holds at least `len` bytes: (the page's data, where the chunk's
-    /// bytes start on it, the header).
+    /// Reads a chunk's pages, all in one request where they lie together
+    /// (a chunk's pages were written as one run), and checks that the
+    /// header on its first page names `fingerprint` and holds at least
+    /// `len` bytes: (the pages, where the chunk's bytes start on the first,
+    /// the header). Reading the header first and the rest after would cost
+    /// every chunk read two device round trips; a wrong header costs one
+    /// wasted read instead, and only when something is already wrong.
     async fn open(
         &self,
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
-    ) -> Result<(Bytes, usize, Header)> {
+    ) -> Result<(Vec<Option<TaggedPage>>, usize, Header)> {
         let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
-        if location.space != self.space || location.pages == 0 {
+        let most_pages = pages_for(MAX_CHUNK_SIZE as usize, self.page_size, Layout::InPage);
+        if location.space != self.space
+            || location.pages == 0
+            || u64::from(location.pages) > most_pages
+        {
             return Err(bad(format!("not a location of chunk space {}", self.space)));
         }
-        let first = self
-            .read_page(location.first_page)
-            .await?
+        let pages = self.read_extent(location).await?;
+        let first = pages
+            .first()
+            .and_then(Option::as_ref)
             .ok_or_else(|| bad("its first page is not written (trimmed?)".into()))?;
-        let (h, layout) = Header::of_page(&first, self.space, location.first_page, self.page_size)
-            .ok_or_else(|| bad("its first page holds no valid chunk header".into()))?;
+        let (h, layout) =
+            Header::of_page(first, self.space, location.first_page, self.page_size)
+                .ok_or_else(|| bad("its first page holds no valid chunk header".into()))?;
         if h.fingerprint != *fingerprint {
             return Err(bad(format!(
                 "it holds chunk {}, not {fingerprint}",
@@ -738,45 +748,53 @@ impl Inner {
                 h.len, h.pages, location.pages
             )));
         }
-        Ok((first.data, layout.header_bytes(), h))
+        Ok((pages, layout.header_bytes(), h))
     }
 
-    /// Appends the chunk's bytes to `out`: the rest of its first page,
-    /// then each later page's, up to the header's length.
-    async fn append_pages(
-        &self,
+    /// The pages of the extent at `location`, in as few device requests as
+    /// they allow.
+    async fn read_extent(&self, location: ChunkLocation) -> Result<Vec<Option<TaggedPage>>> {
+        let count = u64::from(location.pages);
+        let mut pages = Vec::with_capacity(location.pages as usize);
+        let mut next = 0u64;
+        while next < count {
+            let n = (count - next).min(quarry_volume::MAX_RUN_PAGES as u64);
+            let ids: Vec<LogicalPage> = (next..next + n)
+                .map(|i| LogicalPage::new(self.space, location.first_page + i))
+                .collect();
+            let failed = |e| volume_error(format_args!("reading chunk pages {}+{n}", ids[0]), e);
+            let run = self.volume.fetch_many(&ids).await.map_err(failed)?;
+            pages.extend(run.finish_tagged().await.map_err(failed)?);
+            next += n;
+        }
+        Ok(pages)
+    }
+
+    /// The chunk's bytes as pieces, each a slice of a page as the device
+    /// read it: the rest of its first page, then each later page's, up to
+    /// the header's length.
+    fn pieces(
         location: ChunkLocation,
-        (first, header_bytes, h): &(Bytes, usize, Header),
-        out: &mut BytesMut,
-    ) -> Result<()> {
+        (pages, header_bytes, h): (Vec<Option<TaggedPage>>, usize, Header),
+    ) -> Result<Vec<Bytes>> {
         let bad = |reason: String| StoreError::Backend(format!("chunk at {location:?}: {reason}"));
-        let start = out.len();
-        let total = header_bytes + h.len as usize;
-        out.reserve(h.len as usize);
-        out.extend_from_slice(&first[*header_bytes..first.len().min(total)]);
-        if h.pages > 1 {
-            let rest = read_pages(
-                &self.volume,
-                self.space,
-                location.first_page + 1,
-                u64::from(h.pages) - 1,
-            )
-            .await?;
-            for (i, page) in rest.into_iter().enumerate() {
-                let page = page
-                    .ok_or_else(|| bad(format!("page {} of {} is not written", i + 2, h.pages)))?;
-                let want = (h.len as usize - (out.len() - start)).min(page.len());
-                out.extend_from_slice(&page[..want]);
+        let len = h.len as usize;
+        let mut pieces = Vec::with_capacity(pages.len());
+        let mut got = 0;
+        for (i, page) in pages.into_iter().enumerate() {
+            let page =
+                page.ok_or_else(|| bad(format!("page {} of {} is not written", i + 1, h.pages)))?;
+            let skip = if i == 0 { header_bytes } else { 0 };
+            let take = page.data.len().saturating_sub(skip).min(len - got);
+            got += take;
+            if take > 0 {
+                pieces.push(page.data.slice(skip..skip + take));
             }
         }
-        if out.len() - start != h.len as usize {
-            return Err(bad(format!(
-                "its pages hold {} of its {} bytes",
-                out.len() - start,
-                h.len
-            )));
+        if got != len {
+            return Err(bad(format!("its pages hold {got} of its {len} bytes")));
         }
-        Ok(())
+        Ok(pieces)
     }
 
     async fn read(
@@ -786,46 +804,53 @@ impl Inner {
         len: u32,
         check: ChunkCheck,
     ) -> Result<Bytes> {
-        let opened = self.open(fingerprint, location, len).await?;
-        let (first, header_bytes, h) = &opened;
-        let data = if h.pages == 1 && first.len() >= header_bytes + h.len as usize {
-            // The whole chunk is on its first page: no copy.
-            first.slice(*header_bytes..header_bytes + h.len as usize)
-        } else {
-            let mut bytes = BytesMut::new();
-            self.append_pages(location, &opened, &mut bytes).await?;
-            bytes.freeze()
-        };
-        crate::data::verify(&h.fingerprint, &data, check)
-            .map_err(|reason| StoreError::Backend(format!("chunk at {location:?}: {reason}")))?;
-        Ok(data.slice(..len as usize))
+        let pieces = self.read_pieces(fingerprint, location, len, check).await?;
+        Ok(match pieces.as_slice() {
+            // The chunk lies on one page: no copy.
+            [one] => one.clone(),
+            _ => {
+                let mut joined = BytesMut::with_capacity(len as usize);
+                for piece in &pieces {
+                    joined.extend_from_slice(piece);
+                }
+                joined.freeze()
+            }
+        })
     }
 
-    async fn read_into(
+    /// The first `len` bytes of the chunk, as [`Self::pieces`], once the
+    /// whole chunk passed `check`.
+    async fn read_pieces(
         &self,
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
         check: ChunkCheck,
-        out: &mut BytesMut,
-    ) -> Result<()> {
+    ) -> Result<Vec<Bytes>> {
         let opened = self.open(fingerprint, location, len).await?;
-        let start = out.len();
-        let appended = self
-            .append_pages(location, &opened, out)
-            .await
-            .and_then(|()| {
-                crate::data::verify(&opened.2.fingerprint, &out[start..], check).map_err(|reason| {
-                    StoreError::Backend(format!("chunk at {location:?}: {reason}"))
-                })
-            });
-        if let Err(e) = appended {
-            out.truncate(start);
-            return Err(e);
-        }
-        out.truncate(start + len as usize);
-        Ok(())
+        let fingerprint = opened.2.fingerprint;
+        let mut pieces = Self::pieces(location, opened)?;
+        crate::data::verify_parts(&fingerprint, pieces.iter().map(|p| &p[..]), check)
+            .map_err(|reason| StoreError::Backend(format!("chunk at {location:?}: {reason}")))?;
+        truncate_pieces(&mut pieces, len as usize);
+        Ok(pieces)
     }
+}
+
+/// Keeps the first `len` bytes of `pieces`.
+fn truncate_pieces(pieces: &mut Vec<Bytes>, len: usize) {
+    let mut kept = 0;
+    let mut keep = pieces.len();
+    for (i, piece) in pieces.iter_mut().enumerate() {
+        if kept + piece.len() >= len {
+            piece.truncate(len - kept);
+            keep = i + 1;
+            break;
+        }
+        kept += piece.len();
+    }
+    pieces.truncate(keep);
+    pieces.retain(|p| !p.is_empty());
 }
 
 impl ChunkStore for VolumeChunkStore {
@@ -847,16 +872,15 @@ impl ChunkStore for VolumeChunkStore {
         self.inner.read(fingerprint, location, len, check).await
     }
 
-    async fn read_into(
+    async fn read_pieces(
         &self,
         fingerprint: &Fingerprint,
         location: ChunkLocation,
         len: u32,
         check: ChunkCheck,
-        out: &mut BytesMut,
-    ) -> Result<()> {
+    ) -> Result<Vec<Bytes>> {
         self.inner
-            .read_into(fingerprint, location, len, check, out)
+            .read_pieces(fingerprint, location, len, check)
             .await
     }
 
