@@ -225,10 +225,8 @@ fn encode_answer(tag: Tag, answer: &Answer, out: &mut OutQueue) {
     // A large payload is queued as the bytes its producer holds and leaves
     // by a vectored write: no copy into a frame buffer at this node.
     if let Answer::Message(response) = answer {
-        if !has_payload_piece(response) {
-            if encode_response(tag, response, out.buf()).is_ok() {
-                return;
-            }
+        if !has_payload_piece(response) && encode_response(tag, response, out.buf()).is_ok() {
+            return;
         }
     }
     out.push_pieces(answer.frame_pieces(tag));
