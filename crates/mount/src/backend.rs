@@ -68,6 +68,22 @@ pub trait ObjectBackend: Send + Sync + 'static {
         len: u64,
     ) -> impl Future<Output = Result<(ObjectMeta, Bytes)>> + Send;
 
+    /// [`ObjectBackend::get_range`] as pieces whose concatenation is the
+    /// bytes (a store's chunks), for a reader that serves them a piece at a
+    /// time and so never joins them.
+    fn get_range_pieces(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> impl Future<Output = Result<(ObjectMeta, Vec<Bytes>)>> + Send {
+        async move {
+            let (meta, data) = self.get_range(bucket, key, offset, len).await?;
+            Ok((meta, vec![data]))
+        }
+    }
+
     /// Stores `data` as a new version of `key` if `condition` holds.
     fn put_bytes(
         &self,
@@ -139,6 +155,17 @@ impl<N: StoreNode> ObjectBackend for ObjectStore<N> {
     ) -> Result<(ObjectMeta, Bytes)> {
         let (m, data) = ObjectStore::get_range(self, bucket, key, offset, len).await?;
         Ok((ObjectMeta::from(&m), data))
+    }
+
+    async fn get_range_pieces(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(ObjectMeta, Vec<Bytes>)> {
+        let (m, pieces) = ObjectStore::get_range_pieces(self, bucket, key, offset, len).await?;
+        Ok((ObjectMeta::from(&m), pieces))
     }
 
     async fn put_bytes(

@@ -101,18 +101,58 @@ pub(crate) struct Reader {
     prefetch: VecDeque<Prefetch>,
 }
 
+/// Fetched bytes of a file from `offset` on, as the store's chunks: a read
+/// inside one chunk is answered with a slice of it, so a window is never
+/// joined into one buffer (that copy was a sixth of the mount's CPU on a
+/// sequential read).
 struct Window {
     offset: u64,
-    data: Bytes,
+    pieces: Vec<Bytes>,
+    /// Where each piece starts, counted from `offset`.
+    starts: Vec<u64>,
+    len_bytes: u64,
 }
 
 impl Window {
+    fn new(offset: u64, pieces: Vec<Bytes>) -> Window {
+        let pieces: Vec<Bytes> = pieces.into_iter().filter(|p| !p.is_empty()).collect();
+        let mut starts = Vec::with_capacity(pieces.len());
+        let mut len_bytes = 0u64;
+        for piece in &pieces {
+            starts.push(len_bytes);
+            len_bytes += piece.len() as u64;
+        }
+        Window {
+            offset,
+            pieces,
+            starts,
+            len_bytes,
+        }
+    }
+
     fn covers(&self, pos: u64) -> bool {
-        pos >= self.offset && pos - self.offset < self.data.len() as u64
+        pos >= self.offset && pos - self.offset < self.len_bytes
+    }
+
+    fn end(&self) -> u64 {
+        self.offset + self.len_bytes
+    }
+
+    /// The bytes from `pos` (which the window covers) up to `end`, or to
+    /// the end of the piece holding `pos` if that comes first: a slice of
+    /// the piece, not a copy.
+    fn slice(&self, pos: u64, end: u64) -> Bytes {
+        debug_assert!(self.covers(pos) && end > pos);
+        let at = pos - self.offset;
+        let i = self.starts.partition_point(|&s| s <= at) - 1;
+        let piece = &self.pieces[i];
+        let from = (at - self.starts[i]) as usize;
+        let n = min(end - pos, (piece.len() - from) as u64) as usize;
+        piece.slice(from..from + n)
     }
 }
 
-type Fetch = quarry_store_api::Result<(ObjectMeta, Bytes)>;
+type Fetch = quarry_store_api::Result<(ObjectMeta, Vec<Bytes>)>;
 
 struct Prefetch {
     offset: u64,
@@ -510,17 +550,16 @@ impl<B: ObjectBackend> Mount<B> {
             if pos >= end {
                 break;
             }
+            if let Some(w) = r.current.as_ref().filter(|w| w.covers(pos)) {
+                let piece = w.slice(pos, end);
+                pos += piece.len() as u64;
+                out.push(piece);
+                continue;
+            }
             steps += 1;
             if steps > MAX_READ_STEPS {
                 tracing::warn!(path = %loc, offset, size, "read: the store's answers never covered the request");
                 return Err(Errno::EIO);
-            }
-            if let Some(w) = r.current.as_ref().filter(|w| w.covers(pos)) {
-                let start = (pos - w.offset) as usize;
-                let n = min(end - pos, w.data.len() as u64 - (pos - w.offset)) as usize;
-                out.push(w.data.slice(start..start + n));
-                pos += n as u64;
-                continue;
             }
             let (window_offset, fetched) = self.fetch_window(&mut r, bucket, key, pos, sequential);
             let (meta, data) = match fetched {
@@ -548,10 +587,7 @@ impl<B: ObjectBackend> Mount<B> {
                 out = Pieces::default();
                 pos = offset;
             }
-            r.current = Some(Window {
-                offset: window_offset,
-                data,
-            });
+            r.current = Some(Window::new(window_offset, data));
         }
         r.touched = true;
         r.seq_end = offset + out.len_bytes;
@@ -603,7 +639,7 @@ impl<B: ObjectBackend> Mount<B> {
         };
         (
             start,
-            self.run(self.backend.get_range(bucket, key, start, len)),
+            self.run(self.backend.get_range_pieces(bucket, key, start, len)),
         )
     }
 
@@ -615,10 +651,7 @@ impl<B: ObjectBackend> Mount<B> {
         let Some(w) = r.current.as_ref() else {
             return;
         };
-        let mut next = r
-            .prefetch
-            .back()
-            .map_or(w.offset + w.data.len() as u64, |p| p.offset + p.len);
+        let mut next = r.prefetch.back().map_or(w.end(), |p| p.offset + p.len);
         let len = self.options.read_ahead_bytes;
         while r.prefetch.len() < READ_AHEAD_WINDOWS && next < r.size_bytes {
             let backend = Arc::clone(&self.backend);
@@ -626,7 +659,7 @@ impl<B: ObjectBackend> Mount<B> {
             let offset = next;
             let task = self
                 .runtime()
-                .spawn(async move { backend.get_range(&bucket, &key, offset, len).await });
+                .spawn(async move { backend.get_range_pieces(&bucket, &key, offset, len).await });
             r.prefetch.push_back(Prefetch { offset, len, task });
             next += len;
         }
@@ -1040,5 +1073,36 @@ impl<B: ObjectBackend> Mount<B> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_answers_a_slice_of_one_piece_at_a_time() {
+        let pieces = vec![
+            Bytes::from_static(b"abcd"),
+            Bytes::new(),
+            Bytes::from_static(b"ef"),
+            Bytes::from_static(b"ghijk"),
+        ];
+        let w = Window::new(100, pieces);
+        assert_eq!((w.len_bytes, w.end()), (11, 111));
+        assert!(!w.covers(99) && w.covers(100) && w.covers(110) && !w.covers(111));
+        assert_eq!(&w.slice(100, 111)[..], b"abcd");
+        assert_eq!(&w.slice(102, 103)[..], b"c");
+        assert_eq!(&w.slice(104, 111)[..], b"ef");
+        assert_eq!(&w.slice(105, 111)[..], b"f");
+        assert_eq!(&w.slice(107, 200)[..], b"hijk");
+        // Reading a range piece by piece gives the range.
+        let (mut pos, mut got) = (101, Vec::new());
+        while pos < 110 {
+            let s = w.slice(pos, 110);
+            pos += s.len() as u64;
+            got.extend_from_slice(&s);
+        }
+        assert_eq!(got, b"bcdefghij");
     }
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use futures::stream::{FuturesUnordered, Stream, StreamExt, TryStreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::bucket::BucketConfig;
@@ -513,6 +513,30 @@ impl<N: StoreNode> ObjectStore<N> {
         offset: u64,
         len: u64,
     ) -> Result<(Manifest, Bytes)> {
+        let (m, pieces) = self.get_range_pieces(bucket, key, offset, len).await?;
+        let bytes = match pieces.as_slice() {
+            [one] => one.clone(),
+            _ => {
+                let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
+                for piece in &pieces {
+                    joined.extend_from_slice(piece);
+                }
+                joined.freeze()
+            }
+        };
+        Ok((m, bytes))
+    }
+
+    /// [`ObjectStore::get_range`] as the chunks' bytes in order, not joined
+    /// into one buffer: a reader that serves the range a piece at a time
+    /// (the mount's read-ahead) makes no copy of it.
+    pub async fn get_range_pieces(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Manifest, Vec<Bytes>)> {
         let mut last = 0;
         for _ in 0..3 {
             let found = self.head_with_chunk(bucket, key).await?;
@@ -520,10 +544,12 @@ impl<N: StoreNode> ObjectStore<N> {
             last = m.version();
             if let Some(data) = found.chunk {
                 let bytes = slice_of_whole(&m, &data, offset, len)?;
-                return Ok((m, bytes));
+                return Ok((m, vec![bytes]));
             }
-            match self.read_range(&m, offset, len).await {
-                Ok(b) => return Ok((m, b)),
+            let read: Result<Vec<Bytes>> =
+                self.stream_manifest(&m, offset, len)?.try_collect().await;
+            match read {
+                Ok(pieces) => return Ok((m, pieces)),
                 Err(StoreError::ChunkMissing(fp)) => {
                     let now = self.head(bucket, key).await?;
                     if now.version() == m.version() {
@@ -538,17 +564,6 @@ impl<N: StoreNode> ObjectStore<N> {
             key: key.to_string(),
             read: last,
         })
-    }
-
-    async fn read_range(&self, m: &Manifest, offset: u64, len: u64) -> Result<Bytes> {
-        let pieces = m.locate(offset, len)?;
-        let total: u64 = pieces.iter().map(|p| u64::from(p.len)).sum();
-        let mut out = BytesMut::with_capacity(total as usize);
-        let mut stream = self.stream_manifest(m, offset, len)?;
-        while let Some(piece) = stream.next().await {
-            out.extend_from_slice(&piece?);
-        }
-        Ok(out.freeze())
     }
 
     /// Bytes `offset .. offset + len` of the version `m` describes (cut at
