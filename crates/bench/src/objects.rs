@@ -25,7 +25,7 @@ use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 struct Row {
     what: &'static str,
     quarry_mib_per_s: f64,
-    fio_mib_per_s: f64,
+    peer_mib_per_s: f64,
     ratio: f64,
 }
 
@@ -63,6 +63,9 @@ struct Plan {
 
 /// Medians of every round, MiB/s.
 struct Measured {
+    /// SHA-256 alone over the object's bytes in memory, on every core
+    /// (dedup's own floor: a put hashes every byte once).
+    sha256: f64,
     put: f64,
     get: f64,
     fio_write: f64,
@@ -179,6 +182,7 @@ fn measure(args: &BenchObjectsArgs, plan: &Plan, cluster: &LocalCluster) -> Resu
     let fio_file = plan.dir.join("fio.dat");
     let (mut put, mut get, mut fio_write, mut fio_read) = (vec![], vec![], vec![], vec![]);
     let mut fuse: Option<(f64, f64)> = None;
+    let sha256 = sha256_alone(&plan.source, size_bytes)?;
     let members = cluster.cluster.nodes.iter().map(|n| (n.id, n.addr.clone()));
     let objects = runtime.block_on(async {
         Client::connect(&entry)
@@ -226,6 +230,7 @@ fn measure(args: &BenchObjectsArgs, plan: &Plan, cluster: &LocalCluster) -> Resu
         let _ = std::fs::remove_file(&fio_file);
     }
     Ok(Measured {
+        sha256,
         put: median(&mut put),
         get: median(&mut get),
         fio_write: median(&mut fio_write),
@@ -245,13 +250,19 @@ fn report(args: &BenchObjectsArgs, plan: &Plan, m: &Measured) -> Report {
             Row {
                 what: "put vs fio sequential write",
                 quarry_mib_per_s: p,
-                fio_mib_per_s: m.fio_write,
+                peer_mib_per_s: m.fio_write,
                 ratio: p / m.fio_write,
+            },
+            Row {
+                what: "put vs SHA-256 alone, every core",
+                quarry_mib_per_s: p,
+                peer_mib_per_s: m.sha256,
+                ratio: p / m.sha256,
             },
             Row {
                 what: "get vs fio sequential read",
                 quarry_mib_per_s: g,
-                fio_mib_per_s: m.fio_read,
+                peer_mib_per_s: m.fio_read,
                 ratio: g / m.fio_read,
             },
         ],
@@ -279,21 +290,30 @@ fn print_report(report: &Report, rounds: u32) {
     table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
         "transfer",
         "quarry MiB/s",
-        "fio MiB/s",
-        "quarry / fio",
+        "peer MiB/s",
+        "quarry / peer",
     ]);
     for r in &report.rows {
         table.add_row(vec![
             r.what.to_string(),
             format!("{:.1}", r.quarry_mib_per_s),
-            format!("{:.1}", r.fio_mib_per_s),
+            format!("{:.1}", r.peer_mib_per_s),
             format!("{:.2}", r.ratio),
         ]);
     }
     println!("{table}");
     println!(
-        "(medians of {rounds} rounds; fio: 1 MiB blocks, O_DIRECT, psync, fsync at the end of writes)"
+        "(medians of {rounds} rounds; fio: 1 MiB blocks, O_DIRECT, psync, fsync at the end of writes; \
+         SHA-256: the object's first bytes in memory, 1 MiB at a time, one thread a core)"
     );
+    if let [put_fio, put_sha, ..] = report.rows.as_slice() {
+        // Issue 19's put goal: the lower of the two floors.
+        let goal = (0.6 * put_fio.peer_mib_per_s).min(0.8 * put_sha.peer_mib_per_s);
+        println!(
+            "put goal: {goal:.0} MiB/s (the lower of 0.6 x fio write and 0.8 x SHA-256 alone); put {:.2} of it",
+            put_fio.quarry_mib_per_s / goal
+        );
+    }
     if let Some(rows) = &report.fuse {
         let mut table = Table::new();
         table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
@@ -385,6 +405,41 @@ fn fuse_transfers(
         .status();
     let _ = child.wait();
     result
+}
+
+/// Most bytes of the object hashed for the SHA-256 floor: enough to run
+/// past the caches, little enough to hold in memory.
+const SHA_SAMPLE_BYTES_MAX: u64 = 256 << 20;
+
+/// MiB/s of SHA-256 over the first bytes of `source` held in memory, cut
+/// into 1 MiB chunks as a put cuts them, on as many threads as there are
+/// cores: the rate no deduplicating put can beat here (median of 3).
+fn sha256_alone(source: &Path, size_bytes: u64) -> Result<f64> {
+    use std::io::Read;
+    let sample_bytes = size_bytes.min(SHA_SAMPLE_BYTES_MAX);
+    let mut bytes = Vec::with_capacity(sample_bytes as usize);
+    std::fs::File::open(source)
+        .with_context(|| format!("cannot open {}", source.display()))?
+        .take(sample_bytes)
+        .read_to_end(&mut bytes)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunks: Vec<&[u8]> = bytes.chunks(1 << 20).collect();
+    let mut rates = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let chunks = &chunks;
+                scope.spawn(move || {
+                    for chunk in chunks.iter().skip(t).step_by(threads) {
+                        std::hint::black_box(quarry_store_api::Fingerprint::of(chunk));
+                    }
+                });
+            }
+        });
+        rates.push(mib_per_s(sample_bytes, started.elapsed().as_secs_f64()));
+    }
+    Ok(median(&mut rates))
 }
 
 /// Incompressible, non-repeating bytes (no chunk deduplicates).
