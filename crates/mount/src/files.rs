@@ -40,8 +40,12 @@ const MAX_READ_STEPS: usize = 256;
 /// because it keeps changing.
 const FILL_ATTEMPTS: usize = 3;
 /// Windows fetched ahead of a sequential reader: with the one it reads,
-/// an open handle holds at most this many plus one windows.
-const READ_AHEAD_WINDOWS: usize = 3;
+/// an open handle holds at most this many plus one windows. Seven of the
+/// default 4 MiB keep 28 MiB in flight, about what a `quarry get` keeps
+/// (`DEFAULT_IN_FLIGHT_BYTES`): against the get in the same minute a 1 GiB
+/// sequential read went from 0.54-0.66 of it with three windows to
+/// 0.65-0.91 with seven, and fifteen were no faster (`docs/benchmarks.md`).
+const READ_AHEAD_WINDOWS: usize = 7;
 
 /// The local copy of a file being written: the truth while any handle of
 /// the inode is open in this mount.

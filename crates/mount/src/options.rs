@@ -34,7 +34,7 @@ pub struct MountOptions {
     /// Read-ahead window of a sequential reader, and the size up to which a
     /// file is read whole at its first read (so a reader keeps that version
     /// for the life of its handle). A sequential reader's handle holds at
-    /// most four windows (the one it reads and three fetched ahead).
+    /// most eight windows (the one it reads and seven fetched ahead).
     /// Default 4 MiB (8 and 16 MiB measured no faster here), bounds
     /// 64 KiB ..= 64 MiB.
     pub read_ahead_bytes: u64,
