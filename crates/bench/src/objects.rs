@@ -215,18 +215,31 @@ fn measure(args: &BenchObjectsArgs, plan: &Plan, cluster: &LocalCluster) -> Resu
         get.push(mib_per_s(size_bytes, started.elapsed().as_secs_f64()));
         if round + 1 == args.rounds && !args.no_fuse {
             // The same transfers through the FUSE mount: read the object
-            // just put, write a copy of the source.
-            match fuse_transfers(&plan.dir, &cluster.cluster_path, &entry, &plan.source, &key) {
-                Ok(f) => fuse = Some(f),
-                Err(e) => eprintln!("bench objects: FUSE part skipped: {e:#}"),
-            }
+            // just put, then write a copy of the source. The object goes
+            // before the copy is written, so the copy's chunks are stored
+            // anew, as the put's were, not deduplicated against it.
+            let drop_object = || {
+                runtime
+                    .block_on(objects.delete(&bucket, &key, Condition::Always))
+                    .map(|_| ())
+                    .context("deleting the object before the FUSE write")
+            };
+            let mount = FuseRun {
+                dir: &plan.dir,
+                cluster_file: &cluster.cluster_path,
+                entry: &entry,
+                source: &plan.source,
+                key: &key,
+            };
+            // A FUSE part that cannot run fails the benchmark (--no-fuse
+            // leaves it out): a row silently missing proves nothing.
+            fuse = Some(fuse_transfers(&mount, drop_object).context("the FUSE part")?);
             let copy = ObjectKey::new("fuse-copy")?;
-            runtime
-                .block_on(objects.delete(&bucket, &copy, Condition::Always))
-                .ok();
+            runtime.block_on(objects.delete(&bucket, &copy, Condition::Always))?;
+        } else {
+            // Free the space for the next round.
+            runtime.block_on(objects.delete(&bucket, &key, Condition::Always))?;
         }
-        // Free the space for the next round.
-        runtime.block_on(objects.delete(&bucket, &key, Condition::Always))?;
         let _ = std::fs::remove_file(&fio_file);
     }
     Ok(Measured {
@@ -335,17 +348,27 @@ fn print_report(report: &Report, rounds: u32) {
     }
 }
 
+/// Where and what the FUSE part reads and writes.
+struct FuseRun<'a> {
+    dir: &'a Path,
+    cluster_file: &'a Path,
+    entry: &'a str,
+    source: &'a Path,
+    key: &'a ObjectKey,
+}
+
 /// Mounts the cluster with `quarry mount` (through `entry`), reads object
-/// `key` of bucket `bench` through it, and copies `source` in as
-/// `fuse-copy`; returns (write, read) MiB/s.
-fn fuse_transfers(
-    dir: &Path,
-    cluster_file: &Path,
-    entry: &str,
-    source: &Path,
-    key: &ObjectKey,
-) -> Result<(f64, f64)> {
+/// `key` of bucket `bench` through it, runs `between`, and copies `source`
+/// in as `fuse-copy`; returns (write, read) MiB/s.
+fn fuse_transfers(run: &FuseRun<'_>, between: impl FnOnce() -> Result<()>) -> Result<(f64, f64)> {
     use std::io::{Read, Write};
+    let FuseRun {
+        dir,
+        cluster_file,
+        entry,
+        source,
+        key,
+    } = *run;
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -383,6 +406,7 @@ fn fuse_transfers(
             read_bytes += n as u64;
         }
         let read = mib_per_s(read_bytes, started.elapsed().as_secs_f64());
+        between()?;
         let started = Instant::now();
         let mut input = std::fs::File::open(source)?;
         let mut out = std::fs::File::create(mnt.join("bench/fuse-copy"))?;

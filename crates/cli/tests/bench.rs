@@ -413,3 +413,43 @@ fn bench_minerva_quick_json_has_grep_every_line_next_to_get() {
     let extra = num(grep, "answer") - num(get, "answer");
     assert!(extra == 0.0 || extra == 1.0, "lines: {grep} {get}");
 }
+
+#[test]
+fn bench_objects_quick_json_has_every_floor_and_the_mount() {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .expect("bench objects reads and writes through a FUSE mount: /dev/fuse (fuse3) is needed");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = quarry_json(
+        dir.path(),
+        &["bench", "objects", "--quick", "--rounds", "1", "--json"],
+    );
+    assert_eq!(r["object_bytes"], 32 << 20);
+    let rows = r["rows"].as_array().expect("rows");
+    let whats: Vec<&str> = rows.iter().filter_map(|r| r["what"].as_str()).collect();
+    assert_eq!(
+        whats,
+        [
+            "put vs fio sequential write",
+            "put vs SHA-256 alone, every core",
+            "get vs fio sequential read"
+        ],
+        "{r}"
+    );
+    for row in rows {
+        positive(row, "quarry_mib_per_s");
+        positive(row, "peer_mib_per_s");
+        let ratio = num(row, "ratio");
+        let expect = num(row, "quarry_mib_per_s") / num(row, "peer_mib_per_s");
+        assert!((ratio - expect).abs() < 1e-9 * expect, "{row}");
+    }
+    // The mount's rows are there, not skipped.
+    let fuse = r["fuse"].as_array().expect("the FUSE rows");
+    assert_eq!(fuse.len(), 2, "{r}");
+    for row in fuse {
+        positive(row, "fuse_mib_per_s");
+        positive(row, "quarry_mib_per_s");
+    }
+}
