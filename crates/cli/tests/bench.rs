@@ -445,6 +445,15 @@ fn bench_objects_quick_json_has_every_floor_and_the_mount() {
         let expect = num(row, "quarry_mib_per_s") / num(row, "peer_mib_per_s");
         assert!((ratio - expect).abs() < 1e-9 * expect, "{row}");
     }
+    // The fio peer is the best of a sweep, each round's winner named.
+    let best = r["fio_best"].as_array().expect("fio_best");
+    assert_eq!(best.len(), 2, "one write and one read sweep a round: {r}");
+    for b in best {
+        assert!(
+            b["setting"]["queue_depth"].as_u64().is_some_and(|q| q >= 1),
+            "{b}"
+        );
+    }
     // The mount's rows are there, not skipped.
     let fuse = r["fuse"].as_array().expect("the FUSE rows");
     assert_eq!(fuse.len(), 2, "{r}");
