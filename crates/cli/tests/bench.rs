@@ -462,3 +462,41 @@ fn bench_objects_quick_json_has_every_floor_and_the_mount() {
         positive(row, "quarry_mib_per_s");
     }
 }
+
+#[test]
+fn bench_wordcount_quick_json_counts_the_same_three_ways() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = quarry_json(
+        dir.path(),
+        &[
+            "bench",
+            "wordcount",
+            "--quick",
+            "--links",
+            "loopback",
+            "--json",
+        ],
+    );
+    let rows = r.as_array().expect("a list of rows");
+    let modes: Vec<&str> = rows.iter().filter_map(|r| r["mode"].as_str()).collect();
+    assert_eq!(
+        modes,
+        [
+            "in the datapath (kernel at the nodes)",
+            "off the datapath (kernel at the client)",
+            "host software (plain TCP + memmem)"
+        ],
+        "{r}"
+    );
+    // The host peer's memmem count, the kernel at the nodes and at the
+    // client agree on a corpus where the word is common.
+    let answers: Vec<u64> = rows.iter().filter_map(|r| r["answer"].as_u64()).collect();
+    assert_eq!(answers.len(), 3, "{r}");
+    assert!(
+        answers[0] > 1000 && answers.iter().all(|&a| a == answers[0]),
+        "{r}"
+    );
+    for row in rows {
+        positive(row, "rate");
+    }
+}
