@@ -36,7 +36,8 @@ struct Case {
 }
 
 enum PeerKind {
-    /// `rg -j1 -c --no-config [--mmap|--no-mmap] ARGS`.
+    /// `rg --no-config -c ARGS`, as it runs by default and on one thread
+    /// with and without mmap; the fastest is the peer.
     Rg(Vec<String>),
     /// `wc -l`.
     WcLines,
@@ -91,7 +92,13 @@ pub fn scan(args: &BenchScanArgs) -> Result<()> {
     }
     // Warm the page cache, and measure the peers' startup.
     std::fs::read(&file)?;
-    let rg_startup = startup(|| rg_time(&empty, &["-F".into(), "-e".into(), RARE.into()], true))?;
+    let rg_startup = startup(|| {
+        rg_time(
+            &empty,
+            &["-F".into(), "-e".into(), RARE.into()],
+            RgMode::Default,
+        )
+    })?;
     let wc_startup = startup(|| wc_time(&empty))?;
     let mut kernel_secs = vec![Vec::new(); cases.len()];
     let mut peer_secs = vec![Vec::new(); cases.len()];
@@ -209,16 +216,22 @@ fn peer_time(
 ) -> Result<(f64, u64, &'static str)> {
     Ok(match peer {
         PeerKind::Rg(rg_args) => {
-            let (mmap, n1) = rg_time(file, rg_args, true)?;
-            let (no_mmap, n2) = rg_time(file, rg_args, false)?;
-            if n1 != n2 {
-                bail!("rg counted {n1} with mmap, {n2} without");
+            // The fastest of rg as it runs by default and rg pinned to one
+            // thread with and without mmap: the peer is rg at its best.
+            let mut best: Option<(f64, u64, &'static str)> = None;
+            for mode in [RgMode::Default, RgMode::Mmap, RgMode::NoMmap] {
+                let (secs, n) = rg_time(file, rg_args, mode)?;
+                if let Some((_, n0, name0)) = best {
+                    if n != n0 {
+                        bail!("rg counted {n0} as `{name0}`, {n} as `{}`", mode.name());
+                    }
+                }
+                if best.is_none_or(|(b, _, _)| secs < b) {
+                    best = Some((secs, n, mode.name()));
+                }
             }
-            if mmap <= no_mmap {
-                ((mmap - rg_startup).max(1e-6), n1, "rg -j1 -c --mmap")
-            } else {
-                ((no_mmap - rg_startup).max(1e-6), n2, "rg -j1 -c --no-mmap")
-            }
+            let (secs, n, name) = best.context("no rg run")?;
+            ((secs - rg_startup).max(1e-6), n, name)
         }
         PeerKind::WcLines => {
             let (secs, n) = wc_time(file)?;
@@ -308,12 +321,39 @@ fn kernel_time(spec: &KernelSpec, text: &[u8]) -> Result<(f64, u64)> {
     Ok((secs, count))
 }
 
+/// How rg is run: as it runs by default, or on one thread with or
+/// without mmap.
+#[derive(Debug, Clone, Copy)]
+enum RgMode {
+    Default,
+    Mmap,
+    NoMmap,
+}
+
+impl RgMode {
+    fn name(self) -> &'static str {
+        match self {
+            RgMode::Default => "rg -c",
+            RgMode::Mmap => "rg -j1 -c --mmap",
+            RgMode::NoMmap => "rg -j1 -c --no-mmap",
+        }
+    }
+
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            RgMode::Default => &[],
+            RgMode::Mmap => &["-j1", "--mmap"],
+            RgMode::NoMmap => &["-j1", "--no-mmap"],
+        }
+    }
+}
+
 /// Runs rg on `file`; returns the wall seconds and the count it printed.
-fn rg_time(file: &Path, args: &[String], mmap: bool) -> Result<(f64, u64)> {
+fn rg_time(file: &Path, args: &[String], mode: RgMode) -> Result<(f64, u64)> {
     let started = Instant::now();
     let output = Command::new("rg")
-        .args(["--no-config", "-j1", "-c"])
-        .arg(if mmap { "--mmap" } else { "--no-mmap" })
+        .args(["--no-config", "-c"])
+        .args(mode.flags())
         .args(args)
         .arg(file)
         .output()
