@@ -464,7 +464,7 @@ fn bench_objects_quick_json_has_every_floor_and_the_mount() {
 }
 
 #[test]
-fn bench_wordcount_quick_json_counts_the_same_three_ways() {
+fn bench_wordcount_quick_json_counts_alike_and_names_every_host_peer() {
     let dir = tempfile::tempdir().expect("tempdir");
     let r = quarry_json(
         dir.path(),
@@ -484,18 +484,31 @@ fn bench_wordcount_quick_json_counts_the_same_three_ways() {
         [
             "in the datapath (kernel at the nodes)",
             "off the datapath (kernel at the client)",
-            "host software (plain TCP + memmem)"
+            "host software (plain TCP + memmem)",
+            "GNU grep -c -w -F over the same link (lines)",
+            "GNU wc -w over the same link (all words)"
         ],
         "{r}"
     );
     // The host peer's memmem count, the kernel at the nodes and at the
-    // client agree on a corpus where the word is common.
+    // client agree on a corpus where the word is common; GNU grep counts
+    // the lines that hold it (fewer, as a line holds twelve words) and
+    // GNU wc every word (more).
     let answers: Vec<u64> = rows.iter().filter_map(|r| r["answer"].as_u64()).collect();
-    assert_eq!(answers.len(), 3, "{r}");
+    assert_eq!(answers.len(), 5, "{r}");
+    let word = answers[0];
     assert!(
-        answers[0] > 1000 && answers.iter().all(|&a| a == answers[0]),
+        word > 1000 && answers[..3].iter().all(|&a| a == word),
         "{r}"
     );
+    assert!(answers[3] > 0 && answers[3] <= word, "{r}");
+    assert!(answers[4] > 10 * word, "{r}");
+    // Speedups are over the fastest host program: one of them is 1.
+    let best = rows[2..]
+        .iter()
+        .map(|row| num(row, "speedup"))
+        .fold(0.0, f64::max);
+    assert!((best - 1.0).abs() < 1e-9, "{r}");
     for row in rows {
         positive(row, "rate");
     }
