@@ -199,6 +199,52 @@ mod tests {
         frame.chunks(every).map(Bytes::copy_from_slice).collect()
     }
 
+    fn decoded(pieces: &[Bytes]) -> (Tag, Response) {
+        let mut buf = BytesMut::new();
+        for piece in pieces {
+            buf.put_slice(piece);
+        }
+        let frame = FrameCodec.decode(&mut buf).unwrap().expect("one frame");
+        assert!(buf.is_empty(), "nothing after the frame");
+        (frame.header.tag, decode_response(&frame).unwrap())
+    }
+
+    #[test]
+    fn reply_pieces_go_out_as_one_reply_without_being_joined() {
+        let body = [
+            Bytes::from_static(b"head"),
+            Bytes::from(vec![7u8; 5000]),
+            Bytes::new(),
+            Bytes::from(vec![9u8; 3000]),
+        ];
+        let answer = Answer::ReplyPieces(body.to_vec());
+        let pieces = answer.frame_pieces(42);
+        // The large pieces are the ones given, not copies.
+        assert!(pieces.iter().any(|p| p.as_ptr() == body[1].as_ptr()));
+        let joined: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+        assert_eq!(
+            decoded(&pieces),
+            (42, Response::Reply(Bytes::from(joined.clone())))
+        );
+        assert_eq!(
+            answer.into_message().unwrap(),
+            Response::Reply(Bytes::from(joined))
+        );
+    }
+
+    #[test]
+    fn reply_pieces_past_the_frame_limit_become_an_error_answer() {
+        let big = Bytes::from(vec![0u8; MAX_BODY_BYTES as usize]);
+        let answer = Answer::ReplyPieces(vec![big.clone(), big]);
+        match decoded(&answer.frame_pieces(7)) {
+            (7, Response::Error { status, message }) => {
+                assert_eq!(status, crate::Status::Internal);
+                assert!(message.contains("could not be encoded"), "{message}");
+            }
+            other => panic!("expected an error answer, got {other:?}"),
+        }
+    }
+
     #[test]
     fn a_relayed_frame_goes_out_as_it_came_under_the_new_tag() {
         let page = Response::Page {
