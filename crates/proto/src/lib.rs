@@ -56,7 +56,7 @@ pub use message::{
     GlobalBlockAddr, GlobalPageAddr, LinkEntry, NodeEntry, NodeId, NodeInfo, Request, Response,
     RouteEntry, RoutesInfo, Service, ServiceCall, Status, Tag,
 };
-pub use relay::{Answer, RelayedFrame, MAX_RELAYED_PIECES};
+pub use relay::{join_pieces, Answer, RelayedFrame, MAX_RELAYED_PIECES};
 pub use server::{serve_connection, serve_connection_with, Incoming};
 pub use session::{Session, SessionLimits, MAX_IN_FLIGHT_LIMIT};
 // The addresses, geometry and summaries the messages carry, from the

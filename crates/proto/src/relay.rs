@@ -58,8 +58,8 @@ impl Answer {
     }
 }
 
-/// `pieces` as one buffer.
-fn join_pieces(pieces: &[Bytes]) -> Bytes {
+/// `pieces` as one buffer: the one piece itself, or a copy of them joined.
+pub fn join_pieces(pieces: &[Bytes]) -> Bytes {
     match pieces {
         [] => Bytes::new(),
         [one] => one.clone(),

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::{FuturesUnordered, Stream, StreamExt, TryStreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -514,17 +514,7 @@ impl<N: StoreNode> ObjectStore<N> {
         len: u64,
     ) -> Result<(Manifest, Bytes)> {
         let (m, pieces) = self.get_range_pieces(bucket, key, offset, len).await?;
-        let bytes = match pieces.as_slice() {
-            [one] => one.clone(),
-            _ => {
-                let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
-                for piece in &pieces {
-                    joined.extend_from_slice(piece);
-                }
-                joined.freeze()
-            }
-        };
-        Ok((m, bytes))
+        Ok((m, quarry_proto::join_pieces(&pieces)))
     }
 
     /// [`ObjectStore::get_range`] as the chunks' bytes in order, not joined

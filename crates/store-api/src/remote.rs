@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use crate::bucket::BucketConfig;
 use crate::chunking::{check_chunk_len, MAX_CHUNK_SIZE};
@@ -748,19 +748,9 @@ fn check_crc(fingerprint: Fingerprint, expected: u32, data: &[u8], what: &str) -
 /// Runs one encoded store call against a node's store and encodes its
 /// answer (errors included: the answer is always bytes to send back).
 pub async fn serve_call<N: StoreNode>(node: &N, call: Bytes) -> Bytes {
-    let pieces = serve_call_pieces(node, call).await;
-    match pieces.as_slice() {
-        [one] => one.clone(),
-        _ => {
-            // A caller that wants one buffer (the fabric's in-process
-            // answers) pays the one copy a gather would have made.
-            let mut joined = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
-            for piece in &pieces {
-                joined.extend_from_slice(piece);
-            }
-            joined.freeze()
-        }
-    }
+    // A caller that wants one buffer (a kernel's call to its own node)
+    // pays the one copy a gather would have made.
+    quarry_proto::join_pieces(&serve_call_pieces(node, call).await)
 }
 
 /// [`serve_call`] with the answer as pieces whose concatenation is the
