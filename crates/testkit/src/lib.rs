@@ -152,7 +152,9 @@ pub fn require_gnu_tool(program: &str) -> bool {
                 Ok(())
             } else {
                 let first = text.lines().next().unwrap_or("").to_string();
-                Err(format!("`{program}` is not GNU's (its --version: {first:?})"))
+                Err(format!(
+                    "`{program}` is not GNU's (its --version: {first:?})"
+                ))
             }
         });
     require(
