@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what Quarry needs on a fresh Debian machine of this kind: system
 # packages (fio for the side-by-side benchmarks, fuse3 for the mount, sqlite3
-# for its application test, iproute2
-# for the multi-host tests, ripgrep as the peer of grep near the data) and a Rust toolchain if none is present.
+# and python3 for its application tests, iproute2 (ip, tc) for the
+# network-namespace tests, ripgrep, GNU grep and coreutils as the tests'
+# oracles and the benchmarks' peers), /dev/fuse where the kernel has FUSE,
+# and a Rust toolchain if none is present. A test whose tool or device is
+# still missing fails naming it (crates/testkit); it never passes by skipping.
 # Idempotent and quick when everything is already there.
 set -euo pipefail
 
@@ -11,8 +14,9 @@ set -euo pipefail
 # file tree), and then a build breaks in a way that names neither: build
 # scripts write their probes' errors into the file, and cargo's next `rustc -`
 # reads them back as source. So each is checked before anything writes to it,
-# and made again when we are root. /dev/fuse is only mended, never made: where
-# it is missing the kernel has no FUSE, and the mount tests say so.
+# and made again when we are root. /dev/fuse is made where it is missing only
+# if the kernel has FUSE (after `modprobe fuse`); where it has none, the mount
+# tests fail saying /dev/fuse is missing.
 ensure_device() { # PATH MAJOR MINOR MODE [only-if-present]
   local path=$1 major=$2 minor=$3 mode=$4
   [ -c "$path" ] && return 0
@@ -30,13 +34,33 @@ ensure_device /dev/null 1 3 666
 ensure_device /dev/zero 1 5 666
 ensure_device /dev/urandom 1 9 666
 ensure_device /dev/fuse 10 229 666 only-if-present
+kernel_has_fuse() { grep -q '[[:space:]]fuse$' /proc/filesystems 2>/dev/null; }
+if [ ! -e /dev/fuse ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    kernel_has_fuse || modprobe fuse 2>/dev/null || true
+    if kernel_has_fuse; then
+      echo "setup: /dev/fuse is missing but the kernel has FUSE; making it" >&2
+      mknod -m 666 /dev/fuse c 10 229
+    else
+      echo "setup: this kernel has no FUSE (/proc/filesystems), so no /dev/fuse: the mount tests will fail" >&2
+    fi
+  else
+    echo "setup: /dev/fuse is missing; as root: modprobe fuse && mknod -m 666 /dev/fuse c 10 229" >&2
+  fi
+fi
 
 need=()
 command -v fio >/dev/null 2>&1 || need+=(fio)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v tc >/dev/null 2>&1 || need+=(iproute2)
 command -v rg >/dev/null 2>&1 || need+=(ripgrep)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+# GNU's builds are the oracles (a busybox grep or wc answers differently).
+grep --version 2>/dev/null | grep -q GNU || need+=(grep)
+wc --version 2>/dev/null | grep -q GNU || need+=(coreutils)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit, property, integration and
-# multi-process tests. CI runs exactly this (via .ci/run).
+# multi-process tests (the network-namespace test too: it needs root and
+# iproute2, as every test's need is met by scripts/setup.sh or fails the test).
+# CI runs exactly this (via .ci/run, with CI set). On a development machine
+# without, say, FUSE, QUARRY_ALLOW_MISSING=1 skips the tests that need it,
+# each saying so; CI never does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh

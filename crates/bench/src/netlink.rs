@@ -180,15 +180,15 @@ mod tests {
 
     /// The namespace, the relay and `run_in` work together: a thread in the
     /// namespace reaches a loopback server here only through the relay.
-    /// Without root or iproute2 it says why and passes.
+    /// Without root or iproute2 it fails, saying which is missing.
     #[test]
     fn a_thread_in_the_namespace_reaches_loopback_through_the_relay() {
-        let mut net = match ClientNet::create() {
-            Ok(n) => n,
-            Err(e) => {
-                eprintln!("skipping: no network namespace here: {e:#}");
-                return;
-            }
+        let Some(mut net) = quarry_testkit::need(
+            "a network namespace with a veth pair and tc (root and iproute2)",
+            "scripts/setup.sh installs iproute2; the test command runs as root, as CI does",
+            ClientNet::create().map_err(|e| format!("{e:#}")),
+        ) else {
+            return;
         };
         let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let target = server.local_addr().unwrap();

@@ -4,8 +4,8 @@
 //! builds a 100k-row database on a mount that passes `integrity_check`
 //! after unmount and a mount through a third node. BlueDBM's virtual files:
 //! `.quarry/KERNEL/input` and `output` answer as the same computation (or
-//! GNU grep) does over the same bytes. Skips, saying why, when FUSE or
-//! sqlite3 is missing.
+//! GNU grep) does over the same bytes. Fails, naming it, where FUSE or
+//! sqlite3 is missing (quarry_testkit).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,15 +16,6 @@ use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_quarry"))
-}
-
-fn fuse_usable() -> Result<(), String> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .map_err(|e| format!("/dev/fuse cannot be opened: {e}"))?;
-    Ok(())
 }
 
 fn is_mounted(dir: &Path) -> bool {
@@ -166,11 +157,10 @@ fn sqlite(db: &Path, script: &str) -> String {
 
 #[test]
 fn mounts_through_different_nodes_share_files_a_tree_and_a_sqlite_database() {
-    if let Err(reason) = fuse_usable() {
-        println!("SKIPPED: {reason}");
+    if !quarry_testkit::require_fuse() {
         return;
     }
-    let have_sqlite = Command::new("sqlite3").arg("-version").output().is_ok();
+    let have_sqlite = quarry_testkit::require_tool("sqlite3");
     let dir = tempfile::tempdir().unwrap();
     let cluster = start_cluster(dir.path(), 4);
     let file = cluster.cluster_path.clone();
@@ -216,9 +206,6 @@ fn mounts_through_different_nodes_share_files_a_tree_and_a_sqlite_database() {
     b.stop();
 
     if !have_sqlite {
-        println!(
-            "SKIPPED the SQLite part: sqlite3 is not installed (scripts/setup.sh installs it)"
-        );
         a.stop();
         return;
     }
@@ -315,8 +302,7 @@ fn occurrences(data: &[u8], pattern: &[u8]) -> u64 {
 #[test]
 #[allow(clippy::too_many_lines)] // one scenario, step by step
 fn quarry_kernel_files_answer_as_the_same_computation_over_the_same_bytes() {
-    if let Err(reason) = fuse_usable() {
-        println!("SKIPPED: {reason}");
+    if !quarry_testkit::require_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1208,17 +1208,29 @@ fn a_capacity_sizes_the_geometry_or_is_refused() {
 
 /// A filesystem without room for the device fails the open, naming the
 /// file, instead of a write later. Needs root (a 1 MiB tmpfs); without it
-/// the test says so and passes.
+/// the test fails, saying so (quarry_testkit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filesystem_without_room_for_the_device_fails_the_open() {
+    if !quarry_testkit::require_root("mount a 1 MiB tmpfs") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let mounted = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
         .arg(dir.path())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        eprintln!("skipped: cannot mount a tmpfs here (not root?)");
+        .status();
+    let mounted = mounted.map_err(|e| e.to_string()).and_then(|status| {
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("mount -t tmpfs exited {status}"))
+        }
+    });
+    if !quarry_testkit::require(
+        "a 1 MiB tmpfs",
+        "the test mounts one itself as root (mount, util-linux)",
+        mounted,
+    ) {
         return;
     }
     // About 2.4 MB of slots.

@@ -1,8 +1,8 @@
 //! Multi-page reads land in the machine's reserved huge pages when some are
 //! free, and in transparent huge pages otherwise. Alone in its own test
 //! binary: it reserves huge pages (`vm.nr_hugepages`, root) and counts the
-//! free ones, which other tests' buffers would disturb. Without root the
-//! test says why and passes.
+//! free ones, which other tests' buffers would disturb. Without root, or
+//! where no huge page can be reserved, the test fails saying so.
 
 use std::path::Path;
 
@@ -53,13 +53,39 @@ async fn read_a_run(dir: &Path) -> Device {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_buffers_take_reserved_huge_pages_when_free() {
-    let Ok(before) = std::fs::read_to_string(NR_HUGEPAGES) else {
-        eprintln!("skipped: no {NR_HUGEPAGES}");
+    if !quarry_testkit::require_root("reserve huge pages in vm.nr_hugepages") {
+        return;
+    }
+    let Some(before) = quarry_testkit::need(
+        &format!("reservable huge pages ({NR_HUGEPAGES})"),
+        "the kernel must have hugetlbfs (CONFIG_HUGETLBFS)",
+        std::fs::read_to_string(NR_HUGEPAGES),
+    ) else {
         return;
     };
     let before: u64 = before.trim().parse().expect("a number");
-    if std::fs::write(NR_HUGEPAGES, (before + 4).to_string()).is_err() {
-        eprintln!("skipped: cannot reserve huge pages (not root?)");
+    let free_before = free_huge_pages();
+    let reserved = std::fs::write(NR_HUGEPAGES, (before + 4).to_string())
+        .map_err(|e| format!("writing {NR_HUGEPAGES}: {e}"))
+        .and_then(|()| {
+            // The kernel reserves what it can find contiguous memory for.
+            if free_huge_pages() > free_before {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{NR_HUGEPAGES} was raised to {} but no huge page was reserved (memory too fragmented?)",
+                    before + 4
+                ))
+            }
+        });
+    if reserved.is_err() {
+        let _ = std::fs::write(NR_HUGEPAGES, before.to_string());
+    }
+    if !quarry_testkit::require(
+        "4 more reserved huge pages",
+        "the test reserves them itself as root",
+        reserved,
+    ) {
         return;
     }
     let free = free_huge_pages();
@@ -69,7 +95,7 @@ async fn run_buffers_take_reserved_huge_pages_when_free() {
     drop(dev);
     let _ = std::fs::write(NR_HUGEPAGES, before.to_string());
     assert!(
-        free < 1 || taken >= 1,
+        taken >= 1,
         "{free} reserved huge pages were free, the read took none"
     );
     // None free: the same read works on transparent huge pages.

@@ -265,10 +265,7 @@ fn every_split_keeps_context_limits_and_matches() {
 #[test]
 fn counts_and_lines_match_the_real_tools() {
     let mut rng = StdRng::seed_from_u64(0x67726570);
-    let have_rg = std::path::Path::new("/usr/bin/rg").exists() || which("rg");
-    if !have_rg {
-        eprintln!("ripgrep is not installed: skipping the comparison of counts with rg");
-    }
+    let have_rg = quarry_testkit::require_tool("rg");
     for round in 0..6 {
         let n = rng.gen_range(0..300);
         let text = random_text(&mut rng, VOCAB, n);
@@ -399,13 +396,6 @@ fn counts_of_binary_data_match_gnu_grep() {
             }
         }
     }
-}
-
-fn which(name: &str) -> bool {
-    std::process::Command::new(name)
-        .arg("--version")
-        .output()
-        .is_ok()
 }
 
 #[test]

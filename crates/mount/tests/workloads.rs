@@ -84,8 +84,7 @@ fn sqlite_writes_100k_rows_in_100_transactions_and_survives_a_remount() {
     if !fuse_available() {
         return;
     }
-    if Command::new("sqlite3").arg("-version").output().is_err() {
-        eprintln!("SKIPPED: no sqlite3 command");
+    if !quarry_testkit::require_tool("sqlite3") {
         return;
     }
     init_logs();
@@ -163,8 +162,7 @@ fn fcntl_locks_exclude_between_processes_on_one_mount() {
     if !fuse_available() {
         return;
     }
-    if Command::new("python3").arg("-V").output().is_err() {
-        eprintln!("SKIPPED: no python3 command");
+    if !quarry_testkit::require_tool("python3") {
         return;
     }
     init_logs();

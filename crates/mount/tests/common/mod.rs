@@ -1,5 +1,6 @@
 //! Helpers shared by the mount tests: a store, a mount in a temporary
-//! directory, and the check that FUSE can be used here at all.
+//! directory, and the check that FUSE can be used here (a test fails
+//! where it cannot).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -9,20 +10,11 @@ use std::time::Duration;
 use quarry_mount::{mount, MountHandle, MountOptions};
 use quarry_store::{mem_object_store, MemObjectStore};
 
-/// Whether `/dev/fuse` can be opened; prints why not (the test then
-/// returns early, counted as passed: the machine cannot mount).
+/// Whether the test may go on: `/dev/fuse` opens, or the test fails
+/// saying it does not (quarry_testkit; false only where a developer opted
+/// out locally).
 pub fn fuse_available() -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        Ok(_) => true,
-        Err(e) => {
-            eprintln!("SKIPPED: /dev/fuse cannot be opened ({e}); this test needs FUSE");
-            false
-        }
-    }
+    quarry_testkit::require_fuse()
 }
 
 /// Logs to the test's output with `RUST_LOG` (e.g. `RUST_LOG=quarry_mount=debug`).
