@@ -1,25 +1,42 @@
 //! Crash test of whole node processes: a 3-node managed cluster of real
-//! `quarry node` processes takes a put/delete load through node 0; a node is
-//! killed with SIGKILL in the middle of it, restarted, and every object is
-//! checked. 20 rounds. After each restart:
+//! `quarry node` processes takes a put/delete load from one client that
+//! knows every member (as a cluster file names them) and lives through the
+//! whole test; a node is killed with SIGKILL in the middle of the load,
+//! restarted, and every object is checked. 20 rounds, the victim rotating
+//! over every node, the entry node (node 0, the one the client connected
+//! to) included. In every round:
+//! - puts are acknowledged before the kill, and again after the restart,
+//!   through the same client (it must redial the restarted node, even the
+//!   entry node);
 //! - every put that was acknowledged reads back byte for byte (or the one
 //!   later put of that key that was in flight when the node died, whole);
 //! - every acknowledged delete stays deleted (or that in-flight put shows);
 //! - nothing half-written is visible: any object a get returns has exactly
 //!   the bytes of one put that was attempted for its key.
+//!
+//! Each round's acknowledged puts before the kill, between the kill and
+//! the restart, and after the restart are printed as a table.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use quarry_client::{BucketName, Chunking, Client, Condition, ObjectKey, Objects, StoreError};
+use quarry_client::{
+    BucketName, Chunking, Client, ClusterFile, Condition, ObjectKey, Objects, StoreError,
+};
 use quarry_device::{BackendKind, Geometry};
 use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
 
 const ROUNDS: u64 = 20;
 const WRITERS: u64 = 4;
 const KEYS_PER_WRITER: u64 = 8;
+/// Puts that must be acknowledged after each restart before the round ends.
+const PUTS_AFTER_RESTART: u64 = 4;
+/// Bound on each wait for puts to be acknowledged: a cluster that takes
+/// no put for this long is not taking puts.
+const ACK_WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_quarry"))
@@ -55,17 +72,64 @@ struct KeyState {
 
 type Ledger = Arc<Mutex<BTreeMap<u64, KeyState>>>;
 
-/// The object store through node 0, placed over all three members whether
-/// each is up or not (the entry node's view of who is reachable is not the
-/// membership while a node restarts).
-async fn objects_via(entry: &str) -> Objects {
-    Client::connect(entry)
+/// The object store through the first member of `cluster` that answers,
+/// placed over all members whether each is up or not and calling each
+/// member directly, as a client given a cluster file does.
+async fn objects_of(cluster: &ClusterFile) -> Objects {
+    Client::connect_cluster(cluster)
         .await
-        .expect("connect to node 0")
-        .with_members([0, 1, 2])
+        .expect("connect to a member")
         .objects()
         .await
         .expect("objects")
+}
+
+/// When in a round an operation was acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Before the victim was killed.
+    Before = 0,
+    /// After the kill was sent, before the restart.
+    During = 1,
+    /// After the victim answered again.
+    After = 2,
+}
+
+/// What one round's load shares: when to stop, which phase it is in, and
+/// what it got.
+#[derive(Default)]
+struct RoundLoad {
+    stop: AtomicBool,
+    killed: AtomicBool,
+    /// Acknowledged puts per [`Phase`].
+    puts_acked: [AtomicU64; 3],
+    /// Writers that have returned (stopped, or hit an error).
+    writers_done: AtomicU64,
+    /// The errors that stopped writers, for failure messages.
+    errors: Mutex<Vec<String>>,
+}
+
+/// One round's acknowledged puts per phase.
+struct RoundCounts {
+    round: u64,
+    victim: u16,
+    before: u64,
+    during: u64,
+    after: u64,
+    errors: usize,
+}
+
+fn table(rows: &[RoundCounts]) -> String {
+    let mut text = String::from(
+        "round  killed  puts acked: before kill  during  after restart  writer errors\n",
+    );
+    for r in rows {
+        text.push_str(&format!(
+            "{:>5}  node {:>1}  {:>23}  {:>6}  {:>13}  {:>13}\n",
+            r.round, r.victim, r.before, r.during, r.after, r.errors
+        ));
+    }
+    text
 }
 
 fn key_name(key: u64) -> ObjectKey {
@@ -73,17 +137,41 @@ fn key_name(key: u64) -> ObjectKey {
 }
 
 /// One writer: puts (and now and then deletes) its own keys until told to
-/// stop, recording what was acknowledged.
+/// stop, recording what was acknowledged; `after_restart` says the load
+/// runs after the victim is back (else the kill comes in the middle of it).
 async fn writer(
     objects: Arc<Objects>,
     bucket: BucketName,
     writer: u64,
     round: u64,
+    after_restart: bool,
     ledger: Ledger,
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    load: Arc<RoundLoad>,
 ) {
-    let mut n = round * 1_000_000 + writer;
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+    write_until_stopped(
+        &objects,
+        &bucket,
+        writer,
+        round,
+        after_restart,
+        &ledger,
+        &load,
+    )
+    .await;
+    load.writers_done.fetch_add(1, Ordering::SeqCst);
+}
+
+async fn write_until_stopped(
+    objects: &Objects,
+    bucket: &BucketName,
+    writer: u64,
+    round: u64,
+    after_restart: bool,
+    ledger: &Ledger,
+    load: &RoundLoad,
+) {
+    let mut n = round * 1_000_000 + writer + if after_restart { 500_000 } else { 0 };
+    while !load.stop.load(Ordering::Relaxed) {
         n = n
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -94,7 +182,7 @@ async fn writer(
             Some(if delete { None } else { Some(seq) });
         let result = if delete {
             match objects
-                .delete(&bucket, &key_name(key), Condition::Always)
+                .delete(bucket, &key_name(key), Condition::Always)
                 .await
             {
                 Ok(_) | Err(StoreError::NoSuchObject { .. }) => Ok(()),
@@ -103,14 +191,21 @@ async fn writer(
         } else {
             let data = content(key, seq);
             objects
-                .put(&bucket, &key_name(key), &data[..], Condition::Always)
+                .put(bucket, &key_name(key), &data[..], Condition::Always)
                 .await
                 .map(|_| ())
+        };
+        let phase = if after_restart {
+            Phase::After
+        } else if load.killed.load(Ordering::SeqCst) {
+            Phase::During
+        } else {
+            Phase::Before
         };
         let mut ledger = ledger.lock().unwrap();
         let state = ledger.entry(key).or_default();
         state.history.push(format!(
-            "r{round} {} -> {}",
+            "r{round} {phase:?} {} -> {}",
             if delete {
                 "delete".to_string()
             } else {
@@ -128,12 +223,71 @@ async fn writer(
             Ok(()) => {
                 state.acked = if delete { None } else { Some(seq) };
                 state.in_flight = None;
+                if !delete {
+                    load.puts_acked[phase as usize].fetch_add(1, Ordering::SeqCst);
+                }
             }
             // The node died under it: the operation may or may not have
             // taken effect, and this key's outcome stays open. Stop this
             // writer so the open operation is the key's last.
-            Err(_) => return,
+            Err(e) => {
+                load.errors
+                    .lock()
+                    .unwrap()
+                    .push(format!("r{round} {phase:?} writer {writer} key {key}: {e}"));
+                return;
+            }
         }
+    }
+}
+
+/// Starts the round's writers on `objects`.
+fn start_writers(
+    objects: &Arc<Objects>,
+    bucket: &BucketName,
+    round: u64,
+    after_restart: bool,
+    ledger: &Ledger,
+    load: &Arc<RoundLoad>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..WRITERS)
+        .map(|w| {
+            tokio::spawn(writer(
+                objects.clone(),
+                bucket.clone(),
+                w,
+                round,
+                after_restart,
+                ledger.clone(),
+                load.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// Waits until `phase` has at least `wanted` acknowledged puts (and at
+/// least `at_least` has passed), every writer has stopped, or
+/// [`ACK_WAIT_LIMIT`] has passed; returns the count then.
+async fn wait_for_puts(load: &RoundLoad, phase: Phase, wanted: u64, at_least: Duration) -> u64 {
+    let started = Instant::now();
+    loop {
+        let acked = load.puts_acked[phase as usize].load(Ordering::SeqCst);
+        let enough = acked >= wanted && started.elapsed() >= at_least;
+        if enough
+            || load.writers_done.load(Ordering::SeqCst) == WRITERS
+            || started.elapsed() > ACK_WAIT_LIMIT
+        {
+            return acked;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Stops the writers and waits for them.
+async fn stop_writers(load: &RoundLoad, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    load.stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("writer task");
     }
 }
 
@@ -238,57 +392,81 @@ fn acknowledged_objects_survive_twenty_node_kills() {
         .enable_all()
         .build()
         .expect("runtime");
-    let entry = cluster.cluster.nodes[0].addr.clone();
+    let members = cluster.cluster.clone();
+    assert_eq!(
+        members.nodes[0].id, 0,
+        "the client must enter through node 0, which the rounds kill too"
+    );
     let bucket = BucketName::new("crash").unwrap();
     let ledger: Ledger = Arc::default();
-    runtime.block_on(async {
-        let objects = objects_via(&entry).await;
+    // The writers' client: made once, it must keep working through every
+    // kill and restart, its entry node's included.
+    let objects = runtime.block_on(async {
+        let objects = Arc::new(objects_of(&members).await);
         objects
             .create_bucket(&bucket, Chunking::fixed(16 * 1024).unwrap())
             .await
             .unwrap();
+        objects
     });
-    let mut acked_total = 0;
+    let mut rows: Vec<RoundCounts> = Vec::new();
     for round in 0..ROUNDS {
-        let victim = 1 + (round % 2) as u16;
+        let victim = (round % 3) as u16;
         let load_ms = 150 + (round * 97) % 400;
+        let load = Arc::new(RoundLoad::default());
         runtime.block_on(async {
-            let objects = Arc::new(objects_via(&entry).await);
-            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let tasks: Vec<_> = (0..WRITERS)
-                .map(|w| {
-                    tokio::spawn(writer(
-                        objects.clone(),
-                        bucket.clone(),
-                        w,
-                        round,
-                        ledger.clone(),
-                        stop.clone(),
-                    ))
-                })
-                .collect();
-            tokio::time::sleep(Duration::from_millis(load_ms)).await;
+            let tasks = start_writers(&objects, &bucket, round, false, &ledger, &load);
+            let before =
+                wait_for_puts(&load, Phase::Before, 1, Duration::from_millis(load_ms)).await;
+            assert!(
+                before >= 1,
+                "round {round}: no put acknowledged before the kill; errors: {:#?}\n{}",
+                load.errors.lock().unwrap(),
+                table(&rows)
+            );
             // SIGKILL in the middle of the load (blocking, on purpose: the
             // writers keep going on the other worker meanwhile).
+            load.killed.store(true, Ordering::SeqCst);
             tokio::task::block_in_place(|| cluster.kill_node(victim).expect("kill"));
             tokio::time::sleep(Duration::from_millis(50)).await;
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            for t in tasks {
-                t.await.expect("writer task");
-            }
+            stop_writers(&load, tasks).await;
         });
         cluster.restart_node(victim, &exe()).expect("node restarts");
         runtime.block_on(async {
-            let objects = objects_via(&entry).await;
-            verify(&objects, &bucket, &ledger, round).await;
+            verify(&objects_of(&members).await, &bucket, &ledger, round).await;
+            let after_load = Arc::new(RoundLoad::default());
+            let tasks = start_writers(&objects, &bucket, round, true, &ledger, &after_load);
+            wait_for_puts(
+                &after_load,
+                Phase::After,
+                PUTS_AFTER_RESTART,
+                Duration::ZERO,
+            )
+            .await;
+            stop_writers(&after_load, tasks).await;
+            // Counted once the writers have stopped, so the table holds
+            // the puts acknowledged after the wait returned too.
+            let after = after_load.puts_acked[Phase::After as usize].load(Ordering::SeqCst);
+            let after_errors = after_load.errors.lock().unwrap().clone();
+            assert!(
+                after >= PUTS_AFTER_RESTART,
+                "round {round}: {after} puts acknowledged after node {victim} restarted, \
+                 {PUTS_AFTER_RESTART} wanted; errors: {after_errors:#?}\n{}",
+                table(&rows)
+            );
+            // What the client wrote after the restart reads back too.
+            verify(&objects_of(&members).await, &bucket, &ledger, round).await;
+            let count = |phase: Phase| load.puts_acked[phase as usize].load(Ordering::SeqCst);
+            rows.push(RoundCounts {
+                round,
+                victim,
+                before: count(Phase::Before),
+                during: count(Phase::During),
+                after,
+                errors: load.errors.lock().unwrap().len() + after_errors.len(),
+            });
         });
-        acked_total += ledger
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|s| s.acked.is_some())
-            .count();
     }
-    assert!(acked_total > 0, "the load acknowledged nothing");
+    eprintln!("node_crash: puts acknowledged per round\n{}", table(&rows));
     cluster.stop().expect("cluster stops");
 }

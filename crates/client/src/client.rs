@@ -68,6 +68,12 @@ impl Client {
         })
     }
 
+    /// Whether the connection is known closed (the node went away or the
+    /// connection failed); a closed connection never opens again.
+    pub fn is_closed(&self) -> bool {
+        self.session.is_closed()
+    }
+
     /// The entry node's address.
     pub fn entry_addr(&self) -> &str {
         &self.entry_addr

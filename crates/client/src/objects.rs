@@ -22,6 +22,9 @@ const REDIAL_AFTER: Duration = Duration::from_secs(5);
 /// address is known.
 pub struct StoreCalls {
     client: Client,
+    /// The member the entry connection leads to, when the member addresses
+    /// name it.
+    entry_node: Option<NodeId>,
     direct: HashMap<NodeId, DirectLink>,
 }
 
@@ -62,13 +65,24 @@ impl DirectLink {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = state;
     }
 
-    /// The member's own connection, dialled now if it has none and the
-    /// last dial is not too recent; `None` means use the entry node.
-    async fn client(&self, node: NodeId, limits: quarry_proto::SessionLimits) -> Option<Client> {
+    /// The member's own connection, dialled now if it has none (or the one
+    /// it has is known closed: the member restarted) and the last dial is
+    /// not too recent; `None` means use the entry node. `no_other_way`: the
+    /// entry node cannot carry the call (it is this member, or its
+    /// connection is closed), so waiting out [`REDIAL_AFTER`] would only
+    /// turn calls into errors.
+    async fn client(
+        &self,
+        node: NodeId,
+        limits: quarry_proto::SessionLimits,
+        no_other_way: bool,
+    ) -> Option<Client> {
         let ready = |state: DirectState| match state {
-            DirectState::Up(client) => Some(Some(client)),
-            DirectState::Unreachable(at) if at.elapsed() < REDIAL_AFTER => Some(None),
-            DirectState::Unreachable(_) | DirectState::NotDialled => None,
+            DirectState::Up(client) if !client.is_closed() => Some(Some(client)),
+            DirectState::Unreachable(at) if at.elapsed() < REDIAL_AFTER && !no_other_way => {
+                Some(None)
+            }
+            DirectState::Up(_) | DirectState::Unreachable(_) | DirectState::NotDialled => None,
         };
         if let Some(known) = ready(self.state()) {
             return known;
@@ -95,29 +109,44 @@ impl DirectLink {
 impl StoreCalls {
     fn new(client: Client) -> StoreCalls {
         let members = client.configured_members().unwrap_or(&[]);
+        let mut entry_node = None;
         let direct = client
             .member_addrs()
             .unwrap_or(&[])
             .iter()
-            // The entry node serves its own calls over the entry connection.
-            .filter(|(id, addr)| members.contains(id) && addr != client.entry_addr())
+            .filter(|(id, _)| members.contains(id))
             .map(|(id, addr)| {
+                // The entry node's link starts as the entry connection, so
+                // its calls take no second connection; it is dialled anew
+                // if the entry node restarts, which the entry connection
+                // itself cannot survive.
+                let state = if addr == client.entry_addr() {
+                    entry_node = Some(*id);
+                    DirectState::Up(client.clone())
+                } else {
+                    DirectState::NotDialled
+                };
                 let link = DirectLink {
                     addr: addr.clone(),
-                    state: std::sync::Mutex::new(DirectState::NotDialled),
+                    state: std::sync::Mutex::new(state),
                     dialling: tokio::sync::Mutex::new(()),
                 };
                 (*id, link)
             })
             .collect();
-        StoreCalls { client, direct }
+        StoreCalls {
+            client,
+            entry_node,
+            direct,
+        }
     }
 
     /// `node`'s own connection when it can be had; `None`: the entry node's.
     async fn direct(&self, node: NodeId) -> Option<Client> {
+        let no_other_way = self.entry_node == Some(node) || self.client.is_closed();
         self.direct
             .get(&node)?
-            .client(node, self.client.limits())
+            .client(node, self.client.limits(), no_other_way)
             .await
     }
 }
@@ -142,12 +171,14 @@ impl StoreTransport for StoreCalls {
             Some(via) => match via.call(request(body.clone())).await {
                 // The direct connection broke (the member restarted, or a
                 // timeout); the entry node may still reach the member over
-                // the fabric. Only a call that may run twice is sent again.
+                // the fabric, unless the broken connection was the entry
+                // node's own. Only a call that may run twice is sent again.
                 Err(ClientError::Proto(e)) => {
                     if let Some(link) = self.direct.get(&node) {
                         link.set(DirectState::NotDialled);
                     }
-                    if idempotent {
+                    let entry_can_carry = self.entry_node != Some(node) && !self.client.is_closed();
+                    if idempotent && entry_can_carry {
                         self.client.call(request(body)).await
                     } else {
                         Err(ClientError::Proto(e))

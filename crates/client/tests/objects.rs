@@ -378,3 +378,67 @@ async fn a_member_out_of_direct_reach_is_reached_through_the_entry_node() {
     let (_, got) = objects.get(&bucket, &key).await.unwrap();
     assert_eq!(&got[..], &data[..]);
 }
+
+/// A client made from the members' addresses (as `Client::connect_cluster`
+/// makes it) outlives a crash of its entry node: once the node is back on
+/// its address, calls to it are dialled anew, where they would otherwise
+/// go to the dead entry connection for as long as the client lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_keeps_working_after_its_entry_node_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    // The file backend keeps node 0's pages across its restart.
+    let device = quarry_device::DeviceConfig {
+        backend: quarry_device::BackendKind::File,
+        geometry: Some(geometry()),
+        ..quarry_device::DeviceConfig::default()
+    };
+    let mut nodes =
+        common::cluster_of(dir.path(), &vec![device.clone(); 3], StorageMode::Managed).await;
+    let addrs: Vec<String> = nodes.iter().map(|n| n.local_addr().to_string()).collect();
+    let objects = Client::connect(&addrs[0])
+        .await
+        .unwrap()
+        .with_member_addrs((0..).zip(addrs.iter().cloned()))
+        .objects()
+        .await
+        .unwrap();
+    let placement = objects.placement().clone();
+    let bucket = BucketName::new("restart").unwrap();
+    objects
+        .create_bucket(&bucket, Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    // Both objects' manifests live on the entry node, so neither put nor
+    // get can avoid it.
+    let mut on_entry = (0..)
+        .map(|i| ObjectKey::new(&format!("k{i}")).unwrap())
+        .filter(|k| placement.manifest_node(&bucket, k) == 0);
+    let (before_key, after_key) = (on_entry.next().unwrap(), on_entry.next().unwrap());
+    let before = bytes(50_000, 21);
+    objects
+        .put(&bucket, &before_key, &before[..], Condition::Always)
+        .await
+        .unwrap();
+
+    nodes.remove(0).shutdown().await.unwrap();
+    let err = objects.get(&bucket, &before_key).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Transport { node: 0, .. }),
+        "with the entry node down: {err}"
+    );
+    let _node0 = common::restart_node(dir.path(), &addrs, 0, &device, StorageMode::Managed).await;
+
+    let after = bytes(50_000, 22);
+    objects
+        .put(&bucket, &after_key, &after[..], Condition::Always)
+        .await
+        .unwrap();
+    assert_eq!(
+        &objects.get(&bucket, &before_key).await.unwrap().1[..],
+        &before[..]
+    );
+    assert_eq!(
+        &objects.get(&bucket, &after_key).await.unwrap().1[..],
+        &after[..]
+    );
+}

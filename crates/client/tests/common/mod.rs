@@ -76,31 +76,7 @@ pub async fn cluster_of(
         .collect();
     let mut nodes = Vec::new();
     for (id, listener) in listeners.into_iter().enumerate() {
-        let id = id as NodeId;
-        let config = NodeConfig {
-            cluster: "test".into(),
-            id,
-            listen: addrs[usize::from(id)].clone(),
-            data_dir: dir.join(format!("node{id}")),
-            device: devices[usize::from(id)].clone(),
-            peers: (0..n)
-                .filter(|p| *p != id)
-                .map(|p| PeerConfig {
-                    id: p,
-                    addr: addrs[usize::from(p)].clone(),
-                })
-                .collect(),
-            limits: NodeLimits {
-                connect_timeout_ms: 1000,
-                retry_backoff_ms: 200,
-                ..NodeLimits::default()
-            },
-            storage: StorageConfig {
-                mode,
-                ..StorageConfig::default()
-            },
-            compute: Default::default(),
-        };
+        let config = node_config(dir, &addrs, id as NodeId, &devices[id], mode);
         nodes.push(
             Node::start_with_listener(config, listener)
                 .await
@@ -118,4 +94,58 @@ pub async fn cluster_of(
         );
     }
     nodes
+}
+
+/// Node `id`'s configuration in a cluster of the nodes at `addrs`, all
+/// linked to all.
+fn node_config(
+    dir: &Path,
+    addrs: &[String],
+    id: NodeId,
+    device: &DeviceConfig,
+    mode: StorageMode,
+) -> NodeConfig {
+    let n = addrs.len() as NodeId;
+    NodeConfig {
+        cluster: "test".into(),
+        id,
+        listen: addrs[usize::from(id)].clone(),
+        data_dir: dir.join(format!("node{id}")),
+        device: device.clone(),
+        peers: (0..n)
+            .filter(|p| *p != id)
+            .map(|p| PeerConfig {
+                id: p,
+                addr: addrs[usize::from(p)].clone(),
+            })
+            .collect(),
+        limits: NodeLimits {
+            connect_timeout_ms: 1000,
+            retry_backoff_ms: 200,
+            ..NodeLimits::default()
+        },
+        storage: StorageConfig {
+            mode,
+            ..StorageConfig::default()
+        },
+        compute: Default::default(),
+    }
+}
+
+/// Starts node `id` of a cluster made by [`cluster_of`] again, on its old
+/// address and data directory (after it was shut down).
+pub async fn restart_node(
+    dir: &Path,
+    addrs: &[String],
+    id: NodeId,
+    device: &DeviceConfig,
+    mode: StorageMode,
+) -> NodeHandle {
+    let listener = TcpListener::bind(&addrs[usize::from(id)])
+        .await
+        .expect("bind the old address");
+    let config = node_config(dir, addrs, id, device, mode);
+    Node::start_with_listener(config, listener)
+        .await
+        .expect("node restarts")
 }
