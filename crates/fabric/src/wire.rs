@@ -491,3 +491,408 @@ mod tests {
         assert!(decode_json::<Hello>(Kind::Hello, b"{").is_err());
     }
 }
+
+/// Bounded fuzzing of every decoder of link bytes (issue 20): the frame
+/// codec, Credit, Hello and Advert payloads and announced limits. Each must
+/// return a value or an error naming what was wrong, never panic, and never
+/// reserve more than one frame's limit for a length a header claims.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::LinkAdvert;
+    use proptest::prelude::*;
+
+    /// The largest buffer a decoder may hold for input of `input_bytes`: the
+    /// input plus one frame of the largest kind, with room for `BytesMut`
+    /// rounding its allocation up.
+    fn capacity_bound(input_bytes: usize) -> usize {
+        2 * (input_bytes + LINK_HEADER_BYTES + MAX_DATA_FRAGMENT_BYTES)
+    }
+
+    /// Decodes every frame of `bytes` as a link's reader would, then the end
+    /// of the stream; returns the frames or the first error.
+    fn decode_stream(bytes: &[u8]) -> Result<Vec<LinkFrame>, FabricError> {
+        let mut buf = BytesMut::from(bytes);
+        let mut frames = Vec::new();
+        // Each frame takes at least a header, so this many turns suffice.
+        for _ in 0..=bytes.len() / LINK_HEADER_BYTES {
+            let next = LinkCodec.decode(&mut buf);
+            assert!(
+                buf.capacity() <= capacity_bound(bytes.len()),
+                "{} bytes of input made a buffer of {}",
+                bytes.len(),
+                buf.capacity()
+            );
+            match next? {
+                Some(frame) => frames.push(frame),
+                None => break,
+            }
+        }
+        match LinkCodec.decode_eof(&mut buf)? {
+            Some(frame) => frames.push(frame),
+            None if buf.is_empty() => {}
+            None => panic!("{} bytes left undecoded at the end", buf.len()),
+        }
+        Ok(frames)
+    }
+
+    fn kind_strategy() -> impl Strategy<Value = Kind> {
+        (1u8..=8).prop_map(|byte| Kind::from_u8(byte).expect("1..=8 are kinds"))
+    }
+
+    fn limits_strategy() -> impl Strategy<Value = ReceiveLimits> {
+        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(fragment, control, data)| {
+            ReceiveLimits {
+                data_fragment_bytes: fragment,
+                control_window_fragments: control,
+                data_window_fragments: data,
+            }
+        })
+    }
+
+    fn hello_strategy() -> impl Strategy<Value = Hello> {
+        (
+            "[a-z]{0,16}",
+            any::<NodeId>(),
+            "[0-9.:]{0,24}",
+            any::<u64>(),
+            proptest::option::of(any::<NodeId>()),
+            limits_strategy(),
+        )
+            .prop_map(|(cluster, id, addr, instance, expect, receive)| Hello {
+                cluster,
+                id,
+                addr,
+                instance,
+                expect,
+                receive,
+            })
+    }
+
+    fn advert_strategy() -> impl Strategy<Value = LinkAdvert> {
+        (
+            any::<NodeId>(),
+            "[0-9.:]{0,24}",
+            any::<u64>(),
+            proptest::collection::btree_set(any::<NodeId>(), 0..16),
+        )
+            .prop_map(|(origin, addr, sequence, neighbors)| LinkAdvert {
+                origin,
+                addr,
+                sequence,
+                neighbors,
+            })
+    }
+
+    /// One well-formed frame of any kind, encoded.
+    fn frame_strategy() -> impl Strategy<Value = Vec<u8>> {
+        (
+            kind_strategy(),
+            any::<bool>(),
+            any::<(u8, u8, u32, u16, u16, u32)>(),
+            proptest::collection::vec(any::<u8>(), 0..96),
+            hello_strategy(),
+            advert_strategy(),
+        )
+            .prop_map(|(kind, data, fields, payload, hello, advert)| {
+                let (flags, hops, stream, dest, origin, flow) = fields;
+                let mut buf = BytesMut::new();
+                match kind {
+                    Kind::Hello => encode_json(kind, &hello, &mut buf).expect("a small Hello"),
+                    Kind::Advert => encode_json(kind, &advert, &mut buf).expect("a small Advert"),
+                    Kind::Credit => encode_credit(stream, flow, &mut buf),
+                    _ => {
+                        let carries = matches!(kind, Kind::Request | Kind::Response);
+                        let payload = if carries { &payload[..] } else { &[][..] };
+                        LinkHeader {
+                            kind,
+                            channel: if carries && data {
+                                Channel::Data
+                            } else {
+                                Channel::Control
+                            },
+                            flags,
+                            hops,
+                            stream,
+                            dest,
+                            origin,
+                            flow,
+                            len_bytes: payload.len() as u32,
+                        }
+                        .put(&mut buf);
+                        buf.extend_from_slice(payload);
+                    }
+                }
+                buf.to_vec()
+            })
+    }
+
+    /// What a frame's payload decodes to, as the link's reader decodes it.
+    fn decode_payload(frame: &LinkFrame) -> Result<(), FabricError> {
+        match frame.header.kind {
+            Kind::Hello => {
+                let hello: Hello = decode_json(Kind::Hello, &frame.payload)?;
+                let _ = hello.receive.check();
+            }
+            Kind::Advert => {
+                decode_json::<LinkAdvert>(Kind::Advert, &frame.payload)?;
+            }
+            Kind::Credit => {
+                decode_credit(&frame.payload)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A JSON value of any shape, for fields given the wrong type.
+    fn json_strategy() -> impl Strategy<Value = serde_json::Value> {
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,24}", inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// `value` encoded as JSON with field `field` (by index) replaced by
+    /// `replacement`, or removed when `replacement` is None.
+    fn with_field<T: serde::Serialize>(
+        value: &T,
+        field: usize,
+        replacement: Option<serde_json::Value>,
+    ) -> Vec<u8> {
+        let mut json = serde_json::to_value(value).expect("encodes");
+        let object = json.as_object_mut().expect("an object");
+        let name = object
+            .keys()
+            .nth(field % object.len())
+            .expect("in range")
+            .clone();
+        match replacement {
+            Some(replacement) => object.insert(name, replacement),
+            None => object.remove(&name),
+        };
+        serde_json::to_vec(&json).expect("encodes")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn random_bytes_decode_to_frames_or_an_error(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512),
+        ) {
+            if let Ok(frames) = decode_stream(&bytes) {
+                for frame in &frames {
+                    let _ = decode_payload(frame);
+                }
+            }
+        }
+
+        /// Past a right magic and version, random bytes reach the kind,
+        /// channel and length checks; the error names the first bad field.
+        #[test]
+        fn random_headers_after_the_version_are_refused_by_field(
+            rest in proptest::collection::vec(any::<u8>(), 21..200),
+        ) {
+            let mut bytes = vec![0x51, 0x4C, LINK_VERSION];
+            bytes.extend_from_slice(&rest);
+            let result = decode_stream(&bytes);
+            let kind = Kind::from_u8(rest[0]);
+            let channel_ok = rest[1] <= 1;
+            match (&result, kind) {
+                (Err(e), None) => prop_assert!(e.to_string().contains("unknown kind"), "{e}"),
+                (Err(e), Some(_)) if !channel_ok => {
+                    prop_assert!(e.to_string().contains("unknown channel"), "{e}")
+                }
+                (Err(_), Some(_)) => {}
+                (Ok(frames), kind) => {
+                    prop_assert!(kind.is_some() && channel_ok, "{frames:?} from bad fields");
+                    for frame in frames {
+                        let _ = decode_payload(frame);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn every_truncation_of_a_valid_frame_waits_then_fails_at_close(
+            frame in frame_strategy(),
+        ) {
+            let whole = decode_stream(&frame).expect("a valid frame decodes");
+            prop_assert_eq!(whole.len(), 1);
+            prop_assert!(decode_payload(&whole[0]).is_ok());
+            for cut in 0..frame.len() {
+                let mut buf = BytesMut::from(&frame[..cut]);
+                prop_assert!(LinkCodec.decode(&mut buf).expect("a prefix of a frame").is_none());
+                let at_close = decode_stream(&frame[..cut]);
+                if cut == 0 {
+                    prop_assert!(at_close.expect("nothing sent").is_empty());
+                } else {
+                    let error = at_close.expect_err("a cut frame at close").to_string();
+                    prop_assert!(error.contains("bytes remaining"), "{error}");
+                }
+            }
+        }
+
+        #[test]
+        fn a_valid_frame_with_one_byte_changed_decodes_or_names_the_field(
+            frame in frame_strategy(),
+            position in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            let position = position.index(frame.len());
+            let mut mutated = frame.clone();
+            mutated[position] = byte;
+            let result = decode_stream(&mutated);
+            let expected = match position {
+                0 | 1 if frame[position] != byte => Some("magic"),
+                2 if byte != LINK_VERSION => Some("version"),
+                3 if Kind::from_u8(byte).is_none() => Some("unknown kind"),
+                4 if byte > 1 => Some("unknown channel"),
+                _ => None,
+            };
+            match (result, expected) {
+                (Err(e), Some(expected)) => {
+                    prop_assert!(e.to_string().contains(expected), "{e} lacks {expected}")
+                }
+                (Ok(frames), Some(expected)) => {
+                    prop_assert!(false, "{frames:?} decoded despite a bad {expected}")
+                }
+                (Ok(frames), None) => {
+                    for frame in &frames {
+                        let _ = decode_payload(frame);
+                    }
+                }
+                (Err(_), None) => {}
+            }
+        }
+
+        /// A header may claim up to 4 GiB: beyond the kind's limit it is
+        /// refused from the header alone, and within it the codec reserves
+        /// at most that limit, never the claim.
+        #[test]
+        fn a_claimed_length_is_refused_or_bounded_before_it_is_read(
+            kind in kind_strategy(),
+            data in any::<bool>(),
+            len_bytes in prop_oneof![any::<u32>(), 0u32..70_000, Just(u32::MAX)],
+        ) {
+            let mut header = LinkHeader::control(kind, 0);
+            header.channel = if data { Channel::Data } else { Channel::Control };
+            header.len_bytes = len_bytes;
+            let limit = match (kind, header.channel) {
+                (Kind::Request | Kind::Response, Channel::Control) => FRAGMENT_BYTES,
+                (Kind::Request | Kind::Response, Channel::Data) => MAX_DATA_FRAGMENT_BYTES,
+                (Kind::Hello | Kind::Advert, _) => MAX_CONTROL_PAYLOAD_BYTES,
+                (Kind::Credit, _) => 8,
+                _ => 0,
+            };
+            let mut buf = BytesMut::new();
+            header.put(&mut buf);
+            buf.extend_from_slice(b"abc");
+            let result = LinkCodec.decode(&mut buf);
+            prop_assert!(buf.capacity() <= capacity_bound(LINK_HEADER_BYTES + 3));
+            if len_bytes as usize > limit {
+                let error = result.expect_err("beyond the limit").to_string();
+                prop_assert!(error.contains(&format!("exceeds limit {limit}")), "{error}");
+            } else if len_bytes <= 3 {
+                prop_assert_eq!(result.expect("within the limit").expect("whole").payload.len(), len_bytes as usize);
+            } else {
+                prop_assert!(result.expect("within the limit").is_none());
+            }
+        }
+
+        #[test]
+        fn credit_payloads_decode_only_at_eight_bytes(
+            payload in proptest::collection::vec(any::<u8>(), 0..16),
+        ) {
+            match decode_credit(&payload) {
+                Ok((control, data)) => {
+                    prop_assert_eq!(payload.len(), 8);
+                    prop_assert_eq!(&control.to_be_bytes()[..], &payload[..4]);
+                    prop_assert_eq!(&data.to_be_bytes()[..], &payload[4..]);
+                }
+                Err(e) => {
+                    prop_assert_ne!(payload.len(), 8);
+                    prop_assert!(e.to_string().contains("expected 8"), "{e}");
+                }
+            }
+        }
+
+        #[test]
+        fn json_payloads_of_random_bytes_are_refused_as_malformed(
+            payload in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            if let Err(e) = decode_json::<Hello>(Kind::Hello, &payload) {
+                prop_assert!(e.to_string().contains("malformed Hello"), "{e}");
+            }
+            if let Err(e) = decode_json::<LinkAdvert>(Kind::Advert, &payload) {
+                prop_assert!(e.to_string().contains("malformed Advert"), "{e}");
+            }
+        }
+
+        #[test]
+        fn every_truncation_of_a_hello_and_an_advert_is_refused(
+            hello in hello_strategy(),
+            advert in advert_strategy(),
+        ) {
+            let hello_json = serde_json::to_vec(&hello).expect("encodes");
+            let advert_json = serde_json::to_vec(&advert).expect("encodes");
+            prop_assert_eq!(decode_json::<Hello>(Kind::Hello, &hello_json).expect("whole"), hello);
+            prop_assert_eq!(decode_json::<LinkAdvert>(Kind::Advert, &advert_json).expect("whole"), advert);
+            for cut in 0..hello_json.len() {
+                prop_assert!(decode_json::<Hello>(Kind::Hello, &hello_json[..cut]).is_err());
+            }
+            for cut in 0..advert_json.len() {
+                prop_assert!(decode_json::<LinkAdvert>(Kind::Advert, &advert_json[..cut]).is_err());
+            }
+        }
+
+        /// One field of a Hello or an Advert given any value, or removed:
+        /// the decoder takes it or refuses it, and a Hello it takes still
+        /// has its announced limits checked.
+        #[test]
+        fn a_hello_or_advert_with_one_field_changed_decodes_or_is_refused(
+            hello in hello_strategy(),
+            advert in advert_strategy(),
+            field in 0usize..8,
+            replacement in proptest::option::of(json_strategy()),
+        ) {
+            let json = with_field(&hello, field, replacement.clone());
+            if let Ok(decoded) = decode_json::<Hello>(Kind::Hello, &json) {
+                let _ = decoded.receive.check();
+            }
+            let json = with_field(&advert, field, replacement);
+            if let Ok(decoded) = decode_json::<LinkAdvert>(Kind::Advert, &json) {
+                prop_assert!(decoded.neighbors.len() <= MAX_CONTROL_PAYLOAD_BYTES);
+            }
+        }
+
+        #[test]
+        fn announced_limits_are_taken_only_within_range(limits in limits_strategy()) {
+            let fragment_ok = (FRAGMENT_BYTES..=MAX_DATA_FRAGMENT_BYTES)
+                .contains(&(limits.data_fragment_bytes as usize));
+            let windows_ok = [limits.control_window_fragments, limits.data_window_fragments]
+                .iter()
+                .all(|w| (2..=4096).contains(w));
+            match limits.check() {
+                Ok(()) => prop_assert!(fragment_ok && windows_ok),
+                Err(reason) => {
+                    prop_assert!(!(fragment_ok && windows_ok), "{reason}");
+                    prop_assert!(reason.contains("fragments"), "{reason}");
+                }
+            }
+        }
+    }
+}
