@@ -2,7 +2,7 @@
 //! forwarding of multi-fragment pages, hot plug, failure and reroute.
 
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -10,7 +10,7 @@ use futures::StreamExt;
 use quarry_fabric::{
     decode_json, encode_json, link_flags, links_of, Channel, Fabric, FabricConfig, Hello,
     LinkAdvert, LinkCodec, LinkFrame, LinkHeader, LinkKind, LinkStateDb, LocalHandler,
-    RoutingTable, TopologyKind, FRAGMENT_BYTES,
+    ReceiveLimits, RoutingTable, TopologyKind, FRAGMENT_BYTES,
 };
 use quarry_proto::PageAddr;
 use quarry_proto::{GlobalPageAddr, NodeEntry, NodeId, Request, Response, Status};
@@ -462,27 +462,480 @@ async fn a_silent_link_is_declared_dead() {
     }
 }
 
+/// Everything the fabric logs in this test binary, kept for the tests that
+/// check why a link was refused; only the newest [`LOG_KEPT_BYTES`] stay.
+fn fabric_log() -> &'static Mutex<Vec<u8>> {
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sink = log.clone();
+        let installed = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("quarry_fabric=debug"))
+            .with_ansi(false)
+            .with_writer(move || LogSink(sink.clone()))
+            .try_init();
+        assert!(
+            installed.is_ok(),
+            "another subscriber took the fabric's log"
+        );
+        log
+    })
+}
+
+const LOG_KEPT_BYTES: usize = 4 << 20;
+
+struct LogSink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut log = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        log.extend_from_slice(bytes);
+        if log.len() > LOG_KEPT_BYTES {
+            let excess = log.len() - LOG_KEPT_BYTES / 2;
+            log.drain(..excess);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Waits until the fabric has logged one line holding every one of `parts`.
+async fn logged(parts: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = {
+            let log = fabric_log()
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            String::from_utf8_lossy(&log)
+                .lines()
+                .any(|line| parts.iter().all(|part| line.contains(part)))
+        };
+        if found {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fabric never logged a line with all of {parts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Reads `frames` until the node closes the link; only `allowed` kinds may
+/// come first.
+async fn closed_by_the_node<R: tokio::io::AsyncRead + Unpin>(
+    frames: &mut tokio_util::codec::FramedRead<R, LinkCodec>,
+    allowed: &[LinkKind],
+    what: &str,
+) {
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match frames.next().await {
+                Some(Ok(frame)) if allowed.contains(&frame.header.kind) => {}
+                Some(Ok(frame)) => panic!("{what}: the node sent {:?}", frame.header),
+                Some(Err(_)) | None => return,
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "{what}: the link is still open after 5 s");
+}
+
+/// A link header built by hand, with raw kind and channel bytes.
+fn raw_header(kind: u8, channel: u8, len_bytes: u32) -> Vec<u8> {
+    let mut header = vec![
+        0x51,
+        0x4C,
+        quarry_fabric::LINK_VERSION,
+        kind,
+        channel,
+        0,
+        0,
+        0,
+    ];
+    header.extend_from_slice(&[0; 12]);
+    header.extend_from_slice(&len_bytes.to_be_bytes());
+    header
+}
+
+/// A Hello frame of node `id` of `cluster` expecting node `expect`, at a
+/// name of its own (`fake-{id}:1`) so the node's log lines of it are told
+/// apart.
+fn hello_of(cluster: &str, id: NodeId, expect: Option<NodeId>, receive: ReceiveLimits) -> Vec<u8> {
+    let hello = Hello {
+        cluster: cluster.into(),
+        id,
+        addr: format!("fake-{id}:1"),
+        instance: 1,
+        expect,
+        receive,
+    };
+    let mut buf = bytes::BytesMut::new();
+    encode_json(LinkKind::Hello, &hello, &mut buf).unwrap();
+    buf.to_vec()
+}
+
+/// Sends `bytes` on a new link connection to `addr` (then closes its
+/// sending side if `close`) and checks the node refuses the link with
+/// `reason`, logged for this connection, and closes it.
+async fn refused_at_handshake(addr: &str, bytes: &[u8], close: bool, reason: &str) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let local = stream.local_addr().unwrap().to_string();
+    stream.write_all(bytes).await.unwrap();
+    if close {
+        stream.shutdown().await.unwrap();
+    }
+    logged(&[&format!("peer={local}"), "link refused", reason]).await;
+    let mut frames = tokio_util::codec::FramedRead::new(stream, LinkCodec);
+    closed_by_the_node(&mut frames, &[LinkKind::Hello], reason).await;
+}
+
+/// A node `id` shakes hands with the node at `addr` and sends `garbage`; the
+/// node must drop the link, logging `reason`.
+async fn dropped_after_handshake(addr: &str, id: NodeId, garbage: &[u8], reason: &str) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (reader, mut writer) = stream.into_split();
+    let mut frames = tokio_util::codec::FramedRead::new(reader, LinkCodec);
+    let hello = hello_of(
+        "quarry",
+        id,
+        Some(1),
+        FabricConfig::default().receive_limits(),
+    );
+    writer.write_all(&hello).await.unwrap();
+    // The node may close the link before it has read all of a long input.
+    let _ = writer.write_all(garbage).await;
+    logged(&[&format!("addr=fake-{id}:1"), "link down", reason]).await;
+    let allowed = [
+        LinkKind::Hello,
+        LinkKind::Advert,
+        LinkKind::Credit,
+        LinkKind::Keepalive,
+        LinkKind::Response,
+    ];
+    closed_by_the_node(&mut frames, &allowed, reason).await;
+}
+
+/// A request fragment header on `stream` to node `dest`.
+fn fragment(
+    stream: u32,
+    dest: NodeId,
+    channel: Channel,
+    flags: u8,
+    len_bytes: usize,
+) -> LinkHeader {
+    LinkHeader {
+        kind: LinkKind::Request,
+        channel,
+        flags,
+        hops: 1,
+        stream,
+        dest,
+        origin: 7,
+        flow: 5,
+        len_bytes: len_bytes as u32,
+    }
+}
+
+/// Frames encoded one after another.
+fn frames_of(frames: &[(LinkHeader, Vec<u8>)]) -> Vec<u8> {
+    let mut buf = bytes::BytesMut::new();
+    for (header, payload) in frames {
+        header.put(&mut buf);
+        buf.extend_from_slice(payload);
+    }
+    buf.to_vec()
+}
+
+/// The answer a node sent, decoded.
+fn decoded(answer: Vec<u8>) -> Response {
+    let mut buf = bytes::BytesMut::from(&answer[..]);
+    let frame = tokio_util::codec::Decoder::decode(&mut quarry_proto::FrameCodec, &mut buf)
+        .expect("a well-formed answer")
+        .expect("a whole answer");
+    quarry_proto::decode_response(&frame).expect("a known answer")
+}
+
+/// Garbage on a link connection, at the handshake and after it, reaches
+/// every check past the version byte: each closes that link with its own
+/// reason, and the node goes on serving its real neighbour.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn garbage_on_a_link_closes_that_link_only() {
-    let (nodes, addrs) = cluster(TopologyKind::Line, 2).await;
-    for garbage in [
-        &b"QL\x01\x63nonsense-kind-and-more-bytes"[..],
-        &b"QL\x07\x01version-seven-header-bytes"[..],
-    ] {
-        let mut stream = tokio::net::TcpStream::connect(&addrs[1]).await.unwrap();
-        stream.write_all(garbage).await.unwrap();
-        let _ = stream.shutdown().await;
+    fabric_log();
+    let mut bound = listeners(2).await;
+    let (listener1, addr1) = bound.pop().unwrap();
+    let (listener0, addr0) = bound.pop().unwrap();
+    let node1 = start_with(
+        1,
+        listener1,
+        &addr1,
+        Vec::new(),
+        FabricConfig {
+            max_streams_per_link: 4,
+            ..config()
+        },
+    );
+    let neighbor = NodeEntry {
+        id: 1,
+        addr: addr1.clone(),
+    };
+    let node0 = start(0, listener0, &addr0, vec![neighbor]);
+    assert!(
+        node0
+            .fabric
+            .wait_for_routes(&[1], Duration::from_secs(5))
+            .await
+    );
+    garbage_at_the_handshake(&addr1).await;
+    assert_page(read(&node0.fabric, 1, 2).await, 1, 2);
+    garbage_after_the_handshake(&addr1).await;
+    assert_page(read(&node0.fabric, 1, 3).await, 1, 3);
+    stray_fragments_are_dropped_or_answered(&addr1).await;
+    assert_page(read(&node0.fabric, 1, 4).await, 1, 4);
+    eventually("the fakes' links going", || {
+        node1.fabric.routes().links.len() == 1
+    })
+    .await;
+    node0.stop();
+    node1.stop();
+}
+
+async fn garbage_at_the_handshake(addr: &str) {
+    let limits = FabricConfig::default().receive_limits();
+    let mut cut_hello = raw_header(1, 0, 100);
+    cut_hello.extend_from_slice(b"{\"cluster\"");
+    let mut keepalive_first = raw_header(4, 0, 0);
+    keepalive_first.extend_from_slice(&hello_of("quarry", 40, None, limits));
+    let mut not_json = raw_header(1, 0, 9);
+    not_json.extend_from_slice(b"{not json");
+    let cases: Vec<(Vec<u8>, bool, String)> = vec![
+        (raw_header(0x63, 0, 0), false, "unknown kind 99".into()),
+        (raw_header(1, 7, 0), false, "unknown channel 7".into()),
+        (
+            raw_header(1, 0, u32::MAX),
+            false,
+            "Hello payload of 4294967295 bytes exceeds limit 65536".into(),
+        ),
+        (
+            raw_header(5, 0, 4096),
+            false,
+            "Request payload of 4096 bytes exceeds limit 2048".into(),
+        ),
+        (
+            raw_header(5, 1, 2 << 20),
+            false,
+            "Request payload of 2097152 bytes exceeds limit 1048576".into(),
+        ),
+        (
+            raw_header(3, 0, 9),
+            false,
+            "Credit payload of 9 bytes exceeds limit 8".into(),
+        ),
+        (
+            raw_header(4, 0, 1),
+            false,
+            "Keepalive payload of 1 bytes exceeds limit 0".into(),
+        ),
+        (keepalive_first, false, "expected Hello, got Keepalive".into()),
+        (not_json, false, "malformed Hello".into()),
+        (cut_hello, true, "bytes remaining on stream".into()),
+        (raw_header(1, 0, 0)[..3].to_vec(), true, "bytes remaining on stream".into()),
+        (Vec::new(), true, "closed during the handshake".into()),
+        (Vec::new(), false, "no handshake within 500 ms".into()),
+        (
+            hello_of("elsewhere", 41, None, limits),
+            false,
+            "node 41 at fake-41:1 belongs to cluster \"elsewhere\", this node to cluster \"quarry\"".into(),
+        ),
+        (
+            hello_of(
+                "quarry",
+                42,
+                None,
+                ReceiveLimits {
+                    data_fragment_bytes: u32::MAX,
+                    ..limits
+                },
+            ),
+            false,
+            "node 42 at fake-42:1 announced data fragments of 4294967295 bytes".into(),
+        ),
+        (
+            hello_of(
+                "quarry",
+                43,
+                None,
+                ReceiveLimits {
+                    data_window_fragments: 0,
+                    ..limits
+                },
+            ),
+            false,
+            "announced a data window of 0 fragments".into(),
+        ),
+        (
+            hello_of("quarry", 1, None, limits),
+            false,
+            "the node at fake-1:1 has this node's own id 1".into(),
+        ),
+        (
+            hello_of("quarry", 44, Some(9), limits),
+            false,
+            "node 44 dialled this node as node 9, but it is node 1".into(),
+        ),
+    ];
+    for (bytes, close, reason) in cases {
+        refused_at_handshake(addr, &bytes, close, &reason).await;
     }
-    // A handshake claiming node 1's own id is refused too.
-    let mut impostor = tokio::net::TcpStream::connect(&addrs[1]).await.unwrap();
-    impostor.write_all(&hello_frame(1)).await.unwrap();
-    assert_page(read(&nodes[0].fabric, 1, 2).await, 1, 2);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_page(read(&nodes[0].fabric, 1, 3).await, 1, 3);
-    assert_eq!(nodes[1].fabric.routes().links.len(), 1);
-    for node in nodes {
-        node.stop();
+}
+
+async fn garbage_after_the_handshake(addr: &str) {
+    let mut short_credit = raw_header(3, 0, 4);
+    short_credit.extend_from_slice(&[0, 0, 0, 1]);
+    let mut too_many_credits = raw_header(3, 0, 8);
+    too_many_credits.extend_from_slice(&1000u32.to_be_bytes());
+    too_many_credits.extend_from_slice(&0u32.to_be_bytes());
+    let limits = FabricConfig::default().receive_limits();
+    let mut bad_advert = raw_header(2, 0, 5);
+    bad_advert.extend_from_slice(b"[1,2]");
+    let mut big_advert = bytes::BytesMut::new();
+    let crowded = LinkAdvert {
+        origin: 56,
+        addr: "fake-56:1".into(),
+        sequence: 1,
+        neighbors: (0..=quarry_fabric::MAX_MEMBERS as NodeId).collect(),
+    };
+    encode_json(LinkKind::Advert, &crowded, &mut big_advert).unwrap();
+    let data_bytes = FabricConfig::default().data_fragment_bytes as usize;
+    let first = link_flags::FIRST;
+    let oversized = frames_of(&[(
+        fragment(1, 1, Channel::Data, first, data_bytes + 1),
+        vec![0; data_bytes + 1],
+    )]);
+    let reopened = frames_of(&[
+        (fragment(5, 1, Channel::Control, first, 1), vec![0]),
+        (fragment(5, 1, Channel::Control, first, 1), vec![0]),
+    ]);
+    // Node 1 runs 4 requests of a link and keeps twice that many open.
+    let crowd: Vec<_> = (0..9)
+        .map(|stream| (fragment(stream, 1, Channel::Control, first, 1), vec![0]))
+        .collect();
+    let endless: Vec<_> = (0..70)
+        .map(|index| {
+            let flags = if index == 0 { first } else { 0 };
+            let header = fragment(3, 1, Channel::Data, flags, data_bytes);
+            (header, vec![0; data_bytes])
+        })
+        .collect();
+    let max_message_bytes = quarry_proto::HEADER_LEN_BYTES + quarry_proto::MAX_BODY_BYTES as usize;
+    let cases: Vec<(NodeId, Vec<u8>, String)> = vec![
+        (
+            50,
+            short_credit,
+            "Credit payload of 4 bytes, expected 8".into(),
+        ),
+        (
+            51,
+            too_many_credits,
+            "node 51 returned Control credits beyond the window of 128".into(),
+        ),
+        (
+            52,
+            hello_of("quarry", 52, Some(1), limits),
+            "a second Hello".into(),
+        ),
+        (53, bad_advert, "malformed Advert".into()),
+        (
+            54,
+            big_advert.to_vec(),
+            format!("advert lists {} neighbours", quarry_fabric::MAX_MEMBERS + 1),
+        ),
+        (
+            55,
+            oversized,
+            format!(
+                "node 55 sent a Data fragment of {} bytes; this node takes at most {data_bytes}",
+                data_bytes + 1
+            ),
+        ),
+        (57, reopened, "node 57 reopened stream 0x5".into()),
+        (
+            58,
+            frames_of(&crowd),
+            "node 58 has 8 request streams open, the limit is 8".into(),
+        ),
+        (
+            59,
+            frames_of(&endless),
+            format!("request stream 0x3 exceeds {max_message_bytes} bytes"),
+        ),
+    ];
+    for (id, garbage, reason) in cases {
+        dropped_after_handshake(addr, id, &garbage, &reason).await;
     }
+}
+
+/// Fragments of no stream the node knows, aborts of streams it never had,
+/// a request that is not a frame and one for a node nobody knows: each is
+/// dropped or answered, and the link stays up and serves.
+async fn stray_fragments_are_dropped_or_answered(node_addr: &str) {
+    let mut fake = FakeNode::join(node_addr, 60, 1).await;
+    let control = Channel::Control;
+    let mut strays = vec![
+        (fragment(9, 1, control, 0, 3), b"mid".to_vec()),
+        (
+            fragment(10, 1, control, link_flags::LAST, 3),
+            b"end".to_vec(),
+        ),
+        (LinkHeader::control(LinkKind::AbortRequest, 0), Vec::new()),
+        (LinkHeader::control(LinkKind::AbortResponse, 0), Vec::new()),
+        (LinkHeader::control(LinkKind::Keepalive, 0), Vec::new()),
+    ];
+    let mut answer = LinkHeader::control(LinkKind::Response, 4);
+    answer.stream = 0x7777;
+    answer.flags = link_flags::FIRST | link_flags::LAST;
+    strays.push((answer, b"junk".to_vec()));
+    let whole = link_flags::FIRST | link_flags::LAST;
+    strays.push((fragment(20, 1, control, whole, 7), b"garbage".to_vec()));
+    let mut unknown = bytes::BytesMut::new();
+    quarry_proto::encode_request(0, 1, &Request::Ping, &mut unknown).unwrap();
+    strays.push((
+        fragment(21, 77, control, whole, unknown.len()),
+        unknown.to_vec(),
+    ));
+    fake.writer.write_all(&frames_of(&strays)).await.unwrap();
+    // Answers come in the order they are ready, not asked.
+    let mut answers = std::collections::BTreeMap::<u32, Vec<u8>>::new();
+    let mut finished = Vec::new();
+    while finished.len() < 2 {
+        let next = fake.next(LinkKind::Response).await;
+        let stream = next.header.stream;
+        assert!(
+            [20, 21].contains(&stream),
+            "an answer on stream {stream:#x}"
+        );
+        answers
+            .entry(stream)
+            .or_default()
+            .extend_from_slice(&next.payload);
+        if next.header.is_last() {
+            finished.push(stream);
+        }
+    }
+    let (status, message) = error_of(decoded(answers.remove(&20).unwrap()));
+    assert_eq!(status, Status::BadRequest, "{message}");
+    assert!(message.starts_with("malformed request"), "{message}");
+    let (status, message) = error_of(decoded(answers.remove(&21).unwrap()));
+    assert_eq!(status, Status::NodeUnreachable, "{message}");
+    fake.ask(22, 1, &Request::ReadPage(addr(1, 5))).await;
+    assert_page(decoded(fake.answer(22).await), 1, 5);
 }
 
 /// A node that dials a neighbour's address where a node of another cluster
