@@ -1742,3 +1742,201 @@ async fn a_relayed_answer_passes_on_whole_and_a_malformed_one_never_does() {
         node.stop();
     }
 }
+
+/// The size of one fragment of a random request stream.
+#[derive(Debug, Clone)]
+enum FragmentSize {
+    /// Random bytes, within every limit.
+    Small(Vec<u8>),
+    /// One byte past the control channel's fragment limit.
+    ControlOver,
+    /// One byte past the data fragment size the node announced.
+    DataOver,
+}
+
+/// One fragment of a random sequence on a link.
+#[derive(Debug, Clone)]
+struct RandomFragment {
+    stream: u32,
+    /// For the node itself, or for a node nobody knows.
+    dest_known: bool,
+    flags: u8,
+    data: bool,
+    size: FragmentSize,
+}
+
+fn random_fragments() -> impl proptest::strategy::Strategy<Value = Vec<RandomFragment>> {
+    use proptest::prelude::*;
+    let size = prop_oneof![
+        20 => proptest::collection::vec(any::<u8>(), 0..48).prop_map(FragmentSize::Small),
+        1 => Just(FragmentSize::ControlOver),
+        1 => Just(FragmentSize::DataOver),
+    ];
+    let fragment = (0u32..3, any::<bool>(), 0u8..4, any::<bool>(), size).prop_map(
+        |(stream, dest_known, flags, data, size)| RandomFragment {
+            stream,
+            dest_known,
+            flags,
+            data,
+            size,
+        },
+    );
+    proptest::collection::vec(fragment, 1..12)
+}
+
+/// What the node must make of `fragments`, as its reassembly is specified:
+/// the streams it answers (one for this node when its last fragment comes,
+/// one for an unknown node at once, on its first; fragments of streams not
+/// open are dropped), and whether the link breaks (a fragment over its
+/// limit, a stream opened twice).
+fn expected_of(fragments: &[RandomFragment]) -> (Vec<u32>, bool) {
+    // Open streams, and whether each is for this node.
+    let mut open = std::collections::BTreeMap::new();
+    let mut answered = Vec::new();
+    for fragment in fragments {
+        if !matches!(fragment.size, FragmentSize::Small(_)) {
+            return (answered, true);
+        }
+        if fragment.flags & link_flags::FIRST != 0 {
+            if open.insert(fragment.stream, fragment.dest_known).is_some() {
+                return (answered, true);
+            }
+            if !fragment.dest_known {
+                answered.push(fragment.stream);
+            }
+        }
+        if fragment.flags & link_flags::LAST != 0 && open.remove(&fragment.stream) == Some(true) {
+            answered.push(fragment.stream);
+        }
+    }
+    (answered, false)
+}
+
+/// Links to the node at `addr` as node `id`, sends `fragments`, and checks
+/// the node answers what the reassembly rules say and breaks the link
+/// exactly when they say so; an unbroken link still answers a ping.
+/// Returns whether the link broke.
+async fn reassembly_follows_the_rules(
+    addr: &str,
+    id: NodeId,
+    fragments: &[RandomFragment],
+) -> bool {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (reader, mut writer) = stream.into_split();
+    let mut frames = tokio_util::codec::FramedRead::new(reader, LinkCodec);
+    let limits = FabricConfig::default().receive_limits();
+    let mut bytes = hello_of("quarry", id, Some(1), limits);
+    let data_bytes = limits.data_fragment_bytes as usize;
+    for fragment in fragments {
+        let dest = if fragment.dest_known { 1 } else { 77 };
+        let (channel, payload) = match &fragment.size {
+            FragmentSize::Small(payload) if fragment.data => (Channel::Data, payload.clone()),
+            FragmentSize::Small(payload) => (Channel::Control, payload.clone()),
+            FragmentSize::ControlOver => (Channel::Control, vec![0; FRAGMENT_BYTES + 1]),
+            FragmentSize::DataOver => (Channel::Data, vec![0; data_bytes + 1]),
+        };
+        let header = fragment_with(fragment.stream, dest, channel, fragment.flags, &payload);
+        bytes.extend_from_slice(&frames_of(&[(header, payload)]));
+    }
+    let (mut expected, broken) = expected_of(fragments);
+    if !broken {
+        let mut ping = bytes::BytesMut::new();
+        quarry_proto::encode_request(0, 1, &Request::Ping, &mut ping).unwrap();
+        let whole = link_flags::FIRST | link_flags::LAST;
+        let header = fragment_with(1000, 1, Channel::Control, whole, &ping);
+        bytes.extend_from_slice(&frames_of(&[(header, ping.to_vec())]));
+        expected.push(1000);
+    }
+    // A node that breaks the link may do so before it has read everything.
+    let _ = writer.write_all(&bytes).await;
+    let mut answered = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        while broken || answered.len() < expected.len() {
+            match frames.next().await {
+                Some(Ok(frame)) if frame.header.kind == LinkKind::Response => {
+                    if frame.header.is_last() {
+                        answered.push(frame.header.stream);
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return false,
+            }
+        }
+        true
+    })
+    .await;
+    let Ok(open) = end else {
+        panic!("{fragments:?}: neither {expected:?} answered nor the link closed within 5 s, answered {answered:?}");
+    };
+    assert_eq!(open, !broken, "{fragments:?}: link open: {open}");
+    answered.sort_unstable();
+    expected.sort_unstable();
+    if broken {
+        // Answers of streams finished before the break may or may not leave.
+        assert!(
+            answered.iter().all(|stream| expected.contains(stream)),
+            "{fragments:?}: answered {answered:?}, finished {expected:?}"
+        );
+    } else {
+        assert_eq!(answered, expected, "{fragments:?}");
+    }
+    broken
+}
+
+fn fragment_with(
+    stream: u32,
+    dest: NodeId,
+    channel: Channel,
+    flags: u8,
+    payload: &[u8],
+) -> LinkHeader {
+    fragment(stream, dest, channel, flags, payload.len())
+}
+
+/// Sequences tried by [`random_fragment_sequences_are_reassembled_or_refused`].
+const REASSEMBLY_CASES: u32 = 256;
+
+/// Random request fragment sequences on a live link (out of order,
+/// duplicated, oversized, to unknown nodes) are reassembled, dropped,
+/// answered or refused as the rules say, never wedge the link, and leave
+/// the node serving its real neighbour.
+#[test]
+fn random_fragment_sequences_are_reassembled_or_refused() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (nodes, addrs) = runtime.block_on(cluster(TopologyKind::Line, 2));
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: REASSEMBLY_CASES,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    });
+    // Every case links as a node of its own, so no case's link replaces
+    // another's.
+    let next_id = std::sync::atomic::AtomicU16::new(100);
+    let broken_links = AtomicUsize::new(0);
+    let result = runner.run(&random_fragments(), |fragments| {
+        let id = next_id.fetch_add(1, AtomicOrdering::Relaxed);
+        if runtime.block_on(reassembly_follows_the_rules(&addrs[1], id, &fragments)) {
+            broken_links.fetch_add(1, AtomicOrdering::Relaxed);
+        }
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+    // Both outcomes were tried: some sequences broke their link, some not.
+    let broken_links = broken_links.into_inner();
+    assert!(
+        (1..REASSEMBLY_CASES as usize).contains(&broken_links),
+        "{broken_links} of {REASSEMBLY_CASES} links broke"
+    );
+    runtime.block_on(async {
+        assert_page(read(&nodes[0].fabric, 1, 6).await, 1, 6);
+    });
+    for node in nodes {
+        runtime.block_on(async { node.stop() });
+    }
+}
