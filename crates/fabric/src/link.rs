@@ -1212,4 +1212,80 @@ mod tests {
         link.close();
         writer.await.unwrap().unwrap();
     }
+
+    /// What a peer's frames do to a link's receive windows and send credits.
+    #[derive(Debug, Clone)]
+    enum PeerAct {
+        /// A fragment of `len_bytes` arrives on the channel.
+        Fragment(bool, usize),
+        /// This end frees a slot of the channel, if it holds one.
+        Release(bool),
+        /// A Credit frame returns `control` and `data` credits.
+        Credits(u32, u32),
+    }
+
+    fn peer_acts() -> impl proptest::strategy::Strategy<Value = Vec<PeerAct>> {
+        use proptest::prelude::*;
+        let length = prop_oneof![
+            0usize..5000,
+            Just(usize::MAX),
+            any::<u32>().prop_map(|n| n as usize)
+        ];
+        let credits = prop_oneof![Just(0u32), 0u32..4, Just(u32::MAX), any::<u32>()];
+        let act = prop_oneof![
+            4 => (any::<bool>(), length).prop_map(|(data, len)| PeerAct::Fragment(data, len)),
+            3 => any::<bool>().prop_map(PeerAct::Release),
+            1 => (credits.clone(), credits).prop_map(|(c, d)| PeerAct::Credits(c, d)),
+        ];
+        proptest::collection::vec(act, 0..40)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 256,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Whatever a peer sends, a fragment is taken only within the size
+        /// and window this end announced, and credits only up to the
+        /// window; the first breach is an error (which ends the link), never
+        /// an overflow or a panic.
+        #[test]
+        fn windows_and_credits_hold_against_any_peer(acts in peer_acts()) {
+            let window = 4;
+            let (link, _jobs) = Link::new(1, 7, "peer".into(), 1, 0, both(window), 16);
+            let mut held = [0u32; 2];
+            let channel_of = |data: bool| if data { Channel::Data } else { Channel::Control };
+            for act in acts {
+                match act {
+                    PeerAct::Fragment(data, len_bytes) => {
+                        let channel = channel_of(data);
+                        let fits = len_bytes <= limits(window).fragment_bytes(channel)
+                            && held[channel.index()] < window;
+                        let result = link.receive(channel, len_bytes);
+                        proptest::prop_assert_eq!(result.is_ok(), fits, "{:?}", result);
+                        if !fits {
+                            break;
+                        }
+                        held[channel.index()] += 1;
+                    }
+                    PeerAct::Release(data) => {
+                        let channel = channel_of(data);
+                        if held[channel.index()] > 0 {
+                            link.release(channel);
+                            held[channel.index()] -= 1;
+                        }
+                    }
+                    PeerAct::Credits(control, data) => {
+                        // Nothing was sent, so every credit is still here.
+                        let result = link.add_credits(control, data);
+                        proptest::prop_assert_eq!(result.is_ok(), control == 0 && data == 0);
+                        if result.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
