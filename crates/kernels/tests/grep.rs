@@ -457,55 +457,6 @@ fn bad_patterns_are_refused_with_a_reason() {
     }
 }
 
-/// Throughput next to ripgrep's, single-threaded, for a person to read (no
-/// assertion on time): `cargo test --release -p quarry-kernels --test grep
-/// -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn throughput_next_to_ripgrep() {
-    let mut rng = StdRng::seed_from_u64(5);
-    let mut text = Vec::new();
-    while text.len() < 256 << 20 {
-        text.extend(random_text(&mut rng, VOCAB, 1000));
-        text.push(b'\n');
-    }
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    file.write_all(&text).unwrap();
-    file.flush().unwrap();
-    for (syntax, pattern) in [
-        (GrepSyntax::Fixed, "needle"),
-        (GrepSyntax::Extended, "ne+dle [0-9]"),
-    ] {
-        let k = compile(&KernelSpec::Grep(GrepSpec {
-            lines: false,
-            ..GrepSpec::new(pattern, syntax)
-        }))
-        .unwrap();
-        let t = std::time::Instant::now();
-        let mut p = k.empty(0);
-        for block in text.chunks(1 << 20) {
-            p = k.fold(p, block).unwrap();
-        }
-        let out = grep_out(k.finish(p).unwrap());
-        let ours = t.elapsed();
-        let t = std::time::Instant::now();
-        let rg = tool(
-            "rg",
-            &["--no-config", "-j1", "-a", "-c", "--no-mmap", "-e", pattern],
-            file.path(),
-        );
-        let theirs = t.elapsed();
-        let mb = text.len() as f64 / 1e6;
-        println!(
-            "{pattern:?}: kernel {} lines {:.0} MB/s; rg {:?} {:.0} MB/s (rg includes reading the file and starting)",
-            out.matching_lines,
-            mb / ours.as_secs_f64(),
-            rg.map(|o| String::from_utf8_lossy(&o).trim().to_string()),
-            mb / theirs.as_secs_f64()
-        );
-    }
-}
-
 /// A block whose matching lines are many before a line holding NULs: the
 /// count looks at the rest of the block for a NUL once, and must still
 /// count that line's pieces as GNU grep does; and a block whose NULs all
