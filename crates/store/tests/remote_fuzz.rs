@@ -6,8 +6,6 @@
 //! stored; a caller gets `Ok` or `Err` from each answer. Neither side
 //! panics or makes one allocation larger than [`ALLOC_LIMIT_BYTES`].
 
-mod alloc_limit;
-
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -19,9 +17,10 @@ use quarry_store::{
     MemChunkStore, MemTableStore, NodeId, NodeStore, ObjectKey, RemoteNode, Result, StoreError,
     StoreNode, StoreTransport,
 };
+use quarry_testkit::alloc::{largest_alloc_bytes, LargestAlloc};
 
 #[global_allocator]
-static ALLOC: alloc_limit::LargestAlloc = alloc_limit::LargestAlloc;
+static ALLOC: LargestAlloc = LargestAlloc;
 
 /// No single allocation while one call or answer of these (all under 1 KiB)
 /// is decoded and served may be larger: a decoder that sized a buffer by a
@@ -265,7 +264,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// Blocks on `f`, returning its value and the largest allocation it made.
 fn measured<T>(rt: &tokio::runtime::Runtime, f: impl Future<Output = T>) -> (T, usize) {
-    alloc_limit::largest_alloc_bytes(|| rt.block_on(f))
+    largest_alloc_bytes(|| rt.block_on(f))
 }
 
 /// Serves `call` on `n` and checks the answer: a status byte of 0 or 1,
@@ -328,14 +327,6 @@ fn the_corpus_reaches_every_op_and_error_answers() {
     let refused = corpus.iter().filter(|r| r.answer[0] == 1).count();
     assert!(refused >= 7, "only {refused} error answers in the corpus");
     assert!(corpus.iter().filter(|r| r.answer[0] == 0).count() >= 17);
-}
-
-/// The allocation watch sees an allocation the size of a claimed length.
-#[test]
-fn the_allocation_watch_sees_a_large_allocation() {
-    let (v, largest) = alloc_limit::largest_alloc_bytes(|| vec![0u8; 1 << 20]);
-    assert_eq!(v.len(), 1 << 20);
-    assert!(largest >= 1 << 20, "{largest}");
 }
 
 /// A chunk put whose fingerprint is not its bytes' hash, but whose CRC-32C

@@ -8,14 +8,12 @@
 //! claimed count or length far beyond the bytes present is refused at once.
 
 use proptest::prelude::*;
+use quarry_testkit::alloc::{largest_alloc_bytes, LargestAlloc};
 
 use super::*;
 
-#[path = "../../../tests/alloc_limit/mod.rs"]
-mod alloc_limit;
-
 #[global_allocator]
-static ALLOC: alloc_limit::LargestAlloc = alloc_limit::LargestAlloc;
+static ALLOC: LargestAlloc = LargestAlloc;
 
 const PAGE_BYTES: usize = 512;
 
@@ -25,7 +23,7 @@ const ALLOC_LIMIT_BYTES: usize = 64 * 1024;
 
 /// Runs `f`, asserting it made no allocation over the limit.
 fn within_limit<T>(what: &str, f: impl FnOnce() -> T) -> T {
-    let (value, largest) = alloc_limit::largest_alloc_bytes(f);
+    let (value, largest) = largest_alloc_bytes(f);
     assert!(
         largest <= ALLOC_LIMIT_BYTES,
         "{what}: an allocation of {largest} bytes"
