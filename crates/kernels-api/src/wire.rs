@@ -186,8 +186,17 @@ pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
 #[error("malformed compute message: {0}")]
 pub struct Malformed(pub String);
 
-/// Decodes a message; `what` names it in the error.
+/// Decodes a message; `what` names it in the error. The message must be
+/// all of `bytes`: bytes after it are an error, not ignored.
 pub fn decode<'a, T: Deserialize<'a>>(what: &str, bytes: &'a [u8]) -> Result<T, Malformed> {
-    postcard::from_bytes(bytes)
-        .map_err(|e| Malformed(format!("{what} of {} bytes: {e}", bytes.len())))
+    let (message, rest) = postcard::take_from_bytes(bytes)
+        .map_err(|e| Malformed(format!("{what} of {} bytes: {e}", bytes.len())))?;
+    if !rest.is_empty() {
+        return Err(Malformed(format!(
+            "{what} of {} bytes: {} bytes trail the message",
+            bytes.len(),
+            rest.len()
+        )));
+    }
+    Ok(message)
 }

@@ -8,6 +8,8 @@
 //! it was skipped by that choice and returns. Wherever `CI` is set (to
 //! anything) the opt-out is ignored: in CI a missing need always fails.
 
+pub mod alloc;
+
 use std::ffi::OsStr;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};

@@ -20,6 +20,12 @@ pub const MAX_VOLUMES_PER_NODE: usize = 1024;
 /// Most pages of one volume (2^40: 8 PiB at 8 KiB pages). Volumes are
 /// thin-provisioned, so this bounds arithmetic, not what is stored.
 pub const MAX_VOLUME_PAGES: u64 = 1 << 40;
+/// Largest page of a volume: a volume's pages are its members' device
+/// pages, and no device geometry has larger ones
+/// (`quarry_geometry::MAX_PAGE_SIZE_BYTES`, which `quarry-volume`'s tests
+/// check this against). A view sizes a read's buffer by the page size a
+/// node's answer names, so a bound here bounds that buffer.
+pub const MAX_VOLUME_PAGE_SIZE_BYTES: u32 = 64 * 1024;
 
 /// What every member of a volume stores about it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,9 +85,12 @@ impl VolumeDef {
                 reason: format!("volume id {} is outside 1..={MAX_VOLUME_ID}", self.id),
             });
         }
-        if self.page_size_bytes == 0 {
+        if self.page_size_bytes == 0 || self.page_size_bytes > MAX_VOLUME_PAGE_SIZE_BYTES {
             return Err(BlockVolumeError::InvalidSize {
-                reason: "a page size of 0 bytes".into(),
+                reason: format!(
+                    "a page size of {} bytes, not in 1..={MAX_VOLUME_PAGE_SIZE_BYTES}",
+                    self.page_size_bytes
+                ),
             });
         }
         if self.size_pages == 0 || self.size_pages > MAX_VOLUME_PAGES {

@@ -42,7 +42,7 @@ use quarry_proto::NodeId;
 pub use def::{
     member_pages, runs, stripe, validate_members, validate_name, NodeSpace, Run, VolumeDef,
     MAX_VOLUMES_PER_NODE, MAX_VOLUME_ID, MAX_VOLUME_MEMBERS, MAX_VOLUME_NAME_BYTES,
-    MAX_VOLUME_PAGES, VOLUME_SPACE_BASE,
+    MAX_VOLUME_PAGES, MAX_VOLUME_PAGE_SIZE_BYTES, VOLUME_SPACE_BASE,
 };
 pub use error::BlockVolumeError;
 pub use view::{

@@ -1,0 +1,82 @@
+//! The largest single allocation a thread made since it last asked: a
+//! decoder that trusts a claimed length or count allocates for it before
+//! it finds the bytes missing, which this sees even when the allocation
+//! succeeds. A decoder property test installs [`LargestAlloc`] as its test
+//! binary's global allocator and runs each decode in
+//! [`largest_alloc_bytes`] (each proptest case runs on one thread):
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static ALLOC: quarry_testkit::alloc::LargestAlloc = quarry_testkit::alloc::LargestAlloc;
+//! ```
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+/// The system allocator, noting each thread's largest allocation.
+pub struct LargestAlloc;
+
+thread_local! {
+    static LARGEST_BYTES: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size_bytes: usize) {
+    // `try_with`: the slot may be gone while the thread is being torn down.
+    let _ = LARGEST_BYTES.try_with(|l| l.set(l.get().max(size_bytes)));
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged; the
+// wrapper only records sizes in a thread-local cell, which allocates nothing.
+unsafe impl GlobalAlloc for LargestAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: the caller's contract for `layout` is passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        // SAFETY: as for `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` through this wrapper with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        // SAFETY: as for `dealloc`; `new_size` is the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// Runs `f` and returns its value with the largest single allocation, in
+/// bytes, this thread made while it ran. Panics if [`LargestAlloc`] is not
+/// the global allocator (every figure would be 0: a test that cannot fail).
+pub fn largest_alloc_bytes<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    LARGEST_BYTES.with(|l| l.set(0));
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(64)));
+    assert!(
+        LARGEST_BYTES.with(Cell::get) >= 64,
+        "quarry_testkit::alloc::LargestAlloc is not this test binary's global allocator"
+    );
+    LARGEST_BYTES.with(|l| l.set(0));
+    let value = f();
+    (value, LARGEST_BYTES.with(Cell::get))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[global_allocator]
+    static ALLOC: LargestAlloc = LargestAlloc;
+
+    #[test]
+    fn the_watch_sees_one_large_allocation_and_forgets_it_after() {
+        let (v, largest) = largest_alloc_bytes(|| vec![0u8; 1 << 20]);
+        assert_eq!(v.len(), 1 << 20);
+        assert!(largest >= 1 << 20, "{largest}");
+        let ((), largest) = largest_alloc_bytes(|| drop(std::hint::black_box(vec![1u8; 100])));
+        assert!((100..1 << 20).contains(&largest), "{largest}");
+    }
+}
