@@ -5,9 +5,16 @@
 //! binary's global allocator and runs each decode in
 //! [`largest_alloc_bytes`] (each proptest case runs on one thread):
 //!
-//! ```ignore
+//! ```
 //! #[global_allocator]
 //! static ALLOC: quarry_testkit::alloc::LargestAlloc = quarry_testkit::alloc::LargestAlloc;
+//!
+//! fn main() {
+//!     let (bytes, largest) =
+//!         quarry_testkit::alloc::largest_alloc_bytes(|| vec![0u8; 10_000]);
+//!     assert_eq!(bytes.len(), 10_000);
+//!     assert!(largest >= 10_000);
+//! }
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
