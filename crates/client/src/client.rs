@@ -52,13 +52,31 @@ impl Client {
 
     /// Connects to the first member of `cluster` that answers, in file order;
     /// the error lists every address tried and why it failed.
+    ///
+    /// The members are the file's and every member the entry node names
+    /// (`Request::Cluster`): a file that lists only some nodes (a seed
+    /// address) must not compute placement over those alone, or every
+    /// object it puts lands where no other client looks for it. A member
+    /// the file lists stays one while it is down.
     pub async fn connect_cluster(cluster: &ClusterFile) -> Result<Client, ClientError> {
         let mut tried = Vec::new();
         for node in &cluster.nodes {
             match Client::connect(&node.addr).await {
                 Ok(client) => {
-                    return Ok(client
-                        .with_member_addrs(cluster.nodes.iter().map(|n| (n.id, n.addr.clone()))))
+                    let mut members: Vec<(NodeId, String)> = cluster
+                        .nodes
+                        .iter()
+                        .map(|n| (n.id, n.addr.clone()))
+                        .collect();
+                    // An entry node that cannot say leaves the file's list.
+                    if let Ok(named) = client.cluster().await {
+                        for m in named {
+                            if !members.iter().any(|(id, _)| *id == m.id) {
+                                members.push((m.id, m.addr));
+                            }
+                        }
+                    }
+                    return Ok(client.with_member_addrs(members));
                 }
                 Err(e) => tried.push(format!("node {} at {}: {e}", node.id, node.addr)),
             }

@@ -442,3 +442,61 @@ async fn a_client_keeps_working_after_its_entry_node_restarts() {
         &after[..]
     );
 }
+
+/// A cluster file that names only one node (a seed address) still gives
+/// placement over every member: what its client puts, a client of the
+/// whole file finds, and the other way round. Placement over the file's
+/// one node put every chunk there, where no other client looks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_file_naming_one_node_places_over_every_member() {
+    use quarry_client::{ClusterFile, ClusterNode};
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = cluster_with(dir.path(), &[geometry(); 4], StorageMode::Managed).await;
+    let entry = |id: u16| ClusterNode {
+        id,
+        addr: nodes[usize::from(id)].local_addr().to_string(),
+        config: None,
+        log: None,
+        pid: None,
+    };
+    let seed = ClusterFile {
+        nodes: vec![entry(2)],
+    };
+    let whole = ClusterFile {
+        nodes: (0..4).map(entry).collect(),
+    };
+    let by_seed = Client::connect_cluster(&seed)
+        .await
+        .unwrap()
+        .objects()
+        .await
+        .unwrap();
+    let by_file = Client::connect_cluster(&whole)
+        .await
+        .unwrap()
+        .objects()
+        .await
+        .unwrap();
+    assert_eq!(by_seed.placement().members(), &[0, 1, 2, 3]);
+    assert_eq!(by_seed.placement().members(), by_file.placement().members());
+    let bucket = BucketName::new("seeded").unwrap();
+    by_seed
+        .create_bucket(&bucket, Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    let (one, other) = (bytes(60_000, 31), bytes(60_000, 32));
+    let (k1, k2) = (
+        ObjectKey::new("one").unwrap(),
+        ObjectKey::new("other").unwrap(),
+    );
+    by_seed
+        .put(&bucket, &k1, &one[..], Condition::Always)
+        .await
+        .unwrap();
+    by_file
+        .put(&bucket, &k2, &other[..], Condition::Always)
+        .await
+        .unwrap();
+    assert_eq!(&by_file.get(&bucket, &k1).await.unwrap().1[..], &one[..]);
+    assert_eq!(&by_seed.get(&bucket, &k2).await.unwrap().1[..], &other[..]);
+}
