@@ -18,7 +18,7 @@ use quarry_kernels_api::{
     LineBlock, LineRun, MatchLine, Outcome, Output, OutputPiece, RmwBatch, RmwOp, Target,
     TargetOutput, WcLocale, WcOutput, WcSpec,
 };
-use quarry_testkit::alloc::{largest_alloc_bytes, LargestAlloc};
+use quarry_testkit::{largest_alloc_bytes, LargestAlloc};
 
 #[global_allocator]
 static ALLOC: LargestAlloc = LargestAlloc;

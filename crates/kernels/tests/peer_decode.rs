@@ -13,7 +13,7 @@ use quarry_kernels::{
     compile, decode, encode, ComputeAnswer, ComputeCall, GrepSpec, GrepSyntax, KernelSpec,
     LocalAnswer, LocalRun, Resume, Segment, Source, WcLocale, WcSpec,
 };
-use quarry_testkit::alloc::{largest_alloc_bytes, LargestAlloc};
+use quarry_testkit::{largest_alloc_bytes, LargestAlloc};
 
 #[global_allocator]
 static ALLOC: LargestAlloc = LargestAlloc;

@@ -17,7 +17,7 @@ use quarry_store::{
     MemChunkStore, MemTableStore, NodeId, NodeStore, ObjectKey, RemoteNode, Result, StoreError,
     StoreNode, StoreTransport,
 };
-use quarry_testkit::alloc::{largest_alloc_bytes, LargestAlloc};
+use quarry_testkit::{largest_alloc_bytes, LargestAlloc};
 
 #[global_allocator]
 static ALLOC: LargestAlloc = LargestAlloc;

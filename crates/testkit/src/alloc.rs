@@ -7,11 +7,11 @@
 //!
 //! ```
 //! #[global_allocator]
-//! static ALLOC: quarry_testkit::alloc::LargestAlloc = quarry_testkit::alloc::LargestAlloc;
+//! static ALLOC: quarry_testkit::LargestAlloc = quarry_testkit::LargestAlloc;
 //!
 //! fn main() {
 //!     let (bytes, largest) =
-//!         quarry_testkit::alloc::largest_alloc_bytes(|| vec![0u8; 10_000]);
+//!         quarry_testkit::largest_alloc_bytes(|| vec![0u8; 10_000]);
 //!     assert_eq!(bytes.len(), 10_000);
 //!     assert!(largest >= 10_000);
 //! }
@@ -64,7 +64,7 @@ pub fn largest_alloc_bytes<T>(f: impl FnOnce() -> T) -> (T, usize) {
     drop(std::hint::black_box(Vec::<u8>::with_capacity(64)));
     assert!(
         LARGEST_BYTES.with(Cell::get) >= 64,
-        "quarry_testkit::alloc::LargestAlloc is not this test binary's global allocator"
+        "quarry_testkit::LargestAlloc is not this test binary's global allocator"
     );
     LARGEST_BYTES.with(|l| l.set(0));
     let value = f();

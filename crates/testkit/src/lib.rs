@@ -7,8 +7,29 @@
 //! [`ALLOW_MISSING_VAR`]`=1`: then a test whose need is missing prints that
 //! it was skipped by that choice and returns. Wherever `CI` is set (to
 //! anything) the opt-out is ignored: in CI a missing need always fails.
+//! It also holds [`LargestAlloc`], the allocator the decoder property tests
+//! watch allocations with.
+//!
+//! ```
+//! use std::ffi::OsStr;
+//! use quarry_testkit::{decide, Missing};
+//!
+//! // Nobody opted out: a missing need fails the test.
+//! assert_eq!(decide(None, None), Missing::Fail);
+//! // A developer opted out on their own machine: the test returns.
+//! assert_eq!(decide(None, Some(OsStr::new("1"))), Missing::SkipByChoice);
+//! // In CI the opt-out is ignored.
+//! assert_eq!(
+//!     decide(Some(OsStr::new("true")), Some(OsStr::new("1"))),
+//!     Missing::FailOptOutIgnoredInCi
+//! );
+//! ```
 
-pub mod alloc;
+#![deny(missing_docs)]
+
+mod alloc;
+
+pub use alloc::{largest_alloc_bytes, LargestAlloc};
 
 use std::ffi::OsStr;
 use std::fmt::Display;

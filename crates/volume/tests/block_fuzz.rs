@@ -19,7 +19,7 @@ use bytes::Bytes;
 use common::{open, quiet, small};
 use proptest::prelude::*;
 use quarry_device::BackendKind;
-use quarry_testkit::alloc::{largest_alloc_bytes, LargestAlloc};
+use quarry_testkit::{largest_alloc_bytes, LargestAlloc};
 use quarry_volume::{
     serve_volume_call, BlockVolumeError, BlockVolumes, LogicalPage, SpaceManager, VolumeRegistry,
     VolumeTransport, MAX_VOLUME_PAGE_SIZE_BYTES,

@@ -8,7 +8,7 @@
 //! claimed count or length far beyond the bytes present is refused at once.
 
 use proptest::prelude::*;
-use quarry_testkit::alloc::{largest_alloc_bytes, LargestAlloc};
+use quarry_testkit::{largest_alloc_bytes, LargestAlloc};
 
 use super::*;
 
