@@ -18,7 +18,7 @@ use quarry_kernels_api::{
     LineBlock, LineRun, MatchLine, Outcome, Output, OutputPiece, RmwBatch, RmwOp, Target,
     TargetOutput, WcLocale, WcOutput, WcSpec,
 };
-use quarry_testkit::{largest_alloc_bytes, LargestAlloc};
+use quarry_testkit::LargestAlloc;
 
 #[global_allocator]
 static ALLOC: LargestAlloc = LargestAlloc;
@@ -171,23 +171,13 @@ impl Message {
         where
             T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
         {
-            let (got, largest) = largest_alloc_bytes(|| decode::<T>(what, bytes));
-            assert!(
-                largest <= ALLOC_LIMIT_BYTES,
-                "{what} of {} bytes made an allocation of {largest} bytes",
-                bytes.len()
-            );
-            match got {
-                Ok(value) => {
-                    let back: T = decode(what, &encode(&value)).expect("re-encoded");
-                    assert_eq!(back, value);
-                    true
-                }
-                Err(e) => {
-                    assert!(e.to_string().contains(what), "{e}");
-                    false
-                }
-            }
+            quarry_testkit::decode_checked(
+                what,
+                bytes,
+                ALLOC_LIMIT_BYTES,
+                |b| decode::<T>(what, b),
+                |v| encode(v),
+            )
         }
         check_answer(bytes);
         match self {

@@ -13,7 +13,7 @@ use quarry_kernels::{
     compile, decode, encode, ComputeAnswer, ComputeCall, GrepSpec, GrepSyntax, KernelSpec,
     LocalAnswer, LocalRun, Resume, Segment, Source, WcLocale, WcSpec,
 };
-use quarry_testkit::{largest_alloc_bytes, LargestAlloc};
+use quarry_testkit::LargestAlloc;
 
 #[global_allocator]
 static ALLOC: LargestAlloc = LargestAlloc;
@@ -114,23 +114,13 @@ fn decode_checked<T>(what: &str, bytes: &[u8]) -> bool
 where
     T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
 {
-    let (got, largest) = largest_alloc_bytes(|| decode::<T>(what, bytes));
-    assert!(
-        largest <= ALLOC_LIMIT_BYTES,
-        "{what} of {} bytes made an allocation of {largest} bytes",
-        bytes.len()
-    );
-    match got {
-        Ok(value) => {
-            let back: T = decode(what, &encode(&value)).expect("re-encoded");
-            assert_eq!(back, value);
-            true
-        }
-        Err(e) => {
-            assert!(e.to_string().contains(what), "{e}");
-            false
-        }
-    }
+    quarry_testkit::decode_checked(
+        what,
+        bytes,
+        ALLOC_LIMIT_BYTES,
+        |b| decode::<T>(what, b),
+        |v| encode(v),
+    )
 }
 
 fn both(run: &ComputeCall, answer: &ComputeAnswer) -> [(bool, Vec<u8>); 2] {

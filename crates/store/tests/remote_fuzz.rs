@@ -53,16 +53,7 @@ struct Fixture {
 }
 
 fn bytes(len: usize, seed: u64) -> Bytes {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
+    quarry_testkit::noise_bytes(len, seed).into()
 }
 
 fn manifest(b: &BucketName, k: &ObjectKey, chunks: &[&[u8]]) -> Manifest {

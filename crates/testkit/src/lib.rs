@@ -219,6 +219,56 @@ pub fn require_root(purpose: &str) -> bool {
     )
 }
 
+/// `len` pseudo-random bytes from `seed` (xorshift64): the same bytes for
+/// the same seed, so a test that fails on them fails again.
+pub fn noise_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Decodes `bytes` with `decode` while watching its largest allocation,
+/// which must stay within `limit_bytes` (the test binary's global
+/// allocator must be [`LargestAlloc`]). A value must come back unchanged
+/// through `encode` and `decode`; an error must name `what`. Returns
+/// whether `bytes` decoded.
+pub fn decode_checked<T, E>(
+    what: &str,
+    bytes: &[u8],
+    limit_bytes: usize,
+    decode: impl Fn(&[u8]) -> Result<T, E>,
+    encode: impl Fn(&T) -> Vec<u8>,
+) -> bool
+where
+    T: PartialEq + std::fmt::Debug,
+    E: Display,
+{
+    let (got, largest) = largest_alloc_bytes(|| decode(bytes));
+    assert!(
+        largest <= limit_bytes,
+        "{what} of {} bytes made an allocation of {largest} bytes",
+        bytes.len()
+    );
+    match got {
+        Ok(value) => {
+            let back = decode(&encode(&value))
+                .unwrap_or_else(|e| panic!("{what} did not decode once re-encoded: {e}"));
+            assert_eq!(back, value);
+            true
+        }
+        Err(e) => {
+            assert!(e.to_string().contains(what), "{e}");
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
