@@ -24,15 +24,7 @@ fn geometry() -> Geometry {
 }
 
 fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    quarry_testkit::noise_bytes(len, seed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -600,16 +600,16 @@ const PIECE_BYTES_MIN: usize = 2048;
 
 /// A frame's header and fields, its body length set to what follows them
 /// in `tail`; the tail's payloads are not copied.
-fn pieces_with_tail(
+fn pieces_with_tail<'a>(
     header: FrameHeader,
     fields: impl FnOnce(&mut BytesMut),
-    tail: &[&Bytes],
+    tail: impl IntoIterator<Item = &'a Bytes> + Clone,
 ) -> Result<Vec<Bytes>, ProtoError> {
     let mut head = BytesMut::with_capacity(64);
     header.put(&mut head);
     fields(&mut head);
     let body_len_bytes =
-        head.len() - HEADER_LEN_BYTES + tail.iter().map(|t| t.len()).sum::<usize>();
+        head.len() - HEADER_LEN_BYTES + tail.clone().into_iter().map(Bytes::len).sum::<usize>();
     if body_len_bytes > MAX_BODY_BYTES as usize {
         return Err(ProtoError::BodyTooLarge {
             body_len_bytes: body_len_bytes as u64,
@@ -618,15 +618,14 @@ fn pieces_with_tail(
     }
     head[12..16].copy_from_slice(&(body_len_bytes as u32).to_be_bytes());
     let mut pieces = vec![head.freeze()];
-    pieces.extend(tail.iter().filter(|t| !t.is_empty()).map(|t| (*t).clone()));
+    pieces.extend(tail.into_iter().filter(|t| !t.is_empty()).cloned());
     Ok(pieces)
 }
 
 /// A [`Response::Reply`] whose body is `body` joined, as pieces whose
 /// concatenation is the frame, the body's pieces not copied.
 pub(crate) fn encode_reply_pieces(tag: Tag, body: &[Bytes]) -> Result<Vec<Bytes>, ProtoError> {
-    let tail: Vec<&Bytes> = body.iter().collect();
-    pieces_with_tail(FrameHeader::new(opcode::REPLY, 0, 0, tag), |_| {}, &tail)
+    pieces_with_tail(FrameHeader::new(opcode::REPLY, 0, 0, tag), |_| {}, body)
 }
 
 /// [`encode_request`] as pieces whose concatenation is the frame: a call's
@@ -647,7 +646,7 @@ pub fn encode_request_pieces(
                 dst.put_u8(call.service as u8);
                 dst.put_u8(u8::from(call.idempotent));
             },
-            &[&call.body],
+            [&call.body],
         ),
         Request::ProgramPage { addr, data, oob } if data.len() >= PIECE_BYTES_MIN => {
             check_page_parts(data.len(), oob.len())?;
@@ -658,7 +657,7 @@ pub fn encode_request_pieces(
                     dst.put_u32(data.len() as u32);
                     dst.put_u32(oob.len() as u32);
                 },
-                &[data, oob],
+                [data, oob],
             )
         }
         _ => {
@@ -696,7 +695,7 @@ pub(crate) fn has_payload_piece_request(request: &Request) -> bool {
 pub fn encode_response_pieces(tag: Tag, response: &Response) -> Result<Vec<Bytes>, ProtoError> {
     match response {
         Response::Reply(body) if body.len() >= PIECE_BYTES_MIN => {
-            pieces_with_tail(FrameHeader::new(opcode::REPLY, 0, 0, tag), |_| {}, &[body])
+            pieces_with_tail(FrameHeader::new(opcode::REPLY, 0, 0, tag), |_| {}, [body])
         }
         Response::Page {
             data,
@@ -713,7 +712,7 @@ pub fn encode_response_pieces(tag: Tag, response: &Response) -> Result<Vec<Bytes
                     dst.put_u32(data.len() as u32);
                     dst.put_u32(oob.len() as u32);
                 },
-                &[data, oob],
+                [data, oob],
             )
         }
         _ => {

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use quarry_volume::{LogicalPage, SpaceManager, TaggedPage};
 
 use super::{paginate, trim_pages, u32_at, u64_at, volume_error};
@@ -805,17 +805,8 @@ impl Inner {
         check: ChunkCheck,
     ) -> Result<Bytes> {
         let pieces = self.read_pieces(fingerprint, location, len, check).await?;
-        Ok(match pieces.as_slice() {
-            // The chunk lies on one page: no copy.
-            [one] => one.clone(),
-            _ => {
-                let mut joined = BytesMut::with_capacity(len as usize);
-                for piece in &pieces {
-                    joined.extend_from_slice(piece);
-                }
-                joined.freeze()
-            }
-        })
+        // A chunk on one page comes back as that page's slice, no copy.
+        Ok(quarry_proto::join_pieces(&pieces))
     }
 
     /// The first `len` bytes of the chunk, as [`Self::pieces`], once the
