@@ -44,6 +44,16 @@ pub struct DeviceConfig {
     /// cluster made with room to grow must not take that room up front.
     #[serde(default)]
     pub preallocate: Option<bool>,
+    /// Acknowledge a program only once it is on the medium: an
+    /// `fdatasync` of the backing file, shared by the programs that
+    /// completed before it started (group commit), so that an acknowledged
+    /// page survives a power loss. Default true for `file`; false for
+    /// `nand`, whose backing file only holds the emulated chip's contents
+    /// and whose timing model would otherwise carry the host disk's flush
+    /// latency. Off, a power loss may lose acknowledged pages (a process
+    /// crash still loses none: they are in the host's page cache).
+    #[serde(default)]
+    pub sync_writes: Option<bool>,
     /// Seed for the `nand` backend's bit-error and bad-block model.
     #[serde(default)]
     pub seed: Option<u64>,

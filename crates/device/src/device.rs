@@ -14,6 +14,7 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::buf::{AlignedBuf, BufPool, PooledBuf};
 use crate::ecc::{Ecc, Header, SlotLayout};
+use crate::flush::Flusher;
 use crate::io::IoEngine;
 use crate::meta::{self, BlockMeta, Snapshot, FLAG_BAD, FLAG_FACTORY_BAD};
 use crate::nand::{spin_until, NandOp, NandScheduler, NandTiming, OpKind, SplitMix};
@@ -171,6 +172,8 @@ pub struct Device {
     ecc: Ecc,
     blocks: Vec<Mutex<BlockState>>,
     store: Store,
+    /// Makes programs durable before they are acknowledged (`sync_writes`).
+    flusher: Option<Flusher>,
     backing_path: Option<PathBuf>,
     meta_path: Option<PathBuf>,
     meta_lock: tokio::sync::Mutex<()>,
@@ -599,6 +602,7 @@ impl Device {
         let mut backing_path = None;
         let mut direct_io = false;
         let mut allocated = false;
+        let mut flusher = None;
         let ecc = Ecc::with_correction(layout.clone(), config.ecc == crate::EccMode::Rs);
 
         let store = match config.backend {
@@ -625,6 +629,10 @@ impl Device {
                 direct_io = backing.direct;
                 allocated = backing.allocated;
                 let file = Arc::new(backing.file);
+                let sync_default = config.backend == BackendKind::File;
+                if config.sync_writes.unwrap_or(sync_default) {
+                    flusher = Some(Flusher::new(Arc::clone(&file)));
+                }
                 let timing = nand_timing_of(config, &options, &layout)?;
                 restore_blocks(
                     snapshot,
@@ -656,6 +664,7 @@ impl Device {
             ecc,
             blocks: blocks.into_iter().map(Mutex::new).collect(),
             store,
+            flusher,
             backing_path,
             meta_path,
             meta_lock: tokio::sync::Mutex::new(()),
@@ -1423,7 +1432,8 @@ impl Device {
                     .unwrap_or_else(|e| e.into_inner())
                     .submit_write(offset, buf);
                 let (_, res) = fut.wait().await;
-                res.map_err(map)
+                res.map_err(map)?;
+                self.flush_programs(&what).await
             }
             Store::Nand {
                 file,
@@ -1441,9 +1451,32 @@ impl Device {
                         .await?;
                 }
                 spin_until(end);
-                Ok(())
+                self.flush_programs(&what).await
             }
         }
+    }
+
+    /// With `sync_writes`, waits until the programs completed so far are on
+    /// the medium (one shared `fdatasync`).
+    async fn flush_programs(&self, what: &(dyn Fn() -> String + Sync)) -> Result<(), DeviceError> {
+        let Some(flusher) = &self.flusher else {
+            return Ok(());
+        };
+        flusher
+            .flush()
+            .await
+            .map_err(|e| io_err(format!("flushing the backing file after {}", what()), e))
+    }
+
+    /// Whether a program is acknowledged only once it is on the medium
+    /// (`sync_writes`).
+    pub fn syncs_writes(&self) -> bool {
+        self.flusher.is_some()
+    }
+
+    /// `fdatasync` calls made for programs since the device opened.
+    pub fn flushes(&self) -> u64 {
+        self.flusher.as_ref().map_or(0, Flusher::flushes)
     }
 
     /// Erases one block.

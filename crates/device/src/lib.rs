@@ -36,6 +36,7 @@ mod config;
 mod device;
 mod ecc;
 mod error;
+mod flush;
 mod io;
 mod meta;
 mod nand;

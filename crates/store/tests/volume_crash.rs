@@ -1,6 +1,9 @@
-//! The store's kill -9 test: `store-crash-writer` puts and deletes objects
-//! through a volume-backed node on a file device and is killed with SIGKILL
-//! at random points, 10 times. After each kill the test reopens the node
+//! The store's kill -9 and power-loss tests: `store-crash-writer` puts and
+//! deletes objects through a volume-backed node on a file device and is
+//! killed with SIGKILL at random points, 10 times (20 with a power loss
+//! after each kill: the writer then runs with O_DIRECT on a crashfs mount,
+//! which drops all it did not sync, or a seeded random half of it page by
+//! page). After each kill the test reopens the node
 //! and checks every object: it holds its last acknowledged content, or that
 //! of the one operation on it that had started and not been acknowledged,
 //! byte for byte; after the orphan collector, every chunk count equals the
@@ -16,10 +19,12 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::*;
+use quarry_crashfs::{CrashFs, PowerLoss};
 use quarry_device::BackendKind;
 use quarry_store::{open_volume_node, BucketName, ObjectKey, ObjectStore, StoreError};
 
-const ROUNDS: u64 = 10;
+const KILL_ROUNDS: u64 = 10;
+const POWER_LOSS_ROUNDS: u64 = 20;
 const KEYS: u64 = 12;
 /// As `store-crash-writer` has them ("small" puts objects of one chunk,
 /// kept with their manifests in one step).
@@ -48,10 +53,31 @@ fn parse(line: &str) -> Option<(bool, String, String, State)> {
 }
 
 #[test]
-#[allow(clippy::too_many_lines)] // one scenario, step by step
 fn kill_9_while_putting_and_deleting_objects_10_times() {
-    let exe = env!("CARGO_BIN_EXE_store-crash-writer");
     let dir = tempfile::tempdir().unwrap();
+    kill_rounds(dir.path(), None, KILL_ROUNDS);
+}
+
+#[test]
+fn power_loss_while_putting_and_deleting_objects_20_times() {
+    if !quarry_testkit::require_fuse() {
+        return;
+    }
+    let backing = tempfile::tempdir().unwrap();
+    let mountpoint = tempfile::tempdir().unwrap();
+    let fs = CrashFs::mount(backing.path(), mountpoint.path()).expect("mount crashfs");
+    kill_rounds(mountpoint.path(), Some(&fs), POWER_LOSS_ROUNDS);
+    fs.unmount().expect("unmount crashfs");
+}
+
+/// Runs the writer and kills it `rounds` times in `dir`; with `power`, each
+/// kill is followed by a power loss (all unsynced state lost in even rounds,
+/// a seeded half kept in odd ones) and the writer uses O_DIRECT.
+#[allow(clippy::too_many_lines)] // one scenario, step by step
+fn kill_rounds(dir: &std::path::Path, power: Option<&CrashFs>, rounds: u64) {
+    let exe = env!("CARGO_BIN_EXE_store-crash-writer");
+    let direct = if power.is_some() { "direct" } else { "buffered" };
+    let mut lost_pages = 0u64;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -67,10 +93,11 @@ fn kill_9_while_putting_and_deleting_objects_10_times() {
         (0u64, 0u64, 0u64, 0u64);
     let (mut erase_count_max, mut snapshots_seen) = (0, 0);
     let started = Instant::now();
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let mut child = Command::new(exe)
-            .arg(dir.path())
+            .arg(dir)
             .arg(round.to_string())
+            .arg(direct)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -123,6 +150,17 @@ fn kill_9_while_putting_and_deleting_objects_10_times() {
         child.wait().unwrap();
         reader.join().unwrap();
         lines.extend(rx.try_iter());
+        if let Some(fs) = power {
+            let loss = if round % 2 == 0 {
+                PowerLoss::DropAll
+            } else {
+                PowerLoss::KeepSome {
+                    seed: round,
+                    keep_per_mille: 500,
+                }
+            };
+            lost_pages += fs.power_loss(loss).expect("power loss").pages_dropped;
+        }
 
         // What the writer was told, and what was still in flight.
         let mut pending: HashMap<(String, String), State> = HashMap::new();
@@ -149,7 +187,7 @@ fn kill_9_while_putting_and_deleting_objects_10_times() {
         }
 
         runtime.block_on(async {
-            let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+            let (volume, device) = open_volume(BackendKind::File, dir, quiet()).await;
             let vs = volume.stats();
             assert_eq!(vs.pages_lost_at_open, 0);
             erase_count_max = vs.erase_count_max;
@@ -222,7 +260,8 @@ fn kill_9_while_putting_and_deleting_objects_10_times() {
         });
     }
     eprintln!(
-        "{ROUNDS} kills, {acked_total} acknowledged operations, {in_flight_seen} unacknowledged \
+        "{rounds} kills ({direct}), {lost_pages} unsynced 4 KiB pages lost at power losses, \
+         {acked_total} acknowledged operations, {in_flight_seen} unacknowledged \
          ones found applied, {orphan_extents} unnamed extents trimmed at open, {lowered} chunk \
          counts lowered by the collector, {snapshots_seen} reopens from a snapshot, most \
          erases of a block {erase_count_max}, {:.1} s",

@@ -13,8 +13,9 @@
 //! ```
 //!
 //! Each (bucket, key) belongs to one task, so at most one operation on it is
-//! in flight. Usage: `store-crash-writer DIR ROUND`. The test kills it with
-//! SIGKILL.
+//! in flight. Usage: `store-crash-writer DIR ROUND direct|buffered` (the
+//! backing file opened with O_DIRECT or through the page cache). The test
+//! kills it with SIGKILL.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -24,11 +25,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::{content, Rng};
-use quarry_device::BackendKind;
+use quarry_device::{BackendKind, Device, DeviceConfig};
 use quarry_store::{
     open_volume_node, BucketName, Chunking, Condition, ObjectKey, ObjectStore, StoreError,
 };
-use quarry_volume::VolumeConfig;
+use quarry_volume::{SpaceManager, VolumeConfig};
 
 /// Keys per bucket; key i belongs to task i % TASKS.
 const KEYS: u64 = 12;
@@ -51,8 +52,8 @@ fn say(line: String) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 3 {
-        eprintln!("usage: store-crash-writer DIR ROUND");
+    if args.len() != 4 || !["direct", "buffered"].contains(&args[3].as_str()) {
+        eprintln!("usage: store-crash-writer DIR ROUND direct|buffered");
         std::process::exit(2);
     }
     let dir = PathBuf::from(&args[1]);
@@ -61,7 +62,16 @@ async fn main() {
         checkpoint_interval_pages: 200,
         ..VolumeConfig::default()
     };
-    let (volume, _) = common::open_volume(BackendKind::File, &dir, config).await;
+    let device_config = DeviceConfig {
+        direct_io: Some(args[3] == "direct"),
+        ..common::device_config(BackendKind::File, common::geometry())
+    };
+    let device = Arc::new(Device::open(&device_config, &dir).expect("open device"));
+    let volume = Arc::new(
+        SpaceManager::open(device, config, &dir)
+            .await
+            .expect("open space manager"),
+    );
     let (node, _) = open_volume_node(1, volume, &common::store_config())
         .await
         .expect("open the node");

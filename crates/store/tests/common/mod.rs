@@ -30,15 +30,19 @@ pub fn open_device(backend: BackendKind, dir: &Path) -> Arc<Device> {
     open_device_with(backend, dir, geometry())
 }
 
-pub fn open_device_with(backend: BackendKind, dir: &Path, geometry: Geometry) -> Arc<Device> {
-    let config = DeviceConfig {
+/// The tests' device: through the page cache, seeded.
+pub fn device_config(backend: BackendKind, geometry: Geometry) -> DeviceConfig {
+    DeviceConfig {
         backend,
         geometry: Some(geometry),
         direct_io: Some(false),
         seed: Some(7),
         ..DeviceConfig::default()
-    };
-    Arc::new(Device::open(&config, dir).expect("open device"))
+    }
+}
+
+pub fn open_device_with(backend: BackendKind, dir: &Path, geometry: Geometry) -> Arc<Device> {
+    Arc::new(Device::open(&device_config(backend, geometry), dir).expect("open device"))
 }
 
 /// A device and a space manager over it in `dir`.

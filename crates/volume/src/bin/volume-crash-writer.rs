@@ -11,7 +11,9 @@
 //! A T <index> <version>
 //! ```
 //!
-//! Usage: `volume-crash-writer DIR ROUND`. The test kills it with SIGKILL.
+//! Usage: `volume-crash-writer DIR ROUND direct|buffered` (the backing
+//! file opened with O_DIRECT or through the page cache). The test kills it
+//! with SIGKILL.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -21,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::{content, Rng};
-use quarry_device::BackendKind;
+use quarry_device::{BackendKind, Device, DeviceConfig};
 use quarry_volume::{LogicalPage, SpaceManager, VolumeConfig};
 
 /// Logical pages the load touches (space 1, indices below this).
@@ -40,13 +42,17 @@ fn say(line: String) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 3 {
-        eprintln!("usage: volume-crash-writer DIR ROUND");
+    if args.len() != 4 || !["direct", "buffered"].contains(&args[3].as_str()) {
+        eprintln!("usage: volume-crash-writer DIR ROUND direct|buffered");
         std::process::exit(2);
     }
     let dir = PathBuf::from(&args[1]);
     let round: u64 = args[2].parse().expect("ROUND is a number");
-    let device = common::open_device(BackendKind::File, common::crash_geometry(), &dir);
+    let device_config = DeviceConfig {
+        direct_io: Some(args[3] == "direct"),
+        ..common::device_config(BackendKind::File, common::crash_geometry())
+    };
+    let device = Arc::new(Device::open(&device_config, &dir).expect("open device"));
     let config = VolumeConfig {
         checkpoint_interval_pages: 200,
         ..VolumeConfig::default()
