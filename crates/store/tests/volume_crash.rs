@@ -13,14 +13,15 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{mpsc, Arc};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use quarry_crashfs::{CrashFs, PowerLoss};
 use quarry_device::BackendKind;
+use quarry_testkit::run_then_kill;
 use quarry_store::{open_volume_node, BucketName, ObjectKey, ObjectStore, StoreError};
 
 const KILL_ROUNDS: u64 = 10;
@@ -74,9 +75,9 @@ fn power_loss_while_putting_and_deleting_objects_20_times() {
 /// kill is followed by a power loss (all unsynced state lost in even rounds,
 /// a seeded half kept in odd ones) and the writer uses O_DIRECT.
 #[allow(clippy::too_many_lines)] // one scenario, step by step
-fn kill_rounds(dir: &std::path::Path, power: Option<&CrashFs>, rounds: u64) {
+fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64) {
     let exe = env!("CARGO_BIN_EXE_store-crash-writer");
-    let direct = if power.is_some() { "direct" } else { "buffered" };
+    let mode = if power.is_some() { "direct" } else { "buffered" };
     let mut lost_pages = 0u64;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -94,62 +95,17 @@ fn kill_rounds(dir: &std::path::Path, power: Option<&CrashFs>, rounds: u64) {
     let (mut erase_count_max, mut snapshots_seen) = (0, 0);
     let started = Instant::now();
     for round in 0..rounds {
-        let mut child = Command::new(exe)
-            .arg(dir)
-            .arg(round.to_string())
-            .arg(direct)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn store-crash-writer");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            loop {
-                let mut line = String::new();
-                match r.read_line(&mut line) {
-                    Ok(0) | Err(_) => return,
-                    // A line cut by the kill has no newline: dropped.
-                    Ok(_) if line.ends_with('\n') => {
-                        if tx.send(line.trim_end().to_string()).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => return,
-                }
-            }
-        });
         // Every fifth round is killed early, maybe while still recovering.
         let early = round % 5 == 4;
-        let target = if early { 0 } else { 50 + rng.below(300) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut lines = Vec::new();
-        let mut ready = early;
-        let mut acks = 0;
-        while (!ready || acks < target) && Instant::now() < deadline {
-            match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(line) => {
-                    ready |= line == "READY";
-                    acks += u64::from(line.starts_with("A "));
-                    lines.push(line);
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!("round {round}: the writer exited early: {:?}", child.wait())
-                }
-            }
-        }
-        assert!(ready && acks >= target, "round {round}: writer too slow");
-        std::thread::sleep(Duration::from_millis(rng.below(if early {
-            60
-        } else {
-            10
-        })));
-        child.kill().expect("SIGKILL");
-        child.wait().unwrap();
-        reader.join().unwrap();
-        lines.extend(rx.try_iter());
+        let acks = if early { 0 } else { 50 + rng.below(300) };
+        let then = Duration::from_millis(rng.below(if early { 60 } else { 10 }));
+        let lines = run_then_kill(
+            Command::new(exe).arg(dir).arg(round.to_string()).arg(mode),
+            !early,
+            acks,
+            then,
+            &format!("round {round}"),
+        );
         if let Some(fs) = power {
             let loss = if round % 2 == 0 {
                 PowerLoss::DropAll
@@ -260,7 +216,7 @@ fn kill_rounds(dir: &std::path::Path, power: Option<&CrashFs>, rounds: u64) {
         });
     }
     eprintln!(
-        "{rounds} kills ({direct}), {lost_pages} unsynced 4 KiB pages lost at power losses, \
+        "{rounds} kills ({mode}), {lost_pages} unsynced 4 KiB pages lost at power losses, \
          {acked_total} acknowledged operations, {in_flight_seen} unacknowledged \
          ones found applied, {orphan_extents} unnamed extents trimmed at open, {lowered} chunk \
          counts lowered by the collector, {snapshots_seen} reopens from a snapshot, most \

@@ -8,7 +8,8 @@
 //! it was skipped by that choice and returns. Wherever `CI` is set (to
 //! anything) the opt-out is ignored: in CI a missing need always fails.
 //! It also holds [`LargestAlloc`], the allocator the decoder property tests
-//! watch allocations with.
+//! watch allocations with, and [`run_then_kill`], how the crash tests run a
+//! writer process to a point and kill it.
 //!
 //! ```
 //! use std::ffi::OsStr;
@@ -28,8 +29,10 @@
 #![deny(missing_docs)]
 
 mod alloc;
+mod killed;
 
 pub use alloc::{largest_alloc_bytes, LargestAlloc};
+pub use killed::run_then_kill;
 
 use std::ffi::OsStr;
 use std::fmt::Display;

@@ -15,14 +15,14 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
 use quarry_crashfs::{CrashFs, PowerLoss};
 use quarry_device::BackendKind;
+use quarry_testkit::run_then_kill;
 use quarry_volume::{LogicalPage, VolumeConfig};
 
 const PAGES: u64 = 400;
@@ -70,6 +70,59 @@ fn power_loss_in_the_middle_of_a_write_load_20_times() {
     fs.unmount().expect("unmount crashfs");
 }
 
+/// The harness has teeth: a device that acknowledges programs without
+/// flushing them (`sync_writes = false`, as every program was before the
+/// flush was added) loses acknowledged pages at the first power loss.
+#[test]
+fn the_power_loss_test_catches_a_device_that_does_not_flush() {
+    if !quarry_testkit::require_fuse() {
+        return;
+    }
+    let backing = tempfile::tempdir().unwrap();
+    let mountpoint = tempfile::tempdir().unwrap();
+    let fs = CrashFs::mount(backing.path(), mountpoint.path()).expect("mount crashfs");
+    let dir = mountpoint.path();
+    let lines = run_then_kill(
+        Command::new(env!("CARGO_BIN_EXE_volume-crash-writer"))
+            .arg(dir)
+            .arg("0")
+            .arg("unsynced"),
+        true,
+        300,
+        Duration::ZERO,
+        "unsynced writer",
+    );
+    let report = fs.power_loss(PowerLoss::DropAll).expect("power loss");
+    assert!(report.pages_dropped > 0, "{report:?}");
+    let mut acked: HashMap<u64, PageState> = HashMap::new();
+    for (begun, index, state) in lines.iter().filter_map(|l| parse(l)) {
+        if !begun {
+            acked.insert(index, state);
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let missing = runtime.block_on(async {
+        let (m, _) = open(BackendKind::File, crash_geometry(), dir, quiet()).await;
+        let mut missing = m.stats().pages_lost_at_open;
+        for (&index, &state) in &acked {
+            let id = LogicalPage::new(1, index);
+            let got = m.read(id).await.ok().flatten().map(|d| version_of(id, &d));
+            missing += u64::from(got != state);
+        }
+        m.close().await.unwrap();
+        missing
+    });
+    assert!(
+        missing > 0,
+        "{} acknowledged operations, none lost: the harness would not catch a missing flush",
+        acked.len()
+    );
+    drop(fs);
+}
+
 /// The power loss of round `round`: all unsynced state lost, or a seeded
 /// half of it kept.
 fn loss_of(round: u64) -> PowerLoss {
@@ -86,9 +139,9 @@ fn loss_of(round: u64) -> PowerLoss {
 /// Runs the writer and kills it `ROUNDS` times in `dir`; with `power`, each
 /// kill is followed by a power loss and the writer uses O_DIRECT.
 #[allow(clippy::too_many_lines)] // one scenario, step by step
-fn kill_rounds(dir: &std::path::Path, power: Option<&CrashFs>) {
+fn kill_rounds(dir: &Path, power: Option<&CrashFs>) {
     let exe = env!("CARGO_BIN_EXE_volume-crash-writer");
-    let direct = if power.is_some() { "direct" } else { "buffered" };
+    let mode = if power.is_some() { "direct" } else { "buffered" };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -106,62 +159,21 @@ fn kill_rounds(dir: &std::path::Path, power: Option<&CrashFs>) {
     let mut lost_pages = 0u64;
     let started = Instant::now();
     for round in 0..ROUNDS {
-        let mut child = Command::new(exe)
-            .arg(dir)
-            .arg(round.to_string())
-            .arg(direct)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn volume-crash-writer");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            loop {
-                let mut line = String::new();
-                match r.read_line(&mut line) {
-                    Ok(0) | Err(_) => return,
-                    // A line cut by the kill has no newline: dropped.
-                    Ok(_) if line.ends_with('\n') => {
-                        if tx.send(line.trim_end().to_string()).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(_) => return,
-                }
-            }
-        });
         // Every fifth round is killed early, maybe while still recovering.
         let early = round % 5 == 4;
-        let target = if early { 0 } else { 50 + rng.below(1200) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut lines = Vec::new();
-        let mut ready = early;
-        let mut acks = 0;
-        while (!ready || acks < target) && Instant::now() < deadline {
-            match rx.recv_timeout(Duration::from_millis(50)) {
-                Ok(line) => {
-                    ready |= line == "READY";
-                    acks += u64::from(line.starts_with("A "));
-                    lines.push(line);
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!("round {round}: the writer exited early: {:?}", child.wait())
-                }
-            }
-        }
-        assert!(ready && acks >= target, "round {round}: writer too slow");
-        std::thread::sleep(Duration::from_millis(if early {
+        let acks = if early { 0 } else { 50 + rng.below(1200) };
+        let then = Duration::from_millis(if early {
             rng.below(40)
         } else {
             rng.below(15)
-        }));
-        child.kill().expect("SIGKILL");
-        child.wait().unwrap();
-        reader.join().unwrap();
-        lines.extend(rx.try_iter());
+        });
+        let lines = run_then_kill(
+            Command::new(exe).arg(dir).arg(round.to_string()).arg(mode),
+            !early,
+            acks,
+            then,
+            &format!("round {round}"),
+        );
         if let Some(fs) = power {
             let report = fs.power_loss(loss_of(round)).expect("power loss");
             lost_pages += report.pages_dropped;
@@ -228,7 +240,7 @@ fn kill_rounds(dir: &std::path::Path, power: Option<&CrashFs>) {
         });
     }
     eprintln!(
-        "{ROUNDS} kills ({direct}), {acked_total} acknowledged operations checked, \
+        "{ROUNDS} kills ({mode}), {acked_total} acknowledged operations checked, \
          {in_flight_seen} unacknowledged operations found applied ({newer_seen} writes), most \
          erases of a block {erase_count_max}, {lost_pages} unsynced 4 KiB pages lost at power \
          losses, {:.1} s",

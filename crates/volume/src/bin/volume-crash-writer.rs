@@ -11,9 +11,11 @@
 //! A T <index> <version>
 //! ```
 //!
-//! Usage: `volume-crash-writer DIR ROUND direct|buffered` (the backing
-//! file opened with O_DIRECT or through the page cache). The test kills it
-//! with SIGKILL.
+//! Usage: `volume-crash-writer DIR ROUND direct|buffered|unsynced` (the
+//! backing file opened with O_DIRECT or through the page cache; `unsynced`
+//! is O_DIRECT without the flush before an acknowledgement, to show that
+//! the power-loss test catches its absence). The test kills it with
+//! SIGKILL.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -42,14 +44,15 @@ fn say(line: String) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 4 || !["direct", "buffered"].contains(&args[3].as_str()) {
-        eprintln!("usage: volume-crash-writer DIR ROUND direct|buffered");
+    if args.len() != 4 || !["direct", "buffered", "unsynced"].contains(&args[3].as_str()) {
+        eprintln!("usage: volume-crash-writer DIR ROUND direct|buffered|unsynced");
         std::process::exit(2);
     }
     let dir = PathBuf::from(&args[1]);
     let round: u64 = args[2].parse().expect("ROUND is a number");
     let device_config = DeviceConfig {
-        direct_io: Some(args[3] == "direct"),
+        direct_io: Some(args[3] != "buffered"),
+        sync_writes: Some(args[3] != "unsynced"),
         ..common::device_config(BackendKind::File, common::crash_geometry())
     };
     let device = Arc::new(Device::open(&device_config, &dir).expect("open device"));
