@@ -72,7 +72,8 @@ impl ClusterFile {
         Ok(file)
     }
 
-    /// Writes the file atomically (temp file, then rename).
+    /// Writes the file durably: a crash or power loss leaves the old file
+    /// or the new one ([`quarry_geometry::write_file_durably`]).
     pub fn save(&self, path: &Path) -> Result<(), ClientError> {
         let fail = |reason: String| ClientError::ClusterFile {
             path: path.to_path_buf(),
@@ -80,9 +81,7 @@ impl ClusterFile {
         };
         self.validate().map_err(fail)?;
         let text = toml::to_string_pretty(self).map_err(|e| fail(e.to_string()))?;
-        let tmp = path.with_extension("toml.tmp");
-        std::fs::write(&tmp, text).map_err(|e| fail(e.to_string()))?;
-        std::fs::rename(&tmp, path).map_err(|e| fail(e.to_string()))
+        quarry_geometry::write_file_durably(path, text.as_bytes()).map_err(|e| fail(e.to_string()))
     }
 
     fn validate(&self) -> Result<(), String> {

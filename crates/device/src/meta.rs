@@ -16,9 +16,8 @@
 //! pointer u32, flags u8 (1 = bad, 2 = factory bad), then CRC-32C of all the
 //! preceding bytes.
 
-use std::fs::{self, File};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::fs;
+use std::path::Path;
 
 use crate::{DeviceError, Geometry};
 
@@ -203,30 +202,17 @@ pub(crate) fn load(
 
 /// Writes the snapshot atomically (temp file, fsync, rename, fsync dir).
 pub(crate) fn save(path: &Path, s: &Snapshot) -> Result<(), DeviceError> {
-    let io = |what: &str, e: std::io::Error| {
-        if e.raw_os_error() == Some(libc::ENOSPC) {
+    quarry_geometry::write_file_durably(path, &encode(s)).map_err(|e| {
+        if e.source.raw_os_error() == Some(libc::ENOSPC) {
             DeviceError::NoSpace {
                 path: path.to_path_buf(),
-                source: e,
+                source: e.source,
             }
         } else {
             DeviceError::Io {
-                context: format!("{what} {}", path.display()),
-                source: e,
+                context: format!("{} {}", e.step, e.path.display()),
+                source: e.source,
             }
         }
-    };
-    let tmp: PathBuf = path.with_extension("meta.tmp");
-    let bytes = encode(s);
-    let mut f = File::create(&tmp).map_err(|e| io("creating temp for", e))?;
-    f.write_all(&bytes).map_err(|e| io("writing", e))?;
-    f.sync_all().map_err(|e| io("syncing", e))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(|e| io("renaming into", e))?;
-    if let Some(dir) = path.parent() {
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-    }
-    Ok(())
+    })
 }

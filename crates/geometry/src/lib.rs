@@ -3,7 +3,9 @@
 //!
 //! It owns page and block addresses (`bus:chip:block:page`) and their text
 //! form, a device's [`Geometry`] and its bounds, the device summary a node
-//! reports ([`DeviceInfo`]) and what a page read returns ([`PageRead`]).
+//! reports ([`DeviceInfo`]) and what a page read returns ([`PageRead`]),
+//! and the one way every layer replaces a small file durably
+//! ([`write_file_durably`]).
 //! The device (which stores pages) and the wire formats (which carry
 //! addresses and pages) both build on it, so a client that only talks to a
 //! cluster compiles none of the device.
@@ -22,11 +24,13 @@
 #![deny(missing_docs)]
 
 mod addr;
+mod durable;
 mod error;
 mod geometry;
 mod info;
 
 pub use addr::{parse_fields, AddrParseError, BlockAddr, PageAddr};
+pub use durable::{write_file_durably, DurableWriteError};
 pub use error::GeometryError;
 pub use geometry::{
     Geometry, MAX_BLOCKS_PER_CHIP, MAX_BUSES, MAX_CHIPS_PER_BUS, MAX_OOB_SIZE_BYTES,

@@ -233,9 +233,10 @@ impl LocalCluster {
                 fs::create_dir_all(&node_dir)
                     .with_context(|| format!("cannot create {}", node_dir.display()))?;
                 let config_path = node_dir.join("node.toml");
-                fs::write(
+                // Durably: a node must restart after a power loss too.
+                quarry_geometry::write_file_durably(
                     &config_path,
-                    node_config_toml(spec, &name, id, &addrs, &links),
+                    node_config_toml(spec, &name, id, &addrs, &links).as_bytes(),
                 )
                 .with_context(|| format!("cannot write {}", config_path.display()))?;
                 let log_path = node_dir.join("node.log");

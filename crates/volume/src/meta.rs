@@ -262,18 +262,9 @@ pub(crate) fn save_checkpoint(dir: &Path, c: &Checkpoint) -> Result<(), VolumeEr
 /// and synced, renamed over the old one, and the directory synced, so a
 /// crash leaves the old file or the new one, never a mix. Used for the
 /// checkpoint and the block-volume registry.
-// Twin of quarry-device's `meta::save` (crate-private there, with its own error type).
 pub(crate) fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), VolumeError> {
-    let path = dir.join(name);
-    let tmp = dir.join(format!("{name}.tmp"));
-    let io = |what: &str, e| VolumeError::io(format!("{what} {}", tmp.display()), e);
-    let mut f = File::create(&tmp).map_err(|e| io("creating", e))?;
-    f.write_all(bytes).map_err(|e| io("writing", e))?;
-    f.sync_all().map_err(|e| io("syncing", e))?;
-    drop(f);
-    fs::rename(&tmp, &path).map_err(|e| io("renaming", e))?;
-    sync_dir(dir);
-    Ok(())
+    quarry_geometry::write_file_durably(&dir.join(name), bytes)
+        .map_err(|e| VolumeError::io(format!("{} {}", e.step, e.path.display()), e.source))
 }
 
 /// Reads the checkpoint in `dir`; `Ok(None)` when there is none.
