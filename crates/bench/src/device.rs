@@ -10,6 +10,10 @@
 //! 3. What the ECC costs: QD32 random reads of clean pages on the `file` and
 //!    `mem` backends with the normal read path vs with the check skipped
 //!    ([`OpenOptions::skip_read_check`]), and program throughput with encoding.
+//! 4. What durability costs: programs on the `file` backend (O_DIRECT) at
+//!    QD1 and QD32 acknowledged after the group-committed `fdatasync`
+//!    (`sync_writes`, the default) against the same programs acknowledged
+//!    when the write returns (durable across a process crash only).
 //!
 //! A benchmark reports figures and states its goals; it asserts nothing
 //! about time.
@@ -64,6 +68,9 @@ struct Plan {
     ecc_time_file: Duration,
     ecc_time_mem: Duration,
     ecc_rounds: u32,
+    /// Programs per durability point at QD1 and at the deep queue.
+    durability_pages_qd1: usize,
+    durability_pages_deep: usize,
 }
 
 impl Plan {
@@ -78,6 +85,8 @@ impl Plan {
                 ecc_time_file: Duration::from_millis(100),
                 ecc_time_mem: Duration::from_millis(100),
                 ecc_rounds: 1,
+                durability_pages_qd1: 64,
+                durability_pages_deep: 256,
             }
         } else {
             Plan {
@@ -93,6 +102,8 @@ impl Plan {
                 // Checked and unchecked alternate, so drift in the disk's
                 // speed (large on a shared virtual disk) hits both alike.
                 ecc_rounds: 4,
+                durability_pages_qd1: 1024,
+                durability_pages_deep: 8192,
             }
         }
     }
@@ -108,6 +119,23 @@ struct Report {
     latency: LatencyReport,
     bandwidth: BandwidthReport,
     ecc: EccReport,
+    durability: Vec<DurabilityRow>,
+}
+
+/// Programs with and without the flush before the acknowledgement.
+#[derive(Debug, Serialize)]
+struct DurabilityRow {
+    queue_depth: usize,
+    programs: u64,
+    synced_iops: f64,
+    unsynced_iops: f64,
+    /// synced / unsynced.
+    ratio: f64,
+    /// `fdatasync` calls per program with `sync_writes` (group commit
+    /// makes it below 1 when programs are in flight together).
+    flushes_per_program: f64,
+    synced_cpu_us_per_page: f64,
+    unsynced_cpu_us_per_page: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -306,7 +334,16 @@ async fn run(args: &BenchDeviceArgs, plan: &Plan, root: &Path) -> Result<Report>
         goal_met: rows.iter().all(|r| r.cost_fraction <= ECC_COST_MAX),
         backends: rows,
     };
+    let mut durability = Vec::new();
+    for (depth, pages) in [
+        (1, plan.durability_pages_qd1),
+        (ECC_QUEUE_DEPTH, plan.durability_pages_deep),
+    ] {
+        eprintln!("bench device: durability cost, QD{depth}");
+        durability.push(durability_cost(preset, root, plan, depth, pages).await?);
+    }
     Ok(Report {
+        durability,
         preset: format!("{preset:?}").to_lowercase(),
         quick: args.common.quick,
         geometry,
@@ -323,14 +360,69 @@ fn open(
     dir: &Path,
     options: OpenOptions,
 ) -> Result<Device> {
-    let config = DeviceConfig {
-        backend,
-        preset: Some(preset),
-        direct_io: Some(true),
-        ..DeviceConfig::default()
-    };
-    Device::open_with(&config, dir, options)
+    open_config(
+        &DeviceConfig {
+            backend,
+            preset: Some(preset),
+            direct_io: Some(true),
+            ..DeviceConfig::default()
+        },
+        dir,
+        options,
+    )
+}
+
+fn open_config(config: &DeviceConfig, dir: &Path, options: OpenOptions) -> Result<Device> {
+    let backend = config.backend;
+    Device::open_with(config, dir, options)
         .with_context(|| format!("cannot open a {backend:?} device in {}", dir.display()))
+}
+
+/// Programs `pages` pages at `depth` on the `file` backend with and without
+/// `sync_writes`, alternating over the rounds so drift in the disk's speed
+/// hits both alike.
+async fn durability_cost(
+    preset: quarry_device::Preset,
+    root: &Path,
+    plan: &Plan,
+    depth: usize,
+    pages: usize,
+) -> Result<DurabilityRow> {
+    // [synced, unsynced]: pages, seconds, cpu seconds, flushes.
+    let mut totals = [(0u64, 0.0f64, 0.0f64, 0u64); 2];
+    for _ in 0..plan.ecc_rounds {
+        for (mode, sync) in [true, false].into_iter().enumerate() {
+            let config = DeviceConfig {
+                backend: BackendKind::File,
+                preset: Some(preset),
+                direct_io: Some(true),
+                sync_writes: Some(sync),
+                ..DeviceConfig::default()
+            };
+            let dir = root.join(format!("durability-{mode}"));
+            let device = open_config(&config, &dir, OpenOptions::default())?;
+            let set = working_set(&device, pages)?;
+            let run = fill(&device, &set, depth).await?;
+            totals[mode].0 += run.pages;
+            totals[mode].1 += run.seconds;
+            totals[mode].2 += run.cpu_seconds;
+            totals[mode].3 += device.flushes();
+            device.close().await?;
+        }
+    }
+    let iops = |t: (u64, f64, f64, u64)| t.0 as f64 / t.1;
+    let cpu_us = |t: (u64, f64, f64, u64)| t.2 / t.0.max(1) as f64 * 1e6;
+    let (synced, unsynced) = (totals[0], totals[1]);
+    Ok(DurabilityRow {
+        queue_depth: depth,
+        programs: synced.0,
+        synced_iops: iops(synced),
+        unsynced_iops: iops(unsynced),
+        ratio: iops(synced) / iops(unsynced),
+        flushes_per_program: synced.3 as f64 / synced.0.max(1) as f64,
+        synced_cpu_us_per_page: cpu_us(synced),
+        unsynced_cpu_us_per_page: cpu_us(unsynced),
+    })
 }
 
 /// The first `limit` good pages, striped bus first, then chip, then page,
@@ -738,6 +830,39 @@ fn print_report(r: &Report) {
     print_latency(r);
     print_bandwidth(r);
     print_ecc(r);
+    print_durability(r);
+}
+
+/// Table 4: programs with and without the flush before the acknowledgement.
+fn print_durability(r: &Report) {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(vec![
+        "queue depth",
+        "programs",
+        "durable IOPS",
+        "unflushed IOPS",
+        "durable / unflushed",
+        "fdatasyncs per program",
+        "CPU us/page durable",
+        "CPU us/page unflushed",
+    ]);
+    for row in &r.durability {
+        table.add_row(vec![
+            format!("{}", row.queue_depth),
+            format!("{}", row.programs),
+            format!("{:.0}", row.synced_iops),
+            format!("{:.0}", row.unsynced_iops),
+            format!("{:.2}", row.ratio),
+            format!("{:.3}", row.flushes_per_program),
+            format!("{:.1}", row.synced_cpu_us_per_page),
+            format!("{:.1}", row.unsynced_cpu_us_per_page),
+        ]);
+    }
+    println!(
+        "\n4. What durability costs: programs on the file backend (O_DIRECT) acknowledged after \
+         the group-committed fdatasync (sync_writes, the default) vs when the write returns \
+         (safe from a process crash only), alternated:\n{table}"
+    );
 }
 
 /// Table 1: QD1 latency against the timing model.
