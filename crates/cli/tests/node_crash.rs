@@ -359,17 +359,11 @@ async fn verify(objects: &Objects, bucket: &BucketName, ledger: &Ledger, round: 
     *ledger.lock().unwrap() = settled;
 }
 
-// This test once "lost" an acknowledged chunk in about one run of three:
-// the checks ran through a client whose placement was computed over the
-// nodes the entry node reached at that moment, before the restarted node's
-// link was back, so they asked the wrong nodes. Placement now spans the
-// configured members (`Client::with_members`, the cluster file).
-#[test]
-fn acknowledged_objects_survive_twenty_node_kills() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let spec = LocalClusterSpec {
+/// Three managed nodes on the `file` backend in `dir`, 8 KiB pages.
+fn three_file_nodes(dir: &std::path::Path, direct_io: bool) -> LocalClusterSpec {
+    LocalClusterSpec {
         nodes: 3,
-        dir: dir.path().to_path_buf(),
+        dir: dir.to_path_buf(),
         backend: BackendKind::File,
         preset: None,
         geometry: Some(Geometry {
@@ -381,12 +375,23 @@ fn acknowledged_objects_survive_twenty_node_kills() {
             oob_size_bytes: 64,
         }),
         capacity_bytes: None,
-        direct_io: false,
+        direct_io,
         topology: Topology::default(),
         stop_with_this_process: true,
         managed: true,
         ecc: quarry_device::EccMode::Rs,
-    };
+    }
+}
+
+// This test once "lost" an acknowledged chunk in about one run of three:
+// the checks ran through a client whose placement was computed over the
+// nodes the entry node reached at that moment, before the restarted node's
+// link was back, so they asked the wrong nodes. Placement now spans the
+// configured members (`Client::with_members`, the cluster file).
+#[test]
+fn acknowledged_objects_survive_twenty_node_kills() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spec = three_file_nodes(dir.path(), false);
     let mut cluster = LocalCluster::start(&spec, &exe()).expect("cluster starts");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -478,6 +483,7 @@ type PageLedger = Arc<Mutex<BTreeMap<u64, (Option<u64>, Option<u64>)>>>;
 
 /// Pages of the power-loss test's block volume.
 const VOLUME_PAGES: u64 = 64;
+/// The cluster's page size ([`three_file_nodes`]).
 const VOLUME_PAGE_BYTES: usize = 8192;
 
 /// Page content that names its page and version, whole.
@@ -558,30 +564,8 @@ fn acknowledged_objects_and_pages_survive_twenty_power_losses() {
     if !quarry_testkit::require_fuse() {
         return;
     }
-    let backing = tempfile::tempdir().expect("tempdir");
-    let mountpoint = tempfile::tempdir().expect("tempdir");
-    let fs = quarry_crashfs::CrashFs::mount(backing.path(), mountpoint.path())
-        .expect("mount crashfs");
-    let spec = LocalClusterSpec {
-        nodes: 3,
-        dir: mountpoint.path().to_path_buf(),
-        backend: BackendKind::File,
-        preset: None,
-        geometry: Some(Geometry {
-            buses: 2,
-            chips_per_bus: 2,
-            blocks_per_chip: 64,
-            pages_per_block: 32,
-            page_size_bytes: VOLUME_PAGE_BYTES as u32,
-            oob_size_bytes: 64,
-        }),
-        capacity_bytes: None,
-        direct_io: true,
-        topology: Topology::default(),
-        stop_with_this_process: true,
-        managed: true,
-        ecc: quarry_device::EccMode::Rs,
-    };
+    let fs = quarry_crashfs::CrashFs::mount_temporary().expect("mount crashfs");
+    let spec = three_file_nodes(fs.mountpoint(), true);
     let mut cluster = LocalCluster::start(&spec, &exe()).expect("cluster starts");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

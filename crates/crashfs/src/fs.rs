@@ -452,6 +452,20 @@ impl CrashFs {
         Ok(())
     }
 
+    /// Removes a name with `remove_backing` (a file or an empty directory).
+    fn remove(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        remove_backing: fn(&Path) -> io::Result<()>,
+    ) -> Result<(), Errno> {
+        let mut t = self.shared.lock();
+        let path = self.child(&t, parent, name)?;
+        remove_backing(&self.shared.backing.join(&path)).map_err(|e| errno(&e))?;
+        t.orphan(&path);
+        Ok(())
+    }
+
     fn write_inner(&self, ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8]) -> Result<u32, Errno> {
         let mut t = self.shared.lock();
         let file = Arc::clone(&t.handle(fh)?.file);
@@ -612,26 +626,14 @@ impl Filesystem for CrashFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut t = self.shared.lock();
-        let done = self.child(&t, parent, name).and_then(|path| {
-            std::fs::remove_file(self.shared.backing.join(&path)).map_err(|e| errno(&e))?;
-            t.orphan(&path);
-            Ok(())
-        });
-        match done {
+        match self.remove(parent, name, std::fs::remove_file) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let mut t = self.shared.lock();
-        let done = self.child(&t, parent, name).and_then(|path| {
-            std::fs::remove_dir(self.shared.backing.join(&path)).map_err(|e| errno(&e))?;
-            t.orphan(&path);
-            Ok(())
-        });
-        match done {
+        match self.remove(parent, name, std::fs::remove_dir) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }

@@ -141,6 +141,9 @@ pub struct CrashFs {
     session: Option<BackgroundSession>,
     shared: Arc<fs::Shared>,
     mountpoint: PathBuf,
+    /// The backing directory and the mount point when this file system
+    /// made them ([`CrashFs::mount_temporary`]); removed after unmounting.
+    scratch: Option<[tempfile::TempDir; 2]>,
 }
 
 impl std::fmt::Debug for CrashFs {
@@ -158,6 +161,22 @@ impl CrashFs {
     /// [`DEFAULT_MAX_UNSYNCED_BYTES`] unsynced.
     pub fn mount(backing: &Path, mountpoint: &Path) -> Result<CrashFs, CrashFsError> {
         CrashFs::mount_with_limit(backing, mountpoint, DEFAULT_MAX_UNSYNCED_BYTES)
+    }
+
+    /// Mounts a crash file system over a new temporary directory at
+    /// another; both are removed when it is unmounted or dropped.
+    pub fn mount_temporary() -> Result<CrashFs, CrashFsError> {
+        let temp = |what| {
+            tempfile::tempdir().map_err(|source| CrashFsError::Path {
+                what,
+                path: std::env::temp_dir(),
+                source,
+            })
+        };
+        let (backing, mountpoint) = (temp("backing directory")?, temp("mount point")?);
+        let mut fs = CrashFs::mount(backing.path(), mountpoint.path())?;
+        fs.scratch = Some([backing, mountpoint]);
+        Ok(fs)
     }
 
     /// [`CrashFs::mount`] with another bound on unsynced bytes.
@@ -196,6 +215,7 @@ impl CrashFs {
             session: Some(session),
             shared,
             mountpoint,
+            scratch: None,
         })
     }
 
@@ -236,12 +256,20 @@ impl CrashFs {
         let Some(session) = self.session.take() else {
             return Ok(());
         };
-        session
+        let unmounted = session
             .umount_and_join()
             .map_err(|source| CrashFsError::Unmount {
                 path: self.mountpoint.clone(),
                 source,
-            })
+            });
+        if unmounted.is_ok() {
+            // The temporary directories go only once nothing is mounted
+            // on them (a busy mount keeps them for the test to see).
+            self.scratch = None;
+        } else if let Some(dirs) = self.scratch.take() {
+            dirs.map(tempfile::TempDir::keep);
+        }
+        unmounted
     }
 }
 

@@ -64,10 +64,8 @@ fn power_loss_while_putting_and_deleting_objects_20_times() {
     if !quarry_testkit::require_fuse() {
         return;
     }
-    let backing = tempfile::tempdir().unwrap();
-    let mountpoint = tempfile::tempdir().unwrap();
-    let fs = CrashFs::mount(backing.path(), mountpoint.path()).expect("mount crashfs");
-    kill_rounds(mountpoint.path(), Some(&fs), POWER_LOSS_ROUNDS);
+    let fs = CrashFs::mount_temporary().expect("mount crashfs");
+    kill_rounds(fs.mountpoint(), Some(&fs), POWER_LOSS_ROUNDS);
     fs.unmount().expect("unmount crashfs");
 }
 

@@ -63,10 +63,8 @@ fn power_loss_in_the_middle_of_a_write_load_20_times() {
     if !quarry_testkit::require_fuse() {
         return;
     }
-    let backing = tempfile::tempdir().unwrap();
-    let mountpoint = tempfile::tempdir().unwrap();
-    let fs = CrashFs::mount(backing.path(), mountpoint.path()).expect("mount crashfs");
-    kill_rounds(mountpoint.path(), Some(&fs));
+    let fs = CrashFs::mount_temporary().expect("mount crashfs");
+    kill_rounds(fs.mountpoint(), Some(&fs));
     fs.unmount().expect("unmount crashfs");
 }
 
@@ -78,10 +76,8 @@ fn the_power_loss_test_catches_a_device_that_does_not_flush() {
     if !quarry_testkit::require_fuse() {
         return;
     }
-    let backing = tempfile::tempdir().unwrap();
-    let mountpoint = tempfile::tempdir().unwrap();
-    let fs = CrashFs::mount(backing.path(), mountpoint.path()).expect("mount crashfs");
-    let dir = mountpoint.path();
+    let fs = CrashFs::mount_temporary().expect("mount crashfs");
+    let dir = fs.mountpoint();
     let lines = run_then_kill(
         Command::new(env!("CARGO_BIN_EXE_volume-crash-writer"))
             .arg(dir)
