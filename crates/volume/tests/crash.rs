@@ -119,25 +119,16 @@ fn the_power_loss_test_catches_a_device_that_does_not_flush() {
     drop(fs);
 }
 
-/// The power loss of round `round`: all unsynced state lost, or a seeded
-/// half of it kept.
-fn loss_of(round: u64) -> PowerLoss {
-    if round % 2 == 0 {
-        PowerLoss::DropAll
-    } else {
-        PowerLoss::KeepSome {
-            seed: round,
-            keep_per_mille: 500,
-        }
-    }
-}
-
 /// Runs the writer and kills it `ROUNDS` times in `dir`; with `power`, each
 /// kill is followed by a power loss and the writer uses O_DIRECT.
 #[allow(clippy::too_many_lines)] // one scenario, step by step
 fn kill_rounds(dir: &Path, power: Option<&CrashFs>) {
     let exe = env!("CARGO_BIN_EXE_volume-crash-writer");
-    let mode = if power.is_some() { "direct" } else { "buffered" };
+    let mode = if power.is_some() {
+        "direct"
+    } else {
+        "buffered"
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -158,11 +149,7 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>) {
         // Every fifth round is killed early, maybe while still recovering.
         let early = round % 5 == 4;
         let acks = if early { 0 } else { 50 + rng.below(1200) };
-        let then = Duration::from_millis(if early {
-            rng.below(40)
-        } else {
-            rng.below(15)
-        });
+        let then = Duration::from_millis(if early { rng.below(40) } else { rng.below(15) });
         let lines = run_then_kill(
             Command::new(exe).arg(dir).arg(round.to_string()).arg(mode),
             !early,
@@ -171,7 +158,9 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>) {
             &format!("round {round}"),
         );
         if let Some(fs) = power {
-            let report = fs.power_loss(loss_of(round)).expect("power loss");
+            let report = fs
+                .power_loss(PowerLoss::alternating(round))
+                .expect("power loss");
             lost_pages += report.pages_dropped;
         }
 
