@@ -1422,3 +1422,59 @@ async fn multi_page_programs_mem() {
 async fn multi_page_programs_nand() {
     multi_page_programs(BackendKind::Nand).await;
 }
+
+/// With `sync_writes` (the `file` default), a block's first program writes
+/// zeros over the rest of the block, so the later programs of the block
+/// overwrite written file blocks (whose flush is a cache flush, not a
+/// journal commit); a program of the next page accepted while the fill
+/// runs waits for it and is not overwritten by it. Without `sync_writes`
+/// nothing is filled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocks_first_program_fills_the_block_and_a_concurrent_program_survives_it() {
+    for sync in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig {
+            sync_writes: Some(sync),
+            ..cfg(BackendKind::File)
+        };
+        let dev = Device::open(&config, dir.path()).unwrap();
+        let path = dir.path().join("pages.bin");
+        let before = allocated_bytes(&path);
+        let block = BlockAddr {
+            bus: 0,
+            chip: 1,
+            block: 2,
+        };
+        let (d0, d1) = (page_data(&dev, 1), page_data(&dev, 2));
+        let (first, second) = tokio::join!(
+            dev.program_page(block.page(0), d0.clone(), Bytes::new()),
+            dev.program_page(block.page(1), d1.clone(), Bytes::new()),
+        );
+        first.unwrap();
+        second.unwrap();
+        assert_eq!(dev.read_page(block.page(0)).await.unwrap().data, d0);
+        assert_eq!(dev.read_page(block.page(1)).await.unwrap().data, d1);
+        let grown = allocated_bytes(&path) - before;
+        let ppb = u64::from(dev.geometry().pages_per_block);
+        let block_bytes = ppb * dev.slot_size_bytes();
+        if sync {
+            assert!(grown >= block_bytes, "filled: {grown} of {block_bytes}");
+            assert!(dev.flushes() >= 1);
+        } else {
+            assert!(
+                grown < block_bytes / 2,
+                "not filled: {grown} of {block_bytes}"
+            );
+            assert_eq!(dev.flushes(), 0);
+        }
+        // An erase gives the room back and the next first program fills
+        // the block again.
+        dev.erase_block(block).await.unwrap();
+        dev.program_page(block.page(0), d1.clone(), Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(dev.read_page(block.page(0)).await.unwrap().data, d1);
+        assert!(dev.read_page(block.page(1)).await.unwrap().erased);
+        dev.close().await.unwrap();
+    }
+}
