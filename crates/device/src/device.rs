@@ -129,52 +129,45 @@ impl Drop for PendingProgram<'_> {
     }
 }
 
-/// Whether a block's file range is written through (see
-/// [`Device::fill_block_remainder`]).
+/// Pages a small program fills ahead of itself (see
+/// [`Device::fill_or_wait`]): programs of fewer pages than this fill.
+const FILL_AHEAD_PAGES: u32 = 32;
+
+/// How far a block's part of the backing file is written through.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum BlockFill {
-    /// Not known to be: erased (punched), fresh, or not yet programmed
-    /// since the device opened.
-    #[default]
-    Unknown,
-    /// The first program since is writing zeros over the rest of the
-    /// block; later programs of the block wait for it.
-    Running,
-    /// Written through: programs overwrite written file blocks.
-    Done,
+struct BlockFill {
+    /// Pages below this are written through (data or zeros) since the
+    /// block was erased or the device opened.
+    filled_to: u32,
+    /// A program is filling pages ahead of itself; the block's other
+    /// programs wait for it.
+    running: bool,
 }
 
-/// Resets a block's fill to `Unknown` if the program filling it is
-/// dropped before it finished, so programs waiting for it go on.
+/// Ends a fill: records how far it got (nothing if the program filling
+/// was dropped before it finished) and wakes the programs waiting.
 struct FillGuard<'a> {
     dev: &'a Device,
     bi: usize,
-    armed: bool,
-}
-
-impl FillGuard<'_> {
-    fn done(mut self) {
-        self.set(BlockFill::Done);
-    }
-
-    fn set(&mut self, fill: BlockFill) {
-        self.armed = false;
-        lock(&self.dev.blocks[self.bi]).fill = fill;
-        self.dev.filled.notify_waiters();
-    }
+    filled_to: Option<u32>,
 }
 
 impl Drop for FillGuard<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            self.set(BlockFill::Unknown);
+        {
+            let mut b = lock(&self.dev.blocks[self.bi]);
+            b.fill.running = false;
+            if let Some(to) = self.filled_to {
+                b.fill.filled_to = b.fill.filled_to.max(to);
+            }
         }
+        self.dev.filled.notify_waiters();
     }
 }
 
 #[derive(Debug, Default)]
 struct BlockState {
-    /// Whether the block's part of the backing file is written through.
+    /// How far the block's part of the backing file is written through.
     fill: BlockFill,
     erase_count: u32,
     /// Next page the block accepts; pages below it are programmed (or being).
@@ -1516,52 +1509,61 @@ impl Device {
         }
     }
 
-    /// With `sync_writes`, the first program of a block since it was
-    /// erased (or since the device opened) writes zeros over the block's
-    /// pages after its own, and later programs of the block wait for that.
+    /// With `sync_writes`, a program of fewer than [`FILL_AHEAD_PAGES`]
+    /// pages that reaches past what its block has written through writes
+    /// zeros over the [`FILL_AHEAD_PAGES`] pages after it (within the
+    /// block); the block's other programs wait while it does.
     ///
     /// Why: a flush after a write into a hole or an unwritten extent must
     /// commit the file system's journal (new blocks), one after a write
     /// over written blocks only flushes the disk's cache: 125 against
-    /// 28 us an `fdatasync` on this machine's ext4. Filling the block once
-    /// makes every later program of it an overwrite. The fill is a
-    /// performance measure only: the pages it covers are unprogrammed
-    /// (at or past the write pointer), so a fill that fails or is lost
-    /// at a crash changes nothing that can be read.
+    /// 28 us an `fdatasync` on this machine's ext4. Filling ahead makes the
+    /// next small programs of the block overwrites, for one journal commit
+    /// every [`FILL_AHEAD_PAGES`] pages instead of one a program; filling
+    /// a window rather than the whole block bounds the zeros written for a
+    /// block that takes only a few pages. The fill is a performance measure
+    /// only: the pages it covers are unprogrammed (past the write pointer),
+    /// so a fill that fails or is lost at a crash changes nothing that can
+    /// be read.
     async fn fill_or_wait(&self, bi: usize, first: PageAddr, count: u32) {
         if self.flusher.is_none() || matches!(self.store, Store::Mem(_)) {
             return;
         }
         let ppb = self.geometry.pages_per_block;
+        let end = first.page + count;
         loop {
             let notified = self.filled.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let fill = {
                 let mut b = lock(&self.blocks[bi]);
-                let fill = b.fill;
-                if fill == BlockFill::Unknown {
-                    b.fill = BlockFill::Running;
-                }
-                fill
-            };
-            match fill {
-                BlockFill::Done => return,
-                BlockFill::Running => notified.await,
-                BlockFill::Unknown => {
-                    let guard = FillGuard {
-                        dev: self,
-                        bi,
-                        armed: true,
-                    };
-                    let rest = first.page + count..ppb;
-                    if !rest.is_empty() {
-                        self.fill_block_remainder(bi, rest).await;
+                if b.fill.running {
+                    None
+                } else {
+                    // Large programs share their flush over many pages and
+                    // fill nothing; a small one fills the pages ahead of it
+                    // unless they are already.
+                    let ahead = end.max(b.fill.filled_to)..(end + FILL_AHEAD_PAGES).min(ppb);
+                    if count >= FILL_AHEAD_PAGES || b.fill.filled_to > end || ahead.is_empty() {
+                        b.fill.filled_to = b.fill.filled_to.max(end);
+                        return;
                     }
-                    guard.done();
-                    return;
+                    b.fill.running = true;
+                    Some(ahead)
                 }
-            }
+            };
+            let Some(ahead) = fill else {
+                notified.await;
+                continue;
+            };
+            let mut guard = FillGuard {
+                dev: self,
+                bi,
+                filled_to: None,
+            };
+            self.fill_block_remainder(bi, ahead.clone()).await;
+            guard.filled_to = Some(ahead.end);
+            return;
         }
     }
 
@@ -1643,8 +1645,8 @@ impl Device {
             b.erase_count = b.erase_count.saturating_add(1);
             b.wp = 0;
             // The erase punches the block's pages out (or zeroes the range):
-            // its next program fills it again.
-            b.fill = BlockFill::Unknown;
+            // its next programs fill it again.
+            b.fill = BlockFill::default();
         }
         // Wait for reads that started before the erase.
         loop {
