@@ -52,7 +52,8 @@ impl ObjectInfo {
     }
 
     fn __eq__(&self, other: &ObjectInfo) -> bool {
-        (&self.bucket, &self.key, self.version, self.size) == (&other.bucket, &other.key, other.version, other.size)
+        (&self.bucket, &self.key, self.version, self.size)
+            == (&other.bucket, &other.key, other.version, other.size)
             && self.created_unix_ms == other.created_unix_ms
     }
 }
@@ -245,11 +246,17 @@ pub async fn get_to_file(
 ) -> Result<Manifest, Failure> {
     use tokio::io::AsyncWriteExt;
     if path.is_dir() {
-        return Err(Failure::invalid(format!("{} is a directory", path.display())));
+        return Err(Failure::invalid(format!(
+            "{} is a directory",
+            path.display()
+        )));
     }
     let tmp = temporary_beside(path);
     let io = |what: &str, p: &Path, e: std::io::Error| {
-        Failure::new(crate::errors::Kind::Other, format!("{what} {}: {e}", p.display()))
+        Failure::new(
+            crate::errors::Kind::Other,
+            format!("{what} {}: {e}", p.display()),
+        )
     };
     let file = tokio::fs::File::create(&tmp)
         .await
