@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString, PyTuple};
-use quarry_client::{BucketName, ClusterFile, Compute, Condition, Objects};
+use quarry_client::{BucketName, ClusterFile, Compute, Condition, ObjectKey, Objects};
 
 use crate::compute::{self, GrepOptions};
 use crate::convert::to_python;
@@ -232,6 +232,35 @@ impl Client {
         Ok(PyBytes::new(py, &data))
     }
 
+    /// Many half-open byte ranges in one call, as a list of `bytes` in the
+    /// order asked: each object's manifest is read once and the ranges are
+    /// fetched concurrently (fsspec's `cat_ranges` is this call). A range
+    /// is cut at its object's end, as a slice is.
+    ///
+    /// >>> client.get_ranges([("logs", "a.txt", 0, 5), ("logs", "a.txt", 6, 11)])
+    /// [b'hello', b'world']
+    fn get_ranges<'py>(
+        &self,
+        py: Python<'py>,
+        ranges: Vec<(String, String, u64, u64)>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let requests = ranges
+            .iter()
+            .map(|(b, k, start, end)| {
+                let (bucket, key) = objects::names(b, k)?;
+                if end < start {
+                    return Err(Failure::invalid(format!(
+                        "range ({start}, {end}) of {b}/{k}: end {end} is before start {start}"
+                    )));
+                }
+                Ok((bucket, key, *start, *end))
+            })
+            .collect::<Result<Vec<_>, Failure>>()?;
+        let store = &self.objects;
+        let got = wait(py, objects::get_ranges(store, requests))?;
+        Ok(got.iter().map(|b| PyBytes::new(py, b)).collect())
+    }
+
     /// Writes `bucket/key` to the file `path` (`quarry get BUCKET/KEY
     /// PATH`): streamed, and renamed into place only once whole.
     ///
@@ -265,22 +294,28 @@ impl Client {
     }
 
     /// The objects of `bucket` whose keys start with `prefix`, in key
-    /// order, at most `limit` of them (`quarry ls BUCKET/PREFIX`).
+    /// order, at most `limit` of them (`quarry ls BUCKET/PREFIX`); from
+    /// after the key `start_after` on, for the next page.
     ///
     /// >>> [o.key for o in client.ls("logs", prefix="a")]
     /// ['a.txt']
-    #[pyo3(signature = (bucket, prefix="", limit=DEFAULT_LIST_LIMIT))]
+    #[pyo3(signature = (bucket, prefix="", limit=DEFAULT_LIST_LIMIT, start_after=None))]
     fn ls(
         &self,
         py: Python<'_>,
         bucket: &str,
         prefix: &str,
         limit: usize,
+        start_after: Option<&str>,
     ) -> PyResult<Vec<ObjectInfo>> {
         let bucket = BucketName::new(bucket).map_err(Failure::from)?;
+        let after = start_after
+            .map(ObjectKey::new)
+            .transpose()
+            .map_err(Failure::from)?;
         let store = &self.objects;
         let list = wait(py, async move {
-            Ok(store.list(&bucket, prefix, None, limit).await?)
+            Ok(store.list(&bucket, prefix, after.as_ref(), limit).await?)
         })?;
         Ok(list.iter().map(ObjectInfo::from).collect())
     }

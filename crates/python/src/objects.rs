@@ -290,3 +290,77 @@ fn temporary_beside(path: &Path) -> PathBuf {
         std::process::id()
     ))
 }
+
+/// Most ranges one `get_ranges` call takes.
+pub const MAX_BATCH_RANGES: usize = 65_536;
+/// Objects headed, and ranges fetched, at once by `get_ranges`.
+const BATCH_IN_FLIGHT: usize = 16;
+
+/// One range of a batch: bucket, key, and the half-open `[start, end)`.
+pub type RangeRequest = (BucketName, ObjectKey, u64, u64);
+
+/// Reads many half-open byte ranges, of one object or many, in one call:
+/// each object's manifest is read once, then every range's chunks are
+/// fetched with up to [`BATCH_IN_FLIGHT`] ranges in flight. A range is
+/// cut at its object's end (past it: empty), as a Python slice is. At most
+/// [`MAX_GET_BYTES`] in all.
+pub async fn get_ranges(
+    store: &Objects,
+    requests: Vec<RangeRequest>,
+) -> Result<Vec<bytes::Bytes>, Failure> {
+    use futures::{StreamExt, TryStreamExt};
+    use std::collections::HashMap;
+    if requests.len() > MAX_BATCH_RANGES {
+        return Err(Failure::invalid(format!(
+            "{} ranges in one call, more than {MAX_BATCH_RANGES}",
+            requests.len()
+        )));
+    }
+    // Owned names and indices into `heads`: the futures take no borrowed
+    // arguments, which a `Send` future over a stream cannot name.
+    let mut distinct: Vec<(BucketName, ObjectKey)> = requests
+        .iter()
+        .map(|(b, k, _, _)| (b.clone(), k.clone()))
+        .collect();
+    distinct
+        .sort_unstable_by(|a, b| (a.0.as_str(), a.1.as_str()).cmp(&(b.0.as_str(), b.1.as_str())));
+    distinct.dedup_by(|a, b| a.0.as_str() == b.0.as_str() && a.1.as_str() == b.1.as_str());
+    let heads: Vec<Manifest> = futures::stream::iter(distinct.clone())
+        .map(|(b, k)| async move { Ok::<_, Failure>(store.head(&b, &k).await?) })
+        .buffered(BATCH_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    let index: HashMap<(&str, &str), usize> = distinct
+        .iter()
+        .enumerate()
+        .map(|(i, (b, k))| ((b.as_str(), k.as_str()), i))
+        .collect();
+    let mut total = 0u64;
+    let mut spans = Vec::with_capacity(requests.len());
+    for (b, k, start, end) in &requests {
+        let at = index[&(b.as_str(), k.as_str())];
+        let size = heads[at].size();
+        let (start, end) = ((*start).min(size), (*end).min(size));
+        let len = end.saturating_sub(start);
+        total = total.saturating_add(len);
+        spans.push((at, start, len));
+    }
+    if total > MAX_GET_BYTES {
+        return Err(Failure::invalid(format!(
+            "{total} bytes asked for in one call, more than it returns in memory ({MAX_GET_BYTES})"
+        )));
+    }
+    let heads = &heads;
+    futures::stream::iter(spans)
+        .map(|(at, start, len)| async move {
+            let mut out = Vec::with_capacity(len as usize);
+            let mut pieces = store.stream_manifest(&heads[at], start, len)?;
+            while let Some(piece) = pieces.next().await {
+                out.extend_from_slice(&piece?);
+            }
+            Ok::<_, Failure>(bytes::Bytes::from(out))
+        })
+        .buffered(BATCH_IN_FLIGHT)
+        .try_collect()
+        .await
+}

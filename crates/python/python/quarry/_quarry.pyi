@@ -111,6 +111,14 @@ class Client:
         b'world'
         """
 
+    def get_ranges(self, ranges: Sequence[Tuple[str, str, int, int]]) -> List[bytes]:
+        """Many ``(bucket, key, start, end)`` half-open ranges in one call, each cut
+        at its object's end; fsspec's ``cat_ranges`` is this call.
+
+        >>> client.get_ranges([("logs", "a.txt", 0, 5), ("logs", "a.txt", 6, 11)])
+        [b'hello', b'world']
+        """
+
     def get_to_file(
         self, bucket: str, key: str, path: Union[str, "os.PathLike[str]"]
     ) -> ObjectInfo:
@@ -127,8 +135,10 @@ class Client:
         1
         """
 
-    def ls(self, bucket: str, prefix: str = "", limit: int = 10000) -> List[ObjectInfo]:
-        """Objects whose keys start with ``prefix``, in key order.
+    def ls(
+        self, bucket: str, prefix: str = "", limit: int = 10000, start_after: Optional[str] = None
+    ) -> List[ObjectInfo]:
+        """Objects whose keys start with ``prefix``, in key order (after ``start_after``).
 
         >>> [o.key for o in client.ls("logs", prefix="a")]
         ['a.txt']
