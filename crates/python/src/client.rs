@@ -11,7 +11,7 @@ use quarry_client::{BucketName, ClusterFile, Compute, Condition, ObjectKey, Obje
 use crate::compute::{self, GrepOptions};
 use crate::convert::to_python;
 use crate::errors::Failure;
-use crate::objects::{self, ObjectInfo, DEFAULT_LIST_LIMIT};
+use crate::objects::{self, ObjectInfo, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 use crate::runtime::wait;
 
 /// Connects to a cluster as the CLI does: through `address` (`host:port`
@@ -308,6 +308,13 @@ impl Client {
         limit: usize,
         start_after: Option<&str>,
     ) -> PyResult<Vec<ObjectInfo>> {
+        if limit > MAX_LIST_LIMIT {
+            return Err(Failure::invalid(format!(
+                "limit {limit} is more than one listing returns ({MAX_LIST_LIMIT}); \
+                 list page by page with start_after"
+            ))
+            .into());
+        }
         let bucket = BucketName::new(bucket).map_err(Failure::from)?;
         let after = start_after
             .map(ObjectKey::new)

@@ -16,6 +16,9 @@ pub const MAX_GET_BYTES: u64 = 4 << 30;
 
 /// Objects `ls` returns unless told (the CLI's `--limit` default).
 pub const DEFAULT_LIST_LIMIT: usize = 10_000;
+/// Most objects one `ls` returns; more are listed page by page
+/// (`start_after`).
+pub const MAX_LIST_LIMIT: usize = 1_000_000;
 
 /// What `stat` says about an object (its manifest, without the chunk
 /// list).

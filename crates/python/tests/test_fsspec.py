@@ -160,3 +160,39 @@ def test_writes_are_buffered_into_one_object(fs, client):
     assert client.stat("py-write", "w.bin").version == 1
     fs.pipe_file("quarry://py-write/small", b"small")
     assert fs.cat_file("py-write/small") == b"small"
+
+
+def test_duckdb_reads_a_parquet_object_through_the_file_system(fs, parquet_object, parquet_table):
+    import duckdb
+
+    con = duckdb.connect()
+    con.register_filesystem(fs)
+    got = con.sql(
+        f"SELECT carrier, count(*) AS n, sum(delay) AS delay "
+        f"FROM read_parquet('quarry://{parquet_object}') "
+        f"WHERE id >= 1000 GROUP BY carrier ORDER BY carrier NULLS FIRST"
+    ).fetchall()
+    frame = parquet_table.to_pandas()
+    frame = frame[frame["id"] >= 1000]
+    want = []
+    for carrier, group in sorted(
+        frame.groupby("carrier", dropna=False), key=lambda kv: (kv[0] == kv[0], str(kv[0]))
+    ):
+        want.append((None if carrier != carrier else carrier, len(group), group["delay"].sum()))
+    assert [(c, n) for c, n, _ in got] == [(c, n) for c, n, _ in want]
+    for (_, _, a), (_, _, b) in zip(got, want):
+        assert a == pytest.approx(b)
+
+
+def test_dask_reads_a_parquet_object(cluster_file, parquet_object, parquet_table):
+    import dask.dataframe as dd
+
+    frame = dd.read_parquet(
+        f"quarry://{parquet_object}",
+        columns=["id", "delay"],
+        storage_options={"cluster": str(cluster_file)},
+    )
+    got = frame.compute().reset_index(drop=True)
+    want = parquet_table.select(["id", "delay"]).to_pandas()
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+    assert frame["delay"].sum().compute() == pytest.approx(want["delay"].sum())

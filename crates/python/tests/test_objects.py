@@ -179,6 +179,9 @@ def test_ls_lists_a_prefix_in_key_order(client, cli, bucket):
         (o["key"], o["size"], o["version"]) for o in theirs
     ]
     assert client.ls(bucket, prefix="zz") == []
+    assert [o.key for o in client.ls(bucket, limit=2, start_after="a/2")] == ["ab", "b/1"]
+    with pytest.raises(quarry.InvalidInput, match="start_after"):
+        client.ls(bucket, limit=10**9)
 
 
 def test_rm_then_get_is_not_found_with_the_clis_message(client, cli, bucket):
