@@ -194,10 +194,11 @@ impl Client {
             })?,
             PutSource::Path(path) => wait(py, async move {
                 let file = std::fs::File::open(&path).map_err(|e| {
-                    Failure::new(
-                        crate::errors::Kind::NotFound,
-                        format!("cannot open {}: {e}", path.display()),
-                    )
+                    let kind = match e.kind() {
+                        std::io::ErrorKind::NotFound => crate::errors::Kind::NotFound,
+                        _ => crate::errors::Kind::Other,
+                    };
+                    Failure::new(kind, format!("cannot open {}: {e}", path.display()))
                 })?;
                 let source = quarry_client::file_source(file);
                 Ok(store.put(&bucket, &key, source, condition).await?)

@@ -94,6 +94,13 @@ def test_put_and_get_bytes_a_file_and_a_stream_byte_for_byte(client, cli, bucket
     assert client.get(bucket, "empty") == b""
 
 
+def test_a_missing_local_file_is_the_clis_error(client, cli, bucket, tmp_path):
+    missing = tmp_path / "no-such-file"
+    with pytest.raises(quarry.NotFound) as raised:
+        client.put(bucket, "k", missing)
+    assert str(raised.value) == cli.error("put", str(missing), f"{bucket}/k", "-q")
+
+
 def test_a_stream_that_fails_fails_the_put_with_its_own_error(client, bucket):
     class Broken(io.RawIOBase):
         def __init__(self):
