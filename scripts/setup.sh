@@ -79,9 +79,10 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 # The Python package (crates/python): a virtual environment at .venv in the
-# repository with maturin and pytest (and fsspec, pandas, pyarrow, DuckDB and
-# Dask, which the tests of quarry.fsspec read Parquet through), and the
-# package built (debug) and installed into it. Rebuilt only when a file
+# repository with maturin, pytest and mypy (whose stubtest checks the type
+# stubs), fsspec, pandas, pyarrow, DuckDB and Dask (which the tests of
+# quarry.fsspec read Parquet through), and the package built (debug) and
+# installed into it. Rebuilt only when a file
 # under crates/, Cargo.toml or Cargo.lock is newer than the last build, so
 # a second run is quick.
 setup_python() {
@@ -100,11 +101,11 @@ setup_python() {
     python3 -m venv "$venv"
   fi
   if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q '^maturin 1\.16\.' \
-    || ! "$venv/bin/python" -c 'import pytest, fsspec, pandas, pyarrow, duckdb, dask.dataframe' \
+    || ! "$venv/bin/python" -c 'import pytest, mypy, fsspec, pandas, pyarrow, duckdb, dask.dataframe' \
       >/dev/null 2>&1; then
-    echo "setup: installing maturin 1.16, pytest, fsspec, pandas, pyarrow, duckdb and dask into $venv" >&2
+    echo "setup: installing maturin 1.16, pytest, mypy, fsspec, pandas, pyarrow, duckdb and dask into $venv" >&2
     "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet 'maturin==1.16.*' pytest 'fsspec>=2024.2' \
+    "$venv/bin/python" -m pip install --quiet 'maturin==1.16.*' pytest 'mypy>=1.18' 'fsspec>=2024.2' \
       'pandas>=2' 'pyarrow>=15' 'duckdb>=1' 'dask[dataframe]>=2024.2'
   fi
   if [ ! -e "$stamp" ] \

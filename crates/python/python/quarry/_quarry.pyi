@@ -1,10 +1,22 @@
 """Type stubs of the compiled module ``quarry._quarry`` (see its docstrings)."""
 
 import os
-from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple, Union, final
 
-Json = Dict[str, Any]
-PutData = Union[bytes, bytearray, str, "os.PathLike[str]", BinaryIO]
+__all__ = [
+    "AlreadyExists",
+    "Client",
+    "Conflict",
+    "InvalidInput",
+    "NotFound",
+    "ObjectInfo",
+    "QuarryError",
+    "Unavailable",
+    "connect",
+]
+
+_Json = Dict[str, Any]
+_PutData = Union[bytes, bytearray, str, "os.PathLike[str]", BinaryIO]
 
 class QuarryError(Exception):
     """Base class of every error Quarry raises."""
@@ -24,6 +36,7 @@ class Conflict(QuarryError):
 class Unavailable(QuarryError):
     """The cluster, or a node of it, could not be reached or did not answer in time."""
 
+@final
 class ObjectInfo:
     """What ``stat`` says about an object (its manifest without the chunk list).
 
@@ -56,6 +69,7 @@ def connect(
     >>> client = quarry.connect(cluster=".quarry/cluster.toml")
     """
 
+@final
 class Client:
     """A connection to a Quarry cluster; safe to share between threads."""
 
@@ -76,7 +90,7 @@ class Client:
         >>> client.make_bucket("raw", chunk_size=64 * 1024)
         """
 
-    def buckets(self) -> List[Json]:
+    def buckets(self) -> List[_Json]:
         """The buckets (``quarry ls --json``).
 
         >>> [b["bucket"] for b in client.buckets()]
@@ -93,7 +107,7 @@ class Client:
         self,
         bucket: str,
         key: str,
-        data: PutData,
+        data: _PutData,
         *,
         if_absent: bool = False,
         if_version: Optional[int] = None,
@@ -136,9 +150,10 @@ class Client:
         """
 
     def ls(
-        self, bucket: str, prefix: str = "", limit: int = 10000, start_after: Optional[str] = None
+        self, bucket: str, prefix: str = "", limit: int = ..., start_after: Optional[str] = None
     ) -> List[ObjectInfo]:
-        """Objects whose keys start with ``prefix``, in key order (after ``start_after``).
+        """Objects whose keys start with ``prefix``, in key order (after ``start_after``);
+        ``limit`` defaults to 10,000 (at most 1,000,000).
 
         >>> [o.key for o in client.ls("logs", prefix="a")]
         ['a.txt']
@@ -151,7 +166,7 @@ class Client:
         1
         """
 
-    def df(self) -> Json:
+    def df(self) -> _Json:
         """Usage per bucket and for the cluster (``quarry df --json``).
 
         >>> client.df()["cluster"]["objects"]
@@ -176,7 +191,7 @@ class Client:
         time_limit_ms: Optional[int] = None,
         memory_limit_bytes: Optional[int] = None,
         result_limit_bytes: Optional[int] = None,
-    ) -> Json:
+    ) -> _Json:
         """Searches near the data; the answer of ``quarry grep --json``.
 
         >>> client.grep("world", "logs/a.txt")["results"][0]["output"]["matching_lines"]
@@ -192,7 +207,7 @@ class Client:
         time_limit_ms: Optional[int] = None,
         memory_limit_bytes: Optional[int] = None,
         result_limit_bytes: Optional[int] = None,
-    ) -> Json:
+    ) -> _Json:
         """Counts near the data; the answer of ``quarry wc --json``.
 
         >>> client.wc("logs/a.txt")["results"][0]["output"]["lines"]
@@ -206,7 +221,7 @@ class Client:
         time_limit_ms: Optional[int] = None,
         memory_limit_bytes: Optional[int] = None,
         result_limit_bytes: Optional[int] = None,
-    ) -> Json:
+    ) -> _Json:
         """Runs any kernel (``quarry run KERNEL ARGS... TARGETS...``).
 
         >>> client.run("checksum", "logs/a.txt")["results"][0]["output"]["bytes"]
@@ -226,35 +241,35 @@ class Client:
         >>> id = client.submit("wc", "logs/")
         """
 
-    def status(self, id: int) -> Json:
+    def status(self, id: int) -> _Json:
         """A command's status (a ``quarry jobs --json`` row).
 
         >>> client.status(id)["state"]
         'running'
         """
 
-    def wait(self, id: int, timeout_ms: int = 60000) -> Json:
+    def wait(self, id: int, timeout_ms: int = 60000) -> _Json:
         """Waits until the command is final or the timeout passes; its status.
 
         >>> client.wait(id)["state"]
         'done'
         """
 
-    def cancel(self, id: int) -> Json:
+    def cancel(self, id: int) -> _Json:
         """Cancels a command (``quarry cancel``); its status.
 
         >>> client.cancel(id)["state"]
         'cancelled'
         """
 
-    def result(self, id: int) -> Json:
+    def result(self, id: int) -> _Json:
         """A done command's result, as ``run`` returns it.
 
         >>> client.result(id)["results"][0]["output"]["lines"]
         2
         """
 
-    def jobs(self) -> List[Json]:
+    def jobs(self) -> List[_Json]:
         """Every command the entry node holds (``quarry jobs --json``).
 
         >>> [j["state"] for j in client.jobs()]

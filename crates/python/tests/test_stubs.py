@@ -1,0 +1,33 @@
+"""The type stubs shipped with the package (`_quarry.pyi`, `py.typed`)
+describe the compiled module as it is: mypy's stubtest compares every
+class, method, parameter and default with the module at run time."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import quarry
+
+
+def test_the_stubs_match_the_compiled_module():
+    package = Path(quarry.__file__).parent
+    assert (package / "py.typed").is_file()
+    assert (package / "_quarry.pyi").is_file()
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "quarry._quarry"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=package.parent,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_public_method_has_a_docstring_with_an_example():
+    for name in dir(quarry.Client):
+        if name.startswith("_"):
+            continue
+        doc = getattr(quarry.Client, name).__doc__ or ""
+        assert ">>>" in doc, f"Client.{name} has no example in its docstring"
+    assert ">>>" in (quarry.connect.__doc__ or "")
+    assert ">>>" in (quarry.ObjectInfo.__doc__ or "")
