@@ -111,7 +111,8 @@ setup_python() {
   if [ ! -e "$stamp" ] \
     || ! "$venv/bin/python" -c 'import quarry._quarry' >/dev/null 2>&1 \
     || [ -n "$(find "$root/crates" "$root/Cargo.toml" "$root/Cargo.lock" -newer "$stamp" \
-      -not -path '*/target/*' -not -path '*/__pycache__*' -not -path '*/.pytest_cache*' -not -name '*.so' \
+      -not -path '*/target/*' -not -path '*/__pycache__*' -not -path '*/.pytest_cache*' \
+      -not -path '*/.mypy_cache*' -not -name '*.so' \
       -print -quit)" ]; then
     echo "setup: building the Python package into $venv (maturin develop)" >&2
     (cd "$root/crates/python" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \

@@ -2,6 +2,7 @@
 describe the compiled module as it is: mypy's stubtest compares every
 class, method, parameter and default with the module at run time."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import quarry
 
 
-def test_the_stubs_match_the_compiled_module():
+def test_the_stubs_match_the_compiled_module(tmp_path):
     package = Path(quarry.__file__).parent
     assert (package / "py.typed").is_file()
     assert (package / "_quarry.pyi").is_file()
@@ -18,7 +19,9 @@ def test_the_stubs_match_the_compiled_module():
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=package.parent,
+        cwd=tmp_path,
+        # mypy's cache goes to the test's directory, not the source tree.
+        env={**os.environ, "MYPY_CACHE_DIR": str(tmp_path / "mypy-cache")},
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
