@@ -77,3 +77,52 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
   fi
 fi
+
+# The Python package (crates/python): a virtual environment at .venv in the
+# repository with maturin, pytest and mypy (whose stubtest checks the type
+# stubs), fsspec, pandas, pyarrow, DuckDB and Dask (which the tests of
+# quarry.fsspec read Parquet through), and the package built (debug) and
+# installed into it. Rebuilt only when a file
+# under crates/, Cargo.toml or Cargo.lock is newer than the last build, so
+# a second run is quick.
+setup_python() {
+  local root venv stamp
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  venv="$root/.venv"
+  stamp="$venv/.quarry-built"
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    echo "setup: installing python3-venv" >&2
+    if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null
+  fi
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "setup: making the Python virtual environment $venv" >&2
+    python3 -m venv "$venv"
+  fi
+  if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q '^maturin 1\.16\.' \
+    || ! "$venv/bin/python" -c 'import pytest, mypy, fsspec, pandas, pyarrow, duckdb, dask.dataframe' \
+      >/dev/null 2>&1; then
+    echo "setup: installing maturin 1.16, pytest, mypy, fsspec, pandas, pyarrow, duckdb and dask into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    "$venv/bin/python" -m pip install --quiet 'maturin==1.16.*' pytest 'mypy>=1.18' 'fsspec>=2024.2' \
+      'pandas>=2' 'pyarrow>=15' 'duckdb>=1' 'dask[dataframe]>=2024.2'
+  fi
+  if [ ! -e "$stamp" ] \
+    || ! "$venv/bin/python" -c 'import quarry._quarry' >/dev/null 2>&1 \
+    || [ -n "$(find "$root/crates" "$root/Cargo.toml" "$root/Cargo.lock" -newer "$stamp" \
+      -not -path '*/target/*' -not -path '*/__pycache__*' -not -path '*/.pytest_cache*' \
+      -not -path '*/.mypy_cache*' -not -name '*.so' \
+      -print -quit)" ]; then
+    echo "setup: building the Python package into $venv (maturin develop)" >&2
+    (cd "$root/crates/python" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" \
+      "$venv/bin/maturin" develop --quiet)
+    touch "$stamp"
+  fi
+}
+# The device tests of setup.sh (crates/cli/tests/setup_script.rs) source it
+# in a private namespace with a scratch /dev and set this: they test the
+# devices, and a package build there would race the test run's own cargo.
+if [ -z "${QUARRY_SETUP_DEVICES_ONLY:-}" ]; then
+  setup_python
+fi

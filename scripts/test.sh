@@ -12,3 +12,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The Python package's suite (crates/python/tests): setup.sh built the
+# package into .venv; the tests start a local cluster of target/debug/quarry.
+cargo build --quiet --bin quarry
+.venv/bin/python -m pytest -q crates/python/tests

@@ -12,18 +12,19 @@ use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use quarry_client::{
-    Client, ClientError, ClusterFile, CommandId, CommandResult, CommandState, Compute, GrepSpec,
-    GrepSyntax, Job, KernelSpec, Limits, Outcome, Output, OutputPiece, Target, TargetOutput,
-    WcSpec,
+    Client, ClientError, ClusterFile, CommandId, CommandResult, Compute, GrepSpec, GrepSyntax, Job,
+    KernelSpec, Limits, Outcome, Output, OutputPiece, Target, TargetOutput, WcSpec,
 };
 use quarry_kernels::MAX_PATTERN_BYTES;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::args::ClusterArg;
 use quarry_jobs::human_bytes;
+pub use quarry_jobs::result_json;
 use quarry_jobs::{
     format_wc, parse_job, parse_target, wc_locale, GrepFormat, GrepPrinter, ListFiles,
 };
+use quarry_jobs::{state_text, status_json};
 
 /// An exit status to end the process with, quietly (grep's 1: nothing
 /// matched).
@@ -576,73 +577,13 @@ pub fn run(args: &RunArgs) -> Result<()> {
     })
 }
 
-/// A result as JSON, with the bytes scanned and sent.
-pub fn result_json(result: &CommandResult, sent_to_client_bytes: u64) -> Value {
-    let outcome = match &result.outcome {
-        Outcome::Scan(targets) => Value::Array(targets.iter().map(target_json).collect()),
-        Outcome::Rmw { values } => json!({ "rmw_values": values }),
-    };
-    let scanned = result.bytes_scanned;
-    json!({
-        "results": outcome,
-        "bytes_scanned": scanned,
-        "bytes_from_nodes": result.bytes_from_nodes,
-        "bytes_sent_to_client": sent_to_client_bytes,
-        "scanned_per_sent": if sent_to_client_bytes > 0 { scanned as f64 / sent_to_client_bytes as f64 } else { 0.0 },
-    })
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn target_json(t: &TargetOutput) -> Value {
-    let output = match &t.output {
-        Output::Count(n) => json!({ "count": n }),
-        Output::Grep(g) => json!({
-            "matching_lines": g.matching_lines,
-            "first_nul": g.first_nul,
-            "lines": g.match_lines().map(|l| json!({
-                "line_number": l.line_number,
-                "byte_offset": l.byte_offset,
-                "text": text(&l.text),
-                "context": l.context,
-                "matches": l.matches.iter().map(|(at, m)| json!([at, text(m)])).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-        }),
-        Output::Wc(w) => json!({
-            "lines": w.lines,
-            "words": w.words,
-            "bytes": w.bytes,
-            "word_count": w.word_count,
-            "top": w.top.iter().map(|(word, n)| json!([text(word), n])).collect::<Vec<_>>(),
-        }),
-        Output::Checksum(c) => json!({
-            "bytes": c.bytes,
-            "crc32c": format!("{:08x}", c.crc32c),
-            "sha256": c.sha256.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-        }),
-    };
-    json!({ "target": t.target, "size_bytes": t.size_bytes, "output": output })
-}
-
 /// `quarry jobs`.
 pub fn jobs(cluster: &ClusterArg, json: bool) -> Result<()> {
     runtime()?.block_on(async {
         let compute = compute(cluster).await?;
         let list = compute.list().await?;
         if json {
-            let rows: Vec<Value> = list
-                .iter()
-                .map(|s| {
-                    json!({
-                        "id": s.id, "kernel": s.kernel, "state": state_text(&s.state),
-                        "bytes_done": s.bytes_done, "bytes_total": s.bytes_total,
-                        "elapsed_ms": s.elapsed_ms, "result_bytes": s.result_bytes,
-                        "peak_memory_bytes": s.peak_memory_bytes,
-                    })
-                })
-                .collect();
+            let rows: Vec<Value> = list.iter().map(status_json).collect();
             println!("{}", Value::Array(rows));
             return Ok(());
         }
@@ -665,16 +606,6 @@ pub fn jobs(cluster: &ClusterArg, json: bool) -> Result<()> {
         println!("{table}");
         Ok(())
     })
-}
-
-fn state_text(state: &CommandState) -> String {
-    match state {
-        CommandState::Queued => "queued".into(),
-        CommandState::Running => "running".into(),
-        CommandState::Done => "done".into(),
-        CommandState::Failed { reason } => format!("failed: {reason}"),
-        CommandState::Cancelled => "cancelled".into(),
-    }
 }
 
 /// `quarry cancel`.

@@ -52,6 +52,8 @@ fn in_private_namespace(script: &str) -> Option<(String, String)> {
     let output = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "bash", "-c", script])
         .env("SETUP", setup_script())
+        // Devices only: not the Python package (setup.sh says why).
+        .env("QUARRY_SETUP_DEVICES_ONLY", "1")
         .output()
         .expect("unshare runs (checked before)");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();

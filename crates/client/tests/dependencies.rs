@@ -1,6 +1,6 @@
 //! The client links the wire formats and nothing of a node's internals
 //! (DESIGN.md, "faces"): a program that only talks to a cluster, and the
-//! Python package that will link this crate, must not compile the device,
+//! Python package that links this crate, must not compile the device,
 //! the space manager, the node's store, the kernels or their regex engines.
 
 use std::collections::BTreeSet;
@@ -24,9 +24,9 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("grep-matcher", "the kernels' grep"),
 ];
 
-/// The names of every package `quarry-client` links (normal dependencies,
-/// the ones a program using the client compiles).
-fn client_dependencies() -> BTreeSet<String> {
+/// The names of every package `package` links (normal dependencies, the
+/// ones a program using it compiles).
+fn dependencies(package: &str) -> BTreeSet<String> {
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let output = Command::new(env!("CARGO"))
         .args([
@@ -35,7 +35,7 @@ fn client_dependencies() -> BTreeSet<String> {
             "--manifest-path",
             manifest,
             "-p",
-            "quarry-client",
+            package,
             "-e",
             "normal",
             "--prefix",
@@ -55,9 +55,36 @@ fn client_dependencies() -> BTreeSet<String> {
         .collect()
 }
 
+/// Fails naming every crate of [`FORBIDDEN`] that `package` links.
+fn assert_no_node_internals(package: &str, linked: &BTreeSet<String>) {
+    let heavy: Vec<String> = FORBIDDEN
+        .iter()
+        .filter(|(name, _)| linked.contains(*name))
+        .map(|(name, what)| format!("{name} ({what})"))
+        .collect();
+    assert!(
+        heavy.is_empty(),
+        "{package} links node internals: {}; move what the client shares \
+         with the nodes into the -api crates (docs/architecture.md)",
+        heavy.join(", ")
+    );
+}
+
+#[test]
+fn the_python_package_links_only_the_client_and_the_wire_formats() {
+    let linked = dependencies("quarry-python");
+    for needed in ["quarry-python", "quarry-client", "quarry-jobs", "pyo3"] {
+        assert!(
+            linked.contains(needed),
+            "{needed} missing from the Python package's dependencies: {linked:?}"
+        );
+    }
+    assert_no_node_internals("quarry-python", &linked);
+}
+
 #[test]
 fn the_client_links_only_the_wire_formats() {
-    let linked = client_dependencies();
+    let linked = dependencies("quarry-client");
     // The tree is read right: the client and the crates it must link are in it.
     for needed in [
         "quarry-client",
@@ -72,15 +99,5 @@ fn the_client_links_only_the_wire_formats() {
             "{needed} missing from the client's dependencies: {linked:?}"
         );
     }
-    let heavy: Vec<String> = FORBIDDEN
-        .iter()
-        .filter(|(name, _)| linked.contains(*name))
-        .map(|(name, what)| format!("{name} ({what})"))
-        .collect();
-    assert!(
-        heavy.is_empty(),
-        "quarry-client links node internals: {}; move what the client shares \
-         with the nodes into the -api crates (docs/architecture.md)",
-        heavy.join(", ")
-    );
+    assert_no_node_internals("quarry-client", &linked);
 }

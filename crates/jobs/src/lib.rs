@@ -3,8 +3,10 @@
 //! their kernel and target arguments here ([`parse_job`], [`parse_target`],
 //! sizes with [`parse_size`]), and print the answers here as GNU grep 3.8
 //! ([`format_grep`]) and GNU wc 9.1 ([`format_wc`], in the locale
-//! [`wc_locale`] reads) print them. It links only `quarry-kernels-api`, so a
-//! face gets the same text without the command line.
+//! [`wc_locale`] reads) print them, and as JSON ([`result_json`],
+//! [`status_json`]) for `--json` and the Python package. It links only
+//! `quarry-kernels-api` (and serde_json), so a face gets the same text
+//! without the command line.
 //!
 //! ```
 //! use quarry_jobs::{format_wc, parse_job, parse_size, parse_target};
@@ -30,10 +32,12 @@
 
 mod grep_output;
 mod job;
+mod result_json;
 mod size;
 mod wc_output;
 
 pub use grep_output::{format_grep, GrepFormat, GrepPrint, GrepPrinter, ListFiles};
 pub use job::{parse_job, parse_target, JobParseError};
+pub use result_json::{result_json, state_text, status_json};
 pub use size::{human_bytes, parse_size, SizeError};
 pub use wc_output::{format_wc, is_utf8_codeset, wc_locale};

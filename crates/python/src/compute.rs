@@ -1,0 +1,168 @@
+//! The command/status API: what `quarry grep/wc/run/jobs/cancel` do, with
+//! their `--json` answers as Python values.
+
+use quarry_client::{
+    CommandId, Compute, GrepSpec, GrepSyntax, Job, KernelSpec, Limits, Target, WcSpec,
+};
+use quarry_jobs::{parse_job, parse_target, result_json, status_json};
+use serde_json::Value;
+
+use crate::errors::Failure;
+
+/// The patterns and switches of a grep, as GNU grep's flags name them.
+#[derive(Debug, Clone, Default)]
+pub struct GrepOptions {
+    pub patterns: Vec<String>,
+    pub fixed: bool,
+    pub extended: bool,
+    pub ignore_case: bool,
+    pub invert: bool,
+    pub word: bool,
+    pub whole_line: bool,
+    pub count: bool,
+    pub only_matching: bool,
+    pub max_count: Option<u64>,
+    pub before_context: u64,
+    pub after_context: u64,
+}
+
+impl GrepOptions {
+    /// The kernel's spec, as `quarry grep` builds it from the same flags
+    /// (a pattern holding newlines is several, as GNU grep reads it).
+    pub fn spec(self) -> Result<GrepSpec, Failure> {
+        if self.fixed && self.extended {
+            return Err(Failure::invalid(
+                "fixed and extended exclude each other (grep -F and -E)",
+            ));
+        }
+        let lines = !self.count;
+        let patterns = self
+            .patterns
+            .iter()
+            .flat_map(|p| p.split('\n'))
+            .map(str::to_string)
+            .collect();
+        Ok(GrepSpec {
+            patterns,
+            syntax: if self.fixed {
+                GrepSyntax::Fixed
+            } else if self.extended {
+                GrepSyntax::Extended
+            } else {
+                GrepSyntax::Basic
+            },
+            ignore_case: self.ignore_case,
+            lines,
+            invert: self.invert,
+            word: self.word,
+            whole_line: self.whole_line,
+            only_matching: self.only_matching && lines,
+            max_count: self.max_count,
+            before_context: if lines { self.before_context } else { 0 },
+            after_context: if lines { self.after_context } else { 0 },
+        })
+    }
+}
+
+/// The limits of a command (the CLI's defaults where not given).
+pub fn limits(
+    time_limit_ms: Option<u64>,
+    memory_limit_bytes: Option<u64>,
+    result_limit_bytes: Option<u64>,
+) -> Limits {
+    let default = Limits::default();
+    Limits {
+        time_ms: time_limit_ms.unwrap_or(default.time_ms),
+        memory_bytes: memory_limit_bytes.unwrap_or(default.memory_bytes),
+        result_bytes: result_limit_bytes.unwrap_or(default.result_bytes),
+    }
+}
+
+/// Targets as `quarry grep` reads them: `BUCKET/KEY`, `BUCKET/PREFIX*`,
+/// `BUCKET/`, `volume:NAME[@OFFSET[+LEN]]`, `linear:FIRST+PAGES`.
+pub fn targets(texts: &[String]) -> Result<Vec<Target>, Failure> {
+    if texts.is_empty() {
+        return Err(Failure::invalid(
+            "name what to search: BUCKET/KEY, BUCKET/PREFIX*, BUCKET/, volume:NAME or \
+             linear:FIRST+PAGES",
+        ));
+    }
+    Ok(texts
+        .iter()
+        .map(|t| parse_target(t))
+        .collect::<Result<_, _>>()?)
+}
+
+/// The wc kernel's spec as `quarry wc` builds it: words are counted unless
+/// only `word` or `top` is asked for.
+pub fn wc_spec(words: Option<bool>, word: Option<String>, top: Option<u32>) -> WcSpec {
+    let words = words.unwrap_or(word.is_none() && top.is_none());
+    WcSpec {
+        words,
+        word: word.map(String::into_bytes),
+        top,
+        locale: quarry_jobs::wc_locale(),
+    }
+}
+
+/// Runs a kernel to its end; its result as `--json` prints it.
+pub async fn run(
+    compute: &Compute,
+    job: Job,
+    targets: Vec<Target>,
+    limits: Limits,
+) -> Result<Value, Failure> {
+    let (result, sent) = compute.run(job, targets, limits).await?;
+    Ok(result_json(&result, sent))
+}
+
+/// A grep job.
+pub fn grep_job(options: GrepOptions) -> Result<Job, Failure> {
+    Ok(Job::Scan(KernelSpec::Grep(options.spec()?)))
+}
+
+/// `quarry run KERNEL ARGS... TARGETS...` read as the CLI reads it.
+pub fn parse_run(kernel: &str, args: &[String]) -> Result<(Job, Vec<Target>), Failure> {
+    let (job, rest) = parse_job(kernel, args)?;
+    Ok((job, targets(&rest)?))
+}
+
+/// Submits without waiting; the command's number.
+pub async fn submit(
+    compute: &Compute,
+    job: Job,
+    targets: Vec<Target>,
+    limits: Limits,
+) -> Result<CommandId, Failure> {
+    Ok(compute.submit(job, targets, limits).await?)
+}
+
+/// A command's status as a `quarry jobs --json` row.
+pub async fn status(compute: &Compute, id: CommandId) -> Result<Value, Failure> {
+    Ok(status_json(&compute.status(id).await?))
+}
+
+/// Waits until the command is final or `timeout_ms` passes.
+pub async fn wait(compute: &Compute, id: CommandId, timeout_ms: u64) -> Result<Value, Failure> {
+    let status = compute
+        .wait(id, std::time::Duration::from_millis(timeout_ms))
+        .await?;
+    Ok(status_json(&status))
+}
+
+/// Cancels a command; its status then.
+pub async fn cancel(compute: &Compute, id: CommandId) -> Result<Value, Failure> {
+    Ok(status_json(&compute.cancel(id).await?))
+}
+
+/// A done command's result.
+pub async fn result(compute: &Compute, id: CommandId) -> Result<Value, Failure> {
+    let (result, sent) = compute.result(id).await?;
+    Ok(result_json(&result, sent))
+}
+
+/// Every command the entry node holds.
+pub async fn jobs(compute: &Compute) -> Result<Value, Failure> {
+    let list = compute.list().await?;
+    Ok(Value::Array(list.iter().map(status_json).collect()))
+}
