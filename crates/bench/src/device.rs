@@ -12,8 +12,10 @@
 //!    ([`OpenOptions::skip_read_check`]), and program throughput with encoding.
 //! 4. What durability costs: programs on the `file` backend (O_DIRECT) at
 //!    QD1 and QD32 acknowledged after the group-committed `fdatasync`
-//!    (`sync_writes`, the default) against the same programs acknowledged
-//!    when the write returns (durable across a process crash only).
+//!    (`sync_writes`, the default), the same without filling ahead of
+//!    small programs ([`OpenOptions::skip_fill_ahead`]), and the same
+//!    acknowledged when the write returns (durable across a process crash
+//!    only), alternated.
 //!
 //! A benchmark reports figures and states its goals; it asserts nothing
 //! about time.
@@ -102,7 +104,8 @@ impl Plan {
                 // Checked and unchecked alternate, so drift in the disk's
                 // speed (large on a shared virtual disk) hits both alike.
                 ecc_rounds: 4,
-                durability_pages_qd1: 1024,
+                // Whole blocks (64 chips x 64 pages), as the volume fills them.
+                durability_pages_qd1: 4096,
                 durability_pages_deep: 8192,
             }
         }
@@ -128,6 +131,8 @@ struct DurabilityRow {
     queue_depth: usize,
     programs: u64,
     synced_iops: f64,
+    /// Durable, without filling ahead of small programs.
+    synced_no_fill_iops: f64,
     unsynced_iops: f64,
     /// synced / unsynced.
     ratio: f64,
@@ -388,10 +393,14 @@ async fn durability_cost(
     depth: usize,
     pages: usize,
 ) -> Result<DurabilityRow> {
-    // [synced, unsynced]: pages, seconds, cpu seconds, flushes.
-    let mut totals = [(0u64, 0.0f64, 0.0f64, 0u64); 2];
+    // [synced, unsynced, synced without fill]: pages, seconds, cpu
+    // seconds, flushes.
+    let mut totals = [(0u64, 0.0f64, 0.0f64, 0u64); 3];
     for _ in 0..plan.ecc_rounds {
-        for (mode, sync) in [true, false].into_iter().enumerate() {
+        for (mode, (sync, skip_fill_ahead)) in [(true, false), (false, false), (true, true)]
+            .into_iter()
+            .enumerate()
+        {
             let config = DeviceConfig {
                 backend: BackendKind::File,
                 preset: Some(preset),
@@ -400,7 +409,11 @@ async fn durability_cost(
                 ..DeviceConfig::default()
             };
             let dir = root.join(format!("durability-{mode}"));
-            let device = open_config(&config, &dir, OpenOptions::default())?;
+            let options = OpenOptions {
+                skip_fill_ahead,
+                ..OpenOptions::default()
+            };
+            let device = open_config(&config, &dir, options)?;
             let set = working_set(&device, pages)?;
             let run = fill(&device, &set, depth).await?;
             totals[mode].0 += run.pages;
@@ -417,6 +430,7 @@ async fn durability_cost(
         queue_depth: depth,
         programs: synced.0,
         synced_iops: iops(synced),
+        synced_no_fill_iops: iops(totals[2]),
         unsynced_iops: iops(unsynced),
         ratio: iops(synced) / iops(unsynced),
         flushes_per_program: synced.3 as f64 / synced.0.max(1) as f64,
@@ -840,6 +854,7 @@ fn print_durability(r: &Report) {
         "queue depth",
         "programs",
         "durable IOPS",
+        "durable, no fill ahead",
         "unflushed IOPS",
         "durable / unflushed",
         "fdatasyncs per program",
@@ -851,6 +866,7 @@ fn print_durability(r: &Report) {
             format!("{}", row.queue_depth),
             format!("{}", row.programs),
             format!("{:.0}", row.synced_iops),
+            format!("{:.0}", row.synced_no_fill_iops),
             format!("{:.0}", row.unsynced_iops),
             format!("{:.2}", row.ratio),
             format!("{:.3}", row.flushes_per_program),

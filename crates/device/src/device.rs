@@ -63,6 +63,10 @@ pub struct OpenOptions {
     /// corrupt page is returned as data. Only for measuring what the ECC costs
     /// on the read path (`quarry bench device`); never for serving data.
     pub skip_read_check: bool,
+    /// Small programs do not fill the pages ahead of them (see
+    /// `Device::fill_or_wait`): only for measuring what filling buys
+    /// (`quarry bench device`).
+    pub skip_fill_ahead: bool,
 }
 
 impl Default for OpenOptions {
@@ -71,6 +75,7 @@ impl Default for OpenOptions {
             nand_timing: None,
             max_inflight: DEFAULT_MAX_INFLIGHT,
             skip_read_check: false,
+            skip_fill_ahead: false,
         }
     }
 }
@@ -227,6 +232,7 @@ pub struct Device {
     /// The backing file is allocated whole: erases keep its blocks.
     allocated: bool,
     skip_read_check: bool,
+    skip_fill_ahead: bool,
     pool: Arc<BufPool>,
     /// Buffers of [`Device::max_read_pages`] slots, for multi-page reads.
     run_pool: Arc<BufPool>,
@@ -727,6 +733,7 @@ impl Device {
             direct_io,
             allocated,
             skip_read_check: options.skip_read_check,
+            skip_fill_ahead: options.skip_fill_ahead,
             seed,
             read_seq: AtomicU64::new(0),
             rng: Mutex::new(SplitMix(seed ^ 0xA5A5_5A5A)),
@@ -1526,7 +1533,7 @@ impl Device {
     /// so a fill that fails or is lost at a crash changes nothing that can
     /// be read.
     async fn fill_or_wait(&self, bi: usize, first: PageAddr, count: u32) {
-        if self.flusher.is_none() || matches!(self.store, Store::Mem(_)) {
+        if self.flusher.is_none() || self.skip_fill_ahead || matches!(self.store, Store::Mem(_)) {
             return;
         }
         let ppb = self.geometry.pages_per_block;
