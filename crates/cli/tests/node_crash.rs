@@ -496,7 +496,12 @@ fn page_content(page: u64, version: u64) -> Vec<u8> {
 
 /// Writes random pages of `volume` until stopped or an error (the nodes
 /// died under it), recording acknowledgements.
-async fn page_writer(volume: quarry_client::Volume, round: u64, ledger: PageLedger, stop: Arc<AtomicBool>) {
+async fn page_writer(
+    volume: quarry_client::Volume,
+    round: u64,
+    ledger: PageLedger,
+    stop: Arc<AtomicBool>,
+) {
     let mut n = round.wrapping_mul(0x9e37_79b9) | 1;
     let mut version = round * 1_000_000;
     while !stop.load(Ordering::Relaxed) {
@@ -650,7 +655,13 @@ fn acknowledged_objects_and_pages_survive_twenty_power_losses() {
             pages_checked += verify_pages(&volume, &pages, round).await;
             let after_load = Arc::new(RoundLoad::default());
             let tasks = start_writers(&objects, &bucket, round, true, &ledger, &after_load);
-            wait_for_puts(&after_load, Phase::After, PUTS_AFTER_RESTART, Duration::ZERO).await;
+            wait_for_puts(
+                &after_load,
+                Phase::After,
+                PUTS_AFTER_RESTART,
+                Duration::ZERO,
+            )
+            .await;
             stop_writers(&after_load, tasks).await;
             let after = after_load.puts_acked[Phase::After as usize].load(Ordering::SeqCst);
             assert!(

@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request,
-    TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 
 use crate::overlay::{Overlay, PAGE_BYTES};
@@ -234,7 +234,13 @@ impl Tables {
         let ino = self.next_ino;
         self.next_ino += 1;
         self.by_path.insert(path.clone(), ino);
-        self.nodes.insert(ino, Node { path, orphan: false });
+        self.nodes.insert(
+            ino,
+            Node {
+                path,
+                orphan: false,
+            },
+        );
         Ok(ino)
     }
 
@@ -400,7 +406,9 @@ impl CrashFs {
                 Ok(())
             })?;
         }
-        let file = fh.and_then(|fh| t.handle(fh).ok()).map(|h| Arc::clone(&h.file));
+        let file = fh
+            .and_then(|fh| t.handle(fh).ok())
+            .map(|h| Arc::clone(&h.file));
         t.attr(&self.shared.backing, ino.0, file.as_deref())
     }
 
@@ -437,7 +445,10 @@ impl CrashFs {
         let mut t = self.shared.lock();
         let from = self.child(&t, parent, name)?;
         let to = self.child(&t, newparent, newname)?;
-        let (abs_from, abs_to) = (self.shared.backing.join(&from), self.shared.backing.join(&to));
+        let (abs_from, abs_to) = (
+            self.shared.backing.join(&from),
+            self.shared.backing.join(&to),
+        );
         if flags.bits() & !libc::RENAME_NOREPLACE != 0 {
             return Err(Errno::EINVAL);
         }
@@ -466,7 +477,13 @@ impl CrashFs {
         Ok(())
     }
 
-    fn write_inner(&self, ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+    fn write_inner(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u32, Errno> {
         let mut t = self.shared.lock();
         let file = Arc::clone(&t.handle(fh)?.file);
         let limit = self.shared.max_unsynced_bytes;
@@ -476,7 +493,13 @@ impl CrashFs {
         u32::try_from(data.len()).map_err(|_| Errno::EINVAL)
     }
 
-    fn read_inner(&self, ino: INodeNo, fh: FileHandle, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+    fn read_inner(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, Errno> {
         let t = self.shared.lock();
         let file = &t.handle(fh)?.file;
         let len = backing_len(file).map_err(|e| errno(&e))?;
@@ -510,7 +533,8 @@ impl CrashFs {
         let limit = self.shared.max_unsynced_bytes;
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let zeroes = mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0;
-        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        let known =
+            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
         if mode & !known != 0 || (mode & libc::FALLOC_FL_PUNCH_HOLE != 0 && !keep_size) {
             return Err(Errno::EOPNOTSUPP);
         }
@@ -527,7 +551,12 @@ impl CrashFs {
         })
     }
 
-    fn readdir_inner(&self, ino: INodeNo, offset: u64, reply: &mut ReplyDirectory) -> Result<(), Errno> {
+    fn readdir_inner(
+        &self,
+        ino: INodeNo,
+        offset: u64,
+        reply: &mut ReplyDirectory,
+    ) -> Result<(), Errno> {
         let mut t = self.shared.lock();
         let dir = t.path_of(ino.0)?.to_path_buf();
         let mut entries: Vec<(u64, FileType, std::ffi::OsString)> = vec![
@@ -570,7 +599,9 @@ impl Filesystem for CrashFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let t = self.shared.lock();
-        let file = fh.and_then(|fh| t.handles.get(&fh.0)).map(|h| Arc::clone(&h.file));
+        let file = fh
+            .and_then(|fh| t.handles.get(&fh.0))
+            .map(|h| Arc::clone(&h.file));
         match t.attr(&self.shared.backing, ino.0, file.as_deref()) {
             Ok(attr) => reply.attr(&TTL, &attr),
             Err(e) => reply.error(e),
@@ -657,10 +688,13 @@ impl Filesystem for CrashFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let mut t = self.shared.lock();
-        let opened = t.path_of(ino.0).map(|p| self.shared.backing.join(p)).and_then(|path| {
-            let file = open_backing(&path).map_err(|e| errno(&e))?;
-            t.add_handle(ino.0, file)
-        });
+        let opened = t
+            .path_of(ino.0)
+            .map(|p| self.shared.backing.join(p))
+            .and_then(|path| {
+                let file = open_backing(&path).map_err(|e| errno(&e))?;
+                t.add_handle(ino.0, file)
+            });
         match opened {
             // Direct I/O: the kernel keeps no copy of the data, so what a
             // read returns is always what this file system holds.
@@ -736,7 +770,14 @@ impl Filesystem for CrashFs {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         match self.fsync_inner(ino, fh) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -757,7 +798,14 @@ impl Filesystem for CrashFs {
         }
     }
 
-    fn fsyncdir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         // Names are durable at once (see the crate doc).
         self.shared.lock().syncs += 1;
         reply.ok();

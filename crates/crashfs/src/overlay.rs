@@ -151,7 +151,13 @@ impl Overlay {
     }
 
     /// Reads up to `len` bytes at `offset` as the program sees them.
-    pub fn read(&self, file: &File, offset: u64, len: u64, backing_len: u64) -> io::Result<Vec<u8>> {
+    pub fn read(
+        &self,
+        file: &File,
+        offset: u64,
+        len: u64,
+        backing_len: u64,
+    ) -> io::Result<Vec<u8>> {
         let end = offset.saturating_add(len).min(self.size_bytes(backing_len));
         if end <= offset {
             return Ok(Vec::new());
@@ -172,7 +178,9 @@ impl Overlay {
             match page {
                 Page::Zero => dst.fill(0),
                 Page::Data(d) => {
-                    dst.copy_from_slice(&d[(from - page_start) as usize..(to - page_start) as usize]);
+                    dst.copy_from_slice(
+                        &d[(from - page_start) as usize..(to - page_start) as usize],
+                    );
                 }
             }
         }
@@ -316,7 +324,9 @@ mod tests {
         assert_eq!(&got[..100], &[5u8; 100]);
         assert!(got[100..].iter().all(|&b| b == 0));
         let mut coin = [true, false, true, false].into_iter().cycle();
-        let lost = o.lose(&file, len(&file), &mut || coin.next().unwrap()).unwrap();
+        let lost = o
+            .lose(&file, len(&file), &mut || coin.next().unwrap())
+            .unwrap();
         assert_eq!(lost.pages_kept + lost.pages_dropped, 4);
         assert!(lost.pages_kept > 0 && lost.pages_dropped > 0);
         assert!(o.is_clean());

@@ -83,13 +83,17 @@ fn o_direct_writes_work_and_need_a_sync_like_any_other() {
     let page = Aligned::filled(8192, 7);
     f.write_all_at(page.bytes(), 8192).unwrap();
     f.sync_data().unwrap();
-    f.write_all_at(Aligned::filled(8192, 9).bytes(), 16_384).unwrap();
+    f.write_all_at(Aligned::filled(8192, 9).bytes(), 16_384)
+        .unwrap();
     drop(f);
     m.fs.power_loss(PowerLoss::DropAll).unwrap();
     let got = std::fs::read(&path).unwrap();
     assert_eq!(got.len(), 64 * 1024, "the size was synced with the data");
     assert!(got[8192..16_384].iter().all(|&b| b == 7));
-    assert!(got[16_384..24_576].iter().all(|&b| b == 0), "the unsynced page is gone");
+    assert!(
+        got[16_384..24_576].iter().all(|&b| b == 0),
+        "the unsynced page is gone"
+    );
 }
 
 #[test]
@@ -101,17 +105,22 @@ fn keep_some_keeps_a_seeded_part_page_by_page() {
     f.sync_all().unwrap();
     f.write_all_at(&vec![5u8; 256 * 4096], 0).unwrap();
     drop(f);
-    let report = m
-        .fs
-        .power_loss(PowerLoss::KeepSome {
+    let report =
+        m.fs.power_loss(PowerLoss::KeepSome {
             seed: 11,
             keep_per_mille: 500,
         })
         .unwrap();
     assert_eq!(report.pages_kept + report.pages_dropped, 256);
     let got = std::fs::read(&path).unwrap();
-    let kept = got.chunks(4096).filter(|p| p.iter().all(|&b| b == 5)).count();
-    let dropped = got.chunks(4096).filter(|p| p.iter().all(|&b| b == 0)).count();
+    let kept = got
+        .chunks(4096)
+        .filter(|p| p.iter().all(|&b| b == 5))
+        .count();
+    let dropped = got
+        .chunks(4096)
+        .filter(|p| p.iter().all(|&b| b == 0))
+        .count();
     assert_eq!(kept as u64, report.pages_kept);
     assert_eq!(kept + dropped, 256, "every page is whole: old or new");
     assert!(kept > 64 && dropped > 64, "about half of each: {kept} kept");

@@ -58,10 +58,7 @@ pub struct BucketConfig {
 impl BucketConfig {
     /// `format:u8=1 kind:u8 a:u32 b:u32 c:u32 created:u64 crc32c:u32`
     pub fn encode(&self) -> Vec<u8> {
-        let (kind, a, b, c) = match self.chunking {
-            Chunking::Fixed { size } => (0u8, size, 0, 0),
-            Chunking::FastCdc { min, avg, max } => (1u8, min, avg, max),
-        };
+        let (kind, [a, b, c]) = self.chunking.encode_parts();
         let mut out = vec![RECORD_FORMAT, kind];
         for v in [a, b, c] {
             out.extend_from_slice(&v.to_le_bytes());
@@ -78,20 +75,13 @@ impl BucketConfig {
         let (a, b, c) = (r.u32()?, r.u32()?, r.u32()?);
         let created_unix_ms = r.u64()?;
         finish(WHAT, &r)?;
-        let chunking = match kind {
-            0 => Chunking::Fixed { size: a },
-            1 => Chunking::FastCdc {
-                min: a,
-                avg: b,
-                max: c,
-            },
-            k => {
-                return Err(StoreError::Malformed {
-                    what: WHAT,
-                    reason: format!("unknown chunking {k}"),
-                })
-            }
-        };
+        // A fixed setting was always written with b = c = 0.
+        let parts = if kind == 0 { [a, 0, 0] } else { [a, b, c] };
+        let chunking =
+            Chunking::decode_parts(kind, parts).ok_or_else(|| StoreError::Malformed {
+                what: WHAT,
+                reason: format!("unknown chunking {kind}"),
+            })?;
         chunking.validate()?;
         Ok(Self {
             chunking,

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use quarry_crashfs::{CrashFs, PowerLoss};
 use quarry_device::BackendKind;
-use quarry_testkit::run_then_kill;
 use quarry_store::{open_volume_node, BucketName, ObjectKey, ObjectStore, StoreError};
+use quarry_testkit::run_then_kill;
 
 const KILL_ROUNDS: u64 = 10;
 const POWER_LOSS_ROUNDS: u64 = 20;
@@ -75,7 +75,11 @@ fn power_loss_while_putting_and_deleting_objects_20_times() {
 #[allow(clippy::too_many_lines)] // one scenario, step by step
 fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64) {
     let exe = env!("CARGO_BIN_EXE_store-crash-writer");
-    let mode = if power.is_some() { "direct" } else { "buffered" };
+    let mode = if power.is_some() {
+        "direct"
+    } else {
+        "buffered"
+    };
     let mut lost_pages = 0u64;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

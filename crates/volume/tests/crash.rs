@@ -137,7 +137,11 @@ fn loss_of(round: u64) -> PowerLoss {
 #[allow(clippy::too_many_lines)] // one scenario, step by step
 fn kill_rounds(dir: &Path, power: Option<&CrashFs>) {
     let exe = env!("CARGO_BIN_EXE_volume-crash-writer");
-    let mode = if power.is_some() { "direct" } else { "buffered" };
+    let mode = if power.is_some() {
+        "direct"
+    } else {
+        "buffered"
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -158,11 +162,7 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>) {
         // Every fifth round is killed early, maybe while still recovering.
         let early = round % 5 == 4;
         let acks = if early { 0 } else { 50 + rng.below(1200) };
-        let then = Duration::from_millis(if early {
-            rng.below(40)
-        } else {
-            rng.below(15)
-        });
+        let then = Duration::from_millis(if early { rng.below(40) } else { rng.below(15) });
         let lines = run_then_kill(
             Command::new(exe).arg(dir).arg(round.to_string()).arg(mode),
             !early,
