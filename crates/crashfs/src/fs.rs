@@ -657,14 +657,14 @@ impl Filesystem for CrashFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.remove(parent, name, std::fs::remove_file) {
+        match self.remove(parent, name, |p| std::fs::remove_file(p)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.remove(parent, name, std::fs::remove_dir) {
+        match self.remove(parent, name, |p| std::fs::remove_dir(p)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
