@@ -96,17 +96,39 @@ mod tests {
 
     #[test]
     fn bucket_config_round_trips_and_rejects_damage() {
-        let c = BucketConfig {
-            chunking: Chunking::DEFAULT_FASTCDC,
-            created_unix_ms: 77,
-        };
-        let enc = c.encode();
-        assert_eq!(BucketConfig::decode(&enc).unwrap(), c);
-        for i in 0..enc.len() {
-            let mut b = enc.clone();
-            b[i] ^= 0x10;
-            assert!(BucketConfig::decode(&b).is_err(), "flip at {i}");
-            assert!(BucketConfig::decode(&enc[..i]).is_err());
+        for chunking in [
+            Chunking::DEFAULT_FIXED,
+            Chunking::DEFAULT_FASTCDC,
+            Chunking::DEFAULT_PARQUET,
+            Chunking::Auto {
+                min: 2048,
+                avg: 8192,
+                max: 32768,
+            },
+        ] {
+            let c = BucketConfig {
+                chunking,
+                created_unix_ms: 77,
+            };
+            let enc = c.encode();
+            assert_eq!(BucketConfig::decode(&enc).unwrap(), c);
+            for i in 0..enc.len() {
+                let mut b = enc.clone();
+                b[i] ^= 0x10;
+                assert!(BucketConfig::decode(&b).is_err(), "flip at {i}");
+                assert!(BucketConfig::decode(&enc[..i]).is_err());
+            }
         }
+        // A Parquet-aware chunking's FastCDC parameters are checked too.
+        let bad = BucketConfig {
+            chunking: Chunking::Parquet {
+                min: 2048,
+                avg: 3000,
+                max: 32768,
+            },
+            created_unix_ms: 1,
+        };
+        let e = BucketConfig::decode(&bad.encode()).unwrap_err().to_string();
+        assert!(e.contains("not a power of two"), "{e}");
     }
 }

@@ -109,10 +109,11 @@ pub struct Manifest {
     /// [`FLAG_CHUNK_AT_MANIFEST_NODE`]).
     chunk_at_manifest_node: bool,
     /// Row group and column of each chunk of a Parquet file cut by pages.
-    layout: Option<ParquetLayout>,
+    /// (Boxed, as the note: most manifests have neither.)
+    layout: Option<Box<ParquetLayout>>,
     /// A warning from the put (a file that looked like Parquet and was not
     /// cut as one, and why).
-    note: Option<String>,
+    note: Option<Box<str>>,
 }
 
 impl Manifest {
@@ -225,7 +226,7 @@ impl Manifest {
                 }
             }
         }
-        self.layout = Some(layout);
+        self.layout = Some(Box::new(layout));
         Ok(self)
     }
 
@@ -236,13 +237,13 @@ impl Manifest {
         while !note.is_char_boundary(end) {
             end -= 1;
         }
-        self.note = Some(note[..end].to_string()).filter(|n| !n.is_empty());
+        self.note = (end > 0).then(|| note[..end].into());
         self
     }
 
     /// What each chunk holds, for a Parquet file cut by pages.
     pub fn parquet_layout(&self) -> Option<&ParquetLayout> {
-        self.layout.as_ref()
+        self.layout.as_deref()
     }
 
     /// The put's warning, if it had one.
@@ -362,7 +363,7 @@ impl Manifest {
         if !self.extended() {
             return 0;
         }
-        let note = 2 + self.note.as_ref().map_or(0, String::len);
+        let note = 2 + self.note.as_ref().map_or(0, |n| n.len());
         let layout = self.layout.as_ref().map_or(0, |l| {
             2 + l.columns.iter().map(|c| 2 + c.len()).sum::<usize>() + PER_ROLE * l.roles.len()
         });
@@ -869,6 +870,152 @@ mod tests {
     }
 
     fn arb_manifest() -> impl Strategy<Value = Manifest> {
+        (
+            arb_plain_manifest(),
+            proptest::collection::vec("[a-z_]{1,8}(\\.[a-zé]{1,6}){0,2}", 0..6),
+            proptest::collection::vec((0u8..3, any::<u32>(), any::<u16>()), 40),
+            "[ -~é]{0,40}",
+            any::<bool>(),
+        )
+            .prop_map(|(m, columns, raw_roles, note, with_layout)| {
+                let mut m = m.with_note(&note);
+                if with_layout && m.chunking().fallback().is_some() {
+                    let roles = raw_roles[..m.chunks().len()]
+                        .iter()
+                        .map(|&(kind, row_group, column)| match kind {
+                            2 if !columns.is_empty() => ChunkRole::Page {
+                                row_group,
+                                column: column % columns.len() as u16,
+                            },
+                            1 => ChunkRole::Footer,
+                            _ => ChunkRole::Other,
+                        })
+                        .collect();
+                    m = m
+                        .with_parquet_layout(ParquetLayout { columns, roles })
+                        .unwrap();
+                }
+                m
+            })
+    }
+
+    /// A sample of every chunking with a Parquet layout and a note.
+    fn parquet_sample() -> Manifest {
+        sample(Chunking::DEFAULT_PARQUET, &[4, 3000, 200, 9000, 500])
+            .with_parquet_layout(ParquetLayout {
+                columns: vec!["id".into(), "route.origin".into()],
+                roles: vec![
+                    ChunkRole::Other,
+                    ChunkRole::Page {
+                        row_group: 0,
+                        column: 0,
+                    },
+                    ChunkRole::Page {
+                        row_group: 0,
+                        column: 1,
+                    },
+                    ChunkRole::Page {
+                        row_group: 7,
+                        column: 1,
+                    },
+                    ChunkRole::Footer,
+                ],
+            })
+            .unwrap()
+            .with_note("a note")
+    }
+
+    #[test]
+    fn format_2_round_trips_and_format_1_is_still_written_without_it() {
+        let plain = sample(Chunking::DEFAULT_FASTCDC, &[300, 400]);
+        let enc = plain.encode();
+        assert_eq!(enc[4], 1, "no layout, no note: format 1 as before");
+        assert_eq!(Manifest::decode(&enc).unwrap(), plain);
+        let m = parquet_sample();
+        let enc = m.encode();
+        assert_eq!((enc[4], enc.len()), (2, m.encoded_len()));
+        let back = Manifest::decode(&enc).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.note(), Some("a note"));
+        assert_eq!(back.parquet_layout().unwrap().columns[1], "route.origin");
+        let auto = sample(Chunking::DEFAULT_AUTO, &[10]).with_note("x");
+        assert_eq!(Manifest::decode(&auto.encode()).unwrap(), auto);
+        // A note is cut to its bound on a character boundary.
+        let long = sample(Chunking::DEFAULT_FASTCDC, &[10]).with_note(&"é".repeat(2000));
+        assert_eq!(long.note().unwrap().len(), MAX_NOTE_BYTES);
+        // Layouts are checked.
+        let e = sample(Chunking::DEFAULT_FIXED, &[10])
+            .with_parquet_layout(ParquetLayout {
+                columns: vec![],
+                roles: vec![ChunkRole::Other],
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("recorded with Fixed"), "{e}");
+        let e = sample(Chunking::DEFAULT_PARQUET, &[10])
+            .with_parquet_layout(ParquetLayout {
+                columns: vec!["a".into()],
+                roles: vec![ChunkRole::Page {
+                    row_group: 0,
+                    column: 1,
+                }],
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("names column 1 of 1"), "{e}");
+    }
+
+    #[test]
+    fn every_truncation_and_every_single_byte_change_of_format_2_is_caught() {
+        let m = parquet_sample();
+        let enc = m.encode();
+        for cut in 0..enc.len() {
+            let mut b = enc[..cut].to_vec();
+            assert!(Manifest::decode(&b).is_err(), "cut at {cut}");
+            reseal(&mut b);
+            assert!(Manifest::decode(&b).is_err(), "cut at {cut}, resealed");
+        }
+        for i in 0..enc.len() - 4 {
+            for v in [0u8, 1, 2, 3, 0x7f, 0xff, enc[i] ^ 1, enc[i] ^ 0x80] {
+                let mut b = enc.clone();
+                b[i] = v;
+                reseal(&mut b);
+                if let Ok(d) = Manifest::decode(&b) {
+                    assert_eq!(d.encode(), b, "byte {i} = {v}");
+                }
+            }
+        }
+        // Bounds named in the errors.
+        let err = |b: &[u8]| Manifest::decode(b).unwrap_err().to_string();
+        let tail_at = HEAD
+            + m.bucket().as_str().len()
+            + m.key().as_str().len()
+            + MIDDLE
+            + PER_CHUNK * m.chunks().len();
+        let mut b = enc.clone();
+        b[tail_at..tail_at + 2].copy_from_slice(&5000u16.to_le_bytes());
+        reseal(&mut b);
+        assert!(err(&b).contains("note of 5000 bytes"), "{}", err(&b));
+        let mut b = enc.clone();
+        let columns_at = tail_at + 2 + 6 + 1;
+        b[columns_at..columns_at + 2].copy_from_slice(&60000u16.to_le_bytes());
+        reseal(&mut b);
+        assert!(err(&b).contains("60000 columns"), "{}", err(&b));
+        // Format 2 with neither a note nor a layout is not canonical.
+        let plain = sample(Chunking::DEFAULT_PARQUET, &[10]);
+        let mut b = plain.encode();
+        let n = b.len() - 4;
+        b.truncate(n);
+        b.extend_from_slice(&[0, 0, 0]);
+        b[4] = 2;
+        b.extend_from_slice(&[0; 4]);
+        reseal(&mut b);
+        assert!(
+            err(&b).contains("format 2 with layout byte 0"),
+            "{}",
+            err(&b)
+        );
+    }
+
+    fn arb_plain_manifest() -> impl Strategy<Value = Manifest> {
         let chunking = prop_oneof![
             (256u32..=8192).prop_map(|size| Chunking::Fixed { size }),
             (8u32..=12).prop_map(|bits| Chunking::FastCdc {
@@ -876,6 +1023,12 @@ mod tests {
                 avg: 1 << bits,
                 max: 8192
             }),
+            (8u32..=12).prop_map(|bits| Chunking::Parquet {
+                min: 256,
+                avg: 1 << bits,
+                max: 8192
+            }),
+            Just(Chunking::DEFAULT_AUTO),
         ];
         (
             "[a-z0-9][a-z0-9._-]{0,20}",
@@ -943,6 +1096,20 @@ mod tests {
                 reseal(&mut b);
             }
             // Either a clean error or a manifest that encodes back to the same bytes.
+            if let Ok(d) = Manifest::decode(&b) {
+                prop_assert_eq!(d.encode(), b);
+            }
+        }
+
+        #[test]
+        fn random_bytes_never_decode_into_a_panic(
+            body in proptest::collection::vec(any::<u8>(), 0..400),
+            version in 0u8..4,
+        ) {
+            let mut b = MANIFEST_MAGIC.to_vec();
+            b.push(version);
+            b.extend_from_slice(&body);
+            reseal(&mut b);
             if let Ok(d) = Manifest::decode(&b) {
                 prop_assert_eq!(d.encode(), b);
             }
