@@ -801,6 +801,20 @@ mod tests {
             Chunking::DEFAULT_FASTCDC
         );
         assert!(parse_chunking("zip").is_err());
+        assert_eq!(
+            parse_chunking("parquet").unwrap(),
+            Chunking::DEFAULT_PARQUET
+        );
+        assert_eq!(
+            parse_chunking("auto:2K,8K,32K").unwrap(),
+            Chunking::Auto {
+                min: 2048,
+                avg: 8192,
+                max: 32768
+            }
+        );
+        let e = parse_chunking("parquet:2K,3K,32K").unwrap_err().to_string();
+        assert!(e.contains("not a power of two"), "{e}");
         assert!(object_path("nokey").is_err());
         assert!(object_path("b/a//c").is_err());
     }
