@@ -64,7 +64,8 @@ pub use fingerprint::{chunk_crc32c, chunk_crc32c_of_parts, Fingerprint};
 pub use manifest::{
     ChunkRef, ChunkRole, ChunkSlice, Manifest, ParquetLayout, Reader as RecordReader,
     FLAG_CHUNK_AT_MANIFEST_NODE, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_COLUMN_PATHS_BYTES,
-    MAX_COLUMN_PATH_BYTES, MAX_MANIFEST_CHUNKS, MAX_NOTE_BYTES, MAX_PARQUET_COLUMNS,
+    MAX_COLUMN_PATH_BYTES, MAX_MANIFEST_BYTES, MAX_MANIFEST_CHUNKS, MAX_NOTE_BYTES,
+    MAX_PARQUET_COLUMNS,
 };
 pub use name::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN};
 pub use ops::{

@@ -24,8 +24,24 @@ pub const MAX_COLUMN_PATH_BYTES: usize = 4096;
 pub const MAX_NOTE_BYTES: usize = 1024;
 /// Encoded bytes of one chunk's role.
 const PER_ROLE: usize = 1 + 4 + 2;
+/// The longest encoded manifest: the longest names, the most chunks, the
+/// longest note and the largest layout (about 11.5 MB, under the 12 MiB a
+/// volume-backed table value may hold).
+pub const MAX_MANIFEST_BYTES: usize = HEAD
+    + MAX_BUCKET_LEN
+    + MAX_KEY_LEN
+    + MIDDLE
+    + PER_CHUNK * MAX_MANIFEST_CHUNKS
+    + 2
+    + MAX_NOTE_BYTES
+    + 1
+    + 2
+    + 2 * MAX_PARQUET_COLUMNS
+    + MAX_COLUMN_PATHS_BYTES
+    + PER_ROLE * MAX_MANIFEST_CHUNKS
+    + TAIL;
 /// Most chunks one manifest may list: 2^18, so a manifest stays under 10 MB
-/// (36 bytes a chunk) and an object is at most 256 GiB with the default
+/// (36 bytes a chunk; 11.5 MB with a Parquet layout, [`MAX_MANIFEST_BYTES`]) and an object is at most 256 GiB with the default
 /// 1 MiB chunks, 16 GiB with 64 KiB chunks, 1 TiB with 4 MiB chunks.
 pub const MAX_MANIFEST_CHUNKS: usize = 1 << 18;
 

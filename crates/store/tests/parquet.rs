@@ -486,3 +486,77 @@ async fn a_text_file_named_parquet_is_fastcdc_with_a_warning() {
         .unwrap();
     assert_eq!(m.chunking(), Chunking::DEFAULT_FASTCDC);
 }
+
+#[test]
+fn the_largest_manifest_fits_a_table_value() {
+    // The key record is a tag byte and the manifest.
+    let (manifest, value) = (
+        quarry_store_api::MAX_MANIFEST_BYTES,
+        quarry_store::MAX_TABLE_VALUE_BYTES,
+    );
+    assert!(manifest < value, "{manifest} vs {value}");
+}
+
+/// A file with one page of over 4 MiB (one long string, no dictionary).
+fn big_page_file() -> Vec<u8> {
+    let schema = parse_message_type("message m { required binary blob; }").unwrap();
+    let props = WriterProperties::builder()
+        .set_dictionary_enabled(false)
+        .build();
+    let mut out = Vec::new();
+    let mut w = SerializedFileWriter::new(&mut out, Arc::new(schema), Arc::new(props)).unwrap();
+    let mut g = w.next_row_group().unwrap();
+    let mut col = g.next_column().unwrap().unwrap();
+    let blob: Vec<u8> = (0..(9u32 << 20) / 2).map(|i| (i % 251) as u8).collect();
+    let values = [ByteArray::from(blob.clone()), ByteArray::from(blob)];
+    col.typed::<ByteArrayType>()
+        .write_batch(&values, None, None)
+        .unwrap();
+    col.close().unwrap();
+    g.close().unwrap();
+    w.close().unwrap();
+    out
+}
+
+#[test]
+fn a_page_over_4_mib_is_cut_in_4_mib_pieces_of_its_column() {
+    let file = big_page_file();
+    let (cuts, outcome) = split(Chunking::DEFAULT_PARQUET, &file);
+    assert_eq!(outcome.note, None);
+    let roles = outcome.layout.unwrap().roles;
+    let pages: Vec<usize> = cuts
+        .iter()
+        .zip(&roles)
+        .filter(|(_, r)| matches!(r, ChunkRole::Page { column: 0, .. }))
+        .map(|(c, _)| c.1)
+        .collect();
+    let ccs = column_chunks(&file);
+    let page_bytes = (ccs[0].3 - ccs[0].2) as usize;
+    assert!(page_bytes > 8 << 20, "{page_bytes}");
+    assert_eq!(pages.iter().sum::<usize>(), page_bytes);
+    assert!(pages
+        .iter()
+        .all(|&n| n <= quarry_store::MAX_CHUNK_SIZE as usize));
+    assert!(pages.len() >= 3, "{pages:?}");
+}
+
+#[test]
+fn over_4_mib_after_the_last_page_is_fastcdc_with_a_warning() {
+    // 5 MiB of zeros where the page indexes would be: no page header
+    // parses there, and the held tail would pass its bound.
+    let file = parquet_file(1.0);
+    let last_page_end = column_chunks(&file).iter().map(|c| c.3).max().unwrap() as usize;
+    let mut padded = file[..last_page_end].to_vec();
+    padded.extend(std::iter::repeat_n(0u8, 5 << 20));
+    padded.extend_from_slice(&file[last_page_end..]);
+    let (cuts, outcome) = split(Chunking::DEFAULT_PARQUET, &padded);
+    let note = outcome.note.unwrap();
+    assert!(note.contains("over 4194304 bytes follow"), "{note}");
+    assert_eq!(outcome.layout, None);
+    assert_eq!(cuts.iter().map(|c| c.1).sum::<usize>(), padded.len());
+    // From the last page on, FastCDC's bound holds.
+    assert!(cuts
+        .iter()
+        .filter(|c| c.0 >= last_page_end)
+        .all(|c| c.1 <= 256 << 10));
+}
