@@ -560,3 +560,62 @@ fn over_4_mib_after_the_last_page_is_fastcdc_with_a_warning() {
         .filter(|c| c.0 >= last_page_end)
         .all(|c| c.1 <= 256 << 10));
 }
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// What storing `b` after `a` adds: (bytes, new page chunks, page chunks of `b`).
+fn added_by(a: &[u8], b: &[u8]) -> (u64, usize, usize) {
+    let old: HashSet<Fingerprint> = chunk_roles(Chunking::DEFAULT_PARQUET, a)
+        .into_iter()
+        .map(|c| c.0)
+        .collect();
+    let new = chunk_roles(Chunking::DEFAULT_PARQUET, b);
+    let pages = new
+        .iter()
+        .filter(|c| matches!(c.2, ChunkRole::Page { .. }))
+        .count();
+    let fresh: Vec<_> = new.iter().filter(|c| !old.contains(&c.0)).collect();
+    let bytes = fresh.iter().map(|c| c.1 as u64).sum();
+    let fresh_pages = fresh
+        .iter()
+        .filter(|c| matches!(c.2, ChunkRole::Page { .. }))
+        .count();
+    (bytes, fresh_pages, pages)
+}
+
+/// Files written by pyarrow with `use_content_defined_chunking`
+/// (tests/data/make_cdc_parquet.py): a row inserted in the middle moves
+/// every later row, but the page boundaries follow the content, so only
+/// the pages around the insertion are new.
+#[test]
+fn content_defined_pages_keep_their_dedup_across_an_inserted_row() {
+    let (a, b) = (fixture("cdc_a.parquet"), fixture("cdc_b.parquet"));
+    let (fa, fb) = (fixture("fixed_a.parquet"), fixture("fixed_b.parquet"));
+    // pyarrow's files are cut by page and attributed like the parquet crate's.
+    for file in [&a, &b, &fa, &fb] {
+        let (_, outcome) = split(Chunking::DEFAULT_PARQUET, file);
+        assert_eq!(outcome.note, None);
+        let layout = outcome.layout.expect("a layout");
+        assert_eq!(layout.columns, ["id", "name", "value"]);
+    }
+    let (cdc_bytes, cdc_pages, pages) = added_by(&a, &b);
+    // One or two pages of each of the 3 columns around the insertion,
+    // and the footer.
+    assert!(
+        (3..=6).contains(&cdc_pages) && pages >= 30,
+        "{cdc_pages} of {pages} pages new"
+    );
+    assert!(cdc_bytes * 4 < b.len() as u64, "{cdc_bytes} of {}", b.len());
+    // Ordinary pages all shift after the insertion: most are new.
+    let (fixed_bytes, fixed_pages, fixed_all) = added_by(&fa, &fb);
+    assert!(fixed_pages * 2 > fixed_all, "{fixed_pages} of {fixed_all}");
+    assert!(
+        fixed_bytes > 3 * cdc_bytes,
+        "fixed pages {fixed_bytes}, content-defined {cdc_bytes}"
+    );
+}
