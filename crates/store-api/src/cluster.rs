@@ -335,15 +335,16 @@ impl<N: StoreNode> ObjectStore<N> {
                     limit_ms: self.put_deadline_ms,
                 });
             }
+            let outcome = chunker.outcome();
             let manifest = Manifest::new(
                 bucket.clone(),
                 key.clone(),
                 0,
                 now_ms(),
-                chunker.outcome().chunking,
+                outcome.chunking,
                 refs,
             )?;
-            let manifest = with_outcome(manifest, chunker.outcome(), bucket, key)?;
+            let manifest = with_outcome(manifest, outcome, bucket, key)?;
             commit_sent = true;
             self.manifest_node(bucket, key)
                 .put_manifest(manifest, condition)
