@@ -456,9 +456,16 @@ impl PageWalk {
                 "damaged: footer of {footer_len} bytes does not fit after the last page (byte {at})"
             ));
         };
-        let metadata = ParquetMetaDataReader::decode_metadata(&tail[start_in_tail..end])
-            .map_err(|e| format!("damaged: footer does not parse: {e}"))?;
-        let footer = footer_of(&metadata, at + start_in_tail as u64)?;
+        let footer_bytes = &tail[start_in_tail..end];
+        // The crate's decoder returns errors for damage (fuzzed here and
+        // upstream); a panic it might still hold must not fail a put, which
+        // stores any bytes.
+        let footer = std::panic::catch_unwind(|| {
+            let metadata = ParquetMetaDataReader::decode_metadata(footer_bytes)
+                .map_err(|e| format!("damaged: footer does not parse: {e}"))?;
+            footer_of(&metadata, at + start_in_tail as u64)
+        })
+        .unwrap_or_else(|_| Err("damaged: the footer decoder gave up".into()))?;
         for &(rg, col, first, last) in &footer.column_chunks {
             if last > at || first < MAGIC.len() as u64 {
                 return Err(format!(
@@ -541,7 +548,19 @@ fn footer_of(metadata: &ParquetMetaData, start: u64) -> Result<Footer, String> {
     let mut column_chunks = Vec::new();
     for (rg, group) in metadata.row_groups().iter().enumerate() {
         for (col, chunk) in group.columns().iter().enumerate() {
-            let (first, len) = chunk.byte_range();
+            // `byte_range` panics on negative offsets: a damaged footer
+            // must give an error, so the same range is computed here.
+            let first = chunk
+                .dictionary_page_offset()
+                .unwrap_or_else(|| chunk.data_page_offset());
+            let (Ok(first), Ok(len)) =
+                (u64::try_from(first), u64::try_from(chunk.compressed_size()))
+            else {
+                return Err(format!(
+                    "damaged: column chunk of row group {rg} column {col} at {first}, {} bytes",
+                    chunk.compressed_size()
+                ));
+            };
             let end = first
                 .checked_add(len)
                 .ok_or_else(|| format!("column chunk {rg}/{col} range overflows"))?;
@@ -635,5 +654,21 @@ mod tests {
         );
         // Text is not a header.
         assert!(read_page_head(b"hello, world\n").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_bytes_never_panic_the_header_reader(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+        ) {
+            if let Ok(head) = read_page_head(&bytes) {
+                proptest::prop_assert!(head.header_len <= bytes.len());
+            }
+            // Behind PAR1, the walk covers every byte exactly once.
+            let mut file = MAGIC.to_vec();
+            file.extend_from_slice(&bytes);
+            let (cuts, _) = Chunking::DEFAULT_PARQUET.split_with_outcome(&file);
+            proptest::prop_assert_eq!(cuts.iter().map(|c| c.1).sum::<usize>(), file.len());
+        }
     }
 }
