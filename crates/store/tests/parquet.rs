@@ -638,7 +638,7 @@ mod damage {
         ) {
             let file = small_file();
             let mut bad = file.to_vec();
-            let footer = footer_start(&file) as usize;
+            let footer = footer_start(file) as usize;
             for (at, v, in_footer) in edits {
                 let i = if in_footer {
                     footer + at as usize % (file.len() - footer)
