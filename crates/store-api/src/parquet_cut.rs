@@ -2,7 +2,8 @@
 //!
 //! A Parquet file is `PAR1`, then column chunks (each a run of pages, a
 //! page being a Thrift compact `PageHeader` and `compressed_page_size`
-//! bytes), then optional page indexes and bloom filters, then the footer
+//! bytes; zeros between them are padding), then optional page indexes and
+//! bloom filters, then the footer
 //! (Thrift `FileMetaData`, its length as a `u32`, `PAR1`). The walk reads
 //! page headers from the front, so each page can be cut as soon as it has
 //! arrived; where no page header parses it holds the rest of the file (at
@@ -371,6 +372,16 @@ impl PageWalk {
                  the rest is cut with FastCDC"
             ));
             return Step::Again;
+        }
+        // Zeros where a page would start are padding (writers that align
+        // row groups pad with zeros): a page header, a page index, a bloom
+        // filter and the footer all start with a field header, never 0.
+        if buf.first() == Some(&0) {
+            let zeros = buf.iter().take(max).take_while(|&&b| b == 0).count();
+            if zeros == buf.len() && !eof && buf.len() < max {
+                return Step::More;
+            }
+            return Step::Cut(zeros);
         }
         let head = match read_page_head(buf) {
             Ok(head) => head,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parquet::data_type::{ByteArray, ByteArrayType, DoubleType, Int32Type, Int64Type};
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
 use quarry_store::{AsyncChunker, BucketName, Chunking, Condition, Fingerprint, ObjectKey};
@@ -35,6 +35,11 @@ fn k(key: &str) -> ObjectKey {
 /// string, a double with nulls (`score`, scaled by `score_scale` so a
 /// variant changes only its pages), and an int32. Small pages: many of them.
 fn parquet_file(score_scale: f64) -> Vec<u8> {
+    parquet_file_with(score_scale, true)
+}
+
+/// [`parquet_file`], with or without page indexes.
+fn parquet_file_with(score_scale: f64, page_index: bool) -> Vec<u8> {
     let schema = parse_message_type(
         "message flights {
             required int64 id;
@@ -49,6 +54,12 @@ fn parquet_file(score_scale: f64) -> Vec<u8> {
         .set_data_page_row_count_limit(400)
         .set_write_batch_size(100)
         .set_data_page_size_limit(2048)
+        .set_statistics_enabled(if page_index {
+            EnabledStatistics::Page
+        } else {
+            EnabledStatistics::Chunk
+        })
+        .set_offset_index_disabled(!page_index)
         .build();
     let mut out = Vec::new();
     let mut w = SerializedFileWriter::new(&mut out, Arc::new(schema), Arc::new(props)).unwrap();
@@ -542,12 +553,13 @@ fn a_page_over_4_mib_is_cut_in_4_mib_pieces_of_its_column() {
 
 #[test]
 fn over_4_mib_after_the_last_page_is_fastcdc_with_a_warning() {
-    // 5 MiB of zeros where the page indexes would be: no page header
-    // parses there, and the held tail would pass its bound.
+    // 5 MiB of junk (not zeros, which are padding) where the page indexes
+    // would be: no page header parses there, and the held tail would pass
+    // its bound.
     let file = parquet_file(1.0);
     let last_page_end = column_chunks(&file).iter().map(|c| c.3).max().unwrap() as usize;
     let mut padded = file[..last_page_end].to_vec();
-    padded.extend(std::iter::repeat_n(0u8, 5 << 20));
+    padded.extend(std::iter::repeat_n(0xffu8, 5 << 20));
     padded.extend_from_slice(&file[last_page_end..]);
     let (cuts, outcome) = split(Chunking::DEFAULT_PARQUET, &padded);
     let note = outcome.note.unwrap();
@@ -671,4 +683,100 @@ mod damage {
         static FILE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
         FILE.get_or_init(|| parquet_file(1.0))
     }
+}
+
+/// `file` (written without page indexes) with `pad` zero bytes before row
+/// group 1, as writers that align row groups leave them, and its footer
+/// rewritten by the `parquet` crate with the moved offsets.
+fn padded(file: &[u8], pad: usize) -> Vec<u8> {
+    let footer = footer_start(file) as usize;
+    let md = ParquetMetaDataReader::decode_metadata(&file[footer..file.len() - 8]).unwrap();
+    let at = md.row_group(1).columns()[0].byte_range().0 as usize;
+    let mut out = file[..at].to_vec();
+    out.extend(std::iter::repeat_n(0u8, pad));
+    out.extend_from_slice(&file[at..footer]);
+    let shift = |v: i64| if v as usize >= at { v + pad as i64 } else { v };
+    let row_groups = md
+        .row_groups()
+        .iter()
+        .map(|rg| {
+            let columns = rg
+                .columns()
+                .iter()
+                .map(|c| {
+                    c.clone()
+                        .into_builder()
+                        .set_data_page_offset(shift(c.data_page_offset()))
+                        .set_dictionary_page_offset(c.dictionary_page_offset().map(shift))
+                        .build()
+                        .unwrap()
+                })
+                .collect();
+            let b = rg.clone().into_builder().set_column_metadata(columns);
+            match rg.file_offset() {
+                Some(o) => b.set_file_offset(shift(o)),
+                None => b,
+            }
+            .build()
+            .unwrap()
+        })
+        .collect();
+    let md = md.into_builder().set_row_groups(row_groups).build();
+    parquet::file::metadata::ParquetMetaDataWriter::new(&mut out, &md)
+        .finish()
+        .unwrap();
+    out
+}
+
+/// Every row of a file, as the `parquet` crate's record reader reads them.
+fn rows(file: &[u8]) -> Vec<parquet::record::Row> {
+    use parquet::file::reader::FileReader;
+    let reader =
+        parquet::file::serialized_reader::SerializedFileReader::new(Bytes::copy_from_slice(file))
+            .unwrap();
+    reader
+        .get_row_iter(None)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
+#[test]
+fn padding_between_row_groups_is_a_chunk_of_its_own() {
+    let file = parquet_file_with(1.0, false);
+    let pad = 3000;
+    let padded = padded(&file, pad);
+    assert!(padded.ends_with(b"PAR1"));
+    // A valid file: the parquet crate reads the same rows from both.
+    assert_eq!(rows(&padded), rows(&file));
+    let (cuts, outcome) = split(Chunking::DEFAULT_PARQUET, &padded);
+    assert_eq!(outcome.note, None);
+    let roles = outcome.layout.expect("a layout").roles;
+    let md = ParquetMetaDataReader::decode_metadata(
+        &padded[footer_start(&padded) as usize..padded.len() - 8],
+    )
+    .unwrap();
+    let rg1 = md.row_group(1).columns()[0].byte_range().0 as usize;
+    let i = cuts
+        .iter()
+        .position(|c| c.0 + c.1 == rg1)
+        .expect("a cut where row group 1 starts");
+    assert_eq!(cuts[i], (rg1 - pad, pad));
+    assert_eq!(roles[i], ChunkRole::Other);
+    assert_eq!(
+        roles[i + 1],
+        ChunkRole::Page {
+            row_group: 1,
+            column: 0
+        }
+    );
+    // The pages of both files are the same chunks.
+    let fps = |f: &[u8]| -> HashSet<Fingerprint> {
+        chunk_roles(Chunking::DEFAULT_PARQUET, f)
+            .into_iter()
+            .filter(|c| matches!(c.2, ChunkRole::Page { .. }))
+            .map(|c| c.0)
+            .collect()
+    };
+    assert_eq!(fps(&padded), fps(&file));
 }
