@@ -252,7 +252,7 @@ enum State {
     Pages { left: u64 },
     /// No page header parsed at `walk_end`: holding the rest of the file.
     Tail,
-    /// Cut at the known footer: [`Tail`]'s region then the footer.
+    /// Cut at the known footer: the held region, then the footer.
     Footer,
     /// FastCDC from here on.
     Fallback,
