@@ -120,7 +120,9 @@ fn plan(args: &BenchObjectsArgs) -> Result<Plan> {
     };
     let chunk_bytes = match chunking {
         Chunking::Fixed { size } => size,
-        Chunking::FastCdc { avg, .. } => avg,
+        Chunking::FastCdc { avg, .. }
+        | Chunking::Parquet { avg, .. }
+        | Chunking::Auto { avg, .. } => avg,
     };
     let mut shape = Geometry::default();
     if let Some(text) = &args.page_size {

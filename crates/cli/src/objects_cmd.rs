@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use quarry_client::{
-    BucketName, Chunking, Client, ClusterFile, Condition, Manifest, ObjectKey, Objects,
+    BucketName, ChunkRole, Chunking, Client, ClusterFile, Condition, Manifest, ObjectKey, Objects,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -30,8 +30,12 @@ pub enum ObjectCommand {
         /// The bucket's name (a-z 0-9 - _ ., 1-63 bytes).
         bucket: String,
         /// How its objects are cut into chunks: `fixed:SIZE` (default
-        /// fixed:1M) or `fastcdc` / `fastcdc:MIN,AVG,MAX` (content-defined;
-        /// an edit moves only nearby chunk boundaries).
+        /// fixed:1M), `fastcdc` / `fastcdc:MIN,AVG,MAX` (content-defined;
+        /// an edit moves only nearby chunk boundaries), `parquet` (a Parquet
+        /// file cut page by page, each chunk's column and row group recorded;
+        /// anything else FastCDC, with a warning) or `auto` (`parquet` for
+        /// Parquet files, FastCDC for the rest); both take `:MIN,AVG,MAX`
+        /// for their FastCDC.
         #[arg(long, default_value = "fixed:1M")]
         chunking: String,
     },
@@ -271,25 +275,37 @@ fn parse_chunking(text: &str) -> Result<Chunking> {
                 Chunking::fixed(u32::try_from(parse_size(params)?).context("chunk size")?)?
             }
         }
-        "fastcdc" | "cdc" => {
-            if params.is_empty() {
-                Chunking::DEFAULT_FASTCDC
-            } else {
-                let parts: Vec<&str> = params.split(',').collect();
-                let [min, avg, max] = parts[..] else {
-                    bail!("--chunking {text:?}: FastCDC takes MIN,AVG,MAX");
-                };
-                let size = |s: &str| -> Result<u32> {
-                    u32::try_from(parse_size(s)?).with_context(|| format!("chunk size {s:?}"))
-                };
-                Chunking::fastcdc(size(min)?, size(avg)?, size(max)?)?
-            }
-        }
+        "fastcdc" | "cdc" => fastcdc_params(text, params, Chunking::DEFAULT_FASTCDC)?,
+        "parquet" => match fastcdc_params(text, params, Chunking::DEFAULT_FASTCDC)? {
+            Chunking::FastCdc { min, avg, max } => Chunking::Parquet { min, avg, max },
+            other => other,
+        },
+        "auto" => match fastcdc_params(text, params, Chunking::DEFAULT_FASTCDC)? {
+            Chunking::FastCdc { min, avg, max } => Chunking::Auto { min, avg, max },
+            other => other,
+        },
         other => bail!(
-            "--chunking {text:?}: unknown kind {other:?} (fixed:SIZE or fastcdc[:MIN,AVG,MAX])"
+            "--chunking {text:?}: unknown kind {other:?} (fixed:SIZE, fastcdc[:MIN,AVG,MAX], \
+             parquet[:MIN,AVG,MAX] or auto[:MIN,AVG,MAX])"
         ),
     };
+    chunking.validate()?;
     Ok(chunking)
+}
+
+/// FastCDC `MIN,AVG,MAX` after a `--chunking` kind, or `default`.
+fn fastcdc_params(text: &str, params: &str, default: Chunking) -> Result<Chunking> {
+    if params.is_empty() {
+        return Ok(default);
+    }
+    let parts: Vec<&str> = params.split(',').collect();
+    let [min, avg, max] = parts[..] else {
+        bail!("--chunking {text:?}: FastCDC takes MIN,AVG,MAX");
+    };
+    let size = |s: &str| -> Result<u32> {
+        u32::try_from(parse_size(s)?).with_context(|| format!("chunk size {s:?}"))
+    };
+    Ok(Chunking::fastcdc(size(min)?, size(avg)?, size(max)?)?)
 }
 
 fn describe_chunking(c: &Chunking) -> String {
@@ -297,6 +313,17 @@ fn describe_chunking(c: &Chunking) -> String {
         Chunking::Fixed { size } => format!("fixed {} chunks", human_bytes(u64::from(size))),
         Chunking::FastCdc { min, avg, max } => format!(
             "FastCDC chunks {} / {} / {}",
+            human_bytes(u64::from(min)),
+            human_bytes(u64::from(avg)),
+            human_bytes(u64::from(max))
+        ),
+        Chunking::Parquet { min, avg, max } | Chunking::Auto { min, avg, max } => format!(
+            "{} (Parquet pages; else FastCDC {} / {} / {})",
+            if matches!(c, Chunking::Parquet { .. }) {
+                "parquet"
+            } else {
+                "auto"
+            },
             human_bytes(u64::from(min)),
             human_bytes(u64::from(avg)),
             human_bytes(u64::from(max))
@@ -407,6 +434,9 @@ async fn put(args: &PutArgs) -> Result<()> {
         manifest.chunks().len(),
         manifest.size() as f64 / (1 << 20) as f64 / seconds.max(1e-9)
     );
+    if let Some(note) = manifest.note() {
+        eprintln!("warning: {bucket}/{key}: {note}");
+    }
     Ok(())
 }
 
@@ -588,6 +618,7 @@ async fn ls(cluster: &ClusterArg, path: Option<&str>, limit: usize, json: bool) 
 }
 
 fn print_manifest(m: &Manifest, chunks: bool, json: bool) {
+    let roles = m.parquet_layout().map(|l| &l.roles);
     if json {
         let mut v = serde_json::json!({
             "bucket": m.bucket().as_str(),
@@ -597,12 +628,29 @@ fn print_manifest(m: &Manifest, chunks: bool, json: bool) {
             "created_unix_ms": m.created_unix_ms(),
             "chunking": describe_chunking(&m.chunking()),
             "chunk_count": m.chunks().len(),
+            "parquet_layout": m.parquet_layout().is_some(),
+            "warning": m.note(),
         });
+        if let Some(layout) = m.parquet_layout() {
+            v["columns"] = layout
+                .columns
+                .iter()
+                .map(|c| serde_json::json!(c))
+                .collect();
+        }
         if chunks {
             v["chunks"] = m
                 .chunks()
                 .iter()
-                .map(|c| serde_json::json!({"sha256": c.fingerprint.to_string(), "len": c.len}))
+                .enumerate()
+                .map(|(i, c)| {
+                    let mut e =
+                        serde_json::json!({"sha256": c.fingerprint.to_string(), "len": c.len});
+                    if let Some(role) = roles.and_then(|r| r.get(i)) {
+                        role_json(&mut e, *role, m);
+                    }
+                    e
+                })
                 .collect();
         }
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -613,10 +661,54 @@ fn print_manifest(m: &Manifest, chunks: bool, json: bool) {
     println!("size     {} ({})", m.size(), human_bytes(m.size()));
     println!("created  {}", local_time_text(m.created_unix_ms()));
     println!("chunking {}", describe_chunking(&m.chunking()));
+    if let Some(layout) = m.parquet_layout() {
+        println!(
+            "parquet  {} columns, cut page by page",
+            layout.columns.len()
+        );
+    }
+    if let Some(note) = m.note() {
+        println!("warning  {note}");
+    }
     println!("chunks   {}", m.chunks().len());
     if chunks {
-        for c in m.chunks() {
-            println!("  {}  {}", c.fingerprint, c.len);
+        for (i, c) in m.chunks().iter().enumerate() {
+            match roles.and_then(|r| r.get(i)) {
+                Some(role) => println!("  {}  {}  {}", c.fingerprint, c.len, role_text(*role, m)),
+                None => println!("  {}  {}", c.fingerprint, c.len),
+            }
+        }
+    }
+}
+
+/// What a chunk of a Parquet object holds, for `stat --chunks`.
+fn role_text(role: ChunkRole, m: &Manifest) -> String {
+    match role {
+        ChunkRole::Other => "other".into(),
+        ChunkRole::Footer => "footer".into(),
+        ChunkRole::Page { row_group, column } => format!(
+            "row group {row_group} column {column} {}",
+            column_name(m, column)
+        ),
+    }
+}
+
+fn column_name(m: &Manifest, column: u16) -> &str {
+    m.parquet_layout()
+        .and_then(|l| l.columns.get(usize::from(column)))
+        .map_or("?", String::as_str)
+}
+
+/// [`role_text`] as JSON fields of a chunk's entry.
+fn role_json(entry: &mut serde_json::Value, role: ChunkRole, m: &Manifest) {
+    match role {
+        ChunkRole::Other => entry["role"] = "other".into(),
+        ChunkRole::Footer => entry["role"] = "footer".into(),
+        ChunkRole::Page { row_group, column } => {
+            entry["role"] = "page".into();
+            entry["row_group"] = row_group.into();
+            entry["column"] = column.into();
+            entry["column_path"] = column_name(m, column).into();
         }
     }
 }
@@ -709,6 +801,20 @@ mod tests {
             Chunking::DEFAULT_FASTCDC
         );
         assert!(parse_chunking("zip").is_err());
+        assert_eq!(
+            parse_chunking("parquet").unwrap(),
+            Chunking::DEFAULT_PARQUET
+        );
+        assert_eq!(
+            parse_chunking("auto:2K,8K,32K").unwrap(),
+            Chunking::Auto {
+                min: 2048,
+                avg: 8192,
+                max: 32768
+            }
+        );
+        let e = parse_chunking("parquet:2K,3K,32K").unwrap_err().to_string();
+        assert!(e.contains("not a power of two"), "{e}");
         assert!(object_path("nokey").is_err());
         assert!(object_path("b/a//c").is_err());
     }

@@ -227,6 +227,111 @@ fn object_commands_put_get_ls_stat_df_rm() {
     assert!(text(&raw).contains("managed storage"), "{}", text(&raw));
 }
 
+/// A small Parquet file: 2 row groups of an int64 `id` and a string `name`.
+fn parquet_file() -> Vec<u8> {
+    use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
+    let schema = parquet::schema::parser::parse_message_type(
+        "message m { required int64 id; required binary name (UTF8); }",
+    )
+    .expect("schema");
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_data_page_row_count_limit(500)
+        .set_write_batch_size(100)
+        .build();
+    let mut out = Vec::new();
+    let mut w = parquet::file::writer::SerializedFileWriter::new(
+        &mut out,
+        std::sync::Arc::new(schema),
+        std::sync::Arc::new(props),
+    )
+    .expect("writer");
+    for rg in 0..2i64 {
+        let mut g = w.next_row_group().expect("row group");
+        let mut c = g.next_column().expect("column").expect("id");
+        let ids: Vec<i64> = (rg * 2000..(rg + 1) * 2000).collect();
+        c.typed::<Int64Type>()
+            .write_batch(&ids, None, None)
+            .expect("ids");
+        c.close().expect("close");
+        let mut c = g.next_column().expect("column").expect("name");
+        let names: Vec<ByteArray> = ids
+            .iter()
+            .map(|i| ByteArray::from(format!("name {}", i % 37).as_str()))
+            .collect();
+        c.typed::<ByteArrayType>()
+            .write_batch(&names, None, None)
+            .expect("names");
+        c.close().expect("close");
+        g.close().expect("close");
+    }
+    w.close().expect("close");
+    out
+}
+
+#[test]
+fn parquet_buckets_record_columns_and_warn_about_false_parquet() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let up = quarry(d, &["up", "--nodes", "3", "--device", "mem", "--detach"]);
+    let _down = Down(d);
+    assert!(up.status.success(), "{}", text(&up));
+    let file = parquet_file();
+    std::fs::write(d.join("t.parquet"), &file).unwrap();
+    std::fs::write(d.join("fake.parquet"), "id,name\n1,a\n".repeat(2000)).unwrap();
+    for (bucket, chunking) in [("pq", "parquet"), ("au", "auto")] {
+        let mb = quarry(d, &["mb", bucket, "--chunking", chunking]);
+        assert!(mb.status.success(), "{}", text(&mb));
+        let path = format!("{bucket}/t.parquet");
+        let put = quarry(d, &["put", "t.parquet", &path]);
+        assert!(put.status.success(), "{}", text(&put));
+        assert!(!text(&put).contains("warning"), "{}", text(&put));
+        let stat = quarry(d, &["stat", &path, "--chunks"]);
+        let out = text(&stat);
+        assert!(
+            out.contains(&format!("chunking {chunking} (Parquet pages")),
+            "{out}"
+        );
+        assert!(
+            out.contains("parquet  2 columns, cut page by page"),
+            "{out}"
+        );
+        assert!(out.contains("row group 1 column 1 name"), "{out}");
+        assert!(out.contains("footer"), "{out}");
+        let json = quarry(d, &["stat", &path, "--chunks", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("stat json");
+        assert_eq!(v["columns"], serde_json::json!(["id", "name"]));
+        let chunks = v["chunks"].as_array().expect("chunks");
+        let pages = chunks.iter().filter(|c| c["role"] == "page").count();
+        assert!(pages >= 8, "{v}");
+        assert!(chunks
+            .iter()
+            .any(|c| c["row_group"] == 1 && c["column_path"] == "id"));
+        let get = quarry(d, &["get", &path, "back.parquet"]);
+        assert!(get.status.success(), "{}", text(&get));
+        assert_eq!(std::fs::read(d.join("back.parquet")).unwrap(), file);
+    }
+    // Text named .parquet: stored, with a warning in `parquet` mode only.
+    let put = quarry(d, &["put", "fake.parquet", "pq/fake.parquet"]);
+    assert!(put.status.success(), "{}", text(&put));
+    assert!(
+        text(&put).contains("warning: pq/fake.parquet: not a Parquet file"),
+        "{}",
+        text(&put)
+    );
+    let stat = quarry(d, &["stat", "pq/fake.parquet", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&stat.stdout).expect("stat json");
+    assert!(
+        v["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("not a Parquet file")),
+        "{v}"
+    );
+    let put = quarry(d, &["put", "fake.parquet", "au/fake.parquet"]);
+    assert!(!text(&put).contains("warning"), "{}", text(&put));
+    let stat = text(&quarry(d, &["stat", "au/fake.parquet"]));
+    assert!(stat.contains("chunking FastCDC chunks"), "{stat}");
+}
+
 #[test]
 fn bad_node_config_is_reported_with_the_file_name() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -58,10 +58,7 @@ pub struct BucketConfig {
 impl BucketConfig {
     /// `format:u8=1 kind:u8 a:u32 b:u32 c:u32 created:u64 crc32c:u32`
     pub fn encode(&self) -> Vec<u8> {
-        let (kind, a, b, c) = match self.chunking {
-            Chunking::Fixed { size } => (0u8, size, 0, 0),
-            Chunking::FastCdc { min, avg, max } => (1u8, min, avg, max),
-        };
+        let (kind, [a, b, c]) = self.chunking.encode_parts();
         let mut out = vec![RECORD_FORMAT, kind];
         for v in [a, b, c] {
             out.extend_from_slice(&v.to_le_bytes());
@@ -78,20 +75,13 @@ impl BucketConfig {
         let (a, b, c) = (r.u32()?, r.u32()?, r.u32()?);
         let created_unix_ms = r.u64()?;
         finish(WHAT, &r)?;
-        let chunking = match kind {
-            0 => Chunking::Fixed { size: a },
-            1 => Chunking::FastCdc {
-                min: a,
-                avg: b,
-                max: c,
-            },
-            k => {
-                return Err(StoreError::Malformed {
-                    what: WHAT,
-                    reason: format!("unknown chunking {k}"),
-                })
-            }
-        };
+        // A fixed setting was always written with b = c = 0.
+        let parts = if kind == 0 { [a, 0, 0] } else { [a, b, c] };
+        let chunking =
+            Chunking::decode_parts(kind, parts).ok_or_else(|| StoreError::Malformed {
+                what: WHAT,
+                reason: format!("unknown chunking {kind}"),
+            })?;
         chunking.validate()?;
         Ok(Self {
             chunking,
@@ -106,17 +96,39 @@ mod tests {
 
     #[test]
     fn bucket_config_round_trips_and_rejects_damage() {
-        let c = BucketConfig {
-            chunking: Chunking::DEFAULT_FASTCDC,
-            created_unix_ms: 77,
-        };
-        let enc = c.encode();
-        assert_eq!(BucketConfig::decode(&enc).unwrap(), c);
-        for i in 0..enc.len() {
-            let mut b = enc.clone();
-            b[i] ^= 0x10;
-            assert!(BucketConfig::decode(&b).is_err(), "flip at {i}");
-            assert!(BucketConfig::decode(&enc[..i]).is_err());
+        for chunking in [
+            Chunking::DEFAULT_FIXED,
+            Chunking::DEFAULT_FASTCDC,
+            Chunking::DEFAULT_PARQUET,
+            Chunking::Auto {
+                min: 2048,
+                avg: 8192,
+                max: 32768,
+            },
+        ] {
+            let c = BucketConfig {
+                chunking,
+                created_unix_ms: 77,
+            };
+            let enc = c.encode();
+            assert_eq!(BucketConfig::decode(&enc).unwrap(), c);
+            for i in 0..enc.len() {
+                let mut b = enc.clone();
+                b[i] ^= 0x10;
+                assert!(BucketConfig::decode(&b).is_err(), "flip at {i}");
+                assert!(BucketConfig::decode(&enc[..i]).is_err());
+            }
         }
+        // A Parquet-aware chunking's FastCDC parameters are checked too.
+        let bad = BucketConfig {
+            chunking: Chunking::Parquet {
+                min: 2048,
+                avg: 3000,
+                max: 32768,
+            },
+            created_unix_ms: 1,
+        };
+        let e = BucketConfig::decode(&bad.encode()).unwrap_err().to_string();
+        assert!(e.contains("not a power of two"), "{e}");
     }
 }

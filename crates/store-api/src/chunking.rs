@@ -9,6 +9,8 @@ use fastcdc::v2020;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::error::{Result, StoreError};
+pub use crate::parquet_cut::CutOutcome;
+use crate::parquet_cut::PageWalk;
 
 /// Smallest chunk size a bucket may choose (fixed size, or FastCDC minimum).
 pub const MIN_CHUNK_SIZE: u32 = 256;
@@ -36,6 +38,31 @@ pub enum Chunking {
         /// No chunk is longer.
         max: u32,
     },
+    /// A Parquet file is cut at its page boundaries: each page of each
+    /// column chunk a chunk of its own (a small dictionary page shares one
+    /// with the first data page), the footer one chunk, the bytes outside
+    /// column chunks small chunks of their own; the manifest records the
+    /// row group and column of each. Anything else, and a damaged file from
+    /// the damage on, is cut with FastCDC `min`/`avg`/`max`, with a note.
+    Parquet {
+        /// FastCDC minimum for what is not cut by pages.
+        min: u32,
+        /// FastCDC average.
+        avg: u32,
+        /// FastCDC maximum.
+        max: u32,
+    },
+    /// [`Chunking::Parquet`] for objects that are Parquet files (they start
+    /// with `PAR1`), plain FastCDC `min`/`avg`/`max` for the rest, with no
+    /// note for an object that does not claim to be Parquet.
+    Auto {
+        /// FastCDC minimum.
+        min: u32,
+        /// FastCDC average.
+        avg: u32,
+        /// FastCDC maximum.
+        max: u32,
+    },
 }
 
 impl Default for Chunking {
@@ -58,6 +85,30 @@ impl Chunking {
         avg: 64 << 10,
         max: 256 << 10,
     };
+
+    /// Parquet pages, the default FastCDC parameters for the rest.
+    pub const DEFAULT_PARQUET: Chunking = Chunking::Parquet {
+        min: 16 << 10,
+        avg: 64 << 10,
+        max: 256 << 10,
+    };
+    /// `auto` with the default FastCDC parameters.
+    pub const DEFAULT_AUTO: Chunking = Chunking::Auto {
+        min: 16 << 10,
+        avg: 64 << 10,
+        max: 256 << 10,
+    };
+
+    /// The FastCDC setting of a Parquet-aware chunking (for what is not
+    /// cut by pages); `None` for `fixed` and `fastcdc`.
+    pub fn fallback(&self) -> Option<Chunking> {
+        match *self {
+            Chunking::Parquet { min, avg, max } | Chunking::Auto { min, avg, max } => {
+                Some(Chunking::FastCdc { min, avg, max })
+            }
+            _ => None,
+        }
+    }
 
     /// Fixed-size chunks of `size` bytes, checked.
     pub fn fixed(size: u32) -> Result<Self> {
@@ -110,8 +161,47 @@ impl Chunking {
                     return bad(format!("FastCDC max {max} below {}", v2020::MAXIMUM_MIN));
                 }
             }
+            Chunking::Parquet { .. } | Chunking::Auto { .. } => {
+                self.fallback().map_or(Ok(()), |f| f.validate())?;
+            }
         }
         Ok(())
+    }
+
+    /// The record form: a kind byte (0 fixed, 1 FastCDC, 2 parquet, 3
+    /// auto) and three numbers (fixed: size,0,0; others: min,avg,max).
+    pub fn encode_parts(&self) -> (u8, [u32; 3]) {
+        match *self {
+            Chunking::Fixed { size } => (0, [size, 0, 0]),
+            Chunking::FastCdc { min, avg, max } => (1, [min, avg, max]),
+            Chunking::Parquet { min, avg, max } => (2, [min, avg, max]),
+            Chunking::Auto { min, avg, max } => (3, [min, avg, max]),
+        }
+    }
+
+    /// The inverse of [`Self::encode_parts`] (unchecked: call
+    /// [`Self::validate`]); `None` for an unknown kind or a fixed setting
+    /// with stray numbers.
+    pub fn decode_parts(kind: u8, [a, b, c]: [u32; 3]) -> Option<Self> {
+        Some(match (kind, b, c) {
+            (0, 0, 0) => Chunking::Fixed { size: a },
+            (1, _, _) => Chunking::FastCdc {
+                min: a,
+                avg: b,
+                max: c,
+            },
+            (2, _, _) => Chunking::Parquet {
+                min: a,
+                avg: b,
+                max: c,
+            },
+            (3, _, _) => Chunking::Auto {
+                min: a,
+                avg: b,
+                max: c,
+            },
+            _ => return None,
+        })
     }
 
     /// The longest chunk these parameters produce.
@@ -119,14 +209,30 @@ impl Chunking {
         match *self {
             Chunking::Fixed { size } => size,
             Chunking::FastCdc { max, .. } => max,
+            // A page is cut whole up to the largest chunk.
+            Chunking::Parquet { .. } | Chunking::Auto { .. } => MAX_CHUNK_SIZE,
         }
+    }
+
+    /// The streaming page cutter for the Parquet-aware modes.
+    fn page_walk(&self) -> Option<PageWalk> {
+        let fallback = self.fallback()?;
+        Some(PageWalk::new(
+            fallback,
+            matches!(self, Chunking::Parquet { .. }),
+        ))
     }
 
     /// The length of the next chunk of `buf`, which starts at a chunk
     /// boundary. `eof` says no data follows `buf`. `None`: more data is
     /// needed to decide (only when `!eof` and `buf` is shorter than
     /// [`Self::max_chunk`]). Never `Some(0)` unless `buf` is empty.
-    fn cut(&self, buf: &[u8], eof: bool) -> Option<usize> {
+    /// (The Parquet-aware modes cut with their fallback here: their page
+    /// cuts need [`PageWalk`]'s state.)
+    pub(crate) fn cut(&self, buf: &[u8], eof: bool) -> Option<usize> {
+        if let Some(fallback) = self.fallback() {
+            return fallback.cut(buf, eof);
+        }
         let max = self.max_chunk() as usize;
         if buf.len() < max && !eof {
             return None;
@@ -151,19 +257,48 @@ impl Chunking {
                 );
                 Some(n)
             }
+            Chunking::Parquet { .. } | Chunking::Auto { .. } => None,
         }
     }
 
-    /// The chunks of an in-memory object, as (offset, length).
+    /// The chunks of an in-memory object, as (offset, length): the same
+    /// cuts a [`Chunker`] makes of the same bytes.
     pub fn split(&self, data: &[u8]) -> Vec<(usize, usize)> {
+        self.split_with_outcome(data).0
+    }
+
+    /// [`Self::split`], and how the object was cut ([`CutOutcome`]).
+    pub fn split_with_outcome(&self, data: &[u8]) -> (Vec<(usize, usize)>, CutOutcome) {
+        let mut walk = self.page_walk();
         let mut out = Vec::new();
         let mut at = 0;
         while at < data.len() {
-            let n = self.cut(&data[at..], true).expect("eof always decides");
+            let n = match walk.as_mut() {
+                Some(w) => w.cut(&data[at..], true, at as u64),
+                None => self.cut(&data[at..], true),
+            };
+            // With the whole object present every cutter decides.
+            let Some(n) = n.filter(|&n| n > 0) else {
+                break;
+            };
             out.push((at, n));
             at += n;
         }
-        out
+        let lens: Vec<u32> = out.iter().map(|&(_, n)| n as u32).collect();
+        (out, outcome_of(walk.as_ref(), *self, &lens))
+    }
+}
+
+/// What a cut of `chunking` came to: a page walk's outcome, or plainly
+/// the chunking itself.
+fn outcome_of(walk: Option<&PageWalk>, chunking: Chunking, lens: &[u32]) -> CutOutcome {
+    match walk {
+        Some(w) => w.outcome(lens, chunking),
+        None => CutOutcome {
+            chunking,
+            layout: None,
+            note: None,
+        },
     }
 }
 
@@ -184,6 +319,10 @@ struct Core {
     buf: BytesMut,
     eof: bool,
     offset: u64,
+    /// The page walk of a Parquet-aware chunking.
+    walk: Option<PageWalk>,
+    /// The length of every chunk cut so far (for the page walk's outcome).
+    lens: Vec<u32>,
 }
 
 impl Core {
@@ -196,7 +335,13 @@ impl Core {
             buf: BytesMut::new(),
             eof: false,
             offset: 0,
+            walk: chunking.page_walk(),
+            lens: Vec::new(),
         })
+    }
+
+    fn outcome(&self) -> CutOutcome {
+        outcome_of(self.walk.as_ref(), self.chunking, &self.lens)
     }
 
     fn needs_data(&self) -> bool {
@@ -215,9 +360,16 @@ impl Core {
     }
 
     fn next_chunk(&mut self) -> Option<Chunk> {
-        let n = self.chunking.cut(&self.buf, self.eof)?;
+        let n = match self.walk.as_mut() {
+            Some(w) => w.cut(&self.buf, self.eof, self.offset)?,
+            None => self.chunking.cut(&self.buf, self.eof)?,
+        };
         if n == 0 {
             return None;
+        }
+        // Past the manifest's limit the put fails anyway: no need to keep more.
+        if self.walk.is_some() && self.lens.len() <= crate::MAX_MANIFEST_CHUNKS {
+            self.lens.push(n as u32);
         }
         let data = self.buf.split_to(n).freeze();
         let chunk = Chunk {
@@ -266,6 +418,13 @@ impl<R: Read> Chunker<R> {
             }
         }
         Ok(self.core.next_chunk())
+    }
+}
+
+impl<R> Chunker<R> {
+    /// How the object was cut, once every chunk has been taken.
+    pub fn outcome(&self) -> CutOutcome {
+        self.core.outcome()
     }
 }
 
@@ -318,6 +477,12 @@ impl<R: AsyncRead + Unpin> AsyncChunker<R> {
             self.fill_once().await?;
         }
         Ok(self.core.next_chunk())
+    }
+
+    /// How the object was cut (the chunking its manifest records, the
+    /// Parquet layout, a warning), once every chunk has been taken.
+    pub fn outcome(&self) -> CutOutcome {
+        self.core.outcome()
     }
 
     /// If the whole source, from where the chunker stands, is exactly one

@@ -15,7 +15,7 @@ use futures::stream::{FuturesUnordered, Stream, StreamExt, TryStreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::bucket::BucketConfig;
-use crate::chunking::{AsyncChunker, Chunking};
+use crate::chunking::{AsyncChunker, Chunking, CutOutcome};
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
 use crate::manifest::{ChunkRef, Manifest};
@@ -298,8 +298,9 @@ impl<N: StoreNode> ObjectStore<N> {
         let config = self.bucket_cached(bucket).await?;
         let mut chunker = AsyncChunker::new(source, config.chunking)?;
         if let Some(chunk) = chunker.take_single(MAX_SMALL_OBJECT_BYTES).await? {
+            let outcome = chunker.outcome();
             return self
-                .put_small(bucket, key, config.chunking, chunk.data, condition)
+                .put_small(bucket, key, outcome, chunk.data, condition)
                 .await;
         }
         // Fail fast on a condition that already fails (it is checked again,
@@ -334,14 +335,16 @@ impl<N: StoreNode> ObjectStore<N> {
                     limit_ms: self.put_deadline_ms,
                 });
             }
+            let outcome = chunker.outcome();
             let manifest = Manifest::new(
                 bucket.clone(),
                 key.clone(),
                 0,
                 now_ms(),
-                config.chunking,
+                outcome.chunking,
                 refs,
             )?;
+            let manifest = with_outcome(manifest, outcome, bucket, key)?;
             commit_sent = true;
             self.manifest_node(bucket, key)
                 .put_manifest(manifest, condition)
@@ -376,7 +379,7 @@ impl<N: StoreNode> ObjectStore<N> {
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
-        chunking: Chunking,
+        outcome: CutOutcome,
         data: Bytes,
         condition: Condition,
     ) -> Result<Manifest> {
@@ -389,10 +392,11 @@ impl<N: StoreNode> ObjectStore<N> {
             key.clone(),
             0,
             now_ms(),
-            chunking,
+            outcome.chunking,
             vec![chunk],
         )?
         .with_chunk_at_manifest_node()?;
+        let manifest = with_outcome(manifest, outcome, bucket, key)?;
         let put = self
             .manifest_node(bucket, key)
             .put_with_chunk(manifest, condition, data)
@@ -803,4 +807,23 @@ impl<N: StoreNode> ObjectStore<N> {
         report.dangling.dedup();
         Ok(report)
     }
+}
+
+/// Records how a put's object was cut: the Parquet layout, and the warning
+/// (logged too) for a file that looked like Parquet and was not cut as one.
+fn with_outcome(
+    manifest: Manifest,
+    outcome: CutOutcome,
+    bucket: &BucketName,
+    key: &ObjectKey,
+) -> Result<Manifest> {
+    let mut manifest = manifest;
+    if let Some(layout) = outcome.layout {
+        manifest = manifest.with_parquet_layout(layout)?;
+    }
+    if let Some(note) = outcome.note {
+        tracing::warn!("put {bucket}/{key}: {note}");
+        manifest = manifest.with_note(&note);
+    }
+    Ok(manifest)
 }

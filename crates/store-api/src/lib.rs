@@ -44,6 +44,7 @@ mod fingerprint;
 mod manifest;
 mod name;
 mod ops;
+mod parquet_cut;
 mod placement;
 mod put_pipeline;
 mod remote;
@@ -52,7 +53,8 @@ mod usage;
 pub use bucket::{finish as finish_record, open as open_record, seal as seal_record};
 pub use bucket::{BucketConfig, RECORD_FORMAT};
 pub use chunking::{
-    check_chunk_len, AsyncChunker, Chunk, Chunker, Chunking, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
+    check_chunk_len, AsyncChunker, Chunk, Chunker, Chunking, CutOutcome, MAX_CHUNK_SIZE,
+    MIN_CHUNK_SIZE,
 };
 pub use cluster::{
     ObjectStore, OrphanReport, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS, MAX_SMALL_OBJECT_BYTES,
@@ -60,14 +62,17 @@ pub use cluster::{
 pub use error::{Result, StoreError};
 pub use fingerprint::{chunk_crc32c, chunk_crc32c_of_parts, Fingerprint};
 pub use manifest::{
-    ChunkRef, ChunkSlice, Manifest, Reader as RecordReader, FLAG_CHUNK_AT_MANIFEST_NODE,
-    MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_MANIFEST_CHUNKS,
+    ChunkRef, ChunkRole, ChunkSlice, Manifest, ParquetLayout, Reader as RecordReader,
+    FLAG_CHUNK_AT_MANIFEST_NODE, MANIFEST_FORMAT_VERSION, MANIFEST_MAGIC, MAX_COLUMN_PATHS_BYTES,
+    MAX_COLUMN_PATH_BYTES, MAX_MANIFEST_BYTES, MAX_MANIFEST_CHUNKS, MAX_NOTE_BYTES,
+    MAX_PARQUET_COLUMNS,
 };
 pub use name::{BucketName, ObjectKey, MAX_BUCKET_LEN, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN};
 pub use ops::{
     now_ms, ChunkInfo, ChunkLocation, ChunkPut, ChunkRelease, Condition, ManifestPut,
     ManifestWithChunk, SmallPut,
 };
+pub use parquet_cut::PAGE_GROUP_MAX_BYTES;
 pub use placement::{bucket_point, manifest_point, NodeId, Placement};
 pub use remote::{
     check_small_put, serve_call, serve_call_pieces, RemoteNode, StoreNode, StoreTransport,

@@ -9,10 +9,39 @@ use quarry_proto::{ByteReader, CodecError};
 
 /// The first bytes of every encoded manifest.
 pub const MANIFEST_MAGIC: [u8; 4] = *b"QMAN";
-/// The encoding's format version; a decoder refuses others.
-pub const MANIFEST_FORMAT_VERSION: u8 = 1;
+/// The encoding's format version: 1, or 2 for a manifest with a Parquet
+/// layout or a note (format 1 and a trailing section). A manifest without
+/// either is still written as format 1, so every manifest stored before
+/// format 2 reads back, and encodes, as it was.
+pub const MANIFEST_FORMAT_VERSION: u8 = 2;
+/// Leaf columns a manifest's Parquet layout may name.
+pub const MAX_PARQUET_COLUMNS: usize = 4096;
+/// Bytes of all column paths of a layout together.
+pub const MAX_COLUMN_PATHS_BYTES: usize = 256 << 10;
+/// Bytes of one column path.
+pub const MAX_COLUMN_PATH_BYTES: usize = 4096;
+/// Bytes of a manifest's note (a put's warning).
+pub const MAX_NOTE_BYTES: usize = 1024;
+/// Encoded bytes of one chunk's role.
+const PER_ROLE: usize = 1 + 4 + 2;
+/// The longest encoded manifest: the longest names, the most chunks, the
+/// longest note and the largest layout (about 11.5 MB, under the 12 MiB a
+/// volume-backed table value may hold).
+pub const MAX_MANIFEST_BYTES: usize = HEAD
+    + MAX_BUCKET_LEN
+    + MAX_KEY_LEN
+    + MIDDLE
+    + PER_CHUNK * MAX_MANIFEST_CHUNKS
+    + 2
+    + MAX_NOTE_BYTES
+    + 1
+    + 2
+    + 2 * MAX_PARQUET_COLUMNS
+    + MAX_COLUMN_PATHS_BYTES
+    + PER_ROLE * MAX_MANIFEST_CHUNKS
+    + TAIL;
 /// Most chunks one manifest may list: 2^18, so a manifest stays under 10 MB
-/// (36 bytes a chunk) and an object is at most 256 GiB with the default
+/// (36 bytes a chunk; 11.5 MB with a Parquet layout, [`MAX_MANIFEST_BYTES`]) and an object is at most 256 GiB with the default
 /// 1 MiB chunks, 16 GiB with 64 KiB chunks, 1 TiB with 4 MiB chunks.
 pub const MAX_MANIFEST_CHUNKS: usize = 1 << 18;
 
@@ -37,6 +66,32 @@ pub struct ChunkRef {
     pub fingerprint: Fingerprint,
     /// Its length in bytes.
     pub len: u32,
+}
+
+/// What one chunk of a Parquet file cut by pages holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChunkRole {
+    /// Bytes outside every column chunk: the leading `PAR1`, padding, page
+    /// indexes and bloom filters.
+    Other,
+    /// The footer: file metadata, its length and the trailing `PAR1`.
+    Footer,
+    /// Pages of one column chunk.
+    Page {
+        /// The row group.
+        row_group: u32,
+        /// The leaf column's index (into [`ParquetLayout::columns`]).
+        column: u16,
+    },
+}
+
+/// What each chunk of a Parquet object cut by pages holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParquetLayout {
+    /// Leaf column paths, dotted, by leaf column index.
+    pub columns: Vec<String>,
+    /// The role of each chunk, in object order.
+    pub roles: Vec<ChunkRole>,
 }
 
 /// Part of a chunk that a byte range covers.
@@ -69,6 +124,12 @@ pub struct Manifest {
     /// Its one chunk is held by the manifest's node (see
     /// [`FLAG_CHUNK_AT_MANIFEST_NODE`]).
     chunk_at_manifest_node: bool,
+    /// Row group and column of each chunk of a Parquet file cut by pages.
+    /// (Boxed, as the note: most manifests have neither.)
+    layout: Option<Box<ParquetLayout>>,
+    /// A warning from the put (a file that looked like Parquet and was not
+    /// cut as one, and why).
+    note: Option<Box<str>>,
 }
 
 impl Manifest {
@@ -130,7 +191,80 @@ impl Manifest {
             chunks,
             starts,
             chunk_at_manifest_node: false,
+            layout: None,
+            note: None,
         })
+    }
+
+    /// Records what each chunk holds. Checked: one role per chunk, column
+    /// indexes within the column list, the lists within their limits, and
+    /// only for a Parquet-aware chunking.
+    pub fn with_parquet_layout(mut self, layout: ParquetLayout) -> Result<Self> {
+        let bad = |reason: String| StoreError::Malformed {
+            what: "manifest",
+            reason: format!("Parquet layout: {reason}"),
+        };
+        if self.chunking.fallback().is_none() {
+            return Err(bad(format!("recorded with {:?} chunking", self.chunking)));
+        }
+        if layout.roles.len() != self.chunks.len() {
+            return Err(bad(format!(
+                "{} roles for {} chunks",
+                layout.roles.len(),
+                self.chunks.len()
+            )));
+        }
+        if layout.columns.len() > MAX_PARQUET_COLUMNS {
+            return Err(bad(format!(
+                "{} columns, over the limit {MAX_PARQUET_COLUMNS}",
+                layout.columns.len()
+            )));
+        }
+        let total: usize = layout.columns.iter().map(String::len).sum();
+        if total > MAX_COLUMN_PATHS_BYTES
+            || layout
+                .columns
+                .iter()
+                .any(|c| c.len() > MAX_COLUMN_PATH_BYTES)
+        {
+            return Err(bad(format!(
+                "column paths over the limits ({MAX_COLUMN_PATH_BYTES} bytes each, \
+                 {MAX_COLUMN_PATHS_BYTES} in all)"
+            )));
+        }
+        for (i, role) in layout.roles.iter().enumerate() {
+            if let ChunkRole::Page { column, .. } = role {
+                if usize::from(*column) >= layout.columns.len() {
+                    return Err(bad(format!(
+                        "chunk {i} names column {column} of {}",
+                        layout.columns.len()
+                    )));
+                }
+            }
+        }
+        self.layout = Some(Box::new(layout));
+        Ok(self)
+    }
+
+    /// Records a warning from the put, cut to [`MAX_NOTE_BYTES`] (on a
+    /// character boundary); an empty note records nothing.
+    pub fn with_note(mut self, note: &str) -> Self {
+        let mut end = note.len().min(MAX_NOTE_BYTES);
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.note = (end > 0).then(|| note[..end].into());
+        self
+    }
+
+    /// What each chunk holds, for a Parquet file cut by pages.
+    pub fn parquet_layout(&self) -> Option<&ParquetLayout> {
+        self.layout.as_deref()
+    }
+
+    /// The put's warning, if it had one.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
     }
 
     /// Marks this manifest's chunk as held by the node that holds the
@@ -232,7 +366,51 @@ impl Manifest {
             + self.key.as_str().len()
             + MIDDLE
             + PER_CHUNK * self.chunks.len()
+            + self.extension_len()
             + TAIL
+    }
+
+    /// Whether this manifest needs format 2.
+    fn extended(&self) -> bool {
+        self.layout.is_some() || self.note.is_some()
+    }
+
+    fn extension_len(&self) -> usize {
+        if !self.extended() {
+            return 0;
+        }
+        let note = 2 + self.note.as_ref().map_or(0, |n| n.len());
+        let layout = self.layout.as_ref().map_or(0, |l| {
+            2 + l.columns.iter().map(|c| 2 + c.len()).sum::<usize>() + PER_ROLE * l.roles.len()
+        });
+        note + 1 + layout
+    }
+
+    /// Format 2's section after the chunk list.
+    fn encode_extension(&self, out: &mut Vec<u8>) {
+        let note = self.note.as_deref().unwrap_or("");
+        out.extend_from_slice(&(note.len() as u16).to_le_bytes());
+        out.extend_from_slice(note.as_bytes());
+        let Some(layout) = &self.layout else {
+            out.push(0);
+            return;
+        };
+        out.push(1);
+        out.extend_from_slice(&(layout.columns.len() as u16).to_le_bytes());
+        for c in &layout.columns {
+            out.extend_from_slice(&(c.len() as u16).to_le_bytes());
+            out.extend_from_slice(c.as_bytes());
+        }
+        for role in &layout.roles {
+            let (kind, row_group, column) = match *role {
+                ChunkRole::Other => (0u8, 0, 0),
+                ChunkRole::Footer => (1, 0, 0),
+                ChunkRole::Page { row_group, column } => (2, row_group, column),
+            };
+            out.push(kind);
+            out.extend_from_slice(&row_group.to_le_bytes());
+            out.extend_from_slice(&column.to_le_bytes());
+        }
     }
 
     /// The binary form (all integers little-endian):
@@ -241,18 +419,28 @@ impl Manifest {
     /// "QMAN"  format:u8=1  flags:u8  bucket_len:u8  key_len:u16
     /// bucket  key
     /// version:u64  size:u64  created_unix_ms:u64
-    /// chunking:u8 (0 fixed, 1 FastCDC-2020 level 1)  a:u32 b:u32 c:u32
-    ///     (fixed: size,0,0; FastCDC: min,avg,max)
+    /// chunking:u8 (0 fixed, 1 FastCDC-2020 level 1, 2 parquet, 3 auto)
+    ///     a:u32 b:u32 c:u32 (fixed: size,0,0; others: FastCDC min,avg,max)
     /// chunk_count:u32  { sha256:[u8;32]  len:u32 } * chunk_count
+    /// format 2 only:
+    ///   note_len:u16 note (UTF-8, <= MAX_NOTE_BYTES)
+    ///   has_layout:u8 (0 or 1), and if 1:
+    ///     column_count:u16 { path_len:u16 path (UTF-8) } * column_count
+    ///     { role:u8 (0 other, 1 footer, 2 page) row_group:u32 column:u16 }
+    ///       * chunk_count (row_group and column 0 unless a page)
     /// crc32c:u32 (of every byte before it)
     /// ```
+    ///
+    /// Format 2 is written only when there is a note or a layout, and a
+    /// format-2 manifest without either is refused, so each manifest has
+    /// exactly one encoding.
     ///
     /// `flags` is 0, or [`FLAG_CHUNK_AT_MANIFEST_NODE`] with exactly one
     /// chunk.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.encoded_len());
         out.extend_from_slice(&MANIFEST_MAGIC);
-        out.push(MANIFEST_FORMAT_VERSION);
+        out.push(if self.extended() { 2 } else { 1 });
         out.push(if self.chunk_at_manifest_node {
             FLAG_CHUNK_AT_MANIFEST_NODE
         } else {
@@ -265,10 +453,7 @@ impl Manifest {
         out.extend_from_slice(&self.version.to_le_bytes());
         out.extend_from_slice(&self.size.to_le_bytes());
         out.extend_from_slice(&self.created_unix_ms.to_le_bytes());
-        let (kind, a, b, c) = match self.chunking {
-            Chunking::Fixed { size } => (0u8, size, 0, 0),
-            Chunking::FastCdc { min, avg, max } => (1u8, min, avg, max),
-        };
+        let (kind, [a, b, c]) = self.chunking.encode_parts();
         out.push(kind);
         for v in [a, b, c] {
             out.extend_from_slice(&v.to_le_bytes());
@@ -277,6 +462,9 @@ impl Manifest {
         for ch in &self.chunks {
             out.extend_from_slice(&ch.fingerprint.0);
             out.extend_from_slice(&ch.len.to_le_bytes());
+        }
+        if self.extended() {
+            self.encode_extension(&mut out);
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_le_bytes());
@@ -304,9 +492,9 @@ impl Manifest {
         if bytes[..4] != MANIFEST_MAGIC {
             return Err(bad(format!("does not start with {MANIFEST_MAGIC:?}")));
         }
-        if bytes[4] != MANIFEST_FORMAT_VERSION {
+        if !(1..=MANIFEST_FORMAT_VERSION).contains(&bytes[4]) {
             return Err(bad(format!(
-                "format version {}; this build reads version {MANIFEST_FORMAT_VERSION}",
+                "format version {}; this build reads versions 1 to {MANIFEST_FORMAT_VERSION}",
                 bytes[4]
             )));
         }
@@ -348,15 +536,8 @@ impl Manifest {
         let created_unix_ms = r.u64()?;
         let kind = r.u8()?;
         let (a, b, c) = (r.u32()?, r.u32()?, r.u32()?);
-        let chunking = match (kind, b, c) {
-            (0, 0, 0) => Chunking::Fixed { size: a },
-            (1, _, _) => Chunking::FastCdc {
-                min: a,
-                avg: b,
-                max: c,
-            },
-            _ => return Err(bad(format!("unknown chunking {kind} ({a}, {b}, {c})"))),
-        };
+        let chunking = Chunking::decode_parts(kind, [a, b, c])
+            .ok_or_else(|| bad(format!("unknown chunking {kind} ({a}, {b}, {c})")))?;
         let count = r.u32()? as usize;
         if count > MAX_MANIFEST_CHUNKS {
             return Err(bad(format!(
@@ -364,7 +545,8 @@ impl Manifest {
             )));
         }
         let left = r.left();
-        if left != count * PER_CHUNK {
+        let extended = body[4] == 2;
+        if (!extended && left != count * PER_CHUNK) || left < count * PER_CHUNK {
             return Err(bad(format!(
                 "{count} chunks need {} bytes, {left} present",
                 count * PER_CHUNK
@@ -380,6 +562,9 @@ impl Manifest {
         if flags & FLAG_CHUNK_AT_MANIFEST_NODE != 0 {
             m = m.with_chunk_at_manifest_node()?;
         }
+        if extended {
+            m = decode_extension(&mut r, m)?;
+        }
         if m.size != size {
             return Err(bad(format!(
                 "records size {size}, its chunks add up to {}",
@@ -388,6 +573,81 @@ impl Manifest {
         }
         Ok(m)
     }
+}
+
+/// Format 2's section (see [`Manifest::encode`]), checked as it is read:
+/// every length against its limit and the bytes left before it is taken,
+/// the strings UTF-8, the roles canonical, nothing trailing, and a note or
+/// a layout present.
+fn decode_extension(r: &mut Reader<'_>, mut m: Manifest) -> Result<Manifest> {
+    let bad = |reason: String| StoreError::Malformed {
+        what: "manifest",
+        reason,
+    };
+    let utf8 = |b: &[u8], what: &str| {
+        std::str::from_utf8(b)
+            .map(str::to_string)
+            .map_err(|_| bad(format!("{what} is not UTF-8")))
+    };
+    let note_len = r.u16()? as usize;
+    if note_len > MAX_NOTE_BYTES {
+        return Err(bad(format!(
+            "note of {note_len} bytes, over the limit {MAX_NOTE_BYTES}"
+        )));
+    }
+    let note = utf8(r.take(note_len)?, "the note")?;
+    let has_layout = r.u8()?;
+    if has_layout > 1 || (has_layout == 0 && note.is_empty()) {
+        return Err(bad(format!(
+            "format 2 with layout byte {has_layout} and a {note_len}-byte note"
+        )));
+    }
+    if !note.is_empty() {
+        m = m.with_note(&note);
+    }
+    if has_layout == 1 {
+        let column_count = r.u16()? as usize;
+        if column_count > MAX_PARQUET_COLUMNS {
+            return Err(bad(format!(
+                "{column_count} columns, over the limit {MAX_PARQUET_COLUMNS}"
+            )));
+        }
+        let mut columns = Vec::with_capacity(column_count.min(r.left() / 2));
+        for _ in 0..column_count {
+            let len = r.u16()? as usize;
+            if len > MAX_COLUMN_PATH_BYTES {
+                return Err(bad(format!("a {len}-byte column path")));
+            }
+            columns.push(utf8(r.take(len)?, "a column path")?);
+        }
+        let count = m.chunks.len();
+        if r.left() != count * PER_ROLE {
+            return Err(bad(format!(
+                "{count} chunk roles need {} bytes, {} present",
+                count * PER_ROLE,
+                r.left()
+            )));
+        }
+        let mut roles = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (kind, row_group, column) = (r.u8()?, r.u32()?, r.u16()?);
+            roles.push(match (kind, row_group, column) {
+                (0, 0, 0) => ChunkRole::Other,
+                (1, 0, 0) => ChunkRole::Footer,
+                (2, row_group, column) => ChunkRole::Page { row_group, column },
+                _ => {
+                    return Err(bad(format!(
+                        "unknown chunk role {kind} ({row_group}, {column})"
+                    )))
+                }
+            });
+        }
+        m = m.with_parquet_layout(ParquetLayout { columns, roles })?;
+    }
+    if !r.done() {
+        return Err(bad(format!("{} bytes trail the manifest", r.left())));
+    }
+    Ok(m)
 }
 
 /// Bounds-checked little-endian reads off an encoding (a manifest, a table
@@ -533,7 +793,7 @@ mod tests {
         assert!(err(&b).contains("does not start with"));
         let mut b = enc.clone();
         b[4] = 9;
-        assert!(err(&b).contains("format version 9; this build reads version 1"));
+        assert!(err(&b).contains("format version 9; this build reads versions 1 to 2"));
         let mut b = enc.clone();
         b[30] ^= 1;
         assert!(err(&b).contains("checksum"));
@@ -626,6 +886,152 @@ mod tests {
     }
 
     fn arb_manifest() -> impl Strategy<Value = Manifest> {
+        (
+            arb_plain_manifest(),
+            proptest::collection::vec("[a-z_]{1,8}(\\.[a-zé]{1,6}){0,2}", 0..6),
+            proptest::collection::vec((0u8..3, any::<u32>(), any::<u16>()), 40),
+            "[ -~é]{0,40}",
+            any::<bool>(),
+        )
+            .prop_map(|(m, columns, raw_roles, note, with_layout)| {
+                let mut m = m.with_note(&note);
+                if with_layout && m.chunking().fallback().is_some() {
+                    let roles = raw_roles[..m.chunks().len()]
+                        .iter()
+                        .map(|&(kind, row_group, column)| match kind {
+                            2 if !columns.is_empty() => ChunkRole::Page {
+                                row_group,
+                                column: column % columns.len() as u16,
+                            },
+                            1 => ChunkRole::Footer,
+                            _ => ChunkRole::Other,
+                        })
+                        .collect();
+                    m = m
+                        .with_parquet_layout(ParquetLayout { columns, roles })
+                        .unwrap();
+                }
+                m
+            })
+    }
+
+    /// A sample of every chunking with a Parquet layout and a note.
+    fn parquet_sample() -> Manifest {
+        sample(Chunking::DEFAULT_PARQUET, &[4, 3000, 200, 9000, 500])
+            .with_parquet_layout(ParquetLayout {
+                columns: vec!["id".into(), "route.origin".into()],
+                roles: vec![
+                    ChunkRole::Other,
+                    ChunkRole::Page {
+                        row_group: 0,
+                        column: 0,
+                    },
+                    ChunkRole::Page {
+                        row_group: 0,
+                        column: 1,
+                    },
+                    ChunkRole::Page {
+                        row_group: 7,
+                        column: 1,
+                    },
+                    ChunkRole::Footer,
+                ],
+            })
+            .unwrap()
+            .with_note("a note")
+    }
+
+    #[test]
+    fn format_2_round_trips_and_format_1_is_still_written_without_it() {
+        let plain = sample(Chunking::DEFAULT_FASTCDC, &[300, 400]);
+        let enc = plain.encode();
+        assert_eq!(enc[4], 1, "no layout, no note: format 1 as before");
+        assert_eq!(Manifest::decode(&enc).unwrap(), plain);
+        let m = parquet_sample();
+        let enc = m.encode();
+        assert_eq!((enc[4], enc.len()), (2, m.encoded_len()));
+        let back = Manifest::decode(&enc).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.note(), Some("a note"));
+        assert_eq!(back.parquet_layout().unwrap().columns[1], "route.origin");
+        let auto = sample(Chunking::DEFAULT_AUTO, &[10]).with_note("x");
+        assert_eq!(Manifest::decode(&auto.encode()).unwrap(), auto);
+        // A note is cut to its bound on a character boundary.
+        let long = sample(Chunking::DEFAULT_FASTCDC, &[10]).with_note(&"é".repeat(2000));
+        assert_eq!(long.note().unwrap().len(), MAX_NOTE_BYTES);
+        // Layouts are checked.
+        let e = sample(Chunking::DEFAULT_FIXED, &[10])
+            .with_parquet_layout(ParquetLayout {
+                columns: vec![],
+                roles: vec![ChunkRole::Other],
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("recorded with Fixed"), "{e}");
+        let e = sample(Chunking::DEFAULT_PARQUET, &[10])
+            .with_parquet_layout(ParquetLayout {
+                columns: vec!["a".into()],
+                roles: vec![ChunkRole::Page {
+                    row_group: 0,
+                    column: 1,
+                }],
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("names column 1 of 1"), "{e}");
+    }
+
+    #[test]
+    fn every_truncation_and_every_single_byte_change_of_format_2_is_caught() {
+        let m = parquet_sample();
+        let enc = m.encode();
+        for cut in 0..enc.len() {
+            let mut b = enc[..cut].to_vec();
+            assert!(Manifest::decode(&b).is_err(), "cut at {cut}");
+            reseal(&mut b);
+            assert!(Manifest::decode(&b).is_err(), "cut at {cut}, resealed");
+        }
+        for i in 0..enc.len() - 4 {
+            for v in [0u8, 1, 2, 3, 0x7f, 0xff, enc[i] ^ 1, enc[i] ^ 0x80] {
+                let mut b = enc.clone();
+                b[i] = v;
+                reseal(&mut b);
+                if let Ok(d) = Manifest::decode(&b) {
+                    assert_eq!(d.encode(), b, "byte {i} = {v}");
+                }
+            }
+        }
+        // Bounds named in the errors.
+        let err = |b: &[u8]| Manifest::decode(b).unwrap_err().to_string();
+        let tail_at = HEAD
+            + m.bucket().as_str().len()
+            + m.key().as_str().len()
+            + MIDDLE
+            + PER_CHUNK * m.chunks().len();
+        let mut b = enc.clone();
+        b[tail_at..tail_at + 2].copy_from_slice(&5000u16.to_le_bytes());
+        reseal(&mut b);
+        assert!(err(&b).contains("note of 5000 bytes"), "{}", err(&b));
+        let mut b = enc.clone();
+        let columns_at = tail_at + 2 + 6 + 1;
+        b[columns_at..columns_at + 2].copy_from_slice(&60000u16.to_le_bytes());
+        reseal(&mut b);
+        assert!(err(&b).contains("60000 columns"), "{}", err(&b));
+        // Format 2 with neither a note nor a layout is not canonical.
+        let plain = sample(Chunking::DEFAULT_PARQUET, &[10]);
+        let mut b = plain.encode();
+        let n = b.len() - 4;
+        b.truncate(n);
+        b.extend_from_slice(&[0, 0, 0]);
+        b[4] = 2;
+        b.extend_from_slice(&[0; 4]);
+        reseal(&mut b);
+        assert!(
+            err(&b).contains("format 2 with layout byte 0"),
+            "{}",
+            err(&b)
+        );
+    }
+
+    fn arb_plain_manifest() -> impl Strategy<Value = Manifest> {
         let chunking = prop_oneof![
             (256u32..=8192).prop_map(|size| Chunking::Fixed { size }),
             (8u32..=12).prop_map(|bits| Chunking::FastCdc {
@@ -633,6 +1039,12 @@ mod tests {
                 avg: 1 << bits,
                 max: 8192
             }),
+            (8u32..=12).prop_map(|bits| Chunking::Parquet {
+                min: 256,
+                avg: 1 << bits,
+                max: 8192
+            }),
+            Just(Chunking::DEFAULT_AUTO),
         ];
         (
             "[a-z0-9][a-z0-9._-]{0,20}",
@@ -700,6 +1112,20 @@ mod tests {
                 reseal(&mut b);
             }
             // Either a clean error or a manifest that encodes back to the same bytes.
+            if let Ok(d) = Manifest::decode(&b) {
+                prop_assert_eq!(d.encode(), b);
+            }
+        }
+
+        #[test]
+        fn random_bytes_never_decode_into_a_panic(
+            body in proptest::collection::vec(any::<u8>(), 0..400),
+            version in 0u8..4,
+        ) {
+            let mut b = MANIFEST_MAGIC.to_vec();
+            b.push(version);
+            b.extend_from_slice(&body);
+            reseal(&mut b);
             if let Ok(d) = Manifest::decode(&b) {
                 prop_assert_eq!(d.encode(), b);
             }

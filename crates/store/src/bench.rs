@@ -172,6 +172,12 @@ fn describe(c: Chunking) -> String {
         Chunking::FastCdc { min, avg, max } => {
             format!("FastCDC {}/{}/{}", k(min), k(avg), k(max))
         }
+        Chunking::Parquet { min, avg, max } => {
+            format!("parquet (FastCDC {}/{}/{})", k(min), k(avg), k(max))
+        }
+        Chunking::Auto { min, avg, max } => {
+            format!("auto (FastCDC {}/{}/{})", k(min), k(avg), k(max))
+        }
     }
 }
 
