@@ -11,13 +11,13 @@ use clap::{Args, Subcommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use quarry_client::{
-    BucketName, ChunkRole, Chunking, Client, ClusterFile, Condition, Manifest, ObjectKey, Objects,
+    BucketName, ChunkRole, Client, ClusterFile, Condition, Manifest, ObjectKey, Objects,
 };
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::args::ClusterArg;
 use crate::dates::local_time_text;
-use quarry_jobs::human_bytes;
+use quarry_jobs::{describe_chunking, human_bytes, parse_chunking};
 
 /// The object store commands (each a top-level `quarry` command).
 #[derive(Debug, Subcommand, Clone)]
@@ -263,72 +263,6 @@ fn object_path(path: &str) -> Result<(BucketName, ObjectKey)> {
 /// A size with an optional K/M/G/T suffix (powers of 1024).
 fn parse_size(text: &str) -> Result<u64> {
     Ok(quarry_jobs::parse_size(text)?)
-}
-
-fn parse_chunking(text: &str) -> Result<Chunking> {
-    let (kind, params) = text.split_once(':').unwrap_or((text, ""));
-    let chunking = match kind {
-        "fixed" => {
-            if params.is_empty() {
-                Chunking::DEFAULT_FIXED
-            } else {
-                Chunking::fixed(u32::try_from(parse_size(params)?).context("chunk size")?)?
-            }
-        }
-        "fastcdc" | "cdc" => fastcdc_params(text, params, Chunking::DEFAULT_FASTCDC)?,
-        "parquet" => match fastcdc_params(text, params, Chunking::DEFAULT_FASTCDC)? {
-            Chunking::FastCdc { min, avg, max } => Chunking::Parquet { min, avg, max },
-            other => other,
-        },
-        "auto" => match fastcdc_params(text, params, Chunking::DEFAULT_FASTCDC)? {
-            Chunking::FastCdc { min, avg, max } => Chunking::Auto { min, avg, max },
-            other => other,
-        },
-        other => bail!(
-            "--chunking {text:?}: unknown kind {other:?} (fixed:SIZE, fastcdc[:MIN,AVG,MAX], \
-             parquet[:MIN,AVG,MAX] or auto[:MIN,AVG,MAX])"
-        ),
-    };
-    chunking.validate()?;
-    Ok(chunking)
-}
-
-/// FastCDC `MIN,AVG,MAX` after a `--chunking` kind, or `default`.
-fn fastcdc_params(text: &str, params: &str, default: Chunking) -> Result<Chunking> {
-    if params.is_empty() {
-        return Ok(default);
-    }
-    let parts: Vec<&str> = params.split(',').collect();
-    let [min, avg, max] = parts[..] else {
-        bail!("--chunking {text:?}: FastCDC takes MIN,AVG,MAX");
-    };
-    let size = |s: &str| -> Result<u32> {
-        u32::try_from(parse_size(s)?).with_context(|| format!("chunk size {s:?}"))
-    };
-    Ok(Chunking::fastcdc(size(min)?, size(avg)?, size(max)?)?)
-}
-
-fn describe_chunking(c: &Chunking) -> String {
-    match *c {
-        Chunking::Fixed { size } => format!("fixed {} chunks", human_bytes(u64::from(size))),
-        Chunking::FastCdc { min, avg, max } => format!(
-            "FastCDC chunks {} / {} / {}",
-            human_bytes(u64::from(min)),
-            human_bytes(u64::from(avg)),
-            human_bytes(u64::from(max))
-        ),
-        Chunking::Parquet { min, avg, max } | Chunking::Auto { min, avg, max } => format!(
-            "{} (Parquet pages; else FastCDC {} / {} / {})",
-            if matches!(c, Chunking::Parquet { .. }) {
-                "parquet"
-            } else {
-                "auto"
-            },
-            human_bytes(u64::from(min)),
-            human_bytes(u64::from(avg)),
-            human_bytes(u64::from(max))
-        ),
-    }
 }
 
 /// A progress bar on stderr when it is a terminal and `quiet` is off.
@@ -792,29 +726,6 @@ mod tests {
         assert_eq!(parse_range("-10", 100).unwrap(), (90, 10));
         assert!(parse_range("9-3", 100).is_err());
         assert!(parse_range("7", 100).is_err());
-        assert_eq!(
-            parse_chunking("fixed:8K").unwrap(),
-            Chunking::Fixed { size: 8192 }
-        );
-        assert_eq!(
-            parse_chunking("fastcdc").unwrap(),
-            Chunking::DEFAULT_FASTCDC
-        );
-        assert!(parse_chunking("zip").is_err());
-        assert_eq!(
-            parse_chunking("parquet").unwrap(),
-            Chunking::DEFAULT_PARQUET
-        );
-        assert_eq!(
-            parse_chunking("auto:2K,8K,32K").unwrap(),
-            Chunking::Auto {
-                min: 2048,
-                avg: 8192,
-                max: 32768
-            }
-        );
-        let e = parse_chunking("parquet:2K,3K,32K").unwrap_err().to_string();
-        assert!(e.contains("not a power of two"), "{e}");
         assert!(object_path("nokey").is_err());
         assert!(object_path("b/a//c").is_err());
     }

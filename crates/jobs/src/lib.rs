@@ -30,12 +30,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod chunking_text;
 mod grep_output;
 mod job;
 mod result_json;
 mod size;
 mod wc_output;
 
+pub use chunking_text::{describe_chunking, parse_chunking, ChunkingTextError};
 pub use grep_output::{format_grep, GrepFormat, GrepPrint, GrepPrinter, ListFiles};
 pub use job::{parse_job, parse_target, JobParseError};
 pub use result_json::{result_json, state_text, status_json};

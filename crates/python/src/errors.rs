@@ -139,6 +139,15 @@ impl From<quarry_jobs::JobParseError> for Failure {
     }
 }
 
+impl From<quarry_jobs::ChunkingTextError> for Failure {
+    fn from(e: quarry_jobs::ChunkingTextError) -> Failure {
+        match e {
+            quarry_jobs::ChunkingTextError::Store(e) => e.into(),
+            other => Failure::invalid(other.to_string()),
+        }
+    }
+}
+
 impl From<quarry_jobs::SizeError> for Failure {
     fn from(e: quarry_jobs::SizeError) -> Failure {
         Failure::invalid(e.to_string())

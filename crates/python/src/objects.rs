@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use quarry_client::{BucketName, Chunking, Condition, Manifest, ObjectKey, Objects};
-use quarry_jobs::human_bytes;
 use serde_json::{json, Value};
 
 use crate::errors::Failure;
@@ -69,7 +68,7 @@ impl From<&Manifest> for ObjectInfo {
             version: m.version(),
             size: m.size(),
             created_unix_ms: m.created_unix_ms(),
-            chunking: describe_chunking(&m.chunking()),
+            chunking: quarry_jobs::describe_chunking(&m.chunking()),
             chunk_count: m.chunks().len(),
         }
     }
@@ -92,55 +91,20 @@ pub fn condition(if_absent: bool, if_version: Option<u64>) -> Result<Condition, 
     }
 }
 
-/// The chunking `quarry mb --chunking` takes: `fixed`, `fixed:SIZE`,
-/// `fastcdc`, `fastcdc:MIN,AVG,MAX`; `chunk_size` sets a fixed size.
+/// The chunking `quarry mb --chunking` takes (`fixed`, `fixed:SIZE`,
+/// `fastcdc[:MIN,AVG,MAX]`, `parquet[:...]`, `auto[:...]`;
+/// `quarry_jobs::parse_chunking`); `chunk_size` sets a fixed size.
 pub fn parse_chunking(text: &str, chunk_size: Option<u64>) -> Result<Chunking, Failure> {
-    let (kind, params) = text.split_once(':').unwrap_or((text, ""));
-    let size = |s: &str| -> Result<u32, Failure> {
-        let bytes = quarry_jobs::parse_size(s)?;
-        u32::try_from(bytes).map_err(|_| Failure::invalid(format!("chunk size {s:?}: too large")))
-    };
-    let chunking = match (kind, chunk_size) {
-        ("fixed", Some(bytes)) if params.is_empty() => Chunking::fixed(
-            u32::try_from(bytes)
-                .map_err(|_| Failure::invalid(format!("chunk_size {bytes}: too large")))?,
-        )?,
-        ("fixed", None) if params.is_empty() => Chunking::DEFAULT_FIXED,
-        ("fixed", None) => Chunking::fixed(size(params)?)?,
-        ("fastcdc" | "cdc", None) if params.is_empty() => Chunking::DEFAULT_FASTCDC,
-        ("fastcdc" | "cdc", None) => {
-            let parts: Vec<&str> = params.split(',').collect();
-            let [min, avg, max] = parts[..] else {
-                return Err(Failure::invalid(format!(
-                    "--chunking {text:?}: FastCDC takes MIN,AVG,MAX"
-                )));
-            };
-            Chunking::fastcdc(size(min)?, size(avg)?, size(max)?)?
+    match chunk_size {
+        None => Ok(quarry_jobs::parse_chunking(text)?),
+        Some(bytes) if text == "fixed" => {
+            let size = u32::try_from(bytes)
+                .map_err(|_| Failure::invalid(format!("chunk_size {bytes}: too large")))?;
+            Ok(Chunking::fixed(size)?)
         }
-        ("fixed" | "fastcdc" | "cdc", Some(_)) => {
-            return Err(Failure::invalid(format!(
-                "chunk_size goes with chunking=\"fixed\" alone, not with {text:?}"
-            )))
-        }
-        (other, _) => {
-            return Err(Failure::invalid(format!(
-                "--chunking {text:?}: unknown kind {other:?} (fixed:SIZE or fastcdc[:MIN,AVG,MAX])"
-            )))
-        }
-    };
-    Ok(chunking)
-}
-
-/// A chunking as `quarry ls` and `quarry stat` describe it.
-pub fn describe_chunking(c: &Chunking) -> String {
-    match *c {
-        Chunking::Fixed { size } => format!("fixed {} chunks", human_bytes(u64::from(size))),
-        Chunking::FastCdc { min, avg, max } => format!(
-            "FastCDC chunks {} / {} / {}",
-            human_bytes(u64::from(min)),
-            human_bytes(u64::from(avg)),
-            human_bytes(u64::from(max))
-        ),
+        Some(_) => Err(Failure::invalid(format!(
+            "chunk_size goes with chunking=\"fixed\" alone, not with {text:?}"
+        ))),
     }
 }
 
@@ -153,7 +117,7 @@ pub async fn buckets(store: &Objects) -> Result<Value, Failure> {
             .map(|(b, c)| {
                 json!({
                     "bucket": b.as_str(),
-                    "chunking": describe_chunking(&c.chunking),
+                    "chunking": quarry_jobs::describe_chunking(&c.chunking),
                     "created_unix_ms": c.created_unix_ms,
                 })
             })
