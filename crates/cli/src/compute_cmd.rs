@@ -12,8 +12,8 @@ use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use quarry_client::{
-    Client, ClientError, ClusterFile, CommandId, CommandResult, Compute, GrepSpec, GrepSyntax, Job,
-    KernelSpec, Limits, Outcome, Output, OutputPiece, Target, TargetOutput, WcSpec,
+    Client, ClientError, ClusterFile, CommandId, CommandResult, Compute, GrepSpec, Job, KernelSpec,
+    Limits, Outcome, Output, OutputPiece, Target, TargetOutput, WcSpec,
 };
 use quarry_kernels::MAX_PATTERN_BYTES;
 use serde_json::Value;
@@ -24,7 +24,7 @@ pub use quarry_jobs::result_json;
 use quarry_jobs::{
     format_wc, parse_job, parse_target, wc_locale, GrepFormat, GrepPrinter, ListFiles,
 };
-use quarry_jobs::{state_text, status_json};
+use quarry_jobs::{state_text, status_json, GrepOptions};
 
 /// An exit status to end the process with, quietly (grep's 1: nothing
 /// matched).
@@ -199,35 +199,26 @@ impl GrepArgs {
         } else {
             None
         };
-        let lines = !self.count && list.is_none();
         let after = self.after_context.or(self.context);
         let before = self.before_context.or(self.context);
-        // -l and -L need one selected line per target to decide.
-        let max_count = match list {
-            Some(_) => Some(self.max_count.map_or(1, |m| m.min(1))),
-            None => self.max_count,
-        };
         let nothing_selected = list != Some(ListFiles::WithoutMatch)
             && (self.max_count == Some(0) || selects_nothing(&patterns, self));
-        let spec = GrepSpec {
+        let spec = GrepOptions {
             patterns,
-            syntax: if self.fixed {
-                GrepSyntax::Fixed
-            } else if self.extended {
-                GrepSyntax::Extended
-            } else {
-                GrepSyntax::Basic
-            },
+            fixed: self.fixed,
+            extended: self.extended,
             ignore_case: self.ignore_case,
-            lines,
             invert: self.invert,
             word: self.word,
             whole_line: self.line_regexp,
-            only_matching: self.only_matching && lines,
-            max_count,
-            before_context: if lines { before.unwrap_or(0) } else { 0 },
-            after_context: if lines { after.unwrap_or(0) } else { 0 },
-        };
+            count: self.count,
+            list,
+            only_matching: self.only_matching,
+            max_count: self.max_count,
+            before_context: before,
+            after_context: after,
+        }
+        .spec()?;
         let targets = parse_targets(&targets)?;
         let many = targets.len() > 1 || targets.iter().any(|t| matches!(t, Target::Prefix { .. }));
         let format = GrepFormat {

@@ -507,16 +507,7 @@ async fn ls(cluster: &ClusterArg, path: Option<&str>, limit: usize, json: bool) 
     let Some(path) = path else {
         let buckets = store.buckets().await?;
         if json {
-            let v: Vec<_> = buckets
-                .iter()
-                .map(|(b, c)| {
-                    serde_json::json!({
-                        "bucket": b.as_str(),
-                        "chunking": describe_chunking(&c.chunking),
-                        "created_unix_ms": c.created_unix_ms,
-                    })
-                })
-                .collect();
+            let v = quarry_jobs::buckets_json(&buckets);
             println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
             for (b, c) in buckets {
@@ -650,32 +641,7 @@ fn role_json(entry: &mut serde_json::Value, role: ChunkRole, m: &Manifest) {
 async fn df(cluster: &ClusterArg, json: bool) -> Result<()> {
     let usage = objects(cluster).await?.usage().await?;
     if json {
-        let buckets: serde_json::Map<String, serde_json::Value> = usage
-            .buckets
-            .iter()
-            .map(|(b, u)| {
-                (
-                    b.to_string(),
-                    serde_json::json!({
-                        "objects": u.objects,
-                        "logical_bytes": u.logical_bytes,
-                        "stored_bytes": u.stored_bytes,
-                        "chunks": u.chunks,
-                        "dedup_ratio": u.dedup_ratio(),
-                    }),
-                )
-            })
-            .collect();
-        let v = serde_json::json!({
-            "buckets": buckets,
-            "cluster": {
-                "objects": usage.objects,
-                "logical_bytes": usage.logical_bytes,
-                "stored_bytes": usage.stored_bytes,
-                "chunks": usage.chunks,
-                "dedup_ratio": usage.dedup_ratio(),
-            }
-        });
+        let v = quarry_jobs::usage_json(&usage);
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }

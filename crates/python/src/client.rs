@@ -8,11 +8,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyString, PyTuple};
 use quarry_client::{BucketName, ClusterFile, Compute, Condition, ObjectKey, Objects};
 
-use crate::compute::{self, GrepOptions};
+use crate::compute;
 use crate::convert::to_python;
 use crate::errors::Failure;
 use crate::objects::{self, ObjectInfo, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 use crate::runtime::wait;
+use quarry_jobs::GrepOptions;
 
 /// Connects to a cluster as the CLI does: through `address` (`host:port`
 /// of one node) when given, else through the cluster file `cluster`, else
@@ -408,10 +409,11 @@ impl Client {
             word,
             whole_line: line,
             count,
+            list: None,
             only_matching,
             max_count,
-            before_context,
-            after_context,
+            before_context: Some(before_context),
+            after_context: Some(after_context),
         };
         let job = compute::grep_job(options)?;
         let targets = compute::targets(&strings(targets)?)?;

@@ -1,68 +1,11 @@
 //! The command/status API: what `quarry grep/wc/run/jobs/cancel` do, with
 //! their `--json` answers as Python values.
 
-use quarry_client::{
-    CommandId, Compute, GrepSpec, GrepSyntax, Job, KernelSpec, Limits, Target, WcSpec,
-};
-use quarry_jobs::{parse_job, parse_target, result_json, status_json};
+use quarry_client::{CommandId, Compute, Job, KernelSpec, Limits, Target, WcSpec};
+use quarry_jobs::{parse_job, parse_target, result_json, status_json, GrepOptions};
 use serde_json::Value;
 
 use crate::errors::Failure;
-
-/// The patterns and switches of a grep, as GNU grep's flags name them.
-#[derive(Debug, Clone, Default)]
-pub struct GrepOptions {
-    pub patterns: Vec<String>,
-    pub fixed: bool,
-    pub extended: bool,
-    pub ignore_case: bool,
-    pub invert: bool,
-    pub word: bool,
-    pub whole_line: bool,
-    pub count: bool,
-    pub only_matching: bool,
-    pub max_count: Option<u64>,
-    pub before_context: u64,
-    pub after_context: u64,
-}
-
-impl GrepOptions {
-    /// The kernel's spec, as `quarry grep` builds it from the same flags
-    /// (a pattern holding newlines is several, as GNU grep reads it).
-    pub fn spec(self) -> Result<GrepSpec, Failure> {
-        if self.fixed && self.extended {
-            return Err(Failure::invalid(
-                "fixed and extended exclude each other (grep -F and -E)",
-            ));
-        }
-        let lines = !self.count;
-        let patterns = self
-            .patterns
-            .iter()
-            .flat_map(|p| p.split('\n'))
-            .map(str::to_string)
-            .collect();
-        Ok(GrepSpec {
-            patterns,
-            syntax: if self.fixed {
-                GrepSyntax::Fixed
-            } else if self.extended {
-                GrepSyntax::Extended
-            } else {
-                GrepSyntax::Basic
-            },
-            ignore_case: self.ignore_case,
-            lines,
-            invert: self.invert,
-            word: self.word,
-            whole_line: self.whole_line,
-            only_matching: self.only_matching && lines,
-            max_count: self.max_count,
-            before_context: if lines { self.before_context } else { 0 },
-            after_context: if lines { self.after_context } else { 0 },
-        })
-    }
-}
 
 /// The limits of a command (the CLI's defaults where not given).
 pub fn limits(
@@ -118,7 +61,10 @@ pub async fn run(
 
 /// A grep job.
 pub fn grep_job(options: GrepOptions) -> Result<Job, Failure> {
-    Ok(Job::Scan(KernelSpec::Grep(options.spec()?)))
+    let spec = options
+        .spec()
+        .map_err(|e| Failure::invalid(e.to_string()))?;
+    Ok(Job::Scan(KernelSpec::Grep(spec)))
 }
 
 /// `quarry run KERNEL ARGS... TARGETS...` read as the CLI reads it.

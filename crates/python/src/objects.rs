@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use quarry_client::{BucketName, Chunking, Condition, Manifest, ObjectKey, Objects};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::errors::Failure;
 
@@ -110,50 +110,12 @@ pub fn parse_chunking(text: &str, chunk_size: Option<u64>) -> Result<Chunking, F
 
 /// The buckets as `quarry ls --json` lists them.
 pub async fn buckets(store: &Objects) -> Result<Value, Failure> {
-    let buckets = store.buckets().await?;
-    Ok(Value::Array(
-        buckets
-            .iter()
-            .map(|(b, c)| {
-                json!({
-                    "bucket": b.as_str(),
-                    "chunking": quarry_jobs::describe_chunking(&c.chunking),
-                    "created_unix_ms": c.created_unix_ms,
-                })
-            })
-            .collect(),
-    ))
+    Ok(quarry_jobs::buckets_json(&store.buckets().await?))
 }
 
 /// Usage as `quarry df --json` prints it.
 pub async fn df(store: &Objects) -> Result<Value, Failure> {
-    let usage = store.usage().await?;
-    let buckets: serde_json::Map<String, Value> = usage
-        .buckets
-        .iter()
-        .map(|(b, u)| {
-            (
-                b.to_string(),
-                json!({
-                    "objects": u.objects,
-                    "logical_bytes": u.logical_bytes,
-                    "stored_bytes": u.stored_bytes,
-                    "chunks": u.chunks,
-                    "dedup_ratio": u.dedup_ratio(),
-                }),
-            )
-        })
-        .collect();
-    Ok(json!({
-        "buckets": buckets,
-        "cluster": {
-            "objects": usage.objects,
-            "logical_bytes": usage.logical_bytes,
-            "stored_bytes": usage.stored_bytes,
-            "chunks": usage.chunks,
-            "dedup_ratio": usage.dedup_ratio(),
-        }
-    }))
+    Ok(quarry_jobs::usage_json(&store.usage().await?))
 }
 
 /// `(offset, length)` of the half-open byte range `[start, end)` of an
