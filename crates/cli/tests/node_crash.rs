@@ -292,6 +292,32 @@ async fn stop_writers(load: &RoundLoad, tasks: Vec<tokio::task::JoinHandle<()>>)
     }
 }
 
+/// Runs the writers after a restart until [`PUTS_AFTER_RESTART`] puts are
+/// acknowledged (failing the round, with `table` in the message, if they
+/// are not); returns the puts acknowledged and the writers' errors.
+async fn puts_after_restart(
+    objects: &Arc<Objects>,
+    bucket: &BucketName,
+    round: u64,
+    ledger: &Ledger,
+    table: &str,
+) -> (u64, Vec<String>) {
+    let load = Arc::new(RoundLoad::default());
+    let tasks = start_writers(objects, bucket, round, true, ledger, &load);
+    wait_for_puts(&load, Phase::After, PUTS_AFTER_RESTART, Duration::ZERO).await;
+    stop_writers(&load, tasks).await;
+    // Counted once the writers have stopped, so the table holds the puts
+    // acknowledged after the wait returned too.
+    let after = load.puts_acked[Phase::After as usize].load(Ordering::SeqCst);
+    let errors = load.errors.lock().unwrap().clone();
+    assert!(
+        after >= PUTS_AFTER_RESTART,
+        "round {round}: {after} puts acknowledged after the restart, {PUTS_AFTER_RESTART} \
+         wanted; errors: {errors:#?}\n{table}"
+    );
+    (after, errors)
+}
+
 /// Reads every key and checks it against the ledger; settles each open
 /// outcome to what the store shows.
 async fn verify(objects: &Objects, bucket: &BucketName, ledger: &Ledger, round: u64) {
@@ -440,26 +466,8 @@ fn acknowledged_objects_survive_twenty_node_kills() {
         cluster.restart_node(victim, &exe()).expect("node restarts");
         runtime.block_on(async {
             verify(&objects_of(&members).await, &bucket, &ledger, round).await;
-            let after_load = Arc::new(RoundLoad::default());
-            let tasks = start_writers(&objects, &bucket, round, true, &ledger, &after_load);
-            wait_for_puts(
-                &after_load,
-                Phase::After,
-                PUTS_AFTER_RESTART,
-                Duration::ZERO,
-            )
-            .await;
-            stop_writers(&after_load, tasks).await;
-            // Counted once the writers have stopped, so the table holds
-            // the puts acknowledged after the wait returned too.
-            let after = after_load.puts_acked[Phase::After as usize].load(Ordering::SeqCst);
-            let after_errors = after_load.errors.lock().unwrap().clone();
-            assert!(
-                after >= PUTS_AFTER_RESTART,
-                "round {round}: {after} puts acknowledged after node {victim} restarted, \
-                 {PUTS_AFTER_RESTART} wanted; errors: {after_errors:#?}\n{}",
-                table(&rows)
-            );
+            let (after, after_errors) =
+                puts_after_restart(&objects, &bucket, round, &ledger, &table(&rows)).await;
             // What the client wrote after the restart reads back too.
             verify(&objects_of(&members).await, &bucket, &ledger, round).await;
             let count = |phase: Phase| load.puts_acked[phase as usize].load(Ordering::SeqCst);
@@ -646,22 +654,8 @@ fn acknowledged_objects_and_pages_survive_twenty_power_losses() {
             verify(&objects, &bucket, &ledger, round).await;
             let volume = client.volumes().await.unwrap().open("pages").await.unwrap();
             pages_checked += verify_pages(&volume, &pages, round).await;
-            let after_load = Arc::new(RoundLoad::default());
-            let tasks = start_writers(&objects, &bucket, round, true, &ledger, &after_load);
-            wait_for_puts(
-                &after_load,
-                Phase::After,
-                PUTS_AFTER_RESTART,
-                Duration::ZERO,
-            )
-            .await;
-            stop_writers(&after_load, tasks).await;
-            let after = after_load.puts_acked[Phase::After as usize].load(Ordering::SeqCst);
-            assert!(
-                after >= PUTS_AFTER_RESTART,
-                "round {round}: {after} puts acknowledged after the restart; errors: {:#?}",
-                after_load.errors.lock().unwrap()
-            );
+            let (after, _) =
+                puts_after_restart(&objects, &bucket, round, &ledger, &table(&rows)).await;
             verify(&objects, &bucket, &ledger, round).await;
             rows.push(RoundCounts {
                 round,
