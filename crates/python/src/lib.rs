@@ -7,6 +7,21 @@
 //!
 //! The Python package (`crates/python/python/quarry`) re-exports this
 //! module; `pyproject.toml` builds it with maturin into one abi3 wheel.
+//!
+//! ```python
+//! import quarry
+//!
+//! client = quarry.connect()            # as the CLI finds the cluster
+//! client.make_bucket("photos")
+//! client.put("photos", "2024/cat.jpg", b"meow")
+//! assert client.get("photos", "2024/cat.jpg") == b"meow"
+//! print(client.grep("meow", "photos/", count=True))
+//! ```
+//!
+//! (Python, so rustdoc does not run it; the package's pytest suite calls
+//! every method against a real cluster, and `tests/test_stubs.py` checks
+//! that each method's docstring has an example.)
+#![deny(missing_docs)]
 
 mod client;
 mod compute;
