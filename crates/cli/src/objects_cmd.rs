@@ -145,6 +145,11 @@ pub struct GetArgs {
     /// end) or `-LEN` (the last LEN bytes).
     #[arg(long, allow_hyphen_values = true)]
     pub range: Option<String>,
+    /// Top-level columns `A,B,...` of a Parquet object stored page by page
+    /// (`mb --chunking parquet|auto`): writes a Parquet file of only them,
+    /// reading only their pages and the footer.
+    #[arg(long, conflicts_with = "range", value_delimiter = ',')]
+    pub columns: Option<Vec<String>>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -258,6 +263,47 @@ fn object_path(path: &str) -> Result<(BucketName, ObjectKey)> {
         bail!("{path:?} is not BUCKET/KEY (no '/' after the bucket name)");
     };
     Ok((BucketName::new(bucket)?, ObjectKey::new(key)?))
+}
+
+/// `quarry get --columns`: a Parquet file of the chosen columns, written
+/// whole once read (to a temporary file beside the target, then renamed),
+/// and what was read on stderr.
+async fn get_columns(
+    store: &Objects,
+    bucket: &BucketName,
+    key: &ObjectKey,
+    columns: &[String],
+    local: Option<&Path>,
+) -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let read = store.get_columns(bucket, key, columns).await?;
+    match local.filter(|p| *p != Path::new("-")) {
+        Some(path) => {
+            let (mut file, tmp) = open_get_target(path).await?;
+            file.write_all(&read.file).await?;
+            file.sync_all().await?;
+            if let Some(tmp) = tmp {
+                std::fs::rename(&tmp, path).with_context(|| {
+                    format!("cannot rename {} to {}", tmp.display(), path.display())
+                })?;
+            }
+        }
+        None => {
+            let mut out = tokio::io::stdout();
+            out.write_all(&read.file).await?;
+            out.flush().await?;
+        }
+    }
+    eprintln!(
+        "got columns {} of {bucket}/{key}: read {} of {} ({:.1}%), {} row groups, wrote {}",
+        columns.join(","),
+        human_bytes(read.bytes_read),
+        human_bytes(read.object_bytes),
+        read.bytes_read as f64 * 100.0 / read.object_bytes.max(1) as f64,
+        read.row_groups,
+        human_bytes(read.file.len() as u64)
+    );
+    Ok(())
 }
 
 /// A size with an optional K/M/G/T suffix (powers of 1024).
@@ -436,6 +482,9 @@ async fn open_get_target(path: &Path) -> Result<(tokio::fs::File, Option<std::pa
 async fn get(args: &GetArgs) -> Result<()> {
     let (bucket, key) = object_path(&args.path)?;
     let store = objects(&args.cluster).await?;
+    if let Some(columns) = &args.columns {
+        return get_columns(&store, &bucket, &key, columns, args.local.as_deref()).await;
+    }
     let head = store.head(&bucket, &key).await?;
     let (offset, len) = match &args.range {
         None => (0, head.size()),

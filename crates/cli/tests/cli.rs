@@ -309,6 +309,33 @@ fn parquet_buckets_record_columns_and_warn_about_false_parquet() {
         let get = quarry(d, &["get", &path, "back.parquet"]);
         assert!(get.status.success(), "{}", text(&get));
         assert_eq!(std::fs::read(d.join("back.parquet")).unwrap(), file);
+        // One column, read from its pages and the footer only.
+        let get = quarry(d, &["get", &path, "name.parquet", "--columns", "name"]);
+        assert!(get.status.success(), "{}", text(&get));
+        assert!(
+            text(&get).contains(&format!("got columns name of {path}: read ")),
+            "{}",
+            text(&get)
+        );
+        let one = bytes::Bytes::from(std::fs::read(d.join("name.parquet")).unwrap());
+        let md = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&one)
+            .expect("a valid Parquet file");
+        let all = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes::Bytes::from(file.clone()))
+            .unwrap();
+        assert_eq!(md.file_metadata().schema_descr().num_columns(), 1);
+        assert_eq!(
+            md.file_metadata().num_rows(),
+            all.file_metadata().num_rows()
+        );
+        let bad = quarry(d, &["get", &path, "x.parquet", "--columns", "nope"]);
+        assert!(!bad.status.success());
+        assert!(
+            text(&bad).contains("no column \"nope\"; the file has id, name"),
+            "{}",
+            text(&bad)
+        );
     }
     // Text named .parquet: stored, with a warning in `parquet` mode only.
     let put = quarry(d, &["put", "fake.parquet", "pq/fake.parquet"]);
@@ -317,6 +344,16 @@ fn parquet_buckets_record_columns_and_warn_about_false_parquet() {
         text(&put).contains("warning: pq/fake.parquet: not a Parquet file"),
         "{}",
         text(&put)
+    );
+    let get = quarry(
+        d,
+        &["get", "pq/fake.parquet", "x.parquet", "--columns", "id"],
+    );
+    assert!(!get.status.success());
+    assert!(
+        text(&get).contains("pq/fake.parquet: not stored page by page"),
+        "{}",
+        text(&get)
     );
     let stat = quarry(d, &["stat", "pq/fake.parquet", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&stat.stdout).expect("stat json");

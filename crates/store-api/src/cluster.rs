@@ -18,9 +18,10 @@ use crate::bucket::BucketConfig;
 use crate::chunking::{AsyncChunker, Chunking, CutOutcome};
 use crate::error::{Result, StoreError};
 use crate::fingerprint::Fingerprint;
-use crate::manifest::{ChunkRef, Manifest};
+use crate::manifest::{ChunkRef, ChunkRole, Manifest};
 use crate::name::{BucketName, ObjectKey};
 use crate::ops::{now_ms, Condition, ManifestWithChunk};
+use crate::parquet_select::ColumnPlan;
 use crate::placement::{NodeId, Placement};
 use crate::put_pipeline::ChunkPuts;
 use crate::remote::{StoreNode, MAX_PAGE_ITEMS};
@@ -521,6 +522,64 @@ impl<N: StoreNode> ObjectStore<N> {
         Ok((m, quarry_proto::join_pieces(&pieces)))
     }
 
+    /// The top-level `columns` of a Parquet object stored page by page
+    /// (`parquet` or `auto` chunking), as a valid Parquet file of only
+    /// them: its footer and those columns' pages are read, nothing else
+    /// (`bytes_read` says how much). All from one version of the object.
+    pub async fn get_columns(
+        &self,
+        bucket: &BucketName,
+        key: &ObjectKey,
+        columns: &[String],
+    ) -> Result<ColumnRead> {
+        let m = self.head(bucket, key).await?;
+        let not_parquet = |reason: String| StoreError::Columns {
+            object: format!("{bucket}/{key}"),
+            reason,
+        };
+        let Some(layout) = m.parquet_layout() else {
+            return Err(not_parquet(
+                "not stored page by page (a bucket with parquet or auto chunking keeps \
+                 Parquet files so); read it whole"
+                    .into(),
+            ));
+        };
+        let mut offset = 0u64;
+        let mut footer = None;
+        for (chunk, role) in m.chunks().iter().zip(&layout.roles) {
+            if *role == ChunkRole::Footer {
+                footer = Some((offset, u64::from(chunk.len)));
+            }
+            offset += u64::from(chunk.len);
+        }
+        let Some((footer_at, footer_len)) = footer else {
+            return Err(not_parquet("its manifest names no footer".into()));
+        };
+        let m = &m;
+        let read = |at: u64, len: u64| async move {
+            let pieces: Vec<Bytes> = self.stream_manifest(m, at, len)?.try_collect().await?;
+            Ok::<Bytes, StoreError>(quarry_proto::join_pieces(&pieces))
+        };
+        let footer = read(footer_at, footer_len).await?;
+        let plan =
+            ColumnPlan::new(&footer, m.size(), columns).map_err(|e| not_parquet(e.to_string()))?;
+        let mut fetched = Vec::with_capacity(plan.ranges().len());
+        let mut bytes_read = footer_len;
+        for range in plan.ranges() {
+            fetched.push(read(range.start, range.end - range.start).await?);
+            bytes_read += range.end - range.start;
+        }
+        let file = plan
+            .assemble(&fetched)
+            .map_err(|e| not_parquet(e.to_string()))?;
+        Ok(ColumnRead {
+            file,
+            bytes_read,
+            object_bytes: m.size(),
+            row_groups: plan.row_groups(),
+        })
+    }
+
     /// [`ObjectStore::get_range`] as the chunks' bytes in order, not joined
     /// into one buffer: a reader that serves the range a piece at a time
     /// (the mount's read-ahead) makes no copy of it.
@@ -826,4 +885,17 @@ fn with_outcome(
         manifest = manifest.with_note(&note);
     }
     Ok(manifest)
+}
+
+/// What [`ObjectStore::get_columns`] read.
+#[derive(Debug, Clone)]
+pub struct ColumnRead {
+    /// A Parquet file of the chosen columns.
+    pub file: Vec<u8>,
+    /// Bytes read from the cluster: the footer and the chosen pages.
+    pub bytes_read: u64,
+    /// The whole object's size.
+    pub object_bytes: u64,
+    /// Row groups in the file.
+    pub row_groups: usize,
 }

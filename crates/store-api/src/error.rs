@@ -136,6 +136,15 @@ pub enum StoreError {
         /// The version the read started on.
         read: u64,
     },
+    /// Columns of an object cannot be read: it is not Parquet stored page
+    /// by page, its footer does not parse, or no column has a name asked.
+    #[error("{object}: {reason}")]
+    Columns {
+        /// `BUCKET/KEY`.
+        object: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// Reading the object's bytes from the caller failed.
     #[error("reading the object's data: {0}")]
     Io(#[from] std::io::Error),

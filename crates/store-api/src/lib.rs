@@ -45,6 +45,7 @@ mod manifest;
 mod name;
 mod ops;
 mod parquet_cut;
+mod parquet_select;
 mod placement;
 mod put_pipeline;
 mod remote;
@@ -57,7 +58,8 @@ pub use chunking::{
     MIN_CHUNK_SIZE,
 };
 pub use cluster::{
-    ObjectStore, OrphanReport, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS, MAX_SMALL_OBJECT_BYTES,
+    ColumnRead, ObjectStore, OrphanReport, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS,
+    MAX_SMALL_OBJECT_BYTES,
 };
 pub use error::{Result, StoreError};
 pub use fingerprint::{chunk_crc32c, chunk_crc32c_of_parts, Fingerprint};
@@ -73,6 +75,7 @@ pub use ops::{
     ManifestWithChunk, SmallPut,
 };
 pub use parquet_cut::PAGE_GROUP_MAX_BYTES;
+pub use parquet_select::{ColumnPlan, ColumnSelectError};
 pub use placement::{bucket_point, manifest_point, NodeId, Placement};
 pub use remote::{
     check_small_put, serve_call, serve_call_pieces, RemoteNode, StoreNode, StoreTransport,

@@ -780,3 +780,89 @@ fn padding_between_row_groups_is_a_chunk_of_its_own() {
     };
     assert_eq!(fps(&padded), fps(&file));
 }
+
+/// Chosen columns come back as a valid Parquet file of only them, whose
+/// rows are the original rows cut to those columns, read from the footer
+/// and those columns' pages only; a nested group is one top-level column.
+/// Bad names, a file not stored page by page and a damaged footer are
+/// clear errors.
+#[tokio::test]
+async fn chosen_columns_read_only_their_pages_and_make_a_valid_file() {
+    let s = store_with(Chunking::DEFAULT_PARQUET).await;
+    let file = parquet_file(1.0);
+    s.put_bytes(&b("pq"), &k("f.parquet"), &file, Condition::Always)
+        .await
+        .unwrap();
+    let asked = vec!["score".to_string(), "route".to_string()];
+    let read = s
+        .get_columns(&b("pq"), &k("f.parquet"), &asked)
+        .await
+        .unwrap();
+    assert_eq!(read.object_bytes, file.len() as u64);
+    assert_eq!(read.row_groups, ROW_GROUPS);
+    // Exactly the footer and the chosen column chunks, as the file's own
+    // metadata sizes them.
+    let md = ParquetMetaDataReader::new()
+        .parse_and_finish(&Bytes::copy_from_slice(&file))
+        .unwrap();
+    let footer_len = 8 + u64::from(u32::from_le_bytes(
+        file[file.len() - 8..file.len() - 4].try_into().unwrap(),
+    ));
+    let chosen: u64 = md
+        .row_groups()
+        .iter()
+        .flat_map(|rg| rg.columns())
+        .filter(|c| ["route", "score"].contains(&c.column_path().parts()[0].as_str()))
+        .map(|c| c.compressed_size() as u64)
+        .sum();
+    assert_eq!(read.bytes_read, footer_len + chosen);
+    assert!(read.bytes_read < file.len() as u64);
+    // The rows, cut to the chosen columns (in the file's order).
+    let want: Vec<Vec<(String, parquet::record::Field)>> = rows(&file)
+        .into_iter()
+        .map(|r| {
+            r.get_column_iter()
+                .filter(|(name, _)| name.as_str() == "route" || name.as_str() == "score")
+                .map(|(n, f)| (n.clone(), f.clone()))
+                .collect()
+        })
+        .collect();
+    let got: Vec<Vec<(String, parquet::record::Field)>> = rows(&read.file)
+        .into_iter()
+        .map(|r| {
+            r.get_column_iter()
+                .map(|(n, f)| (n.clone(), f.clone()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(got.len(), ROW_GROUPS * ROWS_PER_GROUP);
+    assert_eq!(got, want);
+
+    let e = s
+        .get_columns(&b("pq"), &k("f.parquet"), &["nope".to_string()])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no column \"nope\"") && e.contains("id, carrier, route"),
+        "{e}"
+    );
+    let e = s
+        .get_columns(&b("pq"), &k("f.parquet"), &[])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("name at least one column"), "{e}");
+
+    let fixed = store_with(Chunking::DEFAULT_FIXED).await;
+    fixed
+        .put_bytes(&b("pq"), &k("f.parquet"), &file, Condition::Always)
+        .await
+        .unwrap();
+    let e = fixed
+        .get_columns(&b("pq"), &k("f.parquet"), &asked)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("pq/f.parquet: not stored page by page"), "{e}");
+}
