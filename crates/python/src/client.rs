@@ -263,6 +263,32 @@ impl Client {
         Ok(got.iter().map(|b| PyBytes::new(py, b)).collect())
     }
 
+    /// The top-level `columns` of a Parquet object stored page by page
+    /// (`quarry get --columns`): a Parquet file of only them, as `bytes`,
+    /// read from their pages and the footer; and the bytes read from the
+    /// cluster.
+    ///
+    /// >>> data, read = client.get_columns("flights", "2013.parquet", ["carrier"])
+    /// >>> read < client.stat("flights", "2013.parquet").size
+    /// True
+    fn get_columns<'py>(
+        &self,
+        py: Python<'py>,
+        bucket: &str,
+        key: &str,
+        columns: Vec<String>,
+    ) -> PyResult<(Bound<'py, PyBytes>, u64)> {
+        let (bucket, key) = objects::names(bucket, key)?;
+        let store = &self.objects;
+        let read = wait(py, async {
+            store
+                .get_columns(&bucket, &key, &columns)
+                .await
+                .map_err(Failure::from)
+        })?;
+        Ok((PyBytes::new(py, &read.file), read.bytes_read))
+    }
+
     /// Writes `bucket/key` to the file `path` (`quarry get BUCKET/KEY
     /// PATH`): streamed, and renamed into place only once whole.
     ///

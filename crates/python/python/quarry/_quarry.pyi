@@ -133,6 +133,18 @@ class Client:
         [b'hello', b'world']
         """
 
+    def get_columns(
+        self, bucket: str, key: str, columns: Sequence[str]
+    ) -> Tuple[bytes, int]:
+        """The top-level ``columns`` of a Parquet object stored page by page
+        (``quarry get --columns``): a Parquet file of only them, and the bytes
+        read from the cluster (their pages and the footer).
+
+        >>> data, read = client.get_columns("flights", "2013.parquet", ["carrier"])
+        >>> read < client.stat("flights", "2013.parquet").size
+        True
+        """
+
     def get_to_file(
         self, bucket: str, key: str, path: Union[str, "os.PathLike[str]"]
     ) -> ObjectInfo:
