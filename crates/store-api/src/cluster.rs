@@ -563,12 +563,23 @@ impl<N: StoreNode> ObjectStore<N> {
         let footer = read(footer_at, footer_len).await?;
         let plan =
             ColumnPlan::new(&footer, m.size(), columns).map_err(|e| not_parquet(e.to_string()))?;
-        let mut fetched = Vec::with_capacity(plan.ranges().len());
-        let mut bytes_read = footer_len;
-        for range in plan.ranges() {
-            fetched.push(read(range.start, range.end - range.start).await?);
-            bytes_read += range.end - range.start;
+        let chosen_bytes: u64 = plan.ranges().iter().map(|r| r.end - r.start).sum();
+        if chosen_bytes > MAX_COLUMN_READ_BYTES {
+            return Err(not_parquet(format!(
+                "the columns asked hold {chosen_bytes} bytes, more than a column read \
+                 assembles in memory ({MAX_COLUMN_READ_BYTES}); ask for fewer columns"
+            )));
         }
+        // Column chunks are fetched several at a time, in order.
+        let fetched: Vec<Bytes> = futures::stream::iter(
+            plan.ranges()
+                .iter()
+                .map(|range| read(range.start, range.end - range.start)),
+        )
+        .buffered(COLUMN_CHUNKS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+        let bytes_read = footer_len + chosen_bytes;
         let file = plan
             .assemble(&fetched)
             .map_err(|e| not_parquet(e.to_string()))?;
@@ -886,6 +897,12 @@ fn with_outcome(
     }
     Ok(manifest)
 }
+
+/// Most bytes of column chunks one [`ObjectStore::get_columns`] reads
+/// (it builds the file in memory).
+pub const MAX_COLUMN_READ_BYTES: u64 = 4 << 30;
+/// Column chunks [`ObjectStore::get_columns`] fetches at once.
+const COLUMN_CHUNKS_IN_FLIGHT: usize = 8;
 
 /// What [`ObjectStore::get_columns`] read.
 #[derive(Debug, Clone)]

@@ -59,7 +59,7 @@ pub use chunking::{
 };
 pub use cluster::{
     ColumnRead, ObjectStore, OrphanReport, BUCKET_CONFIG_TTL, DEFAULT_PUT_DEADLINE_MS,
-    MAX_SMALL_OBJECT_BYTES,
+    MAX_COLUMN_READ_BYTES, MAX_SMALL_OBJECT_BYTES,
 };
 pub use error::{Result, StoreError};
 pub use fingerprint::{chunk_crc32c, chunk_crc32c_of_parts, Fingerprint};
