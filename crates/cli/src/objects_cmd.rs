@@ -276,7 +276,7 @@ async fn get_columns(
     local: Option<&Path>,
 ) -> Result<()> {
     use tokio::io::AsyncWriteExt;
-    let read = store.get_columns(bucket, key, columns).await?;
+    let read = store.get_columns(bucket, key, columns, &[]).await?;
     match local.filter(|p| *p != Path::new("-")) {
         Some(path) => {
             let (mut file, tmp) = open_get_target(path).await?;

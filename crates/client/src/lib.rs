@@ -63,8 +63,8 @@ pub use quarry_kernels_api::{
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_proto::{LinearSpace, LinearSpaceError};
 pub use quarry_store_api::{
-    BucketConfig, BucketName, BucketUsage, ChunkRole, Chunking, Condition, Manifest, ObjectKey,
-    ParquetLayout, StoreError, Usage,
+    BucketConfig, BucketName, BucketUsage, ChunkRole, Chunking, ColumnFilter, ColumnRead,
+    CompareOp, Condition, FilterValue, Manifest, ObjectKey, ParquetLayout, StoreError, Usage,
 };
 pub use quarry_volume_api::{
     BlockVolumeError, MemberStatus, NodeSpace, VolumeDef, VolumeListing, VolumeStatus,

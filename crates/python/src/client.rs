@@ -265,28 +265,41 @@ impl Client {
 
     /// The top-level `columns` of a Parquet object stored page by page
     /// (`quarry get --columns`): a Parquet file of only them, as `bytes`,
-    /// read from their pages and the footer; and the bytes read from the
-    /// cluster.
+    /// read from their pages and the footer, skipping the row groups whose
+    /// statistics rule out every row for one of `filters` (`(column, op,
+    /// value)` with op one of `=`, `==`, `!=`, `<`, `<=`, `>`, `>=`; rows of
+    /// the row groups read are not filtered); and the bytes and row groups
+    /// read.
     ///
-    /// >>> data, read = client.get_columns("flights", "2013.parquet", ["carrier"])
+    /// >>> data, read, groups = client.get_columns("flights", "2013.parquet", ["carrier"])
     /// >>> read < client.stat("flights", "2013.parquet").size
     /// True
+    #[pyo3(signature = (bucket, key, columns, filters=Vec::new()))]
     fn get_columns<'py>(
         &self,
         py: Python<'py>,
         bucket: &str,
         key: &str,
         columns: Vec<String>,
-    ) -> PyResult<(Bound<'py, PyBytes>, u64)> {
+        filters: Vec<(String, String, Bound<'py, PyAny>)>,
+    ) -> PyResult<(Bound<'py, PyBytes>, u64, usize)> {
         let (bucket, key) = objects::names(bucket, key)?;
+        let filters = filters
+            .iter()
+            .map(|(column, op, value)| objects::column_filter(column, op, value))
+            .collect::<Result<Vec<_>, Failure>>()?;
         let store = &self.objects;
         let read = wait(py, async {
             store
-                .get_columns(&bucket, &key, &columns)
+                .get_columns(&bucket, &key, &columns, &filters)
                 .await
                 .map_err(Failure::from)
         })?;
-        Ok((PyBytes::new(py, &read.file), read.bytes_read))
+        Ok((
+            PyBytes::new(py, &read.file),
+            read.bytes_read,
+            read.row_groups_read,
+        ))
     }
 
     /// Writes `bucket/key` to the file `path` (`quarry get BUCKET/KEY

@@ -293,3 +293,48 @@ pub async fn get_ranges(
         .try_collect()
         .await
 }
+
+/// A pyarrow-style filter `(column, op, value)`; the value an `int`, a
+/// `float` or a `str`.
+pub fn column_filter(
+    column: &str,
+    op: &str,
+    value: &pyo3::Bound<'_, pyo3::PyAny>,
+) -> Result<quarry_client::ColumnFilter, Failure> {
+    use pyo3::types::{PyAnyMethods, PyBool, PyFloat, PyInt, PyString};
+    let op = op
+        .parse::<quarry_client::CompareOp>()
+        .map_err(|e| Failure::invalid(e.to_string()))?;
+    let value = if value.is_instance_of::<PyBool>() {
+        return Err(Failure::invalid(format!(
+            "filter on {column:?}: booleans are not compared by statistics"
+        )));
+    } else if value.is_instance_of::<PyInt>() {
+        quarry_client::FilterValue::Int(
+            value
+                .extract::<i64>()
+                .map_err(|e| Failure::invalid(format!("filter on {column:?}: {e}")))?,
+        )
+    } else if value.is_instance_of::<PyFloat>() {
+        quarry_client::FilterValue::Float(
+            value
+                .extract::<f64>()
+                .map_err(|e| Failure::invalid(format!("filter on {column:?}: {e}")))?,
+        )
+    } else if value.is_instance_of::<PyString>() {
+        quarry_client::FilterValue::Str(
+            value
+                .extract::<String>()
+                .map_err(|e| Failure::invalid(format!("filter on {column:?}: {e}")))?,
+        )
+    } else {
+        return Err(Failure::invalid(format!(
+            "filter on {column:?}: the value must be an int, a float or a str"
+        )));
+    };
+    Ok(quarry_client::ColumnFilter {
+        column: column.to_string(),
+        op,
+        value,
+    })
+}

@@ -37,10 +37,32 @@ def stored(client, table):
 
 def test_read_table_returns_the_columns_asked_from_their_pages(client, table, stored):
     got = quarry.parquet.read_table(client, "py-columns", "f.parquet", ["delay", "carrier"])
-    assert got.equals(table.select(["carrier", "delay"]))
-    data, read = client.get_columns("py-columns", "f.parquet", ["id"])
+    assert got.equals(table.select(["delay", "carrier"]))
+    data, read, groups = client.get_columns("py-columns", "f.parquet", ["id"])
     assert pq.read_table(io.BytesIO(data)).equals(table.select(["id"]))
-    assert 0 < read < stored
+    assert 0 < read < stored and groups == 4
+
+
+def test_filters_skip_the_row_groups_their_statistics_rule_out(client, table, stored):
+    # ids run 0..20000 in four row groups of 5000: id >= 15000 is the last.
+    _, read_all, _ = client.get_columns("py-columns", "f.parquet", ["delay"])
+    _, read_one, groups = client.get_columns(
+        "py-columns", "f.parquet", ["delay"], [("id", ">=", 15_000)]
+    )
+    assert groups == 1 and read_one < read_all
+    got = quarry.parquet.read_table(
+        client, "py-columns", "f.parquet", ["delay"], filters=[("id", ">=", 15_000)]
+    )
+    want = pq.read_table(
+        io.BytesIO(client.get("py-columns", "f.parquet")),
+        columns=["delay"],
+        filters=[("id", ">=", 15_000)],
+    )
+    assert got.equals(want) and got.num_rows == 5_000
+    _, _, none = client.get_columns("py-columns", "f.parquet", ["delay"], [("id", "<", 0)])
+    assert none == 0
+    with pytest.raises(quarry.QuarryError, match="unknown comparison"):
+        client.get_columns("py-columns", "f.parquet", ["delay"], [("id", "~", 1)])
 
 
 def test_bad_columns_and_whole_objects_are_errors(client, cli):

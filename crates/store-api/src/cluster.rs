@@ -21,7 +21,7 @@ use crate::fingerprint::Fingerprint;
 use crate::manifest::{ChunkRef, ChunkRole, Manifest};
 use crate::name::{BucketName, ObjectKey};
 use crate::ops::{now_ms, Condition, ManifestWithChunk};
-use crate::parquet_select::ColumnPlan;
+use crate::parquet_select::{ColumnFilter, ColumnPlan};
 use crate::placement::{NodeId, Placement};
 use crate::put_pipeline::ChunkPuts;
 use crate::remote::{StoreNode, MAX_PAGE_ITEMS};
@@ -525,12 +525,15 @@ impl<N: StoreNode> ObjectStore<N> {
     /// The top-level `columns` of a Parquet object stored page by page
     /// (`parquet` or `auto` chunking), as a valid Parquet file of only
     /// them: its footer and those columns' pages are read, nothing else
-    /// (`bytes_read` says how much). All from one version of the object.
+    /// (`bytes_read` says how much). Row groups whose footer statistics
+    /// rule out every row for one of `filters` are not read. All from one
+    /// version of the object.
     pub async fn get_columns(
         &self,
         bucket: &BucketName,
         key: &ObjectKey,
         columns: &[String],
+        filters: &[ColumnFilter],
     ) -> Result<ColumnRead> {
         let m = self.head(bucket, key).await?;
         let not_parquet = |reason: String| StoreError::Columns {
@@ -561,8 +564,8 @@ impl<N: StoreNode> ObjectStore<N> {
             Ok::<Bytes, StoreError>(quarry_proto::join_pieces(&pieces))
         };
         let footer = read(footer_at, footer_len).await?;
-        let plan =
-            ColumnPlan::new(&footer, m.size(), columns).map_err(|e| not_parquet(e.to_string()))?;
+        let plan = ColumnPlan::filtered(&footer, m.size(), columns, filters)
+            .map_err(|e| not_parquet(e.to_string()))?;
         let chosen_bytes: u64 = plan.ranges().iter().map(|r| r.end - r.start).sum();
         if chosen_bytes > MAX_COLUMN_READ_BYTES {
             return Err(not_parquet(format!(
@@ -571,14 +574,15 @@ impl<N: StoreNode> ObjectStore<N> {
             )));
         }
         // Column chunks are fetched several at a time, in order.
-        let fetched: Vec<Bytes> = futures::stream::iter(
-            plan.ranges()
-                .iter()
-                .map(|range| read(range.start, range.end - range.start)),
-        )
-        .buffered(COLUMN_CHUNKS_IN_FLIGHT)
-        .try_collect()
-        .await?;
+        let fetches: Vec<_> = plan
+            .ranges()
+            .iter()
+            .map(|range| read(range.start, range.end - range.start))
+            .collect();
+        let fetched: Vec<Bytes> = futures::stream::iter(fetches)
+            .buffered(COLUMN_CHUNKS_IN_FLIGHT)
+            .try_collect()
+            .await?;
         let bytes_read = footer_len + chosen_bytes;
         let file = plan
             .assemble(&fetched)
@@ -588,6 +592,7 @@ impl<N: StoreNode> ObjectStore<N> {
             bytes_read,
             object_bytes: m.size(),
             row_groups: plan.row_groups(),
+            row_groups_read: plan.row_groups_read(),
         })
     }
 
@@ -915,4 +920,6 @@ pub struct ColumnRead {
     pub object_bytes: u64,
     /// Row groups in the file.
     pub row_groups: usize,
+    /// Row groups read (the rest were ruled out by the filters).
+    pub row_groups_read: usize,
 }

@@ -59,12 +59,76 @@ pub enum ColumnSelectError {
         /// Lengths planned.
         want: Vec<u64>,
     },
+    /// A filter that cannot be applied.
+    #[error("filter: {0}")]
+    Filter(String),
     /// The new footer cannot be built or written.
     #[error("writing the footer of the chosen columns: {0}")]
     Write(String),
 }
 
 type Result<T> = std::result::Result<T, ColumnSelectError>;
+
+/// A comparison of a column with a value, as pyarrow's `filters` write
+/// it: a row group whose footer statistics prove no row can pass is not
+/// read. Rows of the row groups read are not filtered here (the reader
+/// filters them exactly).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnFilter {
+    /// A top-level column of a primitive type.
+    pub column: String,
+    /// The comparison.
+    pub op: CompareOp,
+    /// The value compared with.
+    pub value: FilterValue,
+}
+
+/// How a [`ColumnFilter`] compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareOp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+impl std::str::FromStr for CompareOp {
+    type Err = ColumnSelectError;
+    fn from_str(text: &str) -> Result<CompareOp> {
+        Ok(match text {
+            "=" | "==" => CompareOp::Eq,
+            "!=" => CompareOp::Ne,
+            "<" => CompareOp::Lt,
+            "<=" => CompareOp::Le,
+            ">" => CompareOp::Gt,
+            ">=" => CompareOp::Ge,
+            other => {
+                return Err(ColumnSelectError::Filter(format!(
+                    "unknown comparison {other:?} (=, ==, !=, <, <=, >, >=)"
+                )))
+            }
+        })
+    }
+}
+
+/// The value of a [`ColumnFilter`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum FilterValue {
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string (compared with byte-array columns byte by byte).
+    Str(String),
+}
 
 /// What to fetch for chosen columns, and how to make a file of them.
 #[derive(Debug)]
@@ -73,6 +137,8 @@ pub struct ColumnPlan {
     schema: Arc<SchemaDescriptor>,
     /// Leaf column indices chosen, in file order.
     leaves: Vec<usize>,
+    /// Row groups read (not ruled out by the filters), in file order.
+    kept: Vec<usize>,
     /// Per row group, per chosen leaf, the column chunk's bytes.
     ranges: Vec<Range<u64>>,
 }
@@ -82,6 +148,17 @@ impl ColumnPlan {
     /// `file_len` bytes whose last `footer.len()` bytes are `footer` (the
     /// file metadata, its length and `PAR1`).
     pub fn new(footer: &[u8], file_len: u64, columns: &[String]) -> Result<ColumnPlan> {
+        ColumnPlan::filtered(footer, file_len, columns, &[])
+    }
+
+    /// [`ColumnPlan::new`], reading only the row groups whose statistics
+    /// let every one of `filters` pass some row.
+    pub fn filtered(
+        footer: &[u8],
+        file_len: u64,
+        columns: &[String],
+        filters: &[ColumnFilter],
+    ) -> Result<ColumnPlan> {
         if columns.is_empty() {
             return Err(ColumnSelectError::NoColumns);
         }
@@ -118,8 +195,21 @@ impl ColumnPlan {
             .build()
             .map_err(|e| ColumnSelectError::Write(e.to_string()))?;
         let schema = Arc::new(SchemaDescriptor::new(Arc::new(pruned)));
+        let filter_leaves = filters
+            .iter()
+            .map(|f| filter_leaf(descr, f))
+            .collect::<Result<Vec<usize>>>()?;
         let mut ranges = Vec::new();
+        let mut kept = Vec::new();
         for (g, rg) in metadata.row_groups().iter().enumerate() {
+            let ruled_out = filters
+                .iter()
+                .zip(&filter_leaves)
+                .any(|(f, &leaf)| rules_out(rg.column(leaf), f));
+            if ruled_out {
+                continue;
+            }
+            kept.push(g);
             for &leaf in &leaves {
                 ranges.push(chunk_range(rg.column(leaf), g, data_end)?);
             }
@@ -128,6 +218,7 @@ impl ColumnPlan {
             metadata,
             schema,
             leaves,
+            kept,
             ranges,
         })
     }
@@ -141,6 +232,11 @@ impl ColumnPlan {
     /// Row groups in the file.
     pub fn row_groups(&self) -> usize {
         self.metadata.num_row_groups()
+    }
+
+    /// Row groups read: those the filters did not rule out.
+    pub fn row_groups_read(&self) -> usize {
+        self.kept.len()
     }
 
     /// A Parquet file of the chosen columns from `fetched`, one piece per
@@ -160,7 +256,8 @@ impl ColumnPlan {
         out.extend_from_slice(MAGIC);
         let mut pieces = fetched.iter().zip(&self.ranges);
         let mut row_groups = Vec::new();
-        for (g, rg) in self.metadata.row_groups().iter().enumerate() {
+        for (g, &index) in self.kept.iter().enumerate() {
+            let rg = self.metadata.row_group(index);
             let mut columns = Vec::with_capacity(self.leaves.len());
             for &leaf in &self.leaves {
                 let (bytes, range) = pieces
@@ -200,9 +297,10 @@ impl ColumnPlan {
                 .filter_map(|&i| orders.get(i).copied())
                 .collect()
         });
+        let num_rows = row_groups.iter().map(RowGroupMetaData::num_rows).sum();
         let file_metadata = FileMetaData::new(
             file.version(),
-            file.num_rows(),
+            num_rows,
             file.created_by().map(str::to_string),
             key_value,
             Arc::clone(&self.schema),
@@ -269,4 +367,80 @@ fn moved(c: &ColumnChunkMetaData, delta: i64) -> parquet::errors::Result<ColumnC
         .set_bloom_filter_offset(None)
         .set_bloom_filter_length(None)
         .build()
+}
+
+/// The leaf of a filter's column: a top-level primitive column.
+fn filter_leaf(descr: &SchemaDescriptor, f: &ColumnFilter) -> Result<usize> {
+    (0..descr.num_columns())
+        .find(|&i| descr.column(i).path().parts() == [f.column.clone()])
+        .ok_or_else(|| {
+            ColumnSelectError::Filter(format!(
+                "no top-level primitive column {:?} to filter on",
+                f.column
+            ))
+        })
+}
+
+/// Whether the chunk's statistics prove no row passes `f`.
+fn rules_out(c: &ColumnChunkMetaData, f: &ColumnFilter) -> bool {
+    use parquet::file::statistics::Statistics as S;
+    use std::cmp::Ordering;
+    let Some(stats) = c.statistics() else {
+        return false;
+    };
+    // (min against value, max against value)
+    let bounds: Option<(Ordering, Ordering)> = match (stats, &f.value) {
+        (S::Int32(s), v) => num_bounds(
+            s.min_opt().map(|&x| f64::from(x)),
+            s.max_opt().map(|&x| f64::from(x)),
+            v,
+        ),
+        (S::Int64(s), FilterValue::Int(v)) => match (s.min_opt(), s.max_opt()) {
+            (Some(lo), Some(hi)) => Some((lo.cmp(v), hi.cmp(v))),
+            _ => None,
+        },
+        (S::Int64(s), v) => num_bounds(
+            s.min_opt().map(|&x| x as f64),
+            s.max_opt().map(|&x| x as f64),
+            v,
+        ),
+        (S::Float(s), v) => num_bounds(
+            s.min_opt().map(|&x| f64::from(x)),
+            s.max_opt().map(|&x| f64::from(x)),
+            v,
+        ),
+        (S::Double(s), v) => num_bounds(s.min_opt().copied(), s.max_opt().copied(), v),
+        (S::ByteArray(s), FilterValue::Str(v)) => match (s.min_opt(), s.max_opt()) {
+            (Some(lo), Some(hi)) => {
+                Some((lo.data().cmp(v.as_bytes()), hi.data().cmp(v.as_bytes())))
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some((lo, hi)) = bounds else {
+        return false;
+    };
+    match f.op {
+        CompareOp::Eq => lo == Ordering::Greater || hi == Ordering::Less,
+        CompareOp::Ne => false,
+        CompareOp::Lt => lo != Ordering::Less,
+        CompareOp::Le => lo == Ordering::Greater,
+        CompareOp::Gt => hi != Ordering::Greater,
+        CompareOp::Ge => hi == Ordering::Less,
+    }
+}
+
+/// Min and max of a numeric column against a numeric value.
+fn num_bounds(
+    min: Option<f64>,
+    max: Option<f64>,
+    value: &FilterValue,
+) -> Option<(std::cmp::Ordering, std::cmp::Ordering)> {
+    let v = match value {
+        FilterValue::Int(i) => *i as f64,
+        FilterValue::Float(x) => *x,
+        FilterValue::Str(_) => return None,
+    };
+    Some((min?.partial_cmp(&v)?, max?.partial_cmp(&v)?))
 }

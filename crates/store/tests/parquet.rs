@@ -795,7 +795,7 @@ async fn chosen_columns_read_only_their_pages_and_make_a_valid_file() {
         .unwrap();
     let asked = vec!["score".to_string(), "route".to_string()];
     let read = s
-        .get_columns(&b("pq"), &k("f.parquet"), &asked)
+        .get_columns(&b("pq"), &k("f.parquet"), &asked, &[])
         .await
         .unwrap();
     assert_eq!(read.object_bytes, file.len() as u64);
@@ -838,8 +838,30 @@ async fn chosen_columns_read_only_their_pages_and_make_a_valid_file() {
     assert_eq!(got.len(), ROW_GROUPS * ROWS_PER_GROUP);
     assert_eq!(got, want);
 
+    // ids are 7 x the row number: the last row group alone holds ids from
+    // 7 x 2 x ROWS_PER_GROUP on, so a filter reads it alone.
+    let last = quarry_store_api::ColumnFilter {
+        column: "id".into(),
+        op: quarry_store_api::CompareOp::Ge,
+        value: quarry_store_api::FilterValue::Int((7 * 2 * ROWS_PER_GROUP) as i64),
+    };
+    let one = s
+        .get_columns(&b("pq"), &k("f.parquet"), &asked, &[last])
+        .await
+        .unwrap();
+    assert_eq!((one.row_groups, one.row_groups_read), (ROW_GROUPS, 1));
+    assert!(one.bytes_read < read.bytes_read);
+    let last_rows: Vec<Vec<(String, parquet::record::Field)>> = rows(&one.file)
+        .into_iter()
+        .map(|r| {
+            r.get_column_iter()
+                .map(|(n, f)| (n.clone(), f.clone()))
+                .collect()
+        })
+        .collect();
+    assert_eq!(last_rows[..], got[2 * ROWS_PER_GROUP..]);
     let e = s
-        .get_columns(&b("pq"), &k("f.parquet"), &["nope".to_string()])
+        .get_columns(&b("pq"), &k("f.parquet"), &["nope".to_string()], &[])
         .await
         .unwrap_err()
         .to_string();
@@ -848,7 +870,7 @@ async fn chosen_columns_read_only_their_pages_and_make_a_valid_file() {
         "{e}"
     );
     let e = s
-        .get_columns(&b("pq"), &k("f.parquet"), &[])
+        .get_columns(&b("pq"), &k("f.parquet"), &[], &[])
         .await
         .unwrap_err()
         .to_string();
@@ -860,7 +882,7 @@ async fn chosen_columns_read_only_their_pages_and_make_a_valid_file() {
         .await
         .unwrap();
     let e = fixed
-        .get_columns(&b("pq"), &k("f.parquet"), &asked)
+        .get_columns(&b("pq"), &k("f.parquet"), &asked, &[])
         .await
         .unwrap_err()
         .to_string();

@@ -134,13 +134,21 @@ class Client:
         """
 
     def get_columns(
-        self, bucket: str, key: str, columns: Sequence[str]
-    ) -> Tuple[bytes, int]:
+        self,
+        bucket: str,
+        key: str,
+        columns: Sequence[str],
+        filters: Sequence[Tuple[str, str, Union[int, float, str]]] = ...,
+    ) -> Tuple[bytes, int, int]:
         """The top-level ``columns`` of a Parquet object stored page by page
-        (``quarry get --columns``): a Parquet file of only them, and the bytes
-        read from the cluster (their pages and the footer).
+        (``quarry get --columns``): a Parquet file of only them, read from
+        their pages and the footer, skipping the row groups whose statistics
+        rule out every row for one of ``filters`` (``(column, op, value)``,
+        op one of ``=``, ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``; rows of
+        the row groups read are not filtered); and the bytes and row groups
+        read.
 
-        >>> data, read = client.get_columns("flights", "2013.parquet", ["carrier"])
+        >>> data, read, groups = client.get_columns("flights", "2013.parquet", ["carrier"])
         >>> read < client.stat("flights", "2013.parquet").size
         True
         """
