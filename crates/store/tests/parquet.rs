@@ -679,6 +679,42 @@ mod damage {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// A footer with bytes changed or cut anywhere: planning a column
+        /// read returns a plan or an error, never panics; a plan's ranges
+        /// lie inside the file's data, and assembling from bytes of those
+        /// lengths gives a file or an error.
+        #[test]
+        fn damaged_footers_plan_or_fail_cleanly(
+            edits in proptest::collection::vec((any::<u32>(), any::<u8>()), 1..6),
+            cut in proptest::option::of(any::<u32>()),
+            columns in proptest::sample::subsequence(vec!["id", "carrier", "route", "score", "month"], 1..4),
+        ) {
+            let file = small_file();
+            let start = footer_start(file) as usize;
+            let mut footer = file[start..].to_vec();
+            for (at, v) in edits {
+                let i = at as usize % footer.len();
+                footer[i] = v;
+            }
+            if let Some(c) = cut {
+                footer.drain(..c as usize % footer.len());
+            }
+            let names: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+            if let Ok(plan) = quarry_store_api::ColumnPlan::new(&footer, file.len() as u64, &names) {
+                let data_end = (file.len() - footer.len()) as u64;
+                let mut fetched = Vec::new();
+                for r in plan.ranges() {
+                    prop_assert!(r.start >= 4 && r.start <= r.end && r.end <= data_end);
+                    fetched.push(Bytes::copy_from_slice(&file[r.start as usize..r.end as usize]));
+                }
+                let _ = plan.assemble(&fetched);
+            }
+        }
+    }
+
     fn small_file() -> &'static [u8] {
         static FILE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
         FILE.get_or_init(|| parquet_file(1.0))
