@@ -35,11 +35,12 @@ fn k(key: &str) -> ObjectKey {
 /// string, a double with nulls (`score`, scaled by `score_scale` so a
 /// variant changes only its pages), and an int32. Small pages: many of them.
 fn parquet_file(score_scale: f64) -> Vec<u8> {
-    parquet_file_with(score_scale, true)
+    parquet_file_with(score_scale, true, ROW_GROUPS)
 }
 
-/// [`parquet_file`], with or without page indexes.
-fn parquet_file_with(score_scale: f64, page_index: bool) -> Vec<u8> {
+/// [`parquet_file`], with or without page indexes, of `row_groups` row
+/// groups (the first ones the same whatever the count).
+fn parquet_file_with(score_scale: f64, page_index: bool, row_groups: usize) -> Vec<u8> {
     let schema = parse_message_type(
         "message flights {
             required int64 id;
@@ -63,7 +64,7 @@ fn parquet_file_with(score_scale: f64, page_index: bool) -> Vec<u8> {
         .build();
     let mut out = Vec::new();
     let mut w = SerializedFileWriter::new(&mut out, Arc::new(schema), Arc::new(props)).unwrap();
-    for rg in 0..ROW_GROUPS {
+    for rg in 0..row_groups {
         let rows: Vec<usize> = (rg * ROWS_PER_GROUP..(rg + 1) * ROWS_PER_GROUP).collect();
         let mut g = w.next_row_group().unwrap();
         let mut col = g.next_column().unwrap().unwrap();
@@ -779,7 +780,7 @@ fn rows(file: &[u8]) -> Vec<parquet::record::Row> {
 
 #[test]
 fn padding_between_row_groups_is_a_chunk_of_its_own() {
-    let file = parquet_file_with(1.0, false);
+    let file = parquet_file_with(1.0, false, ROW_GROUPS);
     let pad = 3000;
     let padded = padded(&file, pad);
     assert!(padded.ends_with(b"PAR1"));
@@ -923,4 +924,123 @@ async fn chosen_columns_read_only_their_pages_and_make_a_valid_file() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("pq/f.parquet: not stored page by page"), "{e}");
+}
+
+/// Multes++ Fig. 7 as a property: a Parquet file stored, then variants of
+/// it whose other pages are not re-encoded (half of its row groups
+/// removed, one column removed, a row group appended). In a bucket with
+/// `parquet` chunking each variant adds no more than its new pages plus
+/// its metadata (the bytes outside column chunks: magic, page indexes,
+/// footer). What FastCDC and fixed chunks add is printed beside it
+/// (docs/benchmarks.md records the table).
+#[tokio::test]
+async fn parquet_variants_add_only_their_new_pages_and_metadata() {
+    let base = parquet_file_with(1.0, true, ROW_GROUPS + 1);
+    let footer = &base[footer_start(&base) as usize..];
+    let all: Vec<String> = ["id", "carrier", "route", "score", "month"]
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    let from_base = |plan| assembled(&base, plan);
+    // Half of the row groups: the first two of four (ids below 2 x 7 x ROWS).
+    let half = from_base(
+        quarry_store_api::ColumnPlan::filtered(
+            footer,
+            base.len() as u64,
+            &all,
+            &[quarry_store_api::ColumnFilter {
+                column: "id".into(),
+                op: quarry_store_api::CompareOp::Lt,
+                value: quarry_store_api::FilterValue::Int((2 * 7 * ROWS_PER_GROUP) as i64),
+            }],
+        )
+        .unwrap(),
+    );
+    let no_score = from_base(
+        quarry_store_api::ColumnPlan::new(
+            footer,
+            base.len() as u64,
+            &all.iter()
+                .filter(|c| *c != "score")
+                .cloned()
+                .collect::<Vec<_>>(),
+        )
+        .unwrap(),
+    );
+    let appended = parquet_file_with(1.0, true, ROW_GROUPS + 2);
+    // New pages of each variant: only the appended row group's chunks.
+    let variants: [(&str, &[u8], u64); 3] = [
+        ("half of the row groups removed", &half, 0),
+        ("one column removed", &no_score, 0),
+        (
+            "a row group appended",
+            &appended,
+            column_chunk_bytes(&appended, Some(ROW_GROUPS + 1..ROW_GROUPS + 2)),
+        ),
+    ];
+    let mut table = String::from(
+        "variant | new pages + metadata | parquet | FastCDC 16K/64K/256K | fixed 64 KiB\n",
+    );
+    let mut added = std::collections::BTreeMap::new();
+    for chunking in [
+        Chunking::DEFAULT_PARQUET,
+        Chunking::DEFAULT_FASTCDC,
+        Chunking::fixed(64 << 10).unwrap(),
+    ] {
+        for (name, file, _) in &variants {
+            let s = store_with(chunking).await;
+            s.put_bytes(&b("pq"), &k("base"), &base, Condition::Always)
+                .await
+                .unwrap();
+            let before = s.usage().await.unwrap().stored_bytes;
+            s.put_bytes(&b("pq"), &k("variant"), file, Condition::Always)
+                .await
+                .unwrap();
+            let after = s.usage().await.unwrap().stored_bytes;
+            added.insert((name.to_string(), format!("{chunking:?}")), after - before);
+        }
+    }
+    for (name, file, new_pages) in &variants {
+        let metadata = file.len() as u64 - column_chunk_bytes(file, None);
+        let bound = new_pages + metadata;
+        let get = |c: Chunking| added[&(name.to_string(), format!("{c:?}"))];
+        let parquet = get(Chunking::DEFAULT_PARQUET);
+        table.push_str(&format!(
+            "{name} | {bound} | {parquet} | {} | {}\n",
+            get(Chunking::DEFAULT_FASTCDC),
+            get(Chunking::fixed(64 << 10).unwrap())
+        ));
+        assert!(
+            parquet <= bound,
+            "{name}: parquet chunking added {parquet} bytes, more than its new pages and \
+             metadata ({bound})"
+        );
+    }
+    eprintln!(
+        "extra bytes stored per variant (file of {} bytes):\n{table}",
+        base.len()
+    );
+}
+
+/// Bytes of the column chunks of `file` in row groups `groups` (all
+/// without), as its footer sizes them.
+fn column_chunk_bytes(file: &[u8], groups: Option<std::ops::Range<usize>>) -> u64 {
+    let md =
+        ParquetMetaDataReader::decode_metadata(&file[footer_start(file) as usize..file.len() - 8])
+            .unwrap();
+    groups
+        .unwrap_or(0..md.num_row_groups())
+        .flat_map(|g| md.row_group(g).columns().to_vec())
+        .map(|c| c.compressed_size() as u64)
+        .sum()
+}
+
+/// The file `plan` makes from the bytes of `file` it names.
+fn assembled(file: &[u8], plan: quarry_store_api::ColumnPlan) -> Vec<u8> {
+    let fetched: Vec<Bytes> = plan
+        .ranges()
+        .iter()
+        .map(|r| Bytes::copy_from_slice(&file[r.start as usize..r.end as usize]))
+        .collect();
+    plan.assemble(&fetched).unwrap()
 }
