@@ -68,16 +68,7 @@ fn block(node: u16, bus: u32, chip: u32, block: u32) -> GlobalBlockAddr {
 }
 
 fn pattern(seed: u64, len: usize) -> Bytes {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
+    Bytes::from(quarry_testkit::noise_bytes(len, seed))
 }
 
 fn remote_status(result: Result<impl std::fmt::Debug, ClientError>) -> (Status, String) {

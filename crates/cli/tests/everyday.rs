@@ -42,15 +42,7 @@ impl Drop for Down<'_> {
 /// Some bytes that are not text, so nothing could pass them through a
 /// text conversion unchanged by chance.
 fn data(len: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    quarry_testkit::noise_bytes(len, 0x2545_f491_4f6c_dd1d)
 }
 
 /// What GNU date prints for the instant `unix_ms` in zone `tz`, in the

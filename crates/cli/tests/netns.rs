@@ -846,16 +846,10 @@ fn block(node: u16) -> GlobalBlockAddr {
 /// Page `p` of `node`'s data: different for every page of every node, so a
 /// page delivered for the wrong request cannot pass for the right one.
 fn pattern(node: u16, p: u32) -> Bytes {
-    let mut state = (u64::from(node) << 32 | u64::from(p)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..PAGE_BYTES)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state as u8
-        })
-        .collect::<Vec<u8>>()
-        .into()
+    Bytes::from(quarry_testkit::noise_bytes(
+        PAGE_BYTES,
+        u64::from(node) << 32 | u64::from(p),
+    ))
 }
 
 fn oob(node: u16, p: u32) -> Bytes {

@@ -45,16 +45,9 @@ fn exe() -> PathBuf {
 /// The bytes of put number `seq` of `key`: a length and a pattern that
 /// both depend on them, so a mix of two puts cannot pass for either.
 fn content(key: u64, seq: u64) -> Vec<u8> {
-    let mut x = (key << 32 | seq).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let len = 1 + (x % 150_000) as usize;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let seed = key << 32 | seq;
+    let len = 1 + (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1) % 150_000;
+    quarry_testkit::noise_bytes(len as usize, seed)
 }
 
 /// What the writers know about one key.
@@ -385,6 +378,17 @@ async fn verify(objects: &Objects, bucket: &BucketName, ledger: &Ledger, round: 
     *ledger.lock().unwrap() = settled;
 }
 
+/// The cluster of `spec`, started, and the runtime the test drives it from.
+fn started(spec: &LocalClusterSpec) -> (LocalCluster, tokio::runtime::Runtime) {
+    let cluster = LocalCluster::start(spec, &exe()).expect("cluster starts");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    (cluster, runtime)
+}
+
 /// Three managed nodes on the `file` backend in `dir`, 8 KiB pages.
 fn three_file_nodes(dir: &std::path::Path, direct_io: bool) -> LocalClusterSpec {
     LocalClusterSpec {
@@ -418,12 +422,7 @@ fn three_file_nodes(dir: &std::path::Path, direct_io: bool) -> LocalClusterSpec 
 fn acknowledged_objects_survive_twenty_node_kills() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spec = three_file_nodes(dir.path(), false);
-    let mut cluster = LocalCluster::start(&spec, &exe()).expect("cluster starts");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let (mut cluster, runtime) = started(&spec);
     let members = cluster.cluster.clone();
     assert_eq!(
         members.nodes[0].id, 0,
@@ -579,12 +578,7 @@ fn acknowledged_objects_and_pages_survive_twenty_power_losses() {
     }
     let fs = quarry_crashfs::CrashFs::mount_temporary().expect("mount crashfs");
     let spec = three_file_nodes(fs.mountpoint(), true);
-    let mut cluster = LocalCluster::start(&spec, &exe()).expect("cluster starts");
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let (mut cluster, runtime) = started(&spec);
     let members = cluster.cluster.clone();
     let bucket = BucketName::new("power").unwrap();
     let ledger: Ledger = Arc::default();

@@ -314,29 +314,29 @@ impl Tables {
         Ok(fh)
     }
 
-    /// Runs `f` on the overlay of `ino` and keeps the held-bytes count.
+    /// Runs `f` on the overlay of `ino` and keeps the held-bytes count. An
+    /// operation that may hold up to `growth_bytes` more is refused first
+    /// (`ENOSPC`, nothing applied) if that could pass `limit`: the bound is
+    /// on memory, and a test whose load outgrows it learns so.
     fn with_overlay<R>(
         &mut self,
         ino: u64,
         limit: u64,
+        growth_bytes: u64,
         f: impl FnOnce(&mut Overlay) -> io::Result<R>,
     ) -> Result<R, Errno> {
+        if self.held_bytes.saturating_add(growth_bytes) > limit {
+            return Err(Errno::ENOSPC);
+        }
         let overlay = self.overlays.entry(ino).or_default();
         let before = overlay.held_bytes();
         let result = f(overlay);
         let after = overlay.held_bytes();
-        let clean = overlay.is_clean();
-        if clean {
+        if overlay.is_clean() {
             self.overlays.remove(&ino);
         }
         self.held_bytes = self.held_bytes - before + after;
-        let r = result.map_err(|e| errno(&e))?;
-        if self.held_bytes > limit {
-            // The bound is on memory; the write is in, but say the medium
-            // is full so the test learns its load outgrew the harness.
-            return Err(Errno::ENOSPC);
-        }
-        Ok(r)
+        result.map_err(|e| errno(&e))
     }
 
     fn attr(&self, backing: &Path, ino: u64, file: Option<&File>) -> Result<FileAttr, Errno> {
@@ -401,7 +401,7 @@ impl CrashFs {
                 None => Arc::new(open_backing(&path).map_err(|e| errno(&e))?),
             };
             let limit = self.shared.max_unsynced_bytes;
-            t.with_overlay(ino.0, limit, |o| {
+            t.with_overlay(ino.0, limit, 0, |o| {
                 o.truncate(size, backing_len(&file)?);
                 Ok(())
             })?;
@@ -487,7 +487,10 @@ impl CrashFs {
         let mut t = self.shared.lock();
         let file = Arc::clone(&t.handle(fh)?.file);
         let limit = self.shared.max_unsynced_bytes;
-        t.with_overlay(ino.0, limit, |o| {
+        // A write holds the pages it touches: its bytes and one partial
+        // page at each end.
+        let growth = data.len() as u64 + 2 * PAGE_BYTES;
+        t.with_overlay(ino.0, limit, growth, |o| {
             o.write(&file, offset, data, backing_len(&file)?)
         })?;
         u32::try_from(data.len()).map_err(|_| Errno::EINVAL)
@@ -517,7 +520,7 @@ impl CrashFs {
         if !t.overlays.contains_key(&ino.0) {
             return Ok(());
         }
-        t.with_overlay(ino.0, u64::MAX, |o| o.sync(&file, backing_len(&file)?))
+        t.with_overlay(ino.0, u64::MAX, 0, |o| o.sync(&file, backing_len(&file)?))
     }
 
     fn fallocate_inner(
@@ -539,7 +542,8 @@ impl CrashFs {
             return Err(Errno::EOPNOTSUPP);
         }
         let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
-        t.with_overlay(ino.0, limit, |o| {
+        // Whole zeroed pages hold nothing; a partial page at each end does.
+        t.with_overlay(ino.0, limit, 2 * PAGE_BYTES, |o| {
             let len = backing_len(&file)?;
             if zeroes {
                 o.zero(&file, offset, length, len)?;

@@ -188,3 +188,24 @@ fn punched_holes_and_truncates_are_volatile_too() {
     m.fs.power_loss(PowerLoss::DropAll).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), vec![4u8; 3 * 4096]);
 }
+
+#[test]
+fn a_write_past_the_memory_bound_is_refused_whole() {
+    if !quarry_testkit::require_fuse() {
+        return;
+    }
+    let backing = tempfile::tempdir().unwrap();
+    let mountpoint = tempfile::tempdir().unwrap();
+    let fs = CrashFs::mount_with_limit(backing.path(), mountpoint.path(), 64 * 1024).unwrap();
+    let path = fs.mountpoint().join("big");
+    let f = File::create(&path).unwrap();
+    f.write_all_at(&[1u8; 16 * 1024], 0).unwrap();
+    let err = f.write_all_at(&[2u8; 128 * 1024], 0).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    // Nothing of the refused write is visible; a sync makes room again.
+    assert_eq!(std::fs::read(&path).unwrap(), vec![1u8; 16 * 1024]);
+    f.sync_all().unwrap();
+    assert_eq!(fs.unsynced_bytes(), 0);
+    drop(f);
+    fs.unmount().unwrap();
+}

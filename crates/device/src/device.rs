@@ -614,8 +614,9 @@ const MAX_ZERO_WRITE_BYTES: usize = 1 << 20;
 /// Writes `len` zero bytes at `offset` (both whole slots, so O_DIRECT
 /// takes them), a few slots a request.
 fn write_zeros(file: &File, offset: u64, len: u64, slot_size: usize) -> io::Result<()> {
-    let slots_a_write = (MAX_ZERO_WRITE_BYTES / slot_size).max(1);
-    let zeros = AlignedBuf::new(slot_size * slots_a_write);
+    let slots_a_write = (MAX_ZERO_WRITE_BYTES / slot_size).max(1) as u64;
+    let slots = len.div_ceil(slot_size as u64).clamp(1, slots_a_write);
+    let zeros = AlignedBuf::new(slot_size * slots as usize);
     let mut at = offset;
     while at < offset + len {
         let n = (offset + len - at).min(zeros.as_slice().len() as u64) as usize;
@@ -1608,12 +1609,6 @@ impl Device {
             .flush()
             .await
             .map_err(|e| io_err(format!("flushing the backing file after {}", what()), e))
-    }
-
-    /// Whether a program is acknowledged only once it is on the medium
-    /// (`sync_writes`).
-    pub fn syncs_writes(&self) -> bool {
-        self.flusher.is_some()
     }
 
     /// `fdatasync` calls made for programs since the device opened.

@@ -75,7 +75,9 @@ pub use ops::{
     ManifestWithChunk, SmallPut,
 };
 pub use parquet_cut::PAGE_GROUP_MAX_BYTES;
-pub use parquet_select::{ColumnFilter, ColumnPlan, ColumnSelectError, CompareOp, FilterValue};
+pub use parquet_select::{
+    ColumnFilter, ColumnPlan, ColumnSelectError, CompareOp, FilterValue, MAX_COLUMN_FILTERS,
+};
 pub use placement::{bucket_point, manifest_point, NodeId, Placement};
 pub use remote::{
     check_small_put, serve_call, serve_call_pieces, RemoteNode, StoreNode, StoreTransport,

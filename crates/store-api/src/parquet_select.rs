@@ -18,6 +18,9 @@ use parquet::schema::types::{SchemaDescriptor, Type};
 /// The footer's trailer: its length (4 bytes) and `PAR1`.
 const TRAILER_BYTES: usize = 8;
 const MAGIC: &[u8; 4] = b"PAR1";
+/// Most filters one column read takes (each is checked against every row
+/// group's statistics).
+pub const MAX_COLUMN_FILTERS: usize = 64;
 /// The key-value entry in which writers keep an Arrow schema of every
 /// column; a file of fewer columns must not carry it.
 const ARROW_SCHEMA_KEY: &str = "ARROW:schema";
@@ -161,6 +164,12 @@ impl ColumnPlan {
     ) -> Result<ColumnPlan> {
         if columns.is_empty() {
             return Err(ColumnSelectError::NoColumns);
+        }
+        if filters.len() > MAX_COLUMN_FILTERS {
+            return Err(ColumnSelectError::Filter(format!(
+                "{} filters, at most {MAX_COLUMN_FILTERS} are taken",
+                filters.len()
+            )));
         }
         let metadata = decode_footer(footer)?;
         let data_end = file_len.saturating_sub(footer.len() as u64);
