@@ -1,0 +1,561 @@
+//! Expressions over a batch of rows, evaluated with arrow's compute
+//! kernels, and the type rules that make their operands meet.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int64Array,
+    RecordBatch, Scalar, StringArray, UInt32Array,
+};
+use arrow::compute::kernels::{boolean, cmp, comparison, numeric};
+use arrow::compute::{cast_with_options, CastOptions};
+use arrow::datatypes::DataType;
+
+use crate::error::{QueryError, Result};
+
+/// The deepest expression evaluated: deeper SQL is refused, so a hostile
+/// query cannot exhaust the stack.
+pub const MAX_EXPR_DEPTH: usize = 64;
+
+/// A literal value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Lit {
+    Null,
+    Bool(bool),
+    Int(i64),
+    /// An exact decimal: its digits and scale.
+    Decimal(i128, u8, i8),
+    Float(f64),
+    Str(String),
+    /// Days since 1970-01-01.
+    Date(i32),
+}
+
+impl Lit {
+    fn array(&self) -> Result<ArrayRef> {
+        Ok(match self {
+            Lit::Null => arrow::array::new_null_array(&DataType::Null, 1),
+            Lit::Bool(b) => Arc::new(BooleanArray::from(vec![*b])),
+            Lit::Int(i) => Arc::new(Int64Array::from(vec![*i])),
+            Lit::Decimal(v, p, s) => Arc::new(
+                Decimal128Array::from(vec![*v])
+                    .with_precision_and_scale(*p, *s)
+                    .map_err(|e| QueryError::compute("a decimal literal", e))?,
+            ),
+            Lit::Float(f) => Arc::new(Float64Array::from(vec![*f])),
+            Lit::Str(s) => Arc::new(StringArray::from(vec![s.as_str()])),
+            Lit::Date(d) => Arc::new(Date32Array::from(vec![*d])),
+        })
+    }
+}
+
+/// A binary operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl BinOp {
+    fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
+    }
+}
+
+/// An aggregate function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AggFunc {
+    CountStar,
+    Count,
+    CountDistinct,
+    Sum,
+    Min,
+    Max,
+    Avg,
+}
+
+/// An expression.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Expr {
+    /// A column of the batch, by name.
+    Column(String),
+    Lit(Lit),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    Not(Box<Expr>),
+    Negate(Box<Expr>),
+    IsNull(Box<Expr>, bool),
+    /// `expr [NOT] LIKE pattern`, case-insensitive for ILIKE.
+    Like {
+        expr: Box<Expr>,
+        pattern: Box<Expr>,
+        negated: bool,
+        case_insensitive: bool,
+    },
+    Cast(Box<Expr>, DataType),
+    /// An aggregate call; only in a query's items, HAVING and ORDER BY,
+    /// replaced by a column of the aggregated batch before evaluation.
+    Agg(AggFunc, Option<Box<Expr>>),
+}
+
+impl Expr {
+    pub(crate) fn binary(op: BinOp, l: Expr, r: Expr) -> Expr {
+        Expr::Binary(op, Box::new(l), Box::new(r))
+    }
+
+    /// Calls `f` on this expression and every expression inside it.
+    pub(crate) fn visit(&self, f: &mut impl FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Column(_) | Expr::Lit(_) | Expr::Agg(_, None) => {}
+            Expr::Binary(_, l, r) => {
+                l.visit(f);
+                r.visit(f);
+            }
+            Expr::Not(e) | Expr::Negate(e) | Expr::IsNull(e, _) | Expr::Cast(e, _) => e.visit(f),
+            Expr::Agg(_, Some(e)) => e.visit(f),
+            Expr::Like { expr, pattern, .. } => {
+                expr.visit(f);
+                pattern.visit(f);
+            }
+        }
+    }
+
+    /// This expression with every part for which `f` answers `Some`
+    /// replaced by the answer (outermost first).
+    pub(crate) fn rewrite(&self, f: &mut impl FnMut(&Expr) -> Option<Expr>) -> Expr {
+        if let Some(new) = f(self) {
+            return new;
+        }
+        let mut go = |e: &Expr| Box::new(e.rewrite(f));
+        match self {
+            Expr::Column(_) | Expr::Lit(_) | Expr::Agg(_, None) => self.clone(),
+            Expr::Binary(op, l, r) => {
+                let l = go(l);
+                Expr::Binary(*op, l, go(r))
+            }
+            Expr::Not(e) => Expr::Not(go(e)),
+            Expr::Negate(e) => Expr::Negate(go(e)),
+            Expr::IsNull(e, n) => Expr::IsNull(go(e), *n),
+            Expr::Cast(e, t) => Expr::Cast(go(e), t.clone()),
+            Expr::Agg(a, Some(e)) => Expr::Agg(*a, Some(go(e))),
+            Expr::Like {
+                expr,
+                pattern,
+                negated,
+                case_insensitive,
+            } => {
+                let expr = go(expr);
+                Expr::Like {
+                    expr,
+                    pattern: go(pattern),
+                    negated: *negated,
+                    case_insensitive: *case_insensitive,
+                }
+            }
+        }
+    }
+
+    /// Whether an aggregate call is inside.
+    pub(crate) fn has_agg(&self) -> bool {
+        let mut found = false;
+        self.visit(&mut |e| found |= matches!(e, Expr::Agg(..)));
+        found
+    }
+
+    /// The columns it reads, each once, in the order met.
+    pub(crate) fn columns(&self, out: &mut Vec<String>) {
+        self.visit(&mut |e| {
+            if let Expr::Column(c) = e {
+                if !out.contains(c) {
+                    out.push(c.clone());
+                }
+            }
+        });
+    }
+
+    /// Its value over `batch`: an array of the batch's length, or a
+    /// one-row array when it reads no column.
+    pub(crate) fn eval(&self, batch: &RecordBatch) -> Result<Value> {
+        Ok(match self {
+            Expr::Column(name) => Value::Array(
+                batch
+                    .column_by_name(name)
+                    .cloned()
+                    .ok_or_else(|| QueryError::Invalid(format!("no column {name:?} here")))?,
+            ),
+            Expr::Lit(l) => Value::Scalar(l.array()?),
+            Expr::Binary(op, l, r) => binary(*op, l.eval(batch)?, r.eval(batch)?)?,
+            Expr::Not(e) => {
+                let v = e.eval(batch)?;
+                let b = as_bool(&v, "NOT")?;
+                v.same_shape(Arc::new(
+                    boolean::not(&b).map_err(|e| QueryError::compute("NOT", e))?,
+                ))
+            }
+            Expr::Negate(e) => {
+                let v = e.eval(batch)?;
+                let out = numeric::neg(v.array()).map_err(|e| QueryError::compute("-x", e))?;
+                v.same_shape(out)
+            }
+            Expr::IsNull(e, negated) => {
+                let v = e.eval(batch)?;
+                let a = v.array();
+                let out = if *negated {
+                    arrow::compute::is_not_null(a.as_ref())
+                } else {
+                    arrow::compute::is_null(a.as_ref())
+                }
+                .map_err(|e| QueryError::compute("IS NULL", e))?;
+                v.same_shape(Arc::new(out))
+            }
+            Expr::Like {
+                expr,
+                pattern,
+                negated,
+                case_insensitive,
+            } => like(
+                expr.eval(batch)?,
+                pattern.eval(batch)?,
+                *negated,
+                *case_insensitive,
+            )?,
+            Expr::Cast(e, to) => {
+                let v = e.eval(batch)?;
+                let out = cast(v.array(), to)?;
+                v.same_shape(out)
+            }
+            Expr::Agg(..) => {
+                return Err(QueryError::Invalid(
+                    "an aggregate where rows are filtered (WHERE or GROUP BY)".into(),
+                ))
+            }
+        })
+    }
+
+    /// Its value over `batch` as an array of the batch's length.
+    pub(crate) fn eval_array(&self, batch: &RecordBatch) -> Result<ArrayRef> {
+        self.eval(batch)?.into_array(batch.num_rows())
+    }
+
+    /// Its value over `batch` as a boolean array of the batch's length.
+    pub(crate) fn eval_predicate(&self, batch: &RecordBatch) -> Result<BooleanArray> {
+        let v = self.eval(batch)?;
+        let b = as_bool(&v, "a condition")?;
+        match v {
+            Value::Array(_) => Ok(b),
+            Value::Scalar(_) => {
+                let a: ArrayRef = Arc::new(b);
+                let wide = broadcast(&a, batch.num_rows())?;
+                Ok(as_bool(&Value::Array(wide), "a condition")?)
+            }
+        }
+    }
+}
+
+/// An expression's value.
+#[derive(Debug, Clone)]
+pub(crate) enum Value {
+    /// One value per row.
+    Array(ArrayRef),
+    /// One value for every row (a one-row array).
+    Scalar(ArrayRef),
+}
+
+impl Value {
+    fn array(&self) -> &ArrayRef {
+        match self {
+            Value::Array(a) | Value::Scalar(a) => a,
+        }
+    }
+
+    fn is_scalar(&self) -> bool {
+        matches!(self, Value::Scalar(_))
+    }
+
+    /// `out` with this value's shape.
+    fn same_shape(&self, out: ArrayRef) -> Value {
+        match self {
+            Value::Array(_) => Value::Array(out),
+            Value::Scalar(_) => Value::Scalar(out),
+        }
+    }
+
+    fn into_array(self, rows: usize) -> Result<ArrayRef> {
+        match self {
+            Value::Array(a) => Ok(a),
+            Value::Scalar(a) => broadcast(&a, rows),
+        }
+    }
+
+    fn datum(&self) -> Box<dyn arrow::array::Datum + '_> {
+        match self {
+            Value::Array(a) => Box::new(a),
+            Value::Scalar(a) => Box::new(Scalar::new(a)),
+        }
+    }
+}
+
+/// A one-row array repeated `rows` times.
+fn broadcast(a: &ArrayRef, rows: usize) -> Result<ArrayRef> {
+    let at = UInt32Array::from(vec![0u32; rows]);
+    arrow::compute::take(a.as_ref(), &at, None).map_err(|e| QueryError::compute("a constant", e))
+}
+
+fn as_bool(v: &Value, what: &str) -> Result<BooleanArray> {
+    let a = v.array();
+    match a.data_type() {
+        DataType::Boolean => Ok(a
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .cloned()
+            .ok_or_else(|| QueryError::Type(format!("{what}: not a boolean array")))?),
+        DataType::Null => Ok(BooleanArray::new_null(a.len())),
+        other => Err(QueryError::Type(format!(
+            "{what} must be true or false, not a value of type {other}"
+        ))),
+    }
+}
+
+/// Casts that fail on a value that does not fit, rather than making it
+/// NULL: a wrong answer is worse than an error.
+pub(crate) fn cast(a: &ArrayRef, to: &DataType) -> Result<ArrayRef> {
+    if a.data_type() == to {
+        return Ok(a.clone());
+    }
+    let options = CastOptions {
+        safe: false,
+        ..CastOptions::default()
+    };
+    cast_with_options(a.as_ref(), to, &options)
+        .map_err(|e| QueryError::compute(format!("a cast from {} to {to}", a.data_type()), e))
+}
+
+/// What a value's type is, for the type rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Null,
+    Int,
+    Float,
+    Decimal(u8, i8),
+    Str,
+    Date,
+    Timestamp,
+    Bool,
+    Other,
+}
+
+fn class(t: &DataType) -> Class {
+    use DataType::*;
+    match t {
+        Null => Class::Null,
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => Class::Int,
+        Float16 | Float32 | Float64 => Class::Float,
+        Decimal128(p, s) => Class::Decimal(*p, *s),
+        Utf8 | LargeUtf8 | Utf8View => Class::Str,
+        Date32 | Date64 => Class::Date,
+        Timestamp(..) => Class::Timestamp,
+        Boolean => Class::Bool,
+        _ => Class::Other,
+    }
+}
+
+/// The type that values of `t` take in keys, aggregates and results: one
+/// type per class, so files that store a column as int32 and as int64
+/// merge.
+pub(crate) fn canonical(t: &DataType) -> DataType {
+    match class(t) {
+        Class::Int => DataType::Int64,
+        Class::Float => DataType::Float64,
+        Class::Str => DataType::Utf8View,
+        Class::Date => DataType::Date32,
+        _ => t.clone(),
+    }
+}
+
+/// The decimal an integer fits in.
+const INT_AS_DECIMAL: DataType = DataType::Decimal128(20, 0);
+
+/// The types both operands of `op` take.
+fn operand_types(op: BinOp, l: &DataType, r: &DataType) -> Result<(DataType, DataType)> {
+    use Class as C;
+    let (cl, cr) = (class(l), class(r));
+    let same = |t: DataType| Ok((t.clone(), t));
+    let bad = || {
+        Err(QueryError::Type(format!(
+            "{op:?} does not take a {l} and a {r}"
+        )))
+    };
+    match (op, cl, cr) {
+        (BinOp::And | BinOp::Or, C::Bool | C::Null, C::Bool | C::Null) => same(DataType::Boolean),
+        (BinOp::And | BinOp::Or, ..) => bad(),
+        (_, C::Null, C::Null) => same(DataType::Int64),
+        (_, C::Null, _) => same(r.clone()),
+        (_, _, C::Null) => same(l.clone()),
+        (BinOp::Div, C::Int | C::Float | C::Decimal(..), C::Int | C::Float | C::Decimal(..)) => {
+            same(DataType::Float64)
+        }
+        (_, C::Float, C::Int | C::Float | C::Decimal(..))
+        | (_, C::Int | C::Decimal(..), C::Float) => same(DataType::Float64),
+        (_, C::Int, C::Int) => same(DataType::Int64),
+        (BinOp::Add | BinOp::Sub | BinOp::Mul, C::Decimal(..), C::Int) => {
+            Ok((l.clone(), INT_AS_DECIMAL))
+        }
+        (BinOp::Add | BinOp::Sub | BinOp::Mul, C::Int, C::Decimal(..)) => {
+            Ok((INT_AS_DECIMAL, r.clone()))
+        }
+        (BinOp::Add | BinOp::Sub | BinOp::Mul, C::Decimal(..), C::Decimal(..)) => {
+            Ok((l.clone(), r.clone()))
+        }
+        (_, C::Decimal(..) | C::Int, C::Decimal(..) | C::Int) => {
+            let scale = |c: Class| if let C::Decimal(_, s) = c { s } else { 0 };
+            same(DataType::Decimal128(38, scale(cl).max(scale(cr))))
+        }
+        (op, C::Str, C::Str) if op.is_comparison() => {
+            if l == r {
+                same(l.clone())
+            } else {
+                same(DataType::Utf8View)
+            }
+        }
+        (op, C::Date, C::Date | C::Str) | (op, C::Str, C::Date) if op.is_comparison() => {
+            same(DataType::Date32)
+        }
+        (op, C::Timestamp, C::Str) if op.is_comparison() => same(l.clone()),
+        (op, C::Str, C::Timestamp) if op.is_comparison() => same(r.clone()),
+        (op, C::Timestamp, C::Timestamp) if op.is_comparison() && l == r => same(l.clone()),
+        (op, C::Bool, C::Bool) if op.is_comparison() => same(DataType::Boolean),
+        _ => bad(),
+    }
+}
+
+/// A one-row value cast to `to` if that loses nothing (it casts back to
+/// itself).
+fn lossless(v: &ArrayRef, to: &DataType) -> Option<ArrayRef> {
+    let there = cast(v, to).ok()?;
+    let back = cast(&there, v.data_type()).ok()?;
+    (back.as_ref() == v.as_ref()).then_some(there)
+}
+
+/// Operands made to meet: a constant is cast to the other side's type
+/// when that loses nothing (the column stays as it is, which is what
+/// makes `l_discount BETWEEN 0.05 AND 0.07` cheap), else both take the
+/// type rules' types.
+fn meet(op: BinOp, l: Value, r: Value) -> Result<(Value, Value)> {
+    let (lt, rt) = (l.array().data_type().clone(), r.array().data_type().clone());
+    if lt == rt && op != BinOp::Div {
+        return Ok((l, r));
+    }
+    if op.is_comparison() && class(&lt) != Class::Null && class(&rt) != Class::Null {
+        if r.is_scalar() && !l.is_scalar() {
+            if let Some(c) = lossless(r.array(), &lt) {
+                return Ok((l, Value::Scalar(c)));
+            }
+        }
+        if l.is_scalar() && !r.is_scalar() {
+            if let Some(c) = lossless(l.array(), &rt) {
+                return Ok((Value::Scalar(c), r));
+            }
+        }
+    }
+    let (to_l, to_r) = operand_types(op, &lt, &rt)?;
+    let l2 = l.same_shape(cast(l.array(), &to_l)?);
+    let r2 = r.same_shape(cast(r.array(), &to_r)?);
+    Ok((l2, r2))
+}
+
+fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
+    let scalar = l.is_scalar() && r.is_scalar();
+    let rows = match (&l, &r) {
+        (Value::Array(a), _) | (_, Value::Array(a)) => a.len(),
+        _ => 1,
+    };
+    let (l, r) = meet(op, l, r)?;
+    let what = || format!("{op:?}");
+    let out: ArrayRef = match op {
+        BinOp::And | BinOp::Or => {
+            let la = as_bool(&Value::Array(l.into_array(rows)?), "AND/OR")?;
+            let ra = as_bool(&Value::Array(r.into_array(rows)?), "AND/OR")?;
+            let out = if op == BinOp::And {
+                boolean::and_kleene(&la, &ra)
+            } else {
+                boolean::or_kleene(&la, &ra)
+            };
+            Arc::new(out.map_err(|e| QueryError::compute(what(), e))?)
+        }
+        _ => {
+            let (ld, rd) = (l.datum(), r.datum());
+            let (ld, rd) = (ld.as_ref(), rd.as_ref());
+            let cmp_out = |f: fn(
+                &dyn arrow::array::Datum,
+                &dyn arrow::array::Datum,
+            ) -> std::result::Result<BooleanArray, arrow::error::ArrowError>|
+             -> Result<ArrayRef> {
+                Ok(Arc::new(f(ld, rd).map_err(|e| QueryError::compute(what(), e))?))
+            };
+            match op {
+                BinOp::Add => numeric::add(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
+                BinOp::Sub => numeric::sub(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
+                BinOp::Mul => numeric::mul(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
+                BinOp::Div => numeric::div(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
+                BinOp::Eq => cmp_out(cmp::eq)?,
+                BinOp::Ne => cmp_out(cmp::neq)?,
+                BinOp::Lt => cmp_out(cmp::lt)?,
+                BinOp::Le => cmp_out(cmp::lt_eq)?,
+                BinOp::Gt => cmp_out(cmp::gt)?,
+                BinOp::Ge => cmp_out(cmp::gt_eq)?,
+                BinOp::And | BinOp::Or => unreachable!("handled above"),
+            }
+        }
+    };
+    Ok(if scalar {
+        Value::Scalar(out)
+    } else {
+        Value::Array(out)
+    })
+}
+
+fn like(v: Value, pattern: Value, negated: bool, case_insensitive: bool) -> Result<Value> {
+    if class(v.array().data_type()) != Class::Str && class(v.array().data_type()) != Class::Null
+    {
+        return Err(QueryError::Type(format!(
+            "LIKE takes a string, not a {}",
+            v.array().data_type()
+        )));
+    }
+    let scalar = v.is_scalar() && pattern.is_scalar();
+    let to = v.array().data_type().clone();
+    let to = if to == DataType::Null {
+        DataType::Utf8
+    } else {
+        to
+    };
+    let v = v.same_shape(cast(v.array(), &to)?);
+    let pattern = pattern.same_shape(cast(pattern.array(), &to)?);
+    let (ld, rd) = (v.datum(), pattern.datum());
+    let out = match (negated, case_insensitive) {
+        (false, false) => comparison::like(ld.as_ref(), rd.as_ref()),
+        (true, false) => comparison::nlike(ld.as_ref(), rd.as_ref()),
+        (false, true) => comparison::ilike(ld.as_ref(), rd.as_ref()),
+        (true, true) => comparison::nilike(ld.as_ref(), rd.as_ref()),
+    }
+    .map_err(|e| QueryError::compute("LIKE", e))?;
+    let out: ArrayRef = Arc::new(out);
+    Ok(if scalar {
+        Value::Scalar(out)
+    } else {
+        Value::Array(out)
+    })
+}

@@ -1,0 +1,739 @@
+//! A query bound to one Parquet file: the columns and row groups it
+//! reads, and its evaluation over row groups into a partial result.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+
+use crate::agg::{accumulator, arg_type, Accumulator, Groups};
+use crate::error::{QueryError, Result};
+use crate::expr::{canonical, cast, AggFunc, BinOp, Expr, Lit};
+use crate::sql::{parse, Order, Select, WILDCARD};
+
+/// Rows decoded at a time.
+const BATCH_ROWS: usize = 8192;
+
+/// A parsed query, ready to bind to files.
+#[derive(Debug, Clone)]
+pub struct Query {
+    select: Select,
+}
+
+impl Query {
+    /// Parses `sql` (the subset docs/query.md lists; anything else is
+    /// [`QueryError::Unsupported`] naming it).
+    pub fn parse(sql: &str) -> Result<Query> {
+        Ok(Query {
+            select: parse(sql)?,
+        })
+    }
+
+    /// The FROM string: `bucket/key` or `bucket/pattern`.
+    pub fn source(&self) -> &str {
+        &self.select.source
+    }
+
+    /// The query bound to object `object`, a Parquet file of `file_len`
+    /// bytes whose tail (metadata, its length, `PAR1`) is `footer`.
+    pub fn bind(&self, object: &str, footer: &[u8], file_len: u64) -> Result<FilePlan> {
+        let bad = |reason: String| QueryError::Object {
+            object: object.to_string(),
+            reason,
+        };
+        let metadata = Arc::new(decode_footer(footer).map_err(&bad)?);
+        let reader = ArrowReaderMetadata::try_new(metadata.clone(), ArrowReaderOptions::new())
+            .map_err(|e| bad(format!("its schema does not convert to arrow: {e}")))?;
+        let schema = reader.schema().clone();
+        let shape = Shape::compile(&self.select, &schema, object)?;
+        let mut roots: Vec<usize> = Vec::new();
+        for name in &shape.columns {
+            if let Ok(i) = schema.index_of(name) {
+                roots.push(i);
+            }
+        }
+        roots.sort_unstable();
+        let data_end = file_len.saturating_sub(footer.len() as u64);
+        let plan = FilePlan {
+            object: object.to_string(),
+            metadata,
+            reader,
+            schema,
+            roots,
+            shape,
+            data_end,
+        };
+        plan.check_ranges()?;
+        Ok(plan)
+    }
+}
+
+const MAGIC: &[u8; 4] = b"PAR1";
+
+fn decode_footer(footer: &[u8]) -> std::result::Result<ParquetMetaData, String> {
+    if footer.len() < 8 || &footer[footer.len() - 4..] != MAGIC {
+        return Err("not a Parquet file: no PAR1 at its end".into());
+    }
+    let len_at = footer.len() - 8;
+    let mut len_bytes = [0u8; 4];
+    len_bytes.copy_from_slice(&footer[len_at..len_at + 4]);
+    let len = u32::from_le_bytes(len_bytes) as usize;
+    if len > len_at {
+        return Err("its footer's metadata length runs past the footer".into());
+    }
+    // The crate panics on some damaged metadata: a footer that panics
+    // the decoder does not parse.
+    let metadata = &footer[len_at - len..len_at];
+    std::panic::catch_unwind(|| ParquetMetaDataReader::decode_metadata(metadata))
+        .map_err(|_| "its footer's metadata does not decode".to_string())?
+        .map_err(|e| format!("its footer's metadata does not decode: {e}"))
+}
+
+/// A query bound to one file.
+#[derive(Debug)]
+pub struct FilePlan {
+    object: String,
+    metadata: Arc<ParquetMetaData>,
+    reader: ArrowReaderMetadata,
+    schema: SchemaRef,
+    /// Top-level columns read, in file order.
+    roots: Vec<usize>,
+    shape: Shape,
+    data_end: u64,
+}
+
+impl FilePlan {
+    /// Row groups in the file.
+    pub fn row_groups_total(&self) -> usize {
+        self.metadata.num_row_groups()
+    }
+
+    /// The row groups worth reading: those whose footer statistics do not
+    /// rule out every row for the WHERE clause.
+    pub fn row_groups(&self) -> Result<Vec<usize>> {
+        let all: Vec<usize> = (0..self.row_groups_total()).collect();
+        let Some(filter) = &self.shape.filter else {
+            return Ok(all);
+        };
+        let mut keep = vec![true; all.len()];
+        for conjunct in conjuncts(filter) {
+            self.prune(conjunct, &mut keep)?;
+        }
+        Ok(all.into_iter().filter(|&g| keep[g]).collect())
+    }
+
+    /// The file's byte ranges row group `row_group` needs (one per column
+    /// chunk read), in file order.
+    pub fn ranges(&self, row_group: usize) -> Result<Vec<Range<u64>>> {
+        let rg = self.metadata.row_groups().get(row_group).ok_or_else(|| {
+            QueryError::Invalid(format!(
+                "{}: no row group {row_group} (it has {})",
+                self.object,
+                self.row_groups_total()
+            ))
+        })?;
+        let descr = self.metadata.file_metadata().schema_descr();
+        let mut out = Vec::new();
+        for leaf in 0..descr.num_columns() {
+            if !self.roots.contains(&descr.get_column_root_idx(leaf)) {
+                continue;
+            }
+            let c = rg.column(leaf);
+            let start = c.dictionary_page_offset().unwrap_or(c.data_page_offset());
+            let end = start.saturating_add(c.compressed_size());
+            if start < MAGIC.len() as i64 || end < start || end as u64 > self.data_end {
+                return Err(QueryError::Object {
+                    object: self.object.clone(),
+                    reason: format!(
+                        "row group {row_group} column {} claims bytes {start}..{end}, outside \
+                         the file's data (..{})",
+                        c.column_path().string(),
+                        self.data_end
+                    ),
+                });
+            }
+            out.push(start as u64..end as u64);
+        }
+        Ok(out)
+    }
+
+    fn check_ranges(&self) -> Result<()> {
+        for g in 0..self.row_groups_total() {
+            self.ranges(g)?;
+        }
+        Ok(())
+    }
+
+    /// Clears `keep[g]` for row groups where `conjunct` (one part of an
+    /// AND) is false for every row by the statistics. Only simple
+    /// comparisons of a column of numbers or dates with a constant prune;
+    /// anything else keeps every row group.
+    fn prune(&self, conjunct: &Expr, keep: &mut [bool]) -> Result<()> {
+        let Expr::Binary(op, l, r) = conjunct else {
+            return Ok(());
+        };
+        let (column, op, lit) = match (l.as_ref(), r.as_ref()) {
+            (Expr::Column(c), Expr::Lit(v)) => (c, *op, v),
+            (Expr::Lit(v), Expr::Column(c)) => (c, flip(*op), v),
+            _ => return Ok(()),
+        };
+        let Ok(field) = self.schema.field_with_name(column) else {
+            return Ok(());
+        };
+        let prunable = matches!(
+            canonical(field.data_type()),
+            DataType::Int64 | DataType::Float64 | DataType::Decimal128(..) | DataType::Date32
+        );
+        if !prunable || *lit == Lit::Null {
+            return Ok(());
+        }
+        let descr = self.metadata.file_metadata().schema_descr();
+        let Ok(stats) = StatisticsConverter::try_new(column, &self.schema, descr) else {
+            return Ok(());
+        };
+        let groups = self.metadata.row_groups().iter();
+        let (Ok(mins), Ok(maxes)) = (
+            stats.row_group_mins(groups.clone()),
+            stats.row_group_maxes(groups),
+        ) else {
+            return Ok(());
+        };
+        let bounds = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("min", mins.data_type().clone(), true),
+                Field::new("max", maxes.data_type().clone(), true),
+            ])),
+            vec![mins, maxes],
+        )
+        .map_err(|e| QueryError::compute("row group statistics", e))?;
+        let col = |c: &str| Expr::Column(c.into());
+        let v = || Expr::Lit(lit.clone());
+        // Some row may pass: the condition on the bounds.
+        let may_pass = match op {
+            BinOp::Gt | BinOp::Ge => Expr::binary(op, col("max"), v()),
+            BinOp::Lt | BinOp::Le => Expr::binary(op, col("min"), v()),
+            BinOp::Eq => Expr::binary(
+                BinOp::And,
+                Expr::binary(BinOp::Le, col("min"), v()),
+                Expr::binary(BinOp::Ge, col("max"), v()),
+            ),
+            _ => return Ok(()),
+        };
+        let Ok(passes) = may_pass.eval_predicate(&bounds) else {
+            return Ok(());
+        };
+        for (g, k) in keep.iter_mut().enumerate() {
+            // Unknown (no statistics) keeps the row group.
+            if arrow::array::Array::is_valid(&passes, g) && !passes.value(g) {
+                *k = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates the query over `row_groups` of the file, whose column
+    /// chunks ([`FilePlan::ranges`]) are in `data`, into a partial result
+    /// (Arrow IPC) for [`crate::Merger`]. Memory held for groups or rows is
+    /// bounded by `memory_bytes`.
+    pub fn evaluate(
+        &self,
+        row_groups: &[usize],
+        data: Vec<(u64, Bytes)>,
+        memory_bytes: u64,
+    ) -> Result<Vec<u8>> {
+        let mut state = self.shape.start(&self.schema)?;
+        if !row_groups.is_empty() {
+            let file = SparseFile::new(&self.object, data, self.data_end)?;
+            let mask = ProjectionMask::roots(self.metadata.file_metadata().schema_descr(), self.roots.iter().copied());
+            let reader =
+                ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.reader.clone())
+                    .with_projection(mask)
+                    .with_row_groups(row_groups.to_vec())
+                    .with_batch_size(BATCH_ROWS)
+                    .build()
+                    .map_err(|e| self.fault(e))?;
+            for batch in reader {
+                let batch = batch.map_err(|e| self.fault(e))?;
+                let batch = match &self.shape.filter {
+                    None => batch,
+                    Some(f) => {
+                        let keep = f.eval_predicate(&batch)?;
+                        arrow::compute::filter_record_batch(&batch, &keep)
+                            .map_err(|e| QueryError::compute("WHERE", e))?
+                    }
+                };
+                state.fold(&self.shape, &batch)?;
+                let held = state.held_bytes();
+                if held as u64 > memory_bytes {
+                    return Err(QueryError::Limit(format!(
+                        "the query holds {held} bytes of groups or rows at a node, more than \
+                         its memory limit of {memory_bytes}; aggregate, filter or LIMIT more"
+                    )));
+                }
+                if state.full(&self.shape) {
+                    break;
+                }
+            }
+        }
+        let partial = state.partial(&self.shape)?;
+        crate::merge::encode(&partial)
+    }
+
+    fn fault(&self, e: impl std::fmt::Display) -> QueryError {
+        QueryError::Object {
+            object: self.object.clone(),
+            reason: format!("its Parquet data does not decode: {e}"),
+        }
+    }
+
+    pub(crate) fn shape(&self) -> &Shape {
+        &self.shape
+    }
+}
+
+fn flip(op: BinOp) -> BinOp {
+    match op {
+        BinOp::Lt => BinOp::Gt,
+        BinOp::Le => BinOp::Ge,
+        BinOp::Gt => BinOp::Lt,
+        BinOp::Ge => BinOp::Le,
+        other => other,
+    }
+}
+
+fn conjuncts(e: &Expr) -> Vec<&Expr> {
+    match e {
+        Expr::Binary(BinOp::And, l, r) => {
+            let mut out = conjuncts(l);
+            out.extend(conjuncts(r));
+            out
+        }
+        other => vec![other],
+    }
+}
+
+/// The bytes of a file a run holds: the column chunks it reads, nothing
+/// else. A read outside them is an error, not zeros.
+struct SparseFile {
+    object: String,
+    ranges: Vec<(u64, Bytes)>,
+    len: u64,
+}
+
+impl SparseFile {
+    fn new(object: &str, mut ranges: Vec<(u64, Bytes)>, len: u64) -> Result<SparseFile> {
+        ranges.sort_by_key(|(at, _)| *at);
+        Ok(SparseFile {
+            object: object.to_string(),
+            ranges,
+            len,
+        })
+    }
+
+    fn find(&self, start: u64, len: u64) -> parquet::errors::Result<Bytes> {
+        let i = self.ranges.partition_point(|(at, _)| *at <= start);
+        let found = i.checked_sub(1).and_then(|i| self.ranges.get(i));
+        match found {
+            Some((at, bytes)) if start + len <= at + bytes.len() as u64 => {
+                let from = (start - at) as usize;
+                Ok(bytes.slice(from..from + len as usize))
+            }
+            _ => Err(parquet::errors::ParquetError::General(format!(
+                "{}: bytes {start}..+{len} were not fetched for this run",
+                self.object
+            ))),
+        }
+    }
+}
+
+impl parquet::file::reader::Length for SparseFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl parquet::file::reader::ChunkReader for SparseFile {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        use bytes::Buf;
+        let i = self.ranges.partition_point(|(at, _)| *at <= start);
+        let Some((at, bytes)) = i.checked_sub(1).and_then(|i| self.ranges.get(i)) else {
+            return Err(parquet::errors::ParquetError::General(format!(
+                "{}: byte {start} was not fetched for this run",
+                self.object
+            )));
+        };
+        let from = (start - at) as usize;
+        if from > bytes.len() {
+            return Err(parquet::errors::ParquetError::General(format!(
+                "{}: byte {start} was not fetched for this run",
+                self.object
+            )));
+        }
+        Ok(bytes.slice(from..).reader())
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        self.find(start, length as u64)
+    }
+}
+
+/// A query in the form that runs: what the nodes compute and what the
+/// entry node does with it.
+#[derive(Debug, Clone)]
+pub(crate) struct Shape {
+    /// Columns read from the file.
+    pub columns: Vec<String>,
+    pub filter: Option<Expr>,
+    pub kind: Kind,
+    /// Output items over the final batch, with their names.
+    pub items: Vec<(Expr, String)>,
+    pub having: Option<Expr>,
+    pub order: Vec<(Expr, Order)>,
+    pub limit: Option<u64>,
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// GROUP BY or aggregates: the nodes send groups' states.
+    Aggregate {
+        keys: Vec<Expr>,
+        key_types: Vec<DataType>,
+        aggs: Vec<(AggFunc, Option<Expr>, Option<DataType>)>,
+    },
+    /// Rows: the nodes send the rows' columns (`#iN` items, `#oN` hidden
+    /// order keys).
+    Rows { columns: Vec<Expr> },
+}
+
+fn unknown_column(name: &str, object: &str, schema: &Schema) -> QueryError {
+    QueryError::NoSuchColumn {
+        name: name.to_string(),
+        object: object.to_string(),
+        available: schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+impl Shape {
+    fn compile(select: &Select, schema: &SchemaRef, object: &str) -> Result<Shape> {
+        let mut items = Vec::new();
+        for (e, name) in &select.items {
+            if *e == Expr::Column(WILDCARD.into()) {
+                for f in schema.fields() {
+                    items.push((Expr::Column(f.name().clone()), f.name().clone()));
+                }
+            } else {
+                items.push((e.clone(), name.clone()));
+            }
+        }
+        let mut columns = Vec::new();
+        let all = items
+            .iter()
+            .map(|(e, _)| e)
+            .chain(&select.filter)
+            .chain(&select.group_by)
+            .chain(&select.having)
+            .chain(select.order_by.iter().map(|(e, _)| e));
+        for e in all {
+            e.columns(&mut columns);
+        }
+        // An ORDER BY or HAVING name that is an output alias is not a
+        // file column.
+        columns.retain(|c| schema.index_of(c).is_ok() || !items.iter().any(|(_, n)| n == c));
+        if let Some(c) = columns.iter().find(|c| schema.index_of(c).is_err()) {
+            return Err(unknown_column(c, object, schema));
+        }
+        let empty = RecordBatch::new_empty(schema.clone());
+        let aggregate = !select.group_by.is_empty()
+            || items.iter().any(|(e, _)| e.has_agg())
+            || select.having.as_ref().is_some_and(Expr::has_agg)
+            || select.order_by.iter().any(|(e, _)| e.has_agg());
+        if let Some(f) = &select.filter {
+            f.eval_predicate(&empty)?;
+        }
+        let base = Shape {
+            columns,
+            filter: select.filter.clone(),
+            kind: Kind::Rows {
+                columns: Vec::new(),
+            },
+            items: Vec::new(),
+            having: None,
+            order: Vec::new(),
+            limit: select.limit,
+            offset: select.offset,
+        };
+        if aggregate {
+            Shape::aggregate(base, select, items, &empty)
+        } else {
+            Shape::rows(base, select, items, &empty)
+        }
+    }
+
+    fn aggregate(
+        mut base: Shape,
+        select: &Select,
+        items: Vec<(Expr, String)>,
+        empty: &RecordBatch,
+    ) -> Result<Shape> {
+        let keys = select.group_by.clone();
+        let key_types = keys
+            .iter()
+            .map(|k| Ok(canonical(k.eval_array(empty)?.data_type())))
+            .collect::<Result<Vec<_>>>()?;
+        let mut aggs: Vec<(AggFunc, Option<Expr>, Option<DataType>)> = Vec::new();
+        let mut found: Vec<Expr> = Vec::new();
+        let sources = items
+            .iter()
+            .map(|(e, _)| e)
+            .chain(&select.having)
+            .chain(select.order_by.iter().map(|(e, _)| e));
+        for e in sources {
+            e.visit(&mut |x| {
+                if matches!(x, Expr::Agg(..)) && !found.contains(x) {
+                    found.push(x.clone());
+                }
+            });
+        }
+        for a in &found {
+            let Expr::Agg(func, arg) = a else { continue };
+            let t = match arg {
+                Some(e) => Some(arg_type(e.eval_array(empty)?.data_type())),
+                None => None,
+            };
+            accumulator(*func, t.as_ref())?;
+            aggs.push((*func, arg.as_deref().cloned(), t));
+        }
+        let post = |e: &Expr, what: &str| -> Result<Expr> {
+            let out = e.rewrite(&mut |x| {
+                if let Some(i) = keys.iter().position(|k| k == x) {
+                    return Some(Expr::Column(format!("#k{i}")));
+                }
+                found
+                    .iter()
+                    .position(|a| a == x)
+                    .map(|j| Expr::Column(format!("#a{j}")))
+            });
+            let mut left = Vec::new();
+            out.columns(&mut left);
+            if let Some(c) = left.iter().find(|c| !c.starts_with('#')) {
+                return Err(QueryError::Invalid(format!(
+                    "{what}: column {c:?} must be in GROUP BY or inside an aggregate"
+                )));
+            }
+            Ok(out)
+        };
+        base.items = items
+            .iter()
+            .map(|(e, n)| Ok((post(e, n)?, n.clone())))
+            .collect::<Result<_>>()?;
+        base.having = select.having.as_ref().map(|h| post(h, "HAVING")).transpose()?;
+        base.order = select
+            .order_by
+            .iter()
+            .map(|(e, o)| Ok((post(e, "ORDER BY")?, *o)))
+            .collect::<Result<_>>()?;
+        base.kind = Kind::Aggregate {
+            keys,
+            key_types,
+            aggs,
+        };
+        Ok(base)
+    }
+
+    fn rows(
+        mut base: Shape,
+        select: &Select,
+        items: Vec<(Expr, String)>,
+        empty: &RecordBatch,
+    ) -> Result<Shape> {
+        if select.having.is_some() {
+            return Err(QueryError::Invalid(
+                "HAVING without GROUP BY or an aggregate".into(),
+            ));
+        }
+        let mut columns = Vec::new();
+        for (i, (e, _)) in items.iter().enumerate() {
+            e.eval(empty)?;
+            columns.push(e.clone());
+            base.items.push((Expr::Column(format!("#i{i}")), items[i].1.clone()));
+        }
+        for (e, o) in &select.order_by {
+            let at = match columns.iter().position(|c| c == e) {
+                Some(i) => i,
+                None => {
+                    e.eval(empty)?;
+                    columns.push(e.clone());
+                    columns.len() - 1
+                }
+            };
+            base.order.push((Expr::Column(format!("#i{at}")), *o));
+        }
+        base.kind = Kind::Rows { columns };
+        Ok(base)
+    }
+
+    /// A node's state before any row.
+    fn start(&self, schema: &SchemaRef) -> Result<Fold> {
+        Ok(match &self.kind {
+            Kind::Aggregate {
+                key_types, aggs, ..
+            } => Fold::Groups {
+                groups: Groups::new(key_types)?,
+                accs: aggs
+                    .iter()
+                    .map(|(f, _, t)| accumulator(*f, t.as_ref()))
+                    .collect::<Result<_>>()?,
+            },
+            // The first batch has no rows: it gives the partial its
+            // schema when no row passes.
+            Kind::Rows { columns } => Fold::Rows {
+                batches: vec![rows_batch(columns, &RecordBatch::new_empty(schema.clone()))?],
+                rows: 0,
+                bytes: 0,
+            },
+        })
+    }
+}
+
+/// What a node folds rows into.
+enum Fold {
+    Groups {
+        groups: Groups,
+        accs: Vec<Box<dyn Accumulator>>,
+    },
+    Rows {
+        batches: Vec<RecordBatch>,
+        rows: u64,
+        bytes: usize,
+    },
+}
+
+impl Fold {
+    fn fold(&mut self, shape: &Shape, batch: &RecordBatch) -> Result<()> {
+        match (self, &shape.kind) {
+            (
+                Fold::Groups { groups, accs },
+                Kind::Aggregate {
+                    keys,
+                    key_types,
+                    aggs,
+                },
+            ) => {
+                let keys = keys
+                    .iter()
+                    .zip(key_types)
+                    .map(|(k, t)| cast(&k.eval_array(batch)?, t))
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                let ids = groups.assign(&keys, batch.num_rows())?;
+                for (acc, (_, arg, t)) in accs.iter_mut().zip(aggs) {
+                    let arg = match (arg, t) {
+                        (Some(e), Some(t)) => Some(cast(&e.eval_array(batch)?, t)?),
+                        _ => None,
+                    };
+                    acc.update(&ids, groups.len(), arg.as_ref())?;
+                }
+                Ok(())
+            }
+            (
+                Fold::Rows {
+                    batches,
+                    rows,
+                    bytes,
+                },
+                Kind::Rows { columns },
+            ) => {
+                let out = rows_batch(columns, batch)?;
+                *rows += out.num_rows() as u64;
+                *bytes += out.get_array_memory_size();
+                batches.push(out);
+                Ok(())
+            }
+            _ => Err(QueryError::Invalid("a plan and its state disagree".into())),
+        }
+    }
+
+    fn held_bytes(&self) -> usize {
+        match self {
+            Fold::Groups { groups, accs } => {
+                groups.held_bytes() + accs.iter().map(|a| a.held_bytes()).sum::<usize>()
+            }
+            Fold::Rows { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Whether no more rows can change the answer (a LIMIT with no ORDER
+    /// BY is met).
+    fn full(&self, shape: &Shape) -> bool {
+        match (self, shape.limit) {
+            (Fold::Rows { rows, .. }, Some(limit)) if shape.order.is_empty() => {
+                *rows >= limit.saturating_add(shape.offset)
+            }
+            _ => false,
+        }
+    }
+
+    fn partial(self, shape: &Shape) -> Result<RecordBatch> {
+        match self {
+            Fold::Groups { groups, mut accs } => {
+                let mut fields = Vec::new();
+                let mut columns = groups.key_columns()?;
+                for (i, c) in columns.iter().enumerate() {
+                    fields.push(Field::new(format!("#k{i}"), c.data_type().clone(), true));
+                }
+                for (j, acc) in accs.iter_mut().enumerate() {
+                    acc.resize(groups.len());
+                    for (m, s) in acc.state()?.into_iter().enumerate() {
+                        fields.push(Field::new(format!("#s{j}_{m}"), s.data_type().clone(), true));
+                        columns.push(s);
+                    }
+                }
+                batch(fields, columns, groups.len())
+            }
+            Fold::Rows { batches, .. } => {
+                let schema = batches
+                    .first()
+                    .map(RecordBatch::schema)
+                    .ok_or_else(|| QueryError::Invalid("rows with no schema".into()))?;
+                let all = arrow::compute::concat_batches(&schema, &batches)
+                    .map_err(|e| QueryError::compute("rows", e))?;
+                // A node keeps only the rows that can be in the answer.
+                let keep = shape.limit.map(|l| l.saturating_add(shape.offset));
+                crate::merge::sort_and_cut(&all, &shape.order, 0, keep)
+            }
+        }
+    }
+}
+
+fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>, rows: usize) -> Result<RecordBatch> {
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+    RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options)
+        .map_err(|e| QueryError::compute("a partial result", e))
+}
+
+fn rows_batch(columns: &[Expr], batch: &RecordBatch) -> Result<RecordBatch> {
+    let mut fields = Vec::new();
+    let mut arrays = Vec::new();
+    for (i, e) in columns.iter().enumerate() {
+        let a = e.eval_array(batch)?;
+        let a = cast(&a, &canonical(a.data_type()))?;
+        fields.push(Field::new(format!("#i{i}"), a.data_type().clone(), true));
+        arrays.push(a);
+    }
+    self::batch(fields, arrays, batch.num_rows())
+}
