@@ -90,6 +90,10 @@ pub enum Command {
     Wc(crate::compute_cmd::WcArgs),
     /// Run any kernel near the data and print its result as JSON.
     Run(crate::compute_cmd::RunArgs),
+    /// Run SQL over Parquet objects where their pages live: filters and
+    /// partial aggregates at the nodes, only the answer to the client
+    /// (the SQL subset: docs/query.md).
+    Query(crate::query_cmd::QueryArgs),
     /// List the commands of the entry node and their status.
     Jobs {
         /// How to find the cluster.

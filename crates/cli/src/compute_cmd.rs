@@ -350,7 +350,7 @@ fn limits(options: &CommandOptions) -> Result<Limits> {
     })
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -358,7 +358,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-async fn compute(cluster: &ClusterArg) -> Result<Compute> {
+pub(crate) async fn compute(cluster: &ClusterArg) -> Result<Compute> {
     let path = ClusterFile::locate(cluster.cluster.as_deref());
     let file = ClusterFile::load(&path)?;
     let client = Client::connect_cluster(&file).await?;
@@ -367,7 +367,7 @@ async fn compute(cluster: &ClusterArg) -> Result<Compute> {
 
 /// Submits a command, shows its progress on a terminal, and returns its
 /// result and the bytes that reached the client.
-async fn run_command(
+pub(crate) async fn run_command(
     compute: &Compute,
     job: Job,
     targets: Vec<Target>,
@@ -413,6 +413,7 @@ fn scan_outputs(result: &CommandResult) -> Result<&[TargetOutput]> {
     match &result.outcome {
         Outcome::Scan(t) => Ok(t),
         Outcome::Rmw { .. } => bail!("the command answered a read-modify-write batch, not a scan"),
+        Outcome::Query(_) => bail!("the command answered a query, not a scan"),
     }
 }
 

@@ -21,6 +21,7 @@ mod dates;
 mod demo;
 mod mount_cmd;
 mod objects_cmd;
+mod query_cmd;
 mod volume_cmd;
 
 pub use allocator::tune_allocator;
@@ -60,6 +61,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Grep(args) => compute_cmd::grep(&args),
         Command::Wc(args) => compute_cmd::wc(&args),
         Command::Run(args) => compute_cmd::run(&args),
+        Command::Query(args) => query_cmd::query(&args),
         Command::Jobs { cluster, json } => compute_cmd::jobs(&cluster, json),
         Command::Cancel { cluster, ids } => compute_cmd::cancel(&cluster, &ids),
         Command::Bench { command } => quarry_bench::run(&command),

@@ -44,6 +44,6 @@ pub use grep_options::{GrepOptions, GrepOptionsError};
 pub use grep_output::{format_grep, GrepFormat, GrepPrint, GrepPrinter, ListFiles};
 pub use job::{parse_job, parse_target, JobParseError};
 pub use objects_json::{buckets_json, usage_json};
-pub use result_json::{result_json, state_text, status_json};
+pub use result_json::{query_stats_json, result_json, state_text, status_json};
 pub use size::{human_bytes, parse_size, SizeError};
 pub use wc_output::{format_wc, is_utf8_codeset, wc_locale};

@@ -3,7 +3,7 @@
 //! the Python package returns it as dicts and lists.
 
 use quarry_kernels_api::{
-    CommandResult, CommandState, CommandStatus, Outcome, Output, TargetOutput,
+    CommandResult, CommandState, CommandStatus, Outcome, Output, QueryOutcome, TargetOutput,
 };
 use serde_json::{json, Value};
 
@@ -12,6 +12,7 @@ pub fn result_json(result: &CommandResult, sent_to_client_bytes: u64) -> Value {
     let outcome = match &result.outcome {
         Outcome::Scan(targets) => Value::Array(targets.iter().map(target_json).collect()),
         Outcome::Rmw { values } => json!({ "rmw_values": values }),
+        Outcome::Query(q) => query_stats_json(q, sent_to_client_bytes),
     };
     let scanned = result.bytes_scanned;
     json!({
@@ -20,6 +21,20 @@ pub fn result_json(result: &CommandResult, sent_to_client_bytes: u64) -> Value {
         "bytes_from_nodes": result.bytes_from_nodes,
         "bytes_sent_to_client": sent_to_client_bytes,
         "scanned_per_sent": if sent_to_client_bytes > 0 { scanned as f64 / sent_to_client_bytes as f64 } else { 0.0 },
+    })
+}
+
+/// What a query read and moved (`quarry query --json` prints it on
+/// standard error; Python's `client.query(sql, stats=True)` returns it).
+pub fn query_stats_json(q: &QueryOutcome, sent_to_client_bytes: u64) -> Value {
+    json!({
+        "rows": q.rows,
+        "objects": q.objects,
+        "row_groups": q.row_groups,
+        "row_groups_read": q.row_groups_read,
+        "bytes_from_devices": q.bytes_from_devices,
+        "bytes_between_nodes": q.bytes_between_nodes,
+        "bytes_to_client": sent_to_client_bytes,
     })
 }
 

@@ -18,6 +18,17 @@ pub enum Job {
     /// A batch of read-modify-write operations on a block volume (Minerva's
     /// RMW): each adds a delta to a little-endian u64, atomically.
     Rmw(RmwBatch),
+    /// A SQL query over Parquet objects (the objects are named by its FROM,
+    /// not by targets): filters and partial aggregates run where the pages
+    /// live, the entry node merges.
+    Query(QuerySpec),
+}
+
+/// A SQL query (the subset docs/query.md lists).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuerySpec {
+    /// The SQL text.
+    pub sql: String,
 }
 
 impl Job {
@@ -29,6 +40,7 @@ impl Job {
             Job::Scan(KernelSpec::Wc(_)) => "wc",
             Job::Scan(KernelSpec::Checksum) => "checksum",
             Job::Rmw(_) => "rmw",
+            Job::Query(_) => "query",
         }
     }
 }
@@ -210,6 +222,30 @@ pub enum Outcome {
         /// The new values.
         values: Vec<u64>,
     },
+    /// Of a query: its answer and what it moved.
+    Query(QueryOutcome),
+}
+
+/// A query's answer and the bytes it moved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryOutcome {
+    /// The answer as an Arrow IPC stream.
+    pub arrow_ipc: Vec<u8>,
+    /// Rows in the answer.
+    pub rows: u64,
+    /// Objects the FROM named.
+    pub objects: u64,
+    /// Row groups in those objects.
+    pub row_groups: u64,
+    /// Row groups read (the others ruled out by footer statistics).
+    pub row_groups_read: u64,
+    /// Bytes read from the nodes' devices (footers and the chunks holding
+    /// the columns read).
+    pub bytes_from_devices: u64,
+    /// Bytes that crossed the fabric between nodes: chunks fetched by the
+    /// node evaluating a row group from the nodes holding them, the runs
+    /// sent to the nodes, and their partial results.
+    pub bytes_between_nodes: u64,
 }
 
 /// One target's answer.

@@ -37,8 +37,8 @@ mod spec;
 mod wire;
 
 pub use job::{
-    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, RmwBatch, RmwOp,
-    Target, TargetOutput,
+    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, QueryOutcome,
+    QuerySpec, RmwBatch, RmwOp, Target, TargetOutput,
 };
 pub use lines::{BadBlock, LineBlock, LineRun};
 pub use output::{Assembler, ChecksumOutput, GrepOutput, MatchLine, Output, OutputPiece, WcOutput};
@@ -47,6 +47,7 @@ pub use spec::{
 };
 pub use wire::{
     decode, encode, ComputeAnswer, ComputeCall, Failure, FailureKind, Malformed, PeerOnly,
+    QueryChunk, QueryPart, QueryRun, MAX_QUERY_RUN_CHUNKS, MAX_QUERY_RUN_ROW_GROUPS,
     MAX_AWAIT_MS, MAX_OUTPUT_SLICE_BYTES, MAX_OUTPUT_WAIT_MS, MAX_RESOLVED_TARGETS,
     MAX_RESULT_SLICE_BYTES, MAX_RMW_OPS, MAX_SEGMENTS_PER_RUN, MAX_TARGETS,
 };

@@ -98,6 +98,59 @@ pub enum ComputeCall<L = PeerOnly> {
         /// At most this many bytes (at most [`MAX_OUTPUT_SLICE_BYTES`]).
         max_bytes: u32,
     },
+    /// Evaluate a query over row groups of one object (sent by an entry
+    /// node to the node it chose for them).
+    RunQuery(QueryRun),
+}
+
+/// Most row groups one query run covers.
+pub const MAX_QUERY_RUN_ROW_GROUPS: usize = 4096;
+
+/// Most chunks one query run fetches.
+pub const MAX_QUERY_RUN_CHUNKS: usize = 1 << 16;
+
+/// A query over row groups of one Parquet object, at the node chosen to
+/// evaluate them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryRun {
+    /// The SQL (each node parses and binds it itself).
+    pub sql: String,
+    /// The object, `bucket/key` (named in errors).
+    pub object: String,
+    /// The file's tail: metadata, its length, `PAR1`.
+    pub footer: Vec<u8>,
+    /// The file's size.
+    pub file_len: u64,
+    /// The row groups to evaluate.
+    pub row_groups: Vec<u32>,
+    /// The chunks holding their column chunks.
+    pub chunks: Vec<QueryChunk>,
+    /// Memory the run's groups or rows may hold.
+    pub memory_bytes: u64,
+}
+
+/// A chunk of the object a query run reads.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryChunk {
+    /// Where its first byte is in the file.
+    pub file_offset: u64,
+    /// Its fingerprint.
+    pub fingerprint: [u8; 32],
+    /// Its length.
+    pub len: u32,
+    /// The node that holds it.
+    pub holder: NodeId,
+}
+
+/// A query run's partial result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueryPart {
+    /// The partial result (Arrow IPC), for the entry node's merger.
+    pub arrow_ipc: Vec<u8>,
+    /// Bytes of chunks read from devices.
+    pub bytes_from_devices: u64,
+    /// Bytes of chunks fetched from other nodes.
+    pub bytes_fetched: u64,
 }
 
 /// A node-to-node message in a client's view of the compute service: no
@@ -139,6 +192,8 @@ pub enum ComputeAnswer<A = PeerOnly> {
         /// The last piece of the output is here: nothing follows.
         end: bool,
     },
+    /// A query run's partial result.
+    QueryPart(QueryPart),
 }
 
 /// A failed call, as it crosses the wire.

@@ -19,8 +19,8 @@ use tokio::sync::{watch, Notify, Semaphore};
 
 use crate::engine_error::ComputeError;
 use crate::job::{
-    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, RmwBatch, Target,
-    TargetOutput,
+    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, QuerySpec,
+    RmwBatch, Target, TargetOutput,
 };
 use crate::local::{run_local, LocalData};
 use crate::merge::Merger;
@@ -53,7 +53,7 @@ pub const MAX_KEPT_RESULT_BYTES: u64 = 1 << 30;
 /// resolve into: bounds the entry node's memory for the plan.
 pub const MAX_SEGMENTS_PER_COMMAND: usize = 4 << 20;
 
-struct Command {
+pub(crate) struct Command {
     id: CommandId,
     kernel: &'static str,
     submitted: Instant,
@@ -74,6 +74,18 @@ struct Command {
 }
 
 impl Command {
+    pub(crate) fn add_bytes_total(&self, bytes: u64) {
+        self.bytes_total.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_bytes_done(&self, bytes: u64) {
+        self.bytes_done.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) async fn push_output(&self, piece: OutputPiece) {
+        self.output.push(piece).await;
+    }
+
     /// Bytes the command keeps for its client now.
     fn kept_bytes(&self) -> u64 {
         self.result.get().map_or(0, |r| r.len() as u64) + self.output.held_bytes()
@@ -218,7 +230,7 @@ impl<P: Peers> Engine<P> {
         // A local run's parts may be megabytes of lines: encoded off the
         // node's reactor, so its links and other requests keep moving.
         let encoded = match answer {
-            ComputeAnswer::Local(_) => tokio::task::spawn_blocking(move || encode(&answer))
+            ComputeAnswer::Local(_) | ComputeAnswer::QueryPart(_) => tokio::task::spawn_blocking(move || encode(&answer))
                 .await
                 .unwrap_or_else(|e| {
                     let e = ComputeError::Storage {
@@ -322,6 +334,7 @@ impl<P: Peers> Engine<P> {
             ComputeCall::RunLocal(run) => Ok(ComputeAnswer::Local(
                 run_local(&self.local, &self.tuner, run).await?,
             )),
+            ComputeCall::RunQuery(run) => Ok(ComputeAnswer::QueryPart(self.run_query(run).await?)),
         }
     }
 
@@ -520,6 +533,10 @@ impl<P: Peers> Engine<P> {
                 self.scan(command, &spec, kernel, resolved, &limits, deadline)
                     .await
             }
+            Prepared::Query(spec) => {
+                self.query(command, &spec, &limits, &members, deadline)
+                    .await
+            }
             Prepared::Rmw(batch) => {
                 let volumes = BlockVolumes::new(Arc::new(VolumesVia(self.peers.clone())), members);
                 let volume = volumes
@@ -695,7 +712,15 @@ impl<P: Peers> Engine<P> {
         LinearSpace::new(geometries).map_err(|e| ComputeError::Target(format!("{target}: {e}")))
     }
 
-    fn objects<'a>(
+    pub(crate) fn local_node(&self) -> NodeId {
+        self.local.node
+    }
+
+    pub(crate) fn peers(&self) -> &Arc<P> {
+        &self.peers
+    }
+
+    pub(crate) fn objects<'a>(
         &self,
         slot: &'a mut Option<ObjectStore<RemoteNode<StoreVia<P>>>>,
         members: &[NodeId],
@@ -1123,6 +1148,7 @@ fn names(bucket: &str, key: &str) -> Result<(BucketName, ObjectKey), ComputeErro
 enum Prepared {
     Scan(KernelSpec, Arc<dyn ScanKernel>),
     Rmw(RmwBatch),
+    Query(QuerySpec),
 }
 
 /// Checks a submission and prepares its job.
@@ -1175,6 +1201,17 @@ fn prepare(job: Job, targets: &[Target], limits: &Limits) -> Result<Prepared, Co
                 ));
             }
             Ok(Prepared::Rmw(batch))
+        }
+        Job::Query(spec) => {
+            if !targets.is_empty() {
+                return Err(ComputeError::BadRequest(
+                    "a query names its objects in its FROM, not as targets".into(),
+                ));
+            }
+            // A query that does not parse fails at submission.
+            quarry_query::Query::parse(&spec.sql)
+                .map_err(|e| ComputeError::BadRequest(e.to_string()))?;
+            Ok(Prepared::Query(spec))
         }
     }
 }

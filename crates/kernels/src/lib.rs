@@ -31,6 +31,7 @@ mod output_queue;
 mod peer_wire;
 mod peers;
 mod plan;
+mod query;
 mod scan;
 mod tuner;
 
@@ -61,8 +62,8 @@ pub use engine::{
 pub use engine_error::ComputeError;
 pub use error::KernelError;
 pub use job::{
-    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, RmwBatch, RmwOp,
-    Target, TargetOutput,
+    CommandId, CommandResult, CommandState, CommandStatus, Job, Limits, Outcome, QueryOutcome,
+    QuerySpec, RmwBatch, RmwOp, Target, TargetOutput,
 };
 pub use local::{LocalData, ManagedData, MAX_RUN_BYTES};
 pub use output::{
@@ -71,6 +72,7 @@ pub use output::{
 };
 pub use peers::Peers;
 pub use plan::{RUNS_IN_FLIGHT, RUN_BYTES};
+pub use query::MAX_QUERY_RUN_BYTES;
 pub use scan::{compile, Part, ScanKernel};
 pub use spec::{
     GrepSpec, GrepSyntax, KernelSpec, WcLocale, WcSpec, MAX_CONTEXT_LINES, MAX_PATTERN_BYTES,

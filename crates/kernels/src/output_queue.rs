@@ -56,6 +56,7 @@ pub(crate) fn piece_bytes(piece: &OutputPiece) -> u64 {
         OutputPiece::End { .. } => 32,
         OutputPiece::Whole(r) => match &r.outcome {
             crate::job::Outcome::Rmw { values } => 32 + 8 * values.len() as u64,
+            crate::job::Outcome::Query(q) => 64 + q.arrow_ipc.len() as u64,
             crate::job::Outcome::Scan(t) => 32 + 64 * t.len() as u64,
         },
     }

@@ -495,6 +495,41 @@ impl Client {
         to_python(py, &value)
     }
 
+    /// Runs SQL over Parquet objects where their pages live (`quarry
+    /// query`): filters and partial aggregates at the nodes, only the
+    /// answer crosses to the client, as a `pyarrow.Table`. With
+    /// `stats=True`, also what the query read and moved: a dict of
+    /// `rows`, `objects`, `row_groups`, `row_groups_read`,
+    /// `bytes_from_devices`, `bytes_between_nodes` and `bytes_to_client`.
+    ///
+    /// >>> t = client.query("SELECT carrier, count(*) AS n FROM 'flights/2013/*.parquet' GROUP BY carrier")
+    /// >>> t.to_pandas().shape[1]
+    /// 2
+    #[pyo3(signature = (sql, stats=false, time_limit_ms=None, memory_limit_bytes=None, result_limit_bytes=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn query(
+        &self,
+        py: Python<'_>,
+        sql: &str,
+        stats: bool,
+        time_limit_ms: Option<u64>,
+        memory_limit_bytes: Option<u64>,
+        result_limit_bytes: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let limits = compute::limits(time_limit_ms, memory_limit_bytes, result_limit_bytes);
+        let c = &self.compute;
+        let (ipc, moved) = wait(py, compute::query(c, sql.to_string(), limits))?;
+        let stream = py
+            .import("pyarrow.ipc")?
+            .call_method1("open_stream", (PyBytes::new(py, &ipc),))?;
+        let table = stream.call_method0("read_all")?.unbind();
+        if !stats {
+            return Ok(table);
+        }
+        let moved = to_python(py, &moved)?;
+        Ok(PyTuple::new(py, [table, moved])?.into_any().unbind())
+    }
+
     /// Runs any kernel near the data and returns its result as
     /// `quarry run` prints it: `kernel` and `args` as on its command line
     /// (the kernel's arguments, then the targets).

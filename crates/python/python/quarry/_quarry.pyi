@@ -234,6 +234,22 @@ class Client:
         2
         """
 
+    def query(
+        self,
+        sql: str,
+        stats: bool = False,
+        time_limit_ms: Optional[int] = None,
+        memory_limit_bytes: Optional[int] = None,
+        result_limit_bytes: Optional[int] = None,
+    ) -> Any:
+        """Runs SQL over Parquet objects where their pages live; a
+        ``pyarrow.Table`` (with ``stats=True``: the table and a dict of what
+        the query read and moved).
+
+        >>> t = client.query("SELECT carrier, count(*) AS n FROM 'flights/2013/*.parquet' GROUP BY carrier")
+        >>> t.to_pandas().shape[1]
+        2
+        """
     def run(
         self,
         kernel: str,
