@@ -469,6 +469,29 @@ def assert_same_rows(got, want, ordered: bool, sql: str) -> None:
 # The set.
 
 
+def test_the_comparison_tells_different_rows_apart():
+    # The comparison every query relies on must itself fail where it should.
+    day = datetime.date(2013, 6, 1)
+    want = [("JFK", Decimal("1.50"), 2.0, day, None), ("LGA", Decimal("3"), 0.5, day, 7)]
+    same = [("JFK", Decimal("1.5"), 2.0 * (1 + 1e-12), day, None), ("LGA", 3, 0.5, day, 7)]
+    assert_same_rows(same, want, True, "same")
+    assert_same_rows(list(reversed(same)), want, False, "same as a multiset")
+    different = [
+        list(reversed(same)),  # order, where it is fixed
+        [same[0]],  # a row missing
+        [("JFK", Decimal("1.51"), 2.0, day, None), same[1]],  # an exact decimal off by a cent
+        [("JFK", Decimal("1.50"), 2.0 * (1 + 1e-6), day, None), same[1]],  # a float off
+        [("JFK", Decimal("1.50"), 2.0, day, 0), same[1]],  # 0 for NULL
+        [("JFK", Decimal("1.50"), 2.0, "2013-06-01", None), same[1]],  # a string for a date
+        [("JFK ", Decimal("1.50"), 2.0, day, None), same[1]],  # a string changed
+    ]
+    for rows in different:
+        with pytest.raises(AssertionError):
+            assert_same_rows(rows, want, True, "different")
+    with pytest.raises(AssertionError):
+        assert_same_rows([], [], False, "nothing to compare")
+
+
 def test_the_set_is_large_enough_over_both_data_sets():
     assert len(TPCH_QUERIES) >= 15 and len(FLIGHTS_QUERIES) >= 15 and len(QUERIES) >= 36
 
