@@ -88,7 +88,7 @@ TPCH_QUERIES = [
     ),
     case(
         "tpch-like-comment",
-        f"""SELECT count(*) AS n, min(l_orderkey) AS first, max(l_orderkey) AS last,
+        f"""SELECT count(*) AS n, min(l_orderkey) AS first_key, max(l_orderkey) AS last_key,
         sum(l_quantity) AS qty FROM {LINEITEM} WHERE l_comment LIKE '%furious%'""",
     ),
     case(
@@ -158,7 +158,7 @@ TPCH_QUERIES = [
     case(
         "tpch-orders-having-sum",
         f"""SELECT o_orderstatus, count(*) AS n, sum(o_totalprice) AS total,
-        avg(o_totalprice) AS mean, min(o_orderdate) AS first, max(o_orderdate) AS last
+        avg(o_totalprice) AS mean, min(o_orderdate) AS first_day, max(o_orderdate) AS last_day
         FROM {ORDERS} GROUP BY o_orderstatus HAVING sum(o_totalprice) > 100000000.00 ORDER BY 1""",
         ordered=True,
     ),
@@ -182,7 +182,7 @@ TPCH_QUERIES = [
     ),
     case(
         "tpch-orders-casts",
-        f"""SELECT o_orderkey, CAST(o_orderdate AS VARCHAR) AS day, CAST(o_totalprice AS DOUBLE) AS price,
+        f"""SELECT o_orderkey, CAST(o_orderdate AS VARCHAR) AS order_day, CAST(o_totalprice AS DOUBLE) AS price,
         CAST(o_custkey AS DECIMAL(12,2)) AS customer, CAST(o_shippriority AS BIGINT) AS priority,
         CAST(o_orderkey AS VARCHAR) AS key_text
         FROM {ORDERS} WHERE o_orderkey <= 100 ORDER BY o_orderkey""",
@@ -244,7 +244,7 @@ FLIGHTS_QUERIES = [
     ),
     case(
         "flights-date-plus-minus-interval",
-        f"""SELECT origin, count(*) AS n, min(flight_date) AS first, max(flight_date) AS last
+        f"""SELECT origin, count(*) AS n, min(flight_date) AS first_day, max(flight_date) AS last_day
         FROM {FLIGHTS} WHERE flight_date >= DATE '2013-07-04' - INTERVAL '3' DAY
         AND flight_date < DATE '2013-07-04' + INTERVAL '4' DAY GROUP BY origin""",
     ),
@@ -256,7 +256,7 @@ FLIGHTS_QUERIES = [
     ),
     case(
         "flights-glob-question-mark",
-        """SELECT month, sum(distance) AS miles, max(flight_date) AS last, count(*) AS n
+        """SELECT month, sum(distance) AS miles, max(flight_date) AS last_day, count(*) AS n
         FROM 'flights/2013/0?.parquet' GROUP BY month""",
     ),
     case(
@@ -515,10 +515,10 @@ def test_the_issue_example_has_no_ties(query_data_dir, duck):
 
 
 def test_columns_are_named_by_their_aliases_and_names(client, query_buckets, duck):
-    sql = f"""SELECT carrier, count(*) AS n, avg(dep_delay) AS mean_delay, min(flight_date) AS first
+    sql = f"""SELECT carrier, count(*) AS n, avg(dep_delay) AS mean_delay, min(flight_date) AS first_day
     FROM {FLIGHTS} WHERE origin = 'EWR' GROUP BY carrier"""
     names, _ = duckdb_result(duck, sql, query_buckets)
-    assert client.query(sql).column_names == names == ["carrier", "n", "mean_delay", "first"]
+    assert client.query(sql).column_names == names == ["carrier", "n", "mean_delay", "first_day"]
 
 
 def test_to_pandas_gives_the_rows(client, query_buckets, duck):
