@@ -374,11 +374,15 @@ def query_data_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def query_buckets(client, query_data_dir) -> Path:
     """Buckets `tpch` and `flights` (parquet chunking) holding every file
-    built, under its path below the data directory."""
+    built, under its path below the data directory. Each is stored page by
+    page (no column chunk shares a chunk with another, and the footer is one
+    of its own), so its rows lie in many chunks spread over the nodes."""
     for bucket in sorted({bucket for bucket, _, _ in query_data.objects(query_data_dir)}):
         client.make_bucket(bucket, chunking="parquet")
     for bucket, key, path in query_data.objects(query_data_dir):
-        client.put(bucket, key, str(path))
+        info = client.put(bucket, key, str(path))
+        footer = pq.ParquetFile(path).metadata
+        assert info.chunk_count > footer.num_row_groups * footer.num_columns, (key, info)
     return query_data_dir
 
 
