@@ -334,7 +334,15 @@ impl<P: Peers> Engine<P> {
             ComputeCall::RunLocal(run) => Ok(ComputeAnswer::Local(
                 run_local(&self.local, &self.tuner, run).await?,
             )),
-            ComputeCall::RunQuery(run) => Ok(ComputeAnswer::QueryPart(self.run_query(run).await?)),
+            ComputeCall::RunQuery(run) => {
+                let part = self.spawn_query_run(run).await.map_err(|e| {
+                    ComputeError::Storage {
+                        node: self.local.node,
+                        message: format!("a query run stopped: {e}"),
+                    }
+                })??;
+                Ok(ComputeAnswer::QueryPart(part))
+            }
         }
     }
 

@@ -199,6 +199,18 @@ impl<P: Peers> Engine<P> {
         }
     }
 
+    /// [`Engine::run_query`] on a task of its own. A run reads chunks
+    /// through the peers, whose calls reach this engine's `serve` again:
+    /// the task (started from a plain function) keeps the compiler from
+    /// following that loop through the future types.
+    pub(crate) fn spawn_query_run(
+        self: &Arc<Self>,
+        run: QueryRun,
+    ) -> tokio::task::JoinHandle<Result<QueryPart, ComputeError>> {
+        let engine = self.clone();
+        tokio::spawn(async move { engine.run_query(run).await })
+    }
+
     /// Evaluates a run sent here: fetches its chunks (its own from its
     /// device, the others from their holders), then filters and
     /// aggregates its row groups.

@@ -440,14 +440,14 @@ fn binary(left: &ast::Expr, op: &BinaryOperator, right: &ast::Expr) -> Result<Ex
         BinaryOperator::Or => BinOp::Or,
         other => return Err(unsupported(format!("the operator {other}"))),
     };
-    let (l, r) = (expr(left)?, expr(right)?);
-    if matches!(op, BinOp::Add | BinOp::Sub) {
-        if let (Expr::Lit(Lit::Date(d)), ast::Expr::Interval(i)) = (&l, right) {
-            let sign = if op == BinOp::Add { 1 } else { -1 };
-            return Ok(Expr::Lit(Lit::Date(shift_date(*d, i, sign)?)));
-        }
+    let l = expr(left)?;
+    if let (BinOp::Add | BinOp::Sub, Expr::Lit(Lit::Date(d)), ast::Expr::Interval(i)) =
+        (op, &l, right)
+    {
+        let sign = if op == BinOp::Add { 1 } else { -1 };
+        return Ok(Expr::Lit(Lit::Date(shift_date(*d, i, sign)?)));
     }
-    Ok(Expr::binary(op, l, r))
+    Ok(Expr::binary(op, l, expr(right)?))
 }
 
 /// `DATE d ± INTERVAL 'n' unit`, computed once here.
