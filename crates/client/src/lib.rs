@@ -58,7 +58,8 @@ pub use objects::{Objects, StoreCalls};
 pub use quarry_kernels_api::{
     Assembler, CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec,
     GrepSyntax, Job, KernelSpec, Limits, LineBlock, LineRun, MatchLine, Outcome, Output,
-    OutputPiece, QueryOutcome, QuerySpec, RmwBatch, RmwOp, Target, TargetOutput, WcLocale, WcOutput, WcSpec,
+    OutputPiece, QueryOutcome, QuerySpec, RmwBatch, RmwOp, Target, TargetOutput, WcLocale,
+    WcOutput, WcSpec,
 };
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_proto::{LinearSpace, LinearSpaceError};

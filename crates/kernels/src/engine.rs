@@ -230,15 +230,17 @@ impl<P: Peers> Engine<P> {
         // A local run's parts may be megabytes of lines: encoded off the
         // node's reactor, so its links and other requests keep moving.
         let encoded = match answer {
-            ComputeAnswer::Local(_) | ComputeAnswer::QueryPart(_) => tokio::task::spawn_blocking(move || encode(&answer))
-                .await
-                .unwrap_or_else(|e| {
-                    let e = ComputeError::Storage {
-                        node: self.local.node,
-                        message: format!("encoding the answer failed: {e}"),
-                    };
-                    encode(&ComputeAnswer::Failed(e.to_failure()))
-                }),
+            ComputeAnswer::Local(_) | ComputeAnswer::QueryPart(_) => {
+                tokio::task::spawn_blocking(move || encode(&answer))
+                    .await
+                    .unwrap_or_else(|e| {
+                        let e = ComputeError::Storage {
+                            node: self.local.node,
+                            message: format!("encoding the answer failed: {e}"),
+                        };
+                        encode(&ComputeAnswer::Failed(e.to_failure()))
+                    })
+            }
             _ => encode(&answer),
         };
         // An answer must fit one protocol frame (with room for the reply's
@@ -335,12 +337,13 @@ impl<P: Peers> Engine<P> {
                 run_local(&self.local, &self.tuner, run).await?,
             )),
             ComputeCall::RunQuery(run) => {
-                let part = self.spawn_query_run(run).await.map_err(|e| {
-                    ComputeError::Storage {
-                        node: self.local.node,
-                        message: format!("a query run stopped: {e}"),
-                    }
-                })??;
+                let part =
+                    self.spawn_query_run(run)
+                        .await
+                        .map_err(|e| ComputeError::Storage {
+                            node: self.local.node,
+                            message: format!("a query run stopped: {e}"),
+                        })??;
                 Ok(ComputeAnswer::QueryPart(part))
             }
         }

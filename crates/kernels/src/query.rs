@@ -120,20 +120,23 @@ impl<P: Peers> Engine<P> {
         let total: u64 = runs.iter().map(|r| r.bytes).sum();
         command.add_bytes_total(total);
         let time_left_ms = |d: Instant| d.saturating_duration_since(Instant::now()).as_millis();
-        let sends: Vec<_> = runs.into_iter().map(|run| {
-            let o = &objects[run.object];
-            let body = QueryRun {
-                sql: spec.sql.clone(),
-                object: o.name.clone(),
-                footer: o.footer.to_vec(),
-                file_len: o.manifest.size(),
-                row_groups: run.row_groups,
-                chunks: run.chunks.into_values().collect(),
-                memory_bytes: limits.memory_bytes,
-            };
-            let (node, object, bytes) = (run.node, run.object, run.bytes);
-            async move { (object, bytes, self.send_query_run(node, body).await) }
-        }).collect();
+        let sends: Vec<_> = runs
+            .into_iter()
+            .map(|run| {
+                let o = &objects[run.object];
+                let body = QueryRun {
+                    sql: spec.sql.clone(),
+                    object: o.name.clone(),
+                    footer: o.footer.to_vec(),
+                    file_len: o.manifest.size(),
+                    row_groups: run.row_groups,
+                    chunks: run.chunks.into_values().collect(),
+                    memory_bytes: limits.memory_bytes,
+                };
+                let (node, object, bytes) = (run.node, run.object, run.bytes);
+                async move { (object, bytes, self.send_query_run(node, body).await) }
+            })
+            .collect();
         let mut answers = stream::iter(sends).buffer_unordered(QUERY_RUNS_IN_FLIGHT);
         while let Some((object, bytes, answer)) = answers.next().await {
             if time_left_ms(deadline) == 0 {
@@ -148,8 +151,8 @@ impl<P: Peers> Engine<P> {
                 .map_err(query_error)?;
         }
         let answer = merger.finish().map_err(query_error)?;
-        let arrow_ipc = quarry_query::write(&answer, quarry_query::Format::Arrow)
-            .map_err(query_error)?;
+        let arrow_ipc =
+            quarry_query::write(&answer, quarry_query::Format::Arrow).map_err(query_error)?;
         let outcome = QueryOutcome {
             arrow_ipc,
             rows: answer.num_rows() as u64,
@@ -215,7 +218,8 @@ impl<P: Peers> Engine<P> {
     /// device, the others from their holders), then filters and
     /// aggregates its row groups.
     pub(crate) async fn run_query(&self, run: QueryRun) -> Result<QueryPart, ComputeError> {
-        if run.row_groups.len() > MAX_QUERY_RUN_ROW_GROUPS || run.chunks.len() > MAX_QUERY_RUN_CHUNKS
+        if run.row_groups.len() > MAX_QUERY_RUN_ROW_GROUPS
+            || run.chunks.len() > MAX_QUERY_RUN_CHUNKS
         {
             return Err(ComputeError::BadRequest(format!(
                 "a query run of {} row groups and {} chunks (at most {MAX_QUERY_RUN_ROW_GROUPS} \
@@ -233,30 +237,34 @@ impl<P: Peers> Engine<P> {
         let here = self.local_node();
         let transport = Arc::new(StoreVia(self.peers().clone()));
         let object = run.object.as_str();
-        let fetches: Vec<_> = run.chunks.iter().map(|c| {
-            let node = RemoteNode::new(c.holder, transport.clone());
-            async move {
-                let data = node
-                    .read_chunk(Fingerprint(c.fingerprint))
-                    .await
-                    .map_err(|e| ComputeError::Storage {
-                        node: c.holder,
-                        message: format!("reading a chunk of {object}: {e}"),
-                    })?;
-                if data.len() != c.len as usize {
-                    return Err(ComputeError::Storage {
-                        node: c.holder,
-                        message: format!(
-                            "a chunk of {} is {} bytes, its manifest says {}",
-                            object,
-                            data.len(),
-                            c.len
-                        ),
-                    });
+        let fetches: Vec<_> = run
+            .chunks
+            .iter()
+            .map(|c| {
+                let node = RemoteNode::new(c.holder, transport.clone());
+                async move {
+                    let data = node
+                        .read_chunk(Fingerprint(c.fingerprint))
+                        .await
+                        .map_err(|e| ComputeError::Storage {
+                            node: c.holder,
+                            message: format!("reading a chunk of {object}: {e}"),
+                        })?;
+                    if data.len() != c.len as usize {
+                        return Err(ComputeError::Storage {
+                            node: c.holder,
+                            message: format!(
+                                "a chunk of {} is {} bytes, its manifest says {}",
+                                object,
+                                data.len(),
+                                c.len
+                            ),
+                        });
+                    }
+                    Ok::<_, ComputeError>((c.file_offset, data))
                 }
-                Ok::<_, ComputeError>((c.file_offset, data))
-            }
-        }).collect();
+            })
+            .collect();
         let fetched: Vec<(u64, Bytes)> = stream::iter(fetches)
             .buffered(CHUNKS_IN_FLIGHT)
             .try_collect()
@@ -365,7 +373,9 @@ async fn resolve_source<N: StoreNode>(
         }
     }
     if out.is_empty() {
-        return Err(ComputeError::Target(format!("no object matches '{source}'")));
+        return Err(ComputeError::Target(format!(
+            "no object matches '{source}'"
+        )));
     }
     Ok(out)
 }
@@ -404,7 +414,9 @@ async fn read_object<N: StoreNode>(
     let name = format!("{}/{}", m.bucket(), m.key());
     let size = m.size();
     let not_parquet = |reason: &str| {
-        ComputeError::Target(format!("{name}: not a Parquet file the query can read: {reason}"))
+        ComputeError::Target(format!(
+            "{name}: not a Parquet file the query can read: {reason}"
+        ))
     };
     if size < 12 {
         return Err(not_parquet(&format!("{size} bytes is too short")));
@@ -511,7 +523,10 @@ fn row_group_chunks<N: StoreNode>(
     let chunks = o.manifest.chunks();
     for range in o.plan.ranges(g).map_err(query_error)? {
         // The first chunk holding range.start, then every chunk up to its end.
-        let mut i = o.offsets.partition_point(|&at| at <= range.start).saturating_sub(1);
+        let mut i = o
+            .offsets
+            .partition_point(|&at| at <= range.start)
+            .saturating_sub(1);
         while i < chunks.len() && o.offsets[i] < range.end {
             let c = &chunks[i];
             out.insert(

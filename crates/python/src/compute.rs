@@ -61,7 +61,11 @@ pub async fn run(
 
 /// Runs a query to its end: its answer (an Arrow IPC stream) and what it
 /// read and moved, as `quarry query --json` prints it.
-pub async fn query(compute: &Compute, sql: String, limits: Limits) -> Result<(Vec<u8>, Value), Failure> {
+pub async fn query(
+    compute: &Compute,
+    sql: String,
+    limits: Limits,
+) -> Result<(Vec<u8>, Value), Failure> {
     let job = Job::Query(quarry_client::QuerySpec { sql });
     let (result, sent) = compute.run(job, Vec::new(), limits).await?;
     match result.outcome {
@@ -69,7 +73,9 @@ pub async fn query(compute: &Compute, sql: String, limits: Limits) -> Result<(Ve
             let stats = quarry_jobs::query_stats_json(&q, sent);
             Ok((q.arrow_ipc, stats))
         }
-        _ => Err(Failure::invalid("the command answered something other than a query")),
+        _ => Err(Failure::invalid(
+            "the command answered something other than a query",
+        )),
     }
 }
 

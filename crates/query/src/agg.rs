@@ -9,15 +9,15 @@ use arrow::array::{
     Int64Array, ListBuilder, PrimitiveArray, StringViewArray,
 };
 use arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Date32Type, Decimal128Type, Float64Type, Int64Type,
+    ArrowPrimitiveType, DataType, Date32Type, Decimal128Type, Float64Type, Int64Type, TimeUnit,
     TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType, TimeUnit,
+    TimestampSecondType,
 };
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use hashbrown::{HashMap, HashSet};
 
 use crate::error::{QueryError, Result};
-use crate::expr::{cast, canonical, AggFunc};
+use crate::expr::{canonical, cast, AggFunc};
 
 /// Groups one query may hold at a node or at the entry node.
 pub const MAX_GROUPS: usize = 10_000_000;
@@ -38,7 +38,10 @@ impl Groups {
         let converter = if key_types.is_empty() {
             None
         } else {
-            let fields = key_types.iter().map(|t| SortField::new(t.clone())).collect();
+            let fields = key_types
+                .iter()
+                .map(|t| SortField::new(t.clone()))
+                .collect();
             Some(RowConverter::new(fields).map_err(|e| QueryError::compute("group keys", e))?)
         };
         let count = usize::from(converter.is_none());
@@ -358,7 +361,10 @@ impl Accumulator for Sum {
             }
             (_, DataType::Null) => {}
             (_, other) => {
-                return Err(QueryError::Type(format!("sum of a {other} where {:?} was planned", self.exact_type())))
+                return Err(QueryError::Type(format!(
+                    "sum of a {other} where {:?} was planned",
+                    self.exact_type()
+                )))
             }
         }
         Ok(())
@@ -574,9 +580,9 @@ impl Accumulator for StrMinMax {
     }
 
     fn finish(&self) -> Result<ArrayRef> {
-        Ok(Arc::new(StringViewArray::from_iter(self.values.iter().map(
-            Option::as_deref,
-        ))))
+        Ok(Arc::new(StringViewArray::from_iter(
+            self.values.iter().map(Option::as_deref),
+        )))
     }
 
     fn held_bytes(&self) -> usize {

@@ -501,9 +501,12 @@ fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
             let cmp_out = |f: fn(
                 &dyn arrow::array::Datum,
                 &dyn arrow::array::Datum,
-            ) -> std::result::Result<BooleanArray, arrow::error::ArrowError>|
+            )
+                -> std::result::Result<BooleanArray, arrow::error::ArrowError>|
              -> Result<ArrayRef> {
-                Ok(Arc::new(f(ld, rd).map_err(|e| QueryError::compute(what(), e))?))
+                Ok(Arc::new(
+                    f(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
+                ))
             };
             match op {
                 BinOp::Add => numeric::add(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
@@ -528,8 +531,7 @@ fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
 }
 
 fn like(v: Value, pattern: Value, negated: bool, case_insensitive: bool) -> Result<Value> {
-    if class(v.array().data_type()) != Class::Str && class(v.array().data_type()) != Class::Null
-    {
+    if class(v.array().data_type()) != Class::Str && class(v.array().data_type()) != Class::Null {
         return Err(QueryError::Type(format!(
             "LIKE takes a string, not a {}",
             v.array().data_type()

@@ -192,9 +192,12 @@ impl Merger {
                 }
                 let options =
                     arrow::array::RecordBatchOptions::new().with_row_count(Some(groups.len()));
-                let b =
-                    RecordBatch::try_new_with_options(Arc::new(Schema::new(fields)), columns, &options)
-                        .map_err(|e| QueryError::compute("the groups", e))?;
+                let b = RecordBatch::try_new_with_options(
+                    Arc::new(Schema::new(fields)),
+                    columns,
+                    &options,
+                )
+                .map_err(|e| QueryError::compute("the groups", e))?;
                 match &shape.having {
                     None => b,
                     Some(h) => {
@@ -260,7 +263,8 @@ pub(crate) fn sort_and_cut(
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let indices = lexsort_to_indices(&keys, None).map_err(|e| QueryError::compute("ORDER BY", e))?;
+        let indices =
+            lexsort_to_indices(&keys, None).map_err(|e| QueryError::compute("ORDER BY", e))?;
         take_rows(batch, &indices)?
     };
     let start = offset.min(rows);

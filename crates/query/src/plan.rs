@@ -252,7 +252,10 @@ impl FilePlan {
         let mut state = self.shape.start(&self.schema)?;
         if !row_groups.is_empty() {
             let file = SparseFile::new(&self.object, data, self.data_end)?;
-            let mask = ProjectionMask::roots(self.metadata.file_metadata().schema_descr(), self.roots.iter().copied());
+            let mask = ProjectionMask::roots(
+                self.metadata.file_metadata().schema_descr(),
+                self.roots.iter().copied(),
+            );
             let reader =
                 ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.reader.clone())
                     .with_projection(mask)
@@ -542,7 +545,11 @@ impl Shape {
             .iter()
             .map(|(e, n)| Ok((post(e, n)?, n.clone())))
             .collect::<Result<_>>()?;
-        base.having = select.having.as_ref().map(|h| post(h, "HAVING")).transpose()?;
+        base.having = select
+            .having
+            .as_ref()
+            .map(|h| post(h, "HAVING"))
+            .transpose()?;
         base.order = select
             .order_by
             .iter()
@@ -571,7 +578,8 @@ impl Shape {
         for (i, (e, _)) in items.iter().enumerate() {
             e.eval(empty)?;
             columns.push(e.clone());
-            base.items.push((Expr::Column(format!("#i{i}")), items[i].1.clone()));
+            base.items
+                .push((Expr::Column(format!("#i{i}")), items[i].1.clone()));
         }
         for (e, o) in &select.order_by {
             let at = match columns.iter().position(|c| c == e) {
@@ -603,7 +611,10 @@ impl Shape {
             // The first batch has no rows: it gives the partial its
             // schema when no row passes.
             Kind::Rows { columns } => Fold::Rows {
-                batches: vec![rows_batch(columns, &RecordBatch::new_empty(schema.clone()))?],
+                batches: vec![rows_batch(
+                    columns,
+                    &RecordBatch::new_empty(schema.clone()),
+                )?],
                 rows: 0,
                 bytes: 0,
             },
@@ -699,7 +710,11 @@ impl Fold {
                 for (j, acc) in accs.iter_mut().enumerate() {
                     acc.resize(groups.len());
                     for (m, s) in acc.state()?.into_iter().enumerate() {
-                        fields.push(Field::new(format!("#s{j}_{m}"), s.data_type().clone(), true));
+                        fields.push(Field::new(
+                            format!("#s{j}_{m}"),
+                            s.data_type().clone(),
+                            true,
+                        ));
                         columns.push(s);
                     }
                 }

@@ -78,7 +78,9 @@ pub(crate) fn parse(sql: &str) -> Result<Select> {
     };
     let source = source(select)?;
     if select.distinct.is_some() {
-        return Err(unsupported("SELECT DISTINCT (count(DISTINCT x) is supported)"));
+        return Err(unsupported(
+            "SELECT DISTINCT (count(DISTINCT x) is supported)",
+        ));
     }
     if select.top.is_some() || select.into.is_some() || !select.lateral_views.is_empty() {
         return Err(unsupported("TOP, INTO or LATERAL VIEW"));
@@ -102,9 +104,7 @@ pub(crate) fn parse(sql: &str) -> Result<Select> {
             SelectItem::ExprWithAlias { expr: e, alias } => {
                 items.push((expr(e)?, alias.value.clone()))
             }
-            SelectItem::Wildcard(_) => {
-                items.push((Expr::Column(WILDCARD.into()), WILDCARD.into()))
-            }
+            SelectItem::Wildcard(_) => items.push((Expr::Column(WILDCARD.into()), WILDCARD.into())),
             other => return Err(unsupported(format!("the SELECT item {other}"))),
         }
     }
@@ -201,7 +201,9 @@ fn group_by(g: &GroupByExpr, items: &[(Expr, String)]) -> Result<Vec<Expr>> {
 /// a bare name that is an item's alias (and not a column) names it too.
 fn by_item(e: &Expr, items: &[(Expr, String)], clause: &str) -> Result<Expr> {
     if let Expr::Lit(Lit::Int(n)) = e {
-        let at = usize::try_from(*n).ok().filter(|&n| n >= 1 && n <= items.len());
+        let at = usize::try_from(*n)
+            .ok()
+            .filter(|&n| n >= 1 && n <= items.len());
         let Some(at) = at else {
             return Err(QueryError::Invalid(format!(
                 "{clause} {n}: there are {} SELECT items",
@@ -381,11 +383,11 @@ fn expr(e: &ast::Expr) -> Result<Expr> {
             }
         }
         E::Cast {
-            kind,
+            kind: CastKind::Cast | CastKind::DoubleColon,
             expr: inner,
             data_type,
             format: None,
-        } if matches!(kind, CastKind::Cast | CastKind::DoubleColon) => {
+        } => {
             Expr::Cast(Box::new(expr(inner)?), sql_type(data_type)?)
         }
         E::Function(f) => function(f)?,
@@ -466,12 +468,18 @@ fn shift_date(days: i32, interval: &ast::Interval, sign: i64) -> Result<i32> {
         .ok_or_else(|| QueryError::Invalid(format!("INTERVAL '{text}': a whole number first")))?;
     let unit_word = words.next().map(str::to_ascii_lowercase);
     let unit = match (&interval.leading_field, unit_word.as_deref()) {
-        (Some(DateTimeField::Day | DateTimeField::Days), None) | (None, Some("day" | "days")) => 'd',
+        (Some(DateTimeField::Day | DateTimeField::Days), None) | (None, Some("day" | "days")) => {
+            'd'
+        }
         (Some(DateTimeField::Month | DateTimeField::Months), None)
         | (None, Some("month" | "months")) => 'm',
         (Some(DateTimeField::Year | DateTimeField::Years), None)
         | (None, Some("year" | "years")) => 'y',
-        _ => return Err(unsupported(format!("INTERVAL '{text}' (DAY, MONTH or YEAR)"))),
+        _ => {
+            return Err(unsupported(format!(
+                "INTERVAL '{text}' (DAY, MONTH or YEAR)"
+            )))
+        }
     };
     let date = chrono_free::from_days(days);
     let shifted = match unit {
@@ -572,7 +580,11 @@ fn number(text: &str) -> Result<Lit> {
         if let Some((whole, frac)) = text.split_once('.') {
             let digits = format!("{whole}{frac}");
             let scale = i8::try_from(frac.len()).map_err(|_| bad())?;
-            let precision = digits.trim_start_matches('0').len().max(scale as usize).max(1);
+            let precision = digits
+                .trim_start_matches('0')
+                .len()
+                .max(scale as usize)
+                .max(1);
             if let (Ok(v), true) = (digits.parse::<i128>(), precision <= 38) {
                 return Ok(Lit::Decimal(v, precision as u8, scale));
             }
@@ -624,7 +636,9 @@ fn function(f: &ast::Function) -> Result<Expr> {
         return Err(unsupported(format!("the function {name}")));
     };
     if !list.clauses.is_empty() {
-        return Err(unsupported(format!("{name}(...) with ORDER BY or LIMIT inside")));
+        return Err(unsupported(format!(
+            "{name}(...) with ORDER BY or LIMIT inside"
+        )));
     }
     let distinct = matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct));
     let func = match name.as_str() {
@@ -650,7 +664,9 @@ fn function(f: &ast::Function) -> Result<Expr> {
         }
     };
     if arg.as_ref().is_some_and(Expr::has_agg) {
-        return Err(QueryError::Invalid(format!("an aggregate inside an aggregate: {f}")));
+        return Err(QueryError::Invalid(format!(
+            "an aggregate inside an aggregate: {f}"
+        )));
     }
     let func = match (func, distinct, &arg) {
         (AggFunc::Count, false, None) => AggFunc::CountStar,
