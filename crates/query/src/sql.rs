@@ -387,9 +387,7 @@ fn expr(e: &ast::Expr) -> Result<Expr> {
             expr: inner,
             data_type,
             format: None,
-        } => {
-            Expr::Cast(Box::new(expr(inner)?), sql_type(data_type)?)
-        }
+        } => Expr::Cast(Box::new(expr(inner)?), sql_type(data_type)?),
         E::Function(f) => function(f)?,
         E::Interval(_) => {
             return Err(unsupported(
