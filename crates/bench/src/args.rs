@@ -55,6 +55,33 @@ pub enum BenchCommand {
     /// (files/s, beside the same copy into a local directory), and a 4 KiB
     /// put and get at QD1 in loopback TCP ping-pongs measured in the run.
     Small(BenchSmallArgs),
+    /// SQL near the data (issue 21): TPC-H lineitem (tpchgen-cli from
+    /// .venv) stored page by page on a 4-node cluster; one column read vs
+    /// the whole file; Q1, Q6 and a selective GROUP BY near the data vs
+    /// DuckDB through fsspec (quarry://) vs DuckDB on a local copy, per
+    /// client link, with the bytes each moved. The fsspec peer uses the
+    /// quarry package in .venv: for figures, build it with
+    /// `maturin develop --release`. --quick: scale factor 0.05.
+    Query(BenchQueryArgs),
+}
+
+/// Arguments of `quarry bench query`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchQueryArgs {
+    /// TPC-H scale factor (1: 6 million lineitem rows, about 200 MB of
+    /// Parquet).
+    #[arg(long, default_value_t = 1.0)]
+    pub scale: f64,
+    /// The client's links: loopback and tc rates (e.g. 1gbit), comma
+    /// separated; limited links need root, iproute2 and tc.
+    #[arg(long, default_value = "loopback,1gbit")]
+    pub links: String,
+    /// Rounds per figure (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// What every benchmark takes.

@@ -56,13 +56,13 @@ struct Row {
 }
 
 /// Where the client runs.
-struct Link {
-    name: String,
-    rate: Option<String>,
+pub(crate) struct Link {
+    pub(crate) name: String,
+    pub(crate) rate: Option<String>,
     x: f64,
 }
 
-fn links(text: &str) -> Result<Vec<Link>> {
+pub(crate) fn links(text: &str) -> Result<Vec<Link>> {
     text.split(',')
         .map(|l| {
             let l = l.trim();
@@ -186,7 +186,7 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
     Ok(setup)
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -486,7 +486,7 @@ fn wc_spec() -> KernelSpec {
 
 /// Runs `f` with the client on `link`: here for loopback, else in the
 /// namespace with the link limited.
-fn on_link<T: Send>(
+pub(crate) fn on_link<T: Send>(
     link: &Link,
     net: Option<&ClientNet>,
     f: impl FnOnce() -> Result<T> + Send,
@@ -498,7 +498,7 @@ fn on_link<T: Send>(
 }
 
 /// The client's namespace, when any link is limited.
-fn client_net(links: &[Link]) -> Result<Option<ClientNet>> {
+pub(crate) fn client_net(links: &[Link]) -> Result<Option<ClientNet>> {
     if links.iter().all(|l| l.rate.is_none()) {
         return Ok(None);
     }

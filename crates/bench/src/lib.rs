@@ -40,6 +40,7 @@ mod page;
 mod plain_read;
 mod plot;
 mod qd1;
+mod query;
 mod scan;
 mod small;
 mod small_steps;
@@ -49,8 +50,8 @@ mod volume;
 
 pub use args::{
     BenchCommand, BenchComputeArgs, BenchDeviceArgs, BenchFabricArgs, BenchObjectsArgs,
-    BenchPageArgs, BenchScanArgs, BenchSmallArgs, BenchStreamArgs, BenchVolumeArgs, FabricPart,
-    PolicyArg,
+    BenchPageArgs, BenchQueryArgs, BenchScanArgs, BenchSmallArgs, BenchStreamArgs, BenchVolumeArgs,
+    FabricPart, PolicyArg,
 };
 pub use stats::LatencyStats;
 
@@ -63,6 +64,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Volume(args) => volume::volume(args),
         BenchCommand::Objects(args) => objects::objects(args),
         BenchCommand::Wordcount(args) => compute::wordcount(args),
+        BenchCommand::Query(args) => query::query(args),
         BenchCommand::Minerva(args) => compute::minerva(args),
         BenchCommand::Scan(args) => scan::scan(args),
         BenchCommand::Stream(args) => stream::stream(args),
