@@ -28,8 +28,13 @@ use crate::wire::{
 };
 
 /// Most chunk bytes one query run fetches: a node holds them while it
-/// decodes, so larger work is split into several runs.
-pub const MAX_QUERY_RUN_BYTES: u64 = 128 << 20;
+/// decodes (a row group whose columns need more cannot be queried).
+pub const MAX_QUERY_RUN_BYTES: u64 = 512 << 20;
+
+/// Chunk bytes the entry node gathers into one run: small enough that
+/// runs of every node interleave and the last node to finish is not
+/// left with a long tail (a row group is never split).
+const RUN_TARGET_BYTES: u64 = 16 << 20;
 
 /// Query runs in flight at once, over all nodes.
 const QUERY_RUNS_IN_FLIGHT: usize = 6;
@@ -455,7 +460,7 @@ async fn read_object<N: StoreNode>(
 /// The runs of a query: each kept row group goes to the node holding
 /// most of the bytes of its column chunks (ties to the node given least
 /// so far), and a node's row groups of one object form runs of at most
-/// [`MAX_QUERY_RUN_BYTES`]. Also returns the row groups in all and read.
+/// [`RUN_TARGET_BYTES`]. Also returns the row groups in all and read.
 fn plan_runs<N: StoreNode>(
     store: &ObjectStore<N>,
     objects: &[Object],
@@ -482,7 +487,7 @@ fn plan_runs<N: StoreNode>(
             let bytes: u64 = chunks.values().map(|c| u64::from(c.len)).sum();
             *given.entry(node).or_default() += bytes;
             let fits = |r: &Run| {
-                r.bytes + bytes <= MAX_QUERY_RUN_BYTES
+                r.bytes + bytes <= RUN_TARGET_BYTES
                     && r.row_groups.len() < MAX_QUERY_RUN_ROW_GROUPS
                     && r.chunks.len() + chunks.len() <= MAX_QUERY_RUN_CHUNKS
             };

@@ -245,6 +245,29 @@ impl Expr {
         })
     }
 
+    /// [`Expr::eval`], reusing the values of operations `memo` holds from
+    /// other expressions over the same batch (TPC-H Q1 computes
+    /// `l_extendedprice * (1 - l_discount)` for two sums) and adding its
+    /// own.
+    pub(crate) fn eval_shared(&self, batch: &RecordBatch, memo: &mut Memo) -> Result<ArrayRef> {
+        let v = self.eval_memo(batch, memo)?;
+        v.into_array(batch.num_rows())
+    }
+
+    fn eval_memo(&self, batch: &RecordBatch, memo: &mut Memo) -> Result<Value> {
+        let Expr::Binary(op, l, r) = self else {
+            return self.eval(batch);
+        };
+        if let Some((_, v)) = memo.iter().find(|(e, _)| e == self) {
+            return Ok(v.clone());
+        }
+        let v = binary(*op, l.eval_memo(batch, memo)?, r.eval_memo(batch, memo)?)?;
+        if memo.len() < MAX_MEMO {
+            memo.push((self.clone(), v.clone()));
+        }
+        Ok(v)
+    }
+
     /// Its value over `batch` as an array of the batch's length.
     pub(crate) fn eval_array(&self, batch: &RecordBatch) -> Result<ArrayRef> {
         self.eval(batch)?.into_array(batch.num_rows())
@@ -264,6 +287,12 @@ impl Expr {
         }
     }
 }
+
+/// Values of operations already computed over one batch.
+pub(crate) type Memo = Vec<(Expr, Value)>;
+
+/// Operations one batch's memo keeps.
+const MAX_MEMO: usize = 64;
 
 /// An expression's value.
 #[derive(Debug, Clone)]
@@ -465,6 +494,21 @@ fn meet(op: BinOp, l: Value, r: Value) -> Result<(Value, Value)> {
             }
         }
         if l.is_scalar() && !r.is_scalar() {
+            if let Some(c) = lossless(l.array(), &rt) {
+                return Ok((Value::Scalar(c), r));
+            }
+        }
+    }
+    // A decimal column plus or minus a constant: the constant in the
+    // column's type (when exact) lets arrow skip rescaling every row; the
+    // result's type is the same either way.
+    if matches!(op, BinOp::Add | BinOp::Sub) {
+        if let (Class::Decimal(..), true, false) = (class(&lt), r.is_scalar(), l.is_scalar()) {
+            if let Some(c) = lossless(r.array(), &lt) {
+                return Ok((l, Value::Scalar(c)));
+            }
+        }
+        if let (Class::Decimal(..), true, false) = (class(&rt), l.is_scalar(), r.is_scalar()) {
             if let Some(c) = lossless(l.array(), &rt) {
                 return Ok((Value::Scalar(c), r));
             }

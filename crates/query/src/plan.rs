@@ -16,7 +16,7 @@ use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
 use crate::agg::{accumulator, arg_type, Accumulator, Groups};
 use crate::error::{QueryError, Result};
-use crate::expr::{canonical, cast, AggFunc, BinOp, Expr, Lit};
+use crate::expr::{canonical, cast, AggFunc, BinOp, Expr, Lit, Memo};
 use crate::sql::{parse, Order, Select, WILDCARD};
 
 /// Rows decoded at a time.
@@ -646,15 +646,16 @@ impl Fold {
                     aggs,
                 },
             ) => {
+                let mut memo = Memo::new();
                 let keys = keys
                     .iter()
                     .zip(key_types)
-                    .map(|(k, t)| cast(&k.eval_array(batch)?, t))
+                    .map(|(k, t)| cast(&k.eval_shared(batch, &mut memo)?, t))
                     .collect::<Result<Vec<ArrayRef>>>()?;
                 let ids = groups.assign(&keys, batch.num_rows())?;
                 for (acc, (_, arg, t)) in accs.iter_mut().zip(aggs) {
                     let arg = match (arg, t) {
-                        (Some(e), Some(t)) => Some(cast(&e.eval_array(batch)?, t)?),
+                        (Some(e), Some(t)) => Some(cast(&e.eval_shared(batch, &mut memo)?, t)?),
                         _ => None,
                     };
                     acc.update(&ids, groups.len(), arg.as_ref())?;
