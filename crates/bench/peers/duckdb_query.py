@@ -1,6 +1,8 @@
 """The DuckDB peers of `quarry bench query`: DuckDB reading a Parquet
-object from Quarry through fsspec (`quarry://`), or a local copy of the
-file. Reads one JSON request on stdin: {"mode": "fsspec"|"local",
+object from Quarry through fsspec (`quarry://`, with fsspec's default
+read-ahead cache, or with none so that DuckDB fetches exactly the ranges
+it asks for), or a local copy of the file. Reads one JSON request on
+stdin: {"mode": "fsspec"|"fsspec_exact"|"local",
 "address": "host:port", "path": "...", "queries": [sql, ...], "rounds": n};
 prints one JSON object: per query the seconds of each round, the rows of
 the answer (for the bench to compare with Quarry's), and for fsspec the
@@ -51,8 +53,16 @@ def main():
     con.execute("SET enable_progress_bar = false")
     counted = {"bytes": 0}
     source = request["path"]
-    if request["mode"] == "fsspec":
+    if request["mode"] in ("fsspec", "fsspec_exact"):
         quarry, qfs, counted = fetched_counter()
+        if request["mode"] == "fsspec_exact":
+            plain_open = qfs.QuarryFileSystem._open
+
+            def exact_open(self, path, mode="rb", **kwargs):
+                kwargs["cache_type"] = "none"
+                return plain_open(self, path, mode=mode, **kwargs)
+
+            qfs.QuarryFileSystem._open = exact_open
         fs = qfs.QuarryFileSystem(client=quarry.connect(address=request["address"]))
         con.register_filesystem(fs)
         source = "quarry://" + request["path"]
