@@ -114,38 +114,11 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
         bail!("--size must be at least 1M");
     }
     let (dir, scratch) = work_dir(args.common.dir.as_deref(), &format!("quarry-bench-{name}"))?;
-    let nodes: u16 = 4;
-    // Every node holds its quarter of the corpus (and of the volume) twice
-    // over, for the space manager's reserve, in 64 KiB pages.
-    let page_size_bytes = 64 * 1024u32;
-    let per_node = (size_bytes + volume_bytes).div_ceil(u64::from(nodes)) * 2 + (64 << 20);
-    let block_bytes = 64 * u64::from(page_size_bytes);
-    let geometry = Geometry {
-        buses: 4,
-        chips_per_bus: 4,
-        blocks_per_chip: u32::try_from(per_node.div_ceil(16 * block_bytes).max(16))
-            .context("--size too large")?,
-        pages_per_block: 64,
-        page_size_bytes,
-        oob_size_bytes: 64,
-    };
-    geometry.validate()?;
     let source = dir.join("corpus.txt");
     write_corpus(&source, size_bytes)?;
-    let spec = LocalClusterSpec {
-        nodes,
-        dir: dir.join("cluster"),
-        backend: BackendKind::Mem,
-        preset: None,
-        geometry: Some(geometry),
-        capacity_bytes: None,
-        direct_io: false,
-        topology: Topology::default(),
-        stop_with_this_process: true,
-        managed: true,
-        ecc: quarry_device::EccMode::Crc,
-    };
-    let cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
+    // Every node holds its quarter of the corpus (and of the volume) twice
+    // over, for the space manager's reserve.
+    let cluster = mem_cluster(&dir, size_bytes + volume_bytes, 2)?;
     let members: Vec<u16> = cluster.cluster.nodes.iter().map(|n| n.id).collect();
     let setup = Setup {
         _scratch: scratch,
@@ -184,6 +157,54 @@ fn setup(args: &BenchComputeArgs, name: &str, volume_bytes: u64) -> Result<Setup
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(setup)
+}
+
+/// A 4-node managed cluster on the `mem` backend in `dir/cluster`, in
+/// 64 KiB pages, each node with room for `copies` times its quarter of
+/// `data_bytes` (plus 64 MiB).
+pub(crate) fn mem_cluster(
+    dir: &std::path::Path,
+    data_bytes: u64,
+    copies: u64,
+) -> Result<LocalCluster> {
+    let nodes: u16 = 4;
+    let page_size_bytes = 64 * 1024u32;
+    let per_node = data_bytes.div_ceil(u64::from(nodes)) * copies + (64 << 20);
+    let block_bytes = 64 * u64::from(page_size_bytes);
+    let geometry = Geometry {
+        buses: 4,
+        chips_per_bus: 4,
+        blocks_per_chip: u32::try_from(per_node.div_ceil(16 * block_bytes).max(16))
+            .context("the data is too large for the benchmark's cluster")?,
+        pages_per_block: 64,
+        page_size_bytes,
+        oob_size_bytes: 64,
+    };
+    geometry.validate()?;
+    let spec = LocalClusterSpec {
+        nodes,
+        dir: dir.join("cluster"),
+        backend: BackendKind::Mem,
+        preset: None,
+        geometry: Some(geometry),
+        capacity_bytes: None,
+        direct_io: false,
+        topology: Topology::default(),
+        stop_with_this_process: true,
+        managed: true,
+        ecc: quarry_device::EccMode::Crc,
+    };
+    LocalCluster::start(&spec, &quarry_exe()?)
+}
+
+/// Each member's id and address, for a client that may dial them.
+pub(crate) fn member_addrs(cluster: &LocalCluster) -> Vec<(u16, String)> {
+    cluster
+        .cluster
+        .nodes
+        .iter()
+        .map(|n| (n.id, n.addr.clone()))
+        .collect()
 }
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -523,13 +544,7 @@ fn ways(setup: &Setup, net: &mut Option<ClientNet>, link: &Link) -> Result<Way> 
         (None, _) => Ok(Way {
             entry: setup.entry()?,
             file_server: serve_file(setup.source.clone(), "127.0.0.1".parse()?)?,
-            members_direct: setup
-                .cluster
-                .cluster
-                .nodes
-                .iter()
-                .map(|n| (n.id, n.addr.clone()))
-                .collect(),
+            members_direct: member_addrs(&setup.cluster),
         }),
         (Some(rate), Some(n)) => {
             n.limit(Some(rate))?;

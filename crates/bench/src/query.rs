@@ -14,7 +14,6 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use quarry_client::{BucketName, Client, Condition, Job, Limits, ObjectKey, Outcome, QuerySpec};
-use quarry_device::{BackendKind, Geometry};
 use serde::Serialize;
 
 use crate::args::BenchQueryArgs;
@@ -24,8 +23,7 @@ use crate::measure::median;
 use crate::netlink::ClientNet;
 use quarry_client::file_source;
 use quarry_jobs::human_bytes;
-use quarry_local::quarry_exe;
-use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
+use quarry_local::LocalCluster;
 
 const BUCKET: &str = "tpch";
 const KEY: &str = "lineitem.parquet";
@@ -116,37 +114,6 @@ fn lineitem(dir: &Path, scale: f64) -> Result<PathBuf> {
         );
     }
     Ok(dir.join("lineitem.parquet"))
-}
-
-fn cluster(dir: &Path, file_bytes: u64) -> Result<LocalCluster> {
-    let nodes: u16 = 4;
-    let page_size_bytes = 64 * 1024u32;
-    let per_node = file_bytes.div_ceil(u64::from(nodes)) * 3 + (64 << 20);
-    let block_bytes = 64 * u64::from(page_size_bytes);
-    let geometry = Geometry {
-        buses: 4,
-        chips_per_bus: 4,
-        blocks_per_chip: u32::try_from(per_node.div_ceil(16 * block_bytes).max(16))
-            .context("the file is too large")?,
-        pages_per_block: 64,
-        page_size_bytes,
-        oob_size_bytes: 64,
-    };
-    geometry.validate()?;
-    let spec = LocalClusterSpec {
-        nodes,
-        dir: dir.join("cluster"),
-        backend: BackendKind::Mem,
-        preset: None,
-        geometry: Some(geometry),
-        capacity_bytes: None,
-        direct_io: false,
-        topology: Topology::default(),
-        stop_with_this_process: true,
-        managed: true,
-        ecc: quarry_device::EccMode::Crc,
-    };
-    LocalCluster::start(&spec, &quarry_exe()?)
 }
 
 /// One query near the data: seconds, the answer as CSV, and the outcome's
@@ -241,7 +208,7 @@ pub fn query(args: &BenchQueryArgs) -> Result<()> {
     let file_bytes = std::fs::metadata(&file)
         .with_context(|| format!("{}", file.display()))?
         .len();
-    let cluster = cluster(&dir, file_bytes)?;
+    let cluster = crate::compute::mem_cluster(&dir, file_bytes, 3)?;
     let members: Vec<u16> = cluster.cluster.nodes.iter().map(|n| n.id).collect();
     let entry: std::net::SocketAddr = cluster.cluster.nodes[0].addr.parse()?;
     if !args.common.json {
@@ -359,12 +326,7 @@ fn client_way(
     match (&link.rate, net.as_mut()) {
         (None, _) => Ok(ClientWay {
             entry,
-            members_direct: cluster
-                .cluster
-                .nodes
-                .iter()
-                .map(|n| (n.id, n.addr.clone()))
-                .collect(),
+            members_direct: crate::compute::member_addrs(cluster),
         }),
         (Some(rate), Some(n)) => {
             n.limit(Some(rate))?;

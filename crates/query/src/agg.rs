@@ -159,6 +159,20 @@ impl Groups {
         Ok(out)
     }
 
+    /// The key columns (named `#k0`, `#k1`, ...) with their fields, one
+    /// row per group in group order.
+    pub(crate) fn key_fields(&self) -> Result<(Vec<arrow::datatypes::Field>, Vec<ArrayRef>)> {
+        let columns = self.key_columns()?;
+        let fields = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                arrow::datatypes::Field::new(format!("#k{i}"), c.data_type().clone(), true)
+            })
+            .collect();
+        Ok((fields, columns))
+    }
+
     /// The key columns, one row per group in group order.
     pub(crate) fn key_columns(&self) -> Result<Vec<ArrayRef>> {
         match &self.converter {

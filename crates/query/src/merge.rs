@@ -9,10 +9,10 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 
-use crate::agg::{accumulator, Accumulator, Groups};
+use crate::agg::{Accumulator, Groups};
 use crate::error::{QueryError, Result};
 use crate::expr::{cast, Expr};
-use crate::plan::{FilePlan, Kind, Shape};
+use crate::plan::{new_groups, FilePlan, Kind, Shape};
 use crate::sql::Order;
 
 /// Largest partial result decoded, and largest answer assembled.
@@ -80,13 +80,10 @@ impl Merger {
         let state = match &shape.kind {
             Kind::Aggregate {
                 key_types, aggs, ..
-            } => MergeState::Groups {
-                groups: Groups::new(key_types)?,
-                accs: aggs
-                    .iter()
-                    .map(|(f, _, t)| accumulator(*f, t.as_ref()))
-                    .collect::<Result<_>>()?,
-            },
+            } => {
+                let (groups, accs) = new_groups(key_types, aggs)?;
+                MergeState::Groups { groups, accs }
+            }
             Kind::Rows { .. } => MergeState::Rows {
                 batches: Vec::new(),
                 bytes: 0,
@@ -179,11 +176,7 @@ impl Merger {
         let shape = &self.shape;
         let merged = match self.state {
             MergeState::Groups { groups, mut accs } => {
-                let mut fields = Vec::new();
-                let mut columns = groups.key_columns()?;
-                for (i, c) in columns.iter().enumerate() {
-                    fields.push(Field::new(format!("#k{i}"), c.data_type().clone(), true));
-                }
+                let (mut fields, mut columns) = groups.key_fields()?;
                 for (j, acc) in accs.iter_mut().enumerate() {
                     acc.resize(groups.len());
                     let a = acc.finish()?;

@@ -601,13 +601,10 @@ impl Shape {
         Ok(match &self.kind {
             Kind::Aggregate {
                 key_types, aggs, ..
-            } => Fold::Groups {
-                groups: Groups::new(key_types)?,
-                accs: aggs
-                    .iter()
-                    .map(|(f, _, t)| accumulator(*f, t.as_ref()))
-                    .collect::<Result<_>>()?,
-            },
+            } => {
+                let (groups, accs) = new_groups(key_types, aggs)?;
+                Fold::Groups { groups, accs }
+            }
             // The first batch has no rows: it gives the partial its
             // schema when no row passes.
             Kind::Rows { columns } => Fold::Rows {
@@ -620,6 +617,18 @@ impl Shape {
             },
         })
     }
+}
+
+/// Empty groups and accumulators for a GROUP BY's keys and aggregates.
+pub(crate) fn new_groups(
+    key_types: &[DataType],
+    aggs: &[(AggFunc, Option<Expr>, Option<DataType>)],
+) -> Result<(Groups, Vec<Box<dyn Accumulator>>)> {
+    let accs = aggs
+        .iter()
+        .map(|(f, _, t)| accumulator(*f, t.as_ref()))
+        .collect::<Result<_>>()?;
+    Ok((Groups::new(key_types)?, accs))
 }
 
 /// What a node folds rows into.
@@ -703,11 +712,7 @@ impl Fold {
     fn partial(self, shape: &Shape) -> Result<RecordBatch> {
         match self {
             Fold::Groups { groups, mut accs } => {
-                let mut fields = Vec::new();
-                let mut columns = groups.key_columns()?;
-                for (i, c) in columns.iter().enumerate() {
-                    fields.push(Field::new(format!("#k{i}"), c.data_type().clone(), true));
-                }
+                let (mut fields, mut columns) = groups.key_fields()?;
                 for (j, acc) in accs.iter_mut().enumerate() {
                     acc.resize(groups.len());
                     for (m, s) in acc.state()?.into_iter().enumerate() {
