@@ -124,7 +124,6 @@ impl<P: Peers> Engine<P> {
         let (runs, row_groups, row_groups_read) = plan_runs(store, &objects)?;
         let total: u64 = runs.iter().map(|r| r.bytes).sum();
         command.add_bytes_total(total);
-        let time_left_ms = |d: Instant| d.saturating_duration_since(Instant::now()).as_millis();
         let sends: Vec<_> = runs
             .into_iter()
             .map(|run| {
@@ -144,8 +143,12 @@ impl<P: Peers> Engine<P> {
             .collect();
         let mut answers = stream::iter(sends).buffer_unordered(QUERY_RUNS_IN_FLIGHT);
         while let Some((object, bytes, answer)) = answers.next().await {
-            if time_left_ms(deadline) == 0 {
-                break;
+            if Instant::now() >= deadline {
+                // Never an answer from some of the runs: the command fails.
+                return Err(ComputeError::Limit {
+                    what: "time",
+                    detail: format!("the query ran past its {} ms", limits.time_ms),
+                });
             }
             let (part, wire_bytes) = answer?;
             moved.from_devices += part.bytes_from_devices;
@@ -426,21 +429,31 @@ async fn read_object<N: StoreNode>(
     if size < 12 {
         return Err(not_parquet(&format!("{size} bytes is too short")));
     }
-    let (tail, read) = read_bytes(store, &m, size - 8, 8).await?;
+    // The object's last chunk holds the trailer and, stored page by page,
+    // exactly the footer: read whole, it is fetched once, not twice.
+    let last_chunk = m.chunks().last().map_or(size, |c| u64::from(c.len));
+    let tail_len = last_chunk.clamp(8, size.min(MAX_FOOTER_BYTES));
+    let (tail, read) = read_bytes(store, &m, size - tail_len, tail_len).await?;
     moved.from_devices += read;
-    if &tail[4..] != b"PAR1" {
+    let trailer = &tail[tail.len() - 8..];
+    if &trailer[4..] != b"PAR1" {
         return Err(not_parquet("no PAR1 at its end"));
     }
     let mut len_bytes = [0u8; 4];
-    len_bytes.copy_from_slice(&tail[..4]);
+    len_bytes.copy_from_slice(&trailer[..4]);
     let footer_len = u64::from(u32::from_le_bytes(len_bytes)) + 8;
     if footer_len > size - 4 || footer_len > MAX_FOOTER_BYTES {
         return Err(not_parquet(&format!(
             "its footer claims {footer_len} bytes of a {size}-byte file"
         )));
     }
-    let (footer, read) = read_bytes(store, &m, size - footer_len, footer_len).await?;
-    moved.from_devices += read;
+    let footer = if footer_len <= tail_len {
+        tail.slice((tail_len - footer_len) as usize..)
+    } else {
+        let (footer, read) = read_bytes(store, &m, size - footer_len, footer_len).await?;
+        moved.from_devices += read;
+        footer
+    };
     let plan = query.bind(&name, &footer, size).map_err(query_error)?;
     let mut offsets = Vec::with_capacity(m.chunks().len());
     let mut at = 0u64;
@@ -479,11 +492,12 @@ fn plan_runs<N: StoreNode>(
             for c in chunks.values() {
                 *by_node.entry(c.holder).or_default() += u64::from(c.len);
             }
-            let node = by_node
-                .iter()
-                .max_by_key(|(n, b)| (**b, std::cmp::Reverse(given.get(n).copied().unwrap_or(0))))
-                .map(|(n, _)| *n)
-                .unwrap_or_else(|| store.placement().members()[0]);
+            let Some(node) = evaluating_node(&by_node, &given) else {
+                return Err(ComputeError::Target(format!(
+                    "{}: row group {g} has no column chunk to read",
+                    o.name
+                )));
+            };
             let bytes: u64 = chunks.values().map(|c| u64::from(c.len)).sum();
             *given.entry(node).or_default() += bytes;
             let fits = |r: &Run| {
@@ -516,6 +530,20 @@ fn plan_runs<N: StoreNode>(
         }
     }
     Ok((runs, total, read))
+}
+
+/// Where a row group is evaluated, from the bytes of its chunks each node
+/// holds (`by_node`): the node holding most of them, so the fewest cross
+/// the fabric; among equals, the node given the fewest bytes so far
+/// (`given`), so the work spreads. None when it needs no bytes.
+fn evaluating_node(
+    by_node: &BTreeMap<NodeId, u64>,
+    given: &BTreeMap<NodeId, u64>,
+) -> Option<NodeId> {
+    by_node
+        .iter()
+        .max_by_key(|(n, b)| (**b, std::cmp::Reverse(given.get(n).copied().unwrap_or(0))))
+        .map(|(n, _)| *n)
 }
 
 /// The chunks holding row group `g`'s column chunks, by file offset.
@@ -551,7 +579,23 @@ fn row_group_chunks<N: StoreNode>(
 
 #[cfg(test)]
 mod tests {
-    use super::glob_match;
+    use std::collections::BTreeMap;
+
+    use super::{evaluating_node, glob_match};
+
+    #[test]
+    fn a_row_group_runs_where_most_of_its_bytes_are() {
+        let held = BTreeMap::from([(0, 100), (1, 700), (2, 200)]);
+        assert_eq!(evaluating_node(&held, &BTreeMap::new()), Some(1));
+        // Even a node given much work already: moving 700 bytes costs more.
+        let given = BTreeMap::from([(1, 1 << 30)]);
+        assert_eq!(evaluating_node(&held, &given), Some(1));
+        // Equal holdings: the node given least so far.
+        let tie = BTreeMap::from([(0, 300), (1, 300), (2, 300)]);
+        let given = BTreeMap::from([(0, 900), (1, 100), (2, 500)]);
+        assert_eq!(evaluating_node(&tie, &given), Some(1));
+        assert_eq!(evaluating_node(&BTreeMap::new(), &given), None);
+    }
 
     #[test]
     fn globs_match_within_one_path_segment() {

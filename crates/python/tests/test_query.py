@@ -777,3 +777,18 @@ def test_cli_table_format_shows_the_values(cli, query_buckets, duck, sql):
         for value in row:
             if value is not None and not isinstance(value, float):
                 assert shown(value) in text, f"{value!r} missing from\n{text}"
+
+
+def test_a_query_is_a_command_under_its_limits(client, query_buckets):
+    """A query runs as a command of the command/status API: its memory
+    limit fails it with a clear error rather than holding more, and it is
+    listed among the entry node's commands as a `query`."""
+    rows_sql = "SELECT l_orderkey, l_comment FROM 'tpch/lineitem.parquet'"
+    with pytest.raises(quarry.QuarryError, match="memory limit"):
+        client.query(rows_sql, memory_limit_bytes=64 * 1024)
+    # The same query under the default limits answers every row.
+    assert client.query(rows_sql).num_rows == 60_175
+    kernels = [j["kernel"] for j in client.jobs()]
+    assert "query" in kernels, kernels
+    failed = [j for j in client.jobs() if j["kernel"] == "query" and "memory" in str(j["state"])]
+    assert failed, client.jobs()

@@ -251,7 +251,7 @@ impl FilePlan {
     ) -> Result<Vec<u8>> {
         let mut state = self.shape.start(&self.schema)?;
         if !row_groups.is_empty() {
-            let file = SparseFile::new(&self.object, data, self.data_end)?;
+            let file = SparseFile::new(&self.object, data, self.data_end);
             let mask = ProjectionMask::roots(
                 self.metadata.file_metadata().schema_descr(),
                 self.roots.iter().copied(),
@@ -332,19 +332,23 @@ struct SparseFile {
 }
 
 impl SparseFile {
-    fn new(object: &str, mut ranges: Vec<(u64, Bytes)>, len: u64) -> Result<SparseFile> {
+    fn new(object: &str, mut ranges: Vec<(u64, Bytes)>, len: u64) -> SparseFile {
         ranges.sort_by_key(|(at, _)| *at);
-        Ok(SparseFile {
+        SparseFile {
             object: object.to_string(),
             ranges,
             len,
-        })
+        }
+    }
+
+    /// The fetched range that starts at or before `start`, the nearest.
+    fn range_at(&self, start: u64) -> Option<&(u64, Bytes)> {
+        let i = self.ranges.partition_point(|(at, _)| *at <= start);
+        i.checked_sub(1).and_then(|i| self.ranges.get(i))
     }
 
     fn find(&self, start: u64, len: u64) -> parquet::errors::Result<Bytes> {
-        let i = self.ranges.partition_point(|(at, _)| *at <= start);
-        let found = i.checked_sub(1).and_then(|i| self.ranges.get(i));
-        match found {
+        match self.range_at(start) {
             Some((at, bytes)) if start + len <= at + bytes.len() as u64 => {
                 let from = (start - at) as usize;
                 Ok(bytes.slice(from..from + len as usize))
@@ -368,8 +372,7 @@ impl parquet::file::reader::ChunkReader for SparseFile {
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
         use bytes::Buf;
-        let i = self.ranges.partition_point(|(at, _)| *at <= start);
-        let Some((at, bytes)) = i.checked_sub(1).and_then(|i| self.ranges.get(i)) else {
+        let Some((at, bytes)) = self.range_at(start) else {
             return Err(parquet::errors::ParquetError::General(format!(
                 "{}: byte {start} was not fetched for this run",
                 self.object
