@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, Decimal128Array, Float64Array,
-    Int64Array, ListBuilder, PrimitiveArray, StringViewArray,
+    Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, Decimal128Array, DictionaryArray,
+    Float64Array, Int64Array, ListBuilder, PrimitiveArray, StringArray, StringViewArray,
 };
+use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Date32Type, Decimal128Type, Float64Type, Int64Type, TimeUnit,
-    TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+    ArrowPrimitiveType, DataType, Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type,
+    TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
     TimestampSecondType,
 };
 use arrow::row::{OwnedRow, RowConverter, SortField};
@@ -22,14 +23,93 @@ use crate::expr::{canonical, cast, AggFunc};
 /// Groups one query may hold at a node or at the entry node.
 pub const MAX_GROUPS: usize = 10_000_000;
 
+/// The group of a row the WHERE clause dropped: the accumulators pass it
+/// by. Rows are dropped this way, not copied out, when most of a batch
+/// passes (TPC-H Q1 keeps 98%), so the kept rows are never copied.
+pub(crate) const SKIP: u32 = u32::MAX;
+
+/// Most groups for which a batch's rows are also listed group by group
+/// ([`Assigned::by_group`]): with few groups, every row adds to the same
+/// few slots, and each add to a slot in memory waits for the last one;
+/// summing a group's rows in registers does not wait.
+const LISTED_GROUPS_MAX: usize = 4096;
+
+/// Most combinations of dictionary codes one batch's group numbers are
+/// remembered for ([`Groups::assign_fast`]).
+const CODE_MEMO_MAX: usize = 1 << 16;
+
+/// One batch's rows by group, what the accumulators fold.
+pub(crate) struct Assigned {
+    /// Each row's group, or [`SKIP`].
+    pub(crate) ids: Vec<u32>,
+    /// Rows of this batch in each group (one entry per group so far).
+    pub(crate) rows_per_group: Vec<i64>,
+    /// With at most [`LISTED_GROUPS_MAX`] groups: the batch's kept rows
+    /// ordered by group, group `g`'s being `listed[starts[g]..starts[g + 1]]`.
+    listed: Vec<u32>,
+    starts: Vec<u32>,
+}
+
+impl Assigned {
+    fn new(ids: Vec<u32>, groups_len: usize) -> Assigned {
+        let mut rows_per_group = vec![0i64; groups_len];
+        for &g in &ids {
+            if g != SKIP {
+                rows_per_group[g as usize] += 1;
+            }
+        }
+        let (mut listed, mut starts) = (Vec::new(), Vec::new());
+        if groups_len <= LISTED_GROUPS_MAX {
+            starts.reserve(groups_len + 1);
+            let mut at = 0u32;
+            starts.push(0);
+            for n in &rows_per_group {
+                at += *n as u32;
+                starts.push(at);
+            }
+            listed = vec![0u32; at as usize];
+            let mut next = starts.clone();
+            for (i, &g) in ids.iter().enumerate() {
+                if g != SKIP {
+                    let slot = &mut next[g as usize];
+                    listed[*slot as usize] = i as u32;
+                    *slot += 1;
+                }
+            }
+        }
+        Assigned {
+            ids,
+            rows_per_group,
+            listed,
+            starts,
+        }
+    }
+
+    fn groups_len(&self) -> usize {
+        self.rows_per_group.len()
+    }
+
+    /// Each group's rows, when the batch lists them.
+    fn by_group(&self) -> Option<impl Iterator<Item = &[u32]>> {
+        (!self.starts.is_empty()).then(|| {
+            self.starts
+                .windows(2)
+                .map(|w| &self.listed[w[0] as usize..w[1] as usize])
+        })
+    }
+}
+
 /// Rows in to group numbers out.
 pub(crate) struct Groups {
     /// None: no GROUP BY, every row is group 0.
     converter: Option<RowConverter>,
-    /// Keys of these types are looked up by [`fast_key`], not by the row
-    /// format (which encodes a whole batch of rows before the first
-    /// lookup: a fifth of TPC-H Q1's time in a profile).
+    /// Keys of these types are looked up by [`KeyColumn`]'s encoding, not
+    /// by the row format (which encodes a whole batch of rows before the
+    /// first lookup: a fifth of TPC-H Q1's time in a profile).
     fast: bool,
+    /// The keys' canonical types (what a dictionary key is cast to when
+    /// it makes a new group).
+    key_types: Vec<DataType>,
     index: HashMap<Box<[u8]>, u32>,
     keys: Vec<OwnedRow>,
     key_bytes: usize,
@@ -62,6 +142,7 @@ impl Groups {
         Ok(Groups {
             converter,
             fast,
+            key_types: key_types.to_vec(),
             index: HashMap::new(),
             keys: Vec::new(),
             key_bytes: 0,
@@ -78,30 +159,46 @@ impl Groups {
         self.key_bytes * 2 + self.keys.len() * 48
     }
 
-    /// The group number of each of `rows` rows with key columns `keys`,
-    /// new groups made as met.
-    pub(crate) fn assign(&mut self, keys: &[ArrayRef], rows: usize) -> Result<Vec<u32>> {
+    /// The group of each of `rows` rows with key columns `keys`, new
+    /// groups made as met; a row `keep` leaves out is [`SKIP`]ped and
+    /// makes no group.
+    pub(crate) fn assign(
+        &mut self,
+        keys: &[ArrayRef],
+        rows: usize,
+        keep: Option<&BooleanBuffer>,
+    ) -> Result<Assigned> {
+        debug_assert!(keep.is_none_or(|k| k.len() == rows));
+        let kept = |i: usize| keep.is_none_or(|k| k.value(i));
         let Some(converter) = &self.converter else {
-            return Ok(vec![0; rows]);
+            let ids = (0..rows).map(|i| if kept(i) { 0 } else { SKIP }).collect();
+            return Ok(Assigned::new(ids, self.count));
         };
         if self.fast {
-            return self.assign_fast(keys, rows);
+            let ids = self.assign_fast(keys, rows, keep)?;
+            return Ok(Assigned::new(ids, self.count));
         }
+        // A key read as a dictionary is grouped here as its strings.
+        let keys = keys
+            .iter()
+            .zip(&self.key_types)
+            .map(|(k, t)| cast(k, t))
+            .collect::<Result<Vec<ArrayRef>>>()?;
         let encoded = converter
-            .convert_columns(keys)
+            .convert_columns(&keys)
             .map_err(|e| QueryError::compute("group keys", e))?;
         let mut out = Vec::with_capacity(rows);
         for i in 0..rows {
+            if !kept(i) {
+                out.push(SKIP);
+                continue;
+            }
             let row = encoded.row(i);
             let bytes = row.as_ref();
             let g = match self.index.get(bytes) {
                 Some(&g) => g,
                 None => {
-                    if self.count >= MAX_GROUPS {
-                        return Err(QueryError::Limit(format!(
-                            "more than {MAX_GROUPS} groups; group by fewer distinct keys"
-                        )));
-                    }
+                    self.check_room()?;
                     let g = self.count as u32;
                     self.index.insert(bytes.into(), g);
                     self.keys.push(row.owned());
@@ -112,51 +209,86 @@ impl Groups {
             };
             out.push(g);
         }
-        Ok(out)
+        Ok(Assigned::new(out, self.count))
     }
 
-    /// [`Groups::assign`] for keys [`fast_key`] encodes: a row's key is
-    /// put in row format only when it makes a new group.
-    fn assign_fast(&mut self, keys: &[ArrayRef], rows: usize) -> Result<Vec<u32>> {
+    fn check_room(&self) -> Result<()> {
+        if self.count >= MAX_GROUPS {
+            return Err(QueryError::Limit(format!(
+                "more than {MAX_GROUPS} groups; group by fewer distinct keys"
+            )));
+        }
+        Ok(())
+    }
+
+    /// [`Groups::assign`] for keys [`KeyColumn`] encodes: a row's key is
+    /// put in row format only when it makes a new group. When every key
+    /// is a dictionary (string keys are read so), a batch's rows are
+    /// grouped by their codes, and each combination of codes is looked
+    /// up once a batch.
+    fn assign_fast(
+        &mut self,
+        keys: &[ArrayRef],
+        rows: usize,
+        keep: Option<&BooleanBuffer>,
+    ) -> Result<Vec<u32>> {
         let columns = keys
             .iter()
             .map(KeyColumn::new)
             .collect::<Result<Vec<_>>>()?;
+        let (codes, combinations) = combined_codes(&columns, rows);
+        let mut memo = vec![SKIP; combinations];
         let mut buf = Vec::with_capacity(64);
         let mut out = Vec::with_capacity(rows);
         for i in 0..rows {
+            if keep.is_some_and(|k| !k.value(i)) {
+                out.push(SKIP);
+                continue;
+            }
+            let at = codes.get(i).map(|&c| c as usize);
+            if let Some(&g) = at.and_then(|a| memo.get(a)).filter(|&&g| g != SKIP) {
+                out.push(g);
+                continue;
+            }
             buf.clear();
             for c in &columns {
                 c.encode(i, &mut buf);
             }
             let g = match self.index.get(buf.as_slice()) {
                 Some(&g) => g,
-                None => {
-                    if self.count >= MAX_GROUPS {
-                        return Err(QueryError::Limit(format!(
-                            "more than {MAX_GROUPS} groups; group by fewer distinct keys"
-                        )));
-                    }
-                    let converter = self.converter.as_ref().ok_or_else(|| {
-                        QueryError::Invalid("grouping keys with no row converter".into())
-                    })?;
-                    let one: Vec<ArrayRef> = keys.iter().map(|k| k.slice(i, 1)).collect();
-                    let row = converter
-                        .convert_columns(&one)
-                        .map_err(|e| QueryError::compute("group keys", e))?
-                        .row(0)
-                        .owned();
-                    let g = self.count as u32;
-                    self.key_bytes += buf.len() + row.as_ref().len();
-                    self.index.insert(buf.as_slice().into(), g);
-                    self.keys.push(row);
-                    self.count += 1;
-                    g
-                }
+                None => self.new_group(keys, i, &buf)?,
             };
+            if let Some(slot) = at.and_then(|a| memo.get_mut(a)) {
+                *slot = g;
+            }
             out.push(g);
         }
         Ok(out)
+    }
+
+    /// A group for row `i` of `keys`, whose fast encoding is `encoded`.
+    fn new_group(&mut self, keys: &[ArrayRef], i: usize, encoded: &[u8]) -> Result<u32> {
+        self.check_room()?;
+        let converter = self
+            .converter
+            .as_ref()
+            .ok_or_else(|| QueryError::Invalid("grouping keys with no row converter".into()))?;
+        let one = keys
+            .iter()
+            .zip(&self.key_types)
+            .map(|(k, t)| cast(&k.slice(i, 1), t))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let row = converter
+            .convert_columns(&one)
+            .map_err(|e| QueryError::compute("group keys", e))?
+            .row(0)
+            .owned();
+        let g = self.count as u32;
+        self.key_bytes += encoded.len() + row.as_ref().len();
+        self.index.insert(encoded.into(), g);
+        self.keys.push(row);
+        self.count += 1;
+        Ok(g)
     }
 
     /// The key columns (named `#k0`, `#k1`, ...) with their fields, one
@@ -184,11 +316,61 @@ impl Groups {
     }
 }
 
+/// Each row's dictionary codes combined into one number below
+/// [`CODE_MEMO_MAX`] (a column's code is its dictionary key, or the
+/// dictionary's length for a NULL key), or nothing when a key is no
+/// dictionary or the combinations are too many; and how many
+/// combinations there are.
+fn combined_codes(columns: &[KeyColumn<'_>], rows: usize) -> (Vec<u32>, usize) {
+    let none = (Vec::new(), 0);
+    let mut combinations = 1usize;
+    for c in columns {
+        let KeyColumn::Dict(_, values) = c else {
+            return none;
+        };
+        combinations = combinations.saturating_mul(values.len() + 1);
+    }
+    if combinations > CODE_MEMO_MAX {
+        return none;
+    }
+    let mut codes = vec![0u32; rows];
+    let mut stride = 1u32;
+    for c in columns {
+        let KeyColumn::Dict(d, values) = c else {
+            return none;
+        };
+        let keys = d.keys().values();
+        debug_assert_eq!(keys.len(), rows);
+        match d.nulls() {
+            None => {
+                for (code, &k) in codes.iter_mut().zip(keys.iter()) {
+                    *code += k as u32 * stride;
+                }
+            }
+            Some(n) => {
+                for (i, (code, &k)) in codes.iter_mut().zip(keys.iter()).enumerate() {
+                    let k = if n.is_valid(i) {
+                        k as u32
+                    } else {
+                        values.len() as u32
+                    };
+                    *code += k * stride;
+                }
+            }
+        }
+        stride *= values.len() as u32 + 1;
+    }
+    debug_assert!(codes.iter().all(|&c| (c as usize) < combinations));
+    (codes, combinations)
+}
+
 /// A key column read for [`Groups::assign_fast`]: each value encoded as
 /// a validity byte then its bytes (strings with their length first), so
 /// two rows' encodings are equal exactly when their keys are.
 enum KeyColumn<'a> {
     Str(&'a StringViewArray),
+    /// A string column read as a dictionary: its keys and values.
+    Dict(&'a DictionaryArray<Int32Type>, &'a StringArray),
     I64(&'a PrimitiveArray<Int64Type>),
     I32(&'a PrimitiveArray<Date32Type>),
     I128(&'a PrimitiveArray<Decimal128Type>),
@@ -198,6 +380,22 @@ impl<'a> KeyColumn<'a> {
     fn new(a: &'a ArrayRef) -> Result<KeyColumn<'a>> {
         Ok(match a.data_type() {
             DataType::Utf8View => KeyColumn::Str(a.as_string_view()),
+            DataType::Dictionary(k, v)
+                if k.as_ref() == &DataType::Int32 && v.as_ref() == &DataType::Utf8 =>
+            {
+                let d = a.as_dictionary::<Int32Type>();
+                let values = d.values().as_string::<i32>();
+                // Checked once here so that no row's code can run past them.
+                if arrow::compute::max(d.keys())
+                    .is_some_and(|k| k < 0 || k as usize >= values.len())
+                {
+                    return Err(QueryError::Partial(format!(
+                        "a dictionary key past its {} values",
+                        values.len()
+                    )));
+                }
+                KeyColumn::Dict(d, values)
+            }
             DataType::Int64 => KeyColumn::I64(primitive::<Int64Type>(a)?),
             DataType::Date32 => KeyColumn::I32(primitive::<Date32Type>(a)?),
             DataType::Decimal128(..) => KeyColumn::I128(primitive::<Decimal128Type>(a)?),
@@ -212,6 +410,9 @@ impl<'a> KeyColumn<'a> {
     fn encode(&self, i: usize, buf: &mut Vec<u8>) {
         let valid = match self {
             KeyColumn::Str(a) => a.is_valid(i),
+            KeyColumn::Dict(d, values) => {
+                d.is_valid(i) && values.is_valid(d.keys().value(i) as usize)
+            }
             KeyColumn::I64(a) => a.is_valid(i),
             KeyColumn::I32(a) => a.is_valid(i),
             KeyColumn::I128(a) => a.is_valid(i),
@@ -226,6 +427,13 @@ impl<'a> KeyColumn<'a> {
                 buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
                 buf.extend_from_slice(v);
             }
+            // Encoded as the same string in a StringViewArray would be, so
+            // a key meets its group whichever way its batch was read.
+            KeyColumn::Dict(d, values) => {
+                let v = values.value(d.keys().value(i) as usize).as_bytes();
+                buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                buf.extend_from_slice(v);
+            }
             KeyColumn::I64(a) => buf.extend_from_slice(&a.value(i).to_le_bytes()),
             KeyColumn::I32(a) => buf.extend_from_slice(&a.value(i).to_le_bytes()),
             KeyColumn::I128(a) => buf.extend_from_slice(&a.value(i).to_le_bytes()),
@@ -235,9 +443,9 @@ impl<'a> KeyColumn<'a> {
 
 /// An aggregate's per-group state.
 pub(crate) trait Accumulator: Send {
-    /// Folds rows: `groups[i]` is row `i`'s group; `arg` is the argument
-    /// (None for count(*)).
-    fn update(&mut self, groups: &[u32], groups_len: usize, arg: Option<&ArrayRef>) -> Result<()>;
+    /// Folds one batch's rows: `rows.ids[i]` is row `i`'s group (or
+    /// [`SKIP`]); `arg` is the argument (None for count(*)).
+    fn update(&mut self, rows: &Assigned, arg: Option<&ArrayRef>) -> Result<()>;
     /// Folds states made by [`Accumulator::state`] elsewhere.
     fn merge(&mut self, groups: &[u32], groups_len: usize, state: &[ArrayRef]) -> Result<()>;
     /// The state, one row per group.
@@ -266,10 +474,10 @@ pub(crate) fn accumulator(func: AggFunc, arg: Option<&DataType>) -> Result<Box<d
         (AggFunc::CountDistinct, Some(t)) => Box::new(CountDistinct::new(t)?),
         (AggFunc::Sum | AggFunc::Avg, Some(t)) => {
             let kind = match t {
-                DataType::Int64 => SumKind::Exact(0),
+                DataType::Int64 => SumKind::Int,
                 DataType::Decimal128(_, s) => SumKind::Exact(*s),
                 DataType::Float64 => SumKind::Float,
-                DataType::Null => SumKind::Exact(0),
+                DataType::Null => SumKind::Int,
                 _ => return bad(if func == AggFunc::Sum { "sum" } else { "avg" }),
             };
             Box::new(Sum::new(kind, func == AggFunc::Avg))
@@ -328,17 +536,19 @@ struct Count {
 }
 
 impl Accumulator for Count {
-    fn update(&mut self, groups: &[u32], groups_len: usize, arg: Option<&ArrayRef>) -> Result<()> {
-        grow(&mut self.counts, groups_len, 0);
+    fn update(&mut self, rows: &Assigned, arg: Option<&ArrayRef>) -> Result<()> {
+        grow(&mut self.counts, rows.groups_len(), 0);
         match arg {
             Some(a) if a.null_count() > 0 => {
-                for (i, &g) in groups.iter().enumerate() {
-                    self.counts[g as usize] += i64::from(a.is_valid(i));
+                for (i, &g) in rows.ids.iter().enumerate() {
+                    if g != SKIP {
+                        self.counts[g as usize] += i64::from(a.is_valid(i));
+                    }
                 }
             }
             _ => {
-                for &g in groups {
-                    self.counts[g as usize] += 1;
+                for (c, n) in self.counts.iter_mut().zip(&rows.rows_per_group) {
+                    *c += n;
                 }
             }
         }
@@ -381,9 +591,62 @@ fn primitive<T: ArrowPrimitiveType>(a: &ArrayRef) -> Result<&PrimitiveArray<T>> 
     })
 }
 
+fn sum_overflows() -> QueryError {
+    QueryError::compute("sum", "it overflows 128 bits")
+}
+
+/// Adds each row's value to its group's sum in `sums`, exactly. A batch
+/// that lists its rows by group is summed a group at a time in two
+/// registers.
+fn add_exact<T: Copy + Into<i128>>(
+    sums: &mut [i128],
+    rows: &Assigned,
+    values: &[T],
+    nulls: Option<&arrow::buffer::NullBuffer>,
+) -> Result<()> {
+    debug_assert_eq!(rows.ids.len(), values.len());
+    match (rows.by_group(), nulls) {
+        (Some(groups), None) => {
+            for (sum, listed) in sums.iter_mut().zip(groups) {
+                let (mut a, mut b, mut overflowed) = (0i128, 0i128, false);
+                let mut pairs = listed.chunks_exact(2);
+                for pair in &mut pairs {
+                    let (x, o1) = a.overflowing_add(values[pair[0] as usize].into());
+                    let (y, o2) = b.overflowing_add(values[pair[1] as usize].into());
+                    (a, b) = (x, y);
+                    overflowed |= o1 | o2;
+                }
+                for &i in pairs.remainder() {
+                    let (x, o) = a.overflowing_add(values[i as usize].into());
+                    a = x;
+                    overflowed |= o;
+                }
+                if overflowed {
+                    return Err(sum_overflows());
+                }
+                *sum = sum
+                    .checked_add(a)
+                    .and_then(|s| s.checked_add(b))
+                    .ok_or_else(sum_overflows)?;
+            }
+        }
+        _ => {
+            for (i, (&g, &v)) in rows.ids.iter().zip(values).enumerate() {
+                if g != SKIP && nulls.is_none_or(|n| n.is_valid(i)) {
+                    let s = &mut sums[g as usize];
+                    *s = s.checked_add(v.into()).ok_or_else(sum_overflows)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum SumKind {
-    /// Integers and decimals, summed exactly in i128 at this scale.
+    /// Integers, summed exactly in i128; the answer is a BIGINT.
+    Int,
+    /// Decimals, summed exactly in i128 at this scale.
     Exact(i8),
     Float,
 }
@@ -411,21 +674,20 @@ impl Sum {
 
     fn grow(&mut self, len: usize) {
         match self.kind {
-            SumKind::Exact(_) => grow(&mut self.exact, len, 0),
+            SumKind::Int | SumKind::Exact(_) => grow(&mut self.exact, len, 0),
             SumKind::Float => grow(&mut self.float, len, 0.0),
         }
         grow(&mut self.counts, len, 0);
     }
 
     fn add_exact(&mut self, g: usize, v: i128) -> Result<()> {
-        self.exact[g] = self.exact[g]
-            .checked_add(v)
-            .ok_or_else(|| QueryError::compute("sum", "it overflows 128 bits"))?;
+        self.exact[g] = self.exact[g].checked_add(v).ok_or_else(sum_overflows)?;
         Ok(())
     }
 
     fn exact_type(&self) -> DataType {
         match self.kind {
+            SumKind::Int => DataType::Decimal128(38, 0),
             SumKind::Exact(s) => DataType::Decimal128(38, s),
             SumKind::Float => DataType::Float64,
         }
@@ -434,7 +696,7 @@ impl Sum {
     fn sums(&self) -> Result<ArrayRef> {
         let valid = |i: usize| self.counts[i] > 0;
         Ok(match self.kind {
-            SumKind::Exact(_) => Arc::new(
+            SumKind::Int | SumKind::Exact(_) => Arc::new(
                 (0..self.exact.len())
                     .map(|i| valid(i).then_some(self.exact[i]))
                     .collect::<Decimal128Array>()
@@ -450,46 +712,49 @@ impl Sum {
 }
 
 impl Accumulator for Sum {
-    fn update(&mut self, groups: &[u32], groups_len: usize, arg: Option<&ArrayRef>) -> Result<()> {
-        self.grow(groups_len);
+    fn update(&mut self, rows: &Assigned, arg: Option<&ArrayRef>) -> Result<()> {
+        self.grow(rows.groups_len());
         let Some(a) = arg else {
             return Err(QueryError::Invalid("sum of nothing".into()));
         };
-        let nulls = a.null_count() > 0;
+        let nulls = a.logical_nulls().filter(|n| n.null_count() > 0);
         match (self.kind, a.data_type()) {
-            (SumKind::Exact(_), DataType::Int64) => {
-                let values = primitive::<Int64Type>(a)?;
-                for (i, &g) in groups.iter().enumerate() {
-                    if !nulls || values.is_valid(i) {
-                        self.add_exact(g as usize, i128::from(values.value(i)))?;
-                        self.counts[g as usize] += 1;
-                    }
-                }
+            (SumKind::Int, DataType::Int64) => {
+                let values = primitive::<Int64Type>(a)?.values();
+                add_exact(&mut self.exact, rows, values, nulls.as_ref())?;
             }
             (SumKind::Exact(_), DataType::Decimal128(..)) => {
-                let values = primitive::<Decimal128Type>(a)?;
-                for (i, &g) in groups.iter().enumerate() {
-                    if !nulls || values.is_valid(i) {
-                        self.add_exact(g as usize, values.value(i))?;
-                        self.counts[g as usize] += 1;
-                    }
-                }
+                let values = primitive::<Decimal128Type>(a)?.values();
+                add_exact(&mut self.exact, rows, values, nulls.as_ref())?;
             }
             (SumKind::Float, DataType::Float64) => {
-                let values = primitive::<Float64Type>(a)?;
-                for (i, &g) in groups.iter().enumerate() {
-                    if !nulls || values.is_valid(i) {
-                        self.float[g as usize] += values.value(i);
-                        self.counts[g as usize] += 1;
+                let values = primitive::<Float64Type>(a)?.values();
+                for (i, &g) in rows.ids.iter().enumerate() {
+                    if g != SKIP && nulls.as_ref().is_none_or(|n| n.is_valid(i)) {
+                        self.float[g as usize] += values[i];
                     }
                 }
             }
-            (_, DataType::Null) => {}
+            (_, DataType::Null) => return Ok(()),
             (_, other) => {
                 return Err(QueryError::Type(format!(
                     "sum of a {other} where {:?} was planned",
                     self.exact_type()
                 )))
+            }
+        }
+        match &nulls {
+            None => {
+                for (c, n) in self.counts.iter_mut().zip(&rows.rows_per_group) {
+                    *c += n;
+                }
+            }
+            Some(n) => {
+                for (i, &g) in rows.ids.iter().enumerate() {
+                    if g != SKIP && n.is_valid(i) {
+                        self.counts[g as usize] += 1;
+                    }
+                }
             }
         }
         Ok(())
@@ -503,7 +768,7 @@ impl Accumulator for Sum {
             self.counts[g as usize] += counts.value(i);
         }
         match self.kind {
-            SumKind::Exact(_) => {
+            SumKind::Int | SumKind::Exact(_) => {
                 let sums = primitive::<Decimal128Type>(sums)?;
                 for (i, &g) in groups.iter().enumerate() {
                     if sums.is_valid(i) {
@@ -536,6 +801,7 @@ impl Accumulator for Sum {
                 .map(|i| {
                     let n = self.counts[i];
                     (n > 0).then(|| match self.kind {
+                        SumKind::Int => self.exact[i] as f64 / n as f64,
                         SumKind::Exact(s) => {
                             self.exact[i] as f64 / 10f64.powi(i32::from(s)) / n as f64
                         }
@@ -548,7 +814,7 @@ impl Accumulator for Sum {
         match self.kind {
             // An integer sum answers a BIGINT, or an error when it does
             // not fit: never a wrapped value.
-            SumKind::Exact(0) => {
+            SumKind::Int => {
                 let sums = self.sums()?;
                 cast(&sums, &DataType::Int64)
                     .map_err(|_| QueryError::compute("sum", "it does not fit a BIGINT"))
@@ -584,7 +850,7 @@ impl<T: ArrowPrimitiveType> MinMax<T> {
     fn fold(&mut self, groups: &[u32], a: &PrimitiveArray<T>) {
         let nulls = a.null_count() > 0;
         for (i, &g) in groups.iter().enumerate() {
-            if nulls && a.is_null(i) {
+            if g == SKIP || (nulls && a.is_null(i)) {
                 continue;
             }
             let v = a.value(i);
@@ -611,8 +877,8 @@ impl<T: ArrowPrimitiveType> Accumulator for MinMax<T>
 where
     T::Native: PartialOrd,
 {
-    fn update(&mut self, groups: &[u32], groups_len: usize, arg: Option<&ArrayRef>) -> Result<()> {
-        grow(&mut self.values, groups_len, None);
+    fn update(&mut self, rows: &Assigned, arg: Option<&ArrayRef>) -> Result<()> {
+        grow(&mut self.values, rows.groups_len(), None);
         let Some(a) = arg else {
             return Err(QueryError::Invalid("min/max of nothing".into()));
         };
@@ -620,7 +886,7 @@ where
             return Ok(());
         }
         let a = primitive::<T>(a)?;
-        self.fold(groups, a);
+        self.fold(&rows.ids, a);
         Ok(())
     }
 
@@ -666,7 +932,7 @@ impl StrMinMax {
 
     fn fold(&mut self, groups: &[u32], a: &StringViewArray) {
         for (i, &g) in groups.iter().enumerate() {
-            if a.is_null(i) {
+            if g == SKIP || a.is_null(i) {
                 continue;
             }
             let v = a.value(i);
@@ -683,21 +949,27 @@ impl StrMinMax {
     }
 }
 
-impl Accumulator for StrMinMax {
-    fn update(&mut self, groups: &[u32], groups_len: usize, arg: Option<&ArrayRef>) -> Result<()> {
+impl StrMinMax {
+    fn fold_strings(&mut self, groups: &[u32], groups_len: usize, a: &ArrayRef) -> Result<()> {
         grow(&mut self.values, groups_len, None);
-        let Some(a) = arg else {
-            return Err(QueryError::Invalid("min/max of nothing".into()));
-        };
         let a = a
             .as_string_view_opt()
             .ok_or_else(|| QueryError::Partial(format!("min/max of a {}", a.data_type())))?;
         self.fold(groups, a);
         Ok(())
     }
+}
+
+impl Accumulator for StrMinMax {
+    fn update(&mut self, rows: &Assigned, arg: Option<&ArrayRef>) -> Result<()> {
+        let Some(a) = arg else {
+            return Err(QueryError::Invalid("min/max of nothing".into()));
+        };
+        self.fold_strings(&rows.ids, rows.groups_len(), a)
+    }
 
     fn merge(&mut self, groups: &[u32], groups_len: usize, state: &[ArrayRef]) -> Result<()> {
-        self.update(groups, groups_len, Some(state_at(state, 0)?))
+        self.fold_strings(groups, groups_len, state_at(state, 0)?)
     }
 
     fn state(&self) -> Result<Vec<ArrayRef>> {
@@ -746,18 +1018,18 @@ impl CountDistinct {
 }
 
 impl Accumulator for CountDistinct {
-    fn update(&mut self, groups: &[u32], groups_len: usize, arg: Option<&ArrayRef>) -> Result<()> {
-        grow(&mut self.sets, groups_len, HashSet::new());
+    fn update(&mut self, rows: &Assigned, arg: Option<&ArrayRef>) -> Result<()> {
+        grow(&mut self.sets, rows.groups_len(), HashSet::new());
         let Some(a) = arg else {
             return Err(QueryError::Invalid("count(DISTINCT) of nothing".into()));
         };
-        let rows = self
+        let encoded = self
             .converter
             .convert_columns(std::slice::from_ref(a))
             .map_err(|e| QueryError::compute("count(DISTINCT)", e))?;
-        for (i, &g) in groups.iter().enumerate() {
-            if a.is_valid(i) {
-                self.insert(g, rows.row(i).as_ref());
+        for (i, &g) in rows.ids.iter().enumerate() {
+            if g != SKIP && a.is_valid(i) {
+                self.insert(g, encoded.row(i).as_ref());
             }
         }
         Ok(())

@@ -190,12 +190,17 @@ impl Expr {
     /// one-row array when it reads no column.
     pub(crate) fn eval(&self, batch: &RecordBatch) -> Result<Value> {
         Ok(match self {
-            Expr::Column(name) => Value::Array(
-                batch
+            Expr::Column(name) => {
+                let a = batch
                     .column_by_name(name)
-                    .cloned()
-                    .ok_or_else(|| QueryError::Invalid(format!("no column {name:?} here")))?,
-            ),
+                    .ok_or_else(|| QueryError::Invalid(format!("no column {name:?} here")))?;
+                // A GROUP BY key read as a dictionary is its strings
+                // everywhere else.
+                Value::Array(match a.data_type() {
+                    DataType::Dictionary(_, values) => cast(a, values)?,
+                    _ => a.clone(),
+                })
+            }
             Expr::Lit(l) => Value::Scalar(l.array()?),
             Expr::Binary(op, l, r) => binary(*op, l.eval(batch)?, r.eval(batch)?)?,
             Expr::Not(e) => {
@@ -552,6 +557,13 @@ fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
                     f(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
                 ))
             };
+            if let Some(out) = decimal_fast(op, &l, &r)? {
+                return Ok(if scalar {
+                    Value::Scalar(out)
+                } else {
+                    Value::Array(out)
+                });
+            }
             match op {
                 BinOp::Add => numeric::add(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
                 BinOp::Sub => numeric::sub(ld, rd).map_err(|e| QueryError::compute(what(), e))?,
@@ -573,6 +585,78 @@ fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
         Value::Array(out)
     })
 }
+
+/// `l op r` for two decimals whose values all fit 64 bits, without the
+/// per-row overflow checks arrow makes: the product of two 64-bit values
+/// fits 128 bits, and so does their sum (one widening multiply or add a
+/// row, where a checked 128-bit multiply is several). The result has the
+/// type arrow's kernel gives. None when the fast path does not apply.
+fn decimal_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
+    let (la, ra) = (l.array(), r.array());
+    let (DataType::Decimal128(p1, s1), DataType::Decimal128(p2, s2)) =
+        (la.data_type(), ra.data_type())
+    else {
+        return Ok(None);
+    };
+    let (p1, s1, p2, s2) = (*p1, *s1, *p2, *s2);
+    let (precision, scale) = match op {
+        BinOp::Mul => match s1.checked_add(s2) {
+            Some(s) if s <= DECIMAL128_MAX_SCALE => {
+                (p1.saturating_add(p2 + 1).min(DECIMAL128_MAX_PRECISION), s)
+            }
+            _ => return Ok(None),
+        },
+        // Equal scales: arrow would rescale neither side.
+        BinOp::Add | BinOp::Sub if s1 == s2 => {
+            let whole = (i16::from(p1) - i16::from(s1)).max(i16::from(p2) - i16::from(s2));
+            let p = (i16::from(s1) + whole + 1).min(i16::from(DECIMAL128_MAX_PRECISION));
+            (p as u8, s1)
+        }
+        _ => return Ok(None),
+    };
+    let (Some(lp), Some(rp)) = (
+        la.as_any().downcast_ref::<Decimal128Array>(),
+        ra.as_any().downcast_ref::<Decimal128Array>(),
+    ) else {
+        return Ok(None);
+    };
+    let fits = |a: &Decimal128Array| a.values().iter().all(|&v| i128::from(v as i64) == v);
+    if !fits(lp) || !fits(rp) {
+        return Ok(None);
+    }
+    let f: fn(i128, i128) -> i128 = match op {
+        BinOp::Mul => |a, b| i128::from(a as i64) * i128::from(b as i64),
+        BinOp::Add => |a, b| a + b,
+        _ => |a, b| a - b,
+    };
+    let out: Decimal128Array = match (l, r) {
+        (Value::Array(_), Value::Array(_)) | (Value::Scalar(_), Value::Scalar(_)) => {
+            arrow::compute::binary(lp, rp, f)
+                .map_err(|e| QueryError::compute(format!("{op:?}"), e))?
+        }
+        (Value::Array(_), Value::Scalar(_)) => match rp.is_valid(0) {
+            true => {
+                let k = rp.value(0);
+                lp.unary(|a| f(a, k))
+            }
+            false => return Ok(None),
+        },
+        (Value::Scalar(_), Value::Array(_)) => match lp.is_valid(0) {
+            true => {
+                let k = lp.value(0);
+                rp.unary(|b| f(k, b))
+            }
+            false => return Ok(None),
+        },
+    };
+    let out = out
+        .with_precision_and_scale(precision, scale)
+        .map_err(|e| QueryError::compute(format!("{op:?}"), e))?;
+    Ok(Some(Arc::new(out)))
+}
+
+const DECIMAL128_MAX_SCALE: i8 = 38;
+const DECIMAL128_MAX_PRECISION: u8 = 38;
 
 fn like(v: Value, pattern: Value, negated: bool, case_insensitive: bool) -> Result<Value> {
     if class(v.array().data_type()) != Class::Str && class(v.array().data_type()) != Class::Null {

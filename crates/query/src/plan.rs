@@ -4,7 +4,8 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{Array, ArrayRef, RecordBatch};
+use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
@@ -54,6 +55,12 @@ impl Query {
             .map_err(|e| bad(format!("its schema does not convert to arrow: {e}")))?;
         let schema = reader.schema().clone();
         let shape = Shape::compile(&self.select, &schema, object)?;
+        let reader = dictionary_keys(&shape, &schema)
+            .and_then(|hint| {
+                let options = ArrowReaderOptions::new().with_schema(hint);
+                ArrowReaderMetadata::try_new(metadata.clone(), options).ok()
+            })
+            .unwrap_or(reader);
         let mut roots: Vec<usize> = Vec::new();
         for name in &shape.columns {
             if let Ok(i) = schema.index_of(name) {
@@ -74,6 +81,33 @@ impl Query {
         plan.check_ranges()?;
         Ok(plan)
     }
+}
+
+/// The file's schema with each string column that is a GROUP BY key read
+/// as a dictionary (Parquet stores strings so, and the codes group
+/// without hashing each row's string), or None when there is none.
+fn dictionary_keys(shape: &Shape, schema: &SchemaRef) -> Option<SchemaRef> {
+    let Kind::Aggregate { keys, .. } = &shape.kind else {
+        return None;
+    };
+    let mut changed = false;
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let is_key = keys.contains(&Expr::Column(f.name().clone()));
+            let is_string = matches!(f.data_type(), DataType::Utf8 | DataType::Utf8View);
+            if is_key && is_string {
+                changed = true;
+                let dictionary =
+                    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+                f.as_ref().clone().with_data_type(dictionary)
+            } else {
+                f.as_ref().clone()
+            }
+        })
+        .collect();
+    changed.then(|| Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())))
 }
 
 const MAGIC: &[u8; 4] = b"PAR1";
@@ -265,15 +299,7 @@ impl FilePlan {
                     .map_err(|e| self.fault(e))?;
             for batch in reader {
                 let batch = batch.map_err(|e| self.fault(e))?;
-                let batch = match &self.shape.filter {
-                    None => batch,
-                    Some(f) => {
-                        let keep = f.eval_predicate(&batch)?;
-                        arrow::compute::filter_record_batch(&batch, &keep)
-                            .map_err(|e| QueryError::compute("WHERE", e))?
-                    }
-                };
-                state.fold(&self.shape, &batch)?;
+                self.fold_filtered(&mut state, &batch)?;
                 let held = state.held_bytes();
                 if held as u64 > memory_bytes {
                     return Err(QueryError::Limit(format!(
@@ -288,6 +314,40 @@ impl FilePlan {
         }
         let partial = state.partial(&self.shape)?;
         crate::merge::encode(&partial)
+    }
+
+    /// Folds the rows of `batch` the WHERE clause keeps. A GROUP BY or
+    /// aggregate that keeps most rows folds them in place and passes the
+    /// rest by; otherwise the kept rows are copied out first.
+    fn fold_filtered(&self, state: &mut Fold, batch: &RecordBatch) -> Result<()> {
+        let Some(f) = &self.shape.filter else {
+            return state.fold(&self.shape, batch, None).map(drop);
+        };
+        let keep = f.eval_predicate(batch)?;
+        let keep = if keep.null_count() > 0 {
+            arrow::compute::prep_null_mask_filter(&keep)
+        } else {
+            keep
+        };
+        let (kept, rows) = (keep.true_count(), batch.num_rows());
+        if kept == 0 {
+            return Ok(());
+        }
+        if kept == rows {
+            return state.fold(&self.shape, batch, None).map(drop);
+        }
+        // A fold in place evaluates the aggregates' arguments over the
+        // dropped rows too; if that fails (a cast or an overflow in a row
+        // the WHERE clause drops), the batch is folded again filtered.
+        if state.folds_in_place()
+            && kept * 4 >= rows * 3
+            && state.fold(&self.shape, batch, Some(keep.values()))?
+        {
+            return Ok(());
+        }
+        let filtered = arrow::compute::filter_record_batch(batch, &keep)
+            .map_err(|e| QueryError::compute("WHERE", e))?;
+        state.fold(&self.shape, &filtered, None).map(drop)
     }
 
     fn fault(&self, e: impl std::fmt::Display) -> QueryError {
@@ -648,7 +708,20 @@ enum Fold {
 }
 
 impl Fold {
-    fn fold(&mut self, shape: &Shape, batch: &RecordBatch) -> Result<()> {
+    /// Whether [`Fold::fold`] takes a mask of the rows to fold.
+    fn folds_in_place(&self) -> bool {
+        matches!(self, Fold::Groups { .. })
+    }
+
+    /// Folds `batch`'s rows, or only those `keep` has (groups only).
+    /// False, with nothing folded, when an expression fails over the
+    /// whole batch under a mask: the caller folds the kept rows alone.
+    fn fold(
+        &mut self,
+        shape: &Shape,
+        batch: &RecordBatch,
+        keep: Option<&BooleanBuffer>,
+    ) -> Result<bool> {
         match (self, &shape.kind) {
             (
                 Fold::Groups { groups, accs },
@@ -659,20 +732,31 @@ impl Fold {
                 },
             ) => {
                 let mut memo = Memo::new();
-                let keys = keys
-                    .iter()
-                    .zip(key_types)
-                    .map(|(k, t)| cast(&k.eval_shared(batch, &mut memo)?, t))
-                    .collect::<Result<Vec<ArrayRef>>>()?;
-                let ids = groups.assign(&keys, batch.num_rows())?;
-                for (acc, (_, arg, t)) in accs.iter_mut().zip(aggs) {
-                    let arg = match (arg, t) {
-                        (Some(e), Some(t)) => Some(cast(&e.eval_shared(batch, &mut memo)?, t)?),
-                        _ => None,
-                    };
-                    acc.update(&ids, groups.len(), arg.as_ref())?;
+                let evaluated = key_arrays(keys, key_types, batch, &mut memo).and_then(|keys| {
+                    let args = aggs
+                        .iter()
+                        .map(|(_, arg, t)| match (arg, t) {
+                            (Some(e), Some(t)) => {
+                                Ok(Some(cast(&e.eval_shared(batch, &mut memo)?, t)?))
+                            }
+                            _ => Ok(None),
+                        })
+                        .collect::<Result<Vec<Option<ArrayRef>>>>()?;
+                    Ok((keys, args))
+                });
+                let (keys, args) = match evaluated {
+                    Ok(v) => v,
+                    Err(_) if keep.is_some() => return Ok(false),
+                    Err(e) => return Err(e),
+                };
+                let rows = groups.assign(&keys, batch.num_rows(), keep)?;
+                for (acc, arg) in accs.iter_mut().zip(&args) {
+                    acc.update(&rows, arg.as_ref())?;
                 }
-                Ok(())
+                Ok(true)
+            }
+            (_, Kind::Rows { .. }) if keep.is_some() => {
+                Err(QueryError::Invalid("rows folded under a mask".into()))
             }
             (
                 Fold::Rows {
@@ -686,7 +770,7 @@ impl Fold {
                 *rows += out.num_rows() as u64;
                 *bytes += out.get_array_memory_size();
                 batches.push(out);
-                Ok(())
+                Ok(true)
             }
             _ => Err(QueryError::Invalid("a plan and its state disagree".into())),
         }
@@ -742,6 +826,29 @@ impl Fold {
             }
         }
     }
+}
+
+/// A batch's GROUP BY keys in their canonical types, except that a key
+/// column read as a dictionary stays one (the groups read its codes).
+fn key_arrays(
+    keys: &[Expr],
+    key_types: &[DataType],
+    batch: &RecordBatch,
+    memo: &mut Memo,
+) -> Result<Vec<ArrayRef>> {
+    keys.iter()
+        .zip(key_types)
+        .map(|(k, t)| {
+            if let (Expr::Column(name), DataType::Utf8View) = (k, t) {
+                if let Some(a) = batch.column_by_name(name) {
+                    if matches!(a.data_type(), DataType::Dictionary(..)) {
+                        return Ok(a.clone());
+                    }
+                }
+            }
+            cast(&k.eval_shared(batch, memo)?, t)
+        })
+        .collect()
 }
 
 fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>, rows: usize) -> Result<RecordBatch> {

@@ -234,3 +234,236 @@ fn bounds_are_errors_not_wrong_answers() {
         format!("max(v)\n{}\n", i64::MAX)
     );
 }
+
+/// The columns of [`wide_file`]'s row `i`: a key with NULLs (some keys
+/// only in rows `v > -450` drops), a value with NULLs, cents, text that
+/// is a number except in the rows `s <> 'x'` drops, a key of 3001 values
+/// (its dictionary overflows, so later pages are plain), and decimals too
+/// large for 64 bits.
+struct WideRow {
+    k: Option<String>,
+    v: Option<i64>,
+    d: i128,
+    s: String,
+    kk: String,
+    big: i128,
+}
+
+fn wide_row(i: usize) -> WideRow {
+    let dropped_key = i % 97 == 5;
+    WideRow {
+        k: if dropped_key {
+            Some("only-dropped".into())
+        } else {
+            (i % 11 != 0).then(|| format!("key{}", i % 7))
+        },
+        v: if dropped_key {
+            Some(-499)
+        } else {
+            (i % 13 != 0).then_some((i as i64 * 37) % 1000 - 500)
+        },
+        d: (i as i128 * 7919) % 100_000 - 50_000,
+        s: if i % 17 == 0 {
+            "x".into()
+        } else {
+            (i % 1000).to_string()
+        },
+        kk: format!("wide{}", i % 3001),
+        big: i as i128 * 10i128.pow(20),
+    }
+}
+
+const WIDE_ROWS: usize = 40_000;
+
+fn wide_file() -> Vec<u8> {
+    use arrow::array::Decimal128Array;
+    let rows: Vec<WideRow> = (0..WIDE_ROWS).map(wide_row).collect();
+    let decimal = |p, s| DataType::Decimal128(p, s);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("v", DataType::Int64, true),
+        Field::new("d", decimal(12, 2), false),
+        Field::new("s", DataType::Utf8, false),
+        Field::new("kk", DataType::Utf8, false),
+        Field::new("big", decimal(38, 0), false),
+        Field::new("huge", decimal(38, 0), false),
+    ]));
+    let decimals = |f: &dyn Fn(&WideRow) -> i128, p, s| {
+        Arc::new(
+            Decimal128Array::from_iter_values(rows.iter().map(f))
+                .with_precision_and_scale(p, s)
+                .unwrap(),
+        )
+    };
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| r.k.clone()))),
+            Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.v))),
+            decimals(&|r| r.d, 12, 2),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.s.clone()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.kk.clone()),
+            )),
+            decimals(&|r| r.big, 38, 0),
+            decimals(&|_| 9 * 10i128.pow(37), 38, 0),
+        ],
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(7_000))
+        .set_dictionary_page_size_limit(4096)
+        .set_data_page_row_count_limit(1000)
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    out
+}
+
+/// A decimal of scale `scale` as arrow's CSV writes it.
+fn decimal_text(v: i128, scale: u32) -> String {
+    let unit = 10i128.pow(scale);
+    let sign = if v < 0 { "-" } else { "" };
+    let (whole, part) = (v.abs() / unit, v.abs() % unit);
+    format!("{sign}{whole}.{part:0width$}", width = scale as usize)
+}
+
+/// Rows grouped by a key in the engine's order (NULL first), as CSV.
+fn grouped_csv<K: Ord, V>(
+    header: &str,
+    groups: std::collections::BTreeMap<Option<K>, V>,
+    line: impl Fn(&Option<K>, &V) -> String,
+) -> String {
+    let mut out = format!("{header}\n");
+    for (k, v) in &groups {
+        out += &line(k, v);
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn a_where_that_keeps_most_rows_folds_them_in_place_with_the_same_answer() {
+    let f = wide_file();
+    let rows: Vec<WideRow> = (0..WIDE_ROWS).map(wide_row).collect();
+
+    // Most rows pass, so the groups fold them where they are and pass the
+    // rest by: a key only the dropped rows have makes no group.
+    let sql = "SELECT k, count(*) AS n, sum(v) AS sv, sum(d * (1 - d)) AS sd \
+               FROM 'b/f.parquet' WHERE v > -450 GROUP BY k ORDER BY k NULLS FIRST";
+    let mut expected = std::collections::BTreeMap::<Option<String>, (i64, i64, i128)>::new();
+    for r in rows.iter().filter(|r| r.v.is_some_and(|v| v > -450)) {
+        let e = expected.entry(r.k.clone()).or_default();
+        e.0 += 1;
+        e.1 += r.v.unwrap_or(0);
+        e.2 += r.d * (100 - r.d);
+    }
+    assert!(!expected.contains_key(&Some("only-dropped".to_string())));
+    let expected = grouped_csv("k,n,sv,sd", expected, |k, (n, sv, sd)| {
+        format!(
+            "{},{n},{sv},{}",
+            k.as_deref().unwrap_or(""),
+            decimal_text(*sd, 4)
+        )
+    });
+    for per_run in [1, 3, usize::MAX] {
+        assert_eq!(answer(sql, &f, per_run).unwrap(), expected, "{sql}");
+    }
+
+    // The cast fails in the rows the WHERE clause drops: those rows are
+    // never cast.
+    let sql = "SELECT k, sum(CAST(s AS BIGINT)) AS t FROM 'b/f.parquet' \
+               WHERE s <> 'x' GROUP BY k ORDER BY k NULLS FIRST";
+    let mut expected = std::collections::BTreeMap::<Option<String>, i64>::new();
+    for r in rows.iter().filter(|r| r.s != "x") {
+        *expected.entry(r.k.clone()).or_default() += r.s.parse::<i64>().unwrap();
+    }
+    let expected = grouped_csv("k,t", expected, |k, t| {
+        format!("{},{t}", k.as_deref().unwrap_or(""))
+    });
+    assert_eq!(answer(sql, &f, 2).unwrap(), expected, "{sql}");
+}
+
+#[test]
+fn string_keys_read_as_dictionaries_group_like_strings() {
+    let f = wide_file();
+    let rows: Vec<WideRow> = (0..WIDE_ROWS).map(wide_row).collect();
+    // kk's dictionary overflows its page limit, so its later pages are
+    // plain: batches of one key column come both ways.
+    let sql = "SELECT kk, count(*) AS n, sum(v) AS sv FROM 'b/f.parquet' GROUP BY kk ORDER BY kk";
+    let mut expected = std::collections::BTreeMap::<Option<String>, (i64, Option<i64>)>::new();
+    for r in &rows {
+        let e = expected.entry(Some(r.kk.clone())).or_default();
+        e.0 += 1;
+        if let Some(v) = r.v {
+            e.1 = Some(e.1.unwrap_or(0) + v);
+        }
+    }
+    let expected = grouped_csv("kk,n,sv", expected, |k, (n, sv)| {
+        let sv = sv.map(|s| s.to_string()).unwrap_or_default();
+        format!("{},{n},{sv}", k.as_deref().unwrap_or(""))
+    });
+    for per_run in [1, usize::MAX] {
+        assert_eq!(answer(sql, &f, per_run).unwrap(), expected, "{sql}");
+    }
+    // Two keys, one read as a dictionary and one computed, with NULLs:
+    // an integer (the keys' fast encoding, without the codes) and a
+    // boolean (arrow's row format).
+    let sql = "SELECT k, v + 1 AS m, count(*) AS n FROM 'b/f.parquet' \
+               GROUP BY k, v + 1 ORDER BY k NULLS FIRST, m NULLS FIRST";
+    let mut expected =
+        std::collections::BTreeMap::<Option<(Option<String>, Option<i64>)>, i64>::new();
+    for r in &rows {
+        *expected
+            .entry(Some((r.k.clone(), r.v.map(|v| v + 1))))
+            .or_default() += 1;
+    }
+    let expected = grouped_csv("k,m,n", expected, |key, n| {
+        let (k, m) = key.clone().unwrap_or_default();
+        let m = m.map(|m| m.to_string()).unwrap_or_default();
+        format!("{},{m},{n}", k.unwrap_or_default())
+    });
+    assert_eq!(answer(sql, &f, 3).unwrap(), expected, "{sql}");
+    let sql = "SELECT k, v > 0 AS p, count(*) AS n FROM 'b/f.parquet' \
+               GROUP BY k, v > 0 ORDER BY k NULLS FIRST, p NULLS FIRST";
+    let mut expected =
+        std::collections::BTreeMap::<Option<(Option<String>, Option<bool>)>, i64>::new();
+    for r in &rows {
+        *expected
+            .entry(Some((r.k.clone(), r.v.map(|v| v > 0))))
+            .or_default() += 1;
+    }
+    let expected = grouped_csv("k,p,n", expected, |key, n| {
+        let (k, p) = key.clone().unwrap_or_default();
+        let p = p.map(|p| p.to_string()).unwrap_or_default();
+        format!("{},{p},{n}", k.unwrap_or_default())
+    });
+    assert_eq!(answer(sql, &f, 3).unwrap(), expected, "{sql}");
+}
+
+#[test]
+fn decimals_past_64_bits_stay_exact_and_overflows_are_errors() {
+    let f = wide_file();
+    let n = WIDE_ROWS as i128;
+    // Values past 64 bits take arrow's checked path, and stay exact.
+    let sum = 3 * 10i128.pow(20) * (n * (n - 1) / 2);
+    assert_eq!(
+        answer("SELECT sum(big * 3) AS t FROM 'b/f.parquet'", &f, 2).unwrap(),
+        format!("t\n{sum}\n")
+    );
+    // A product past 128 bits, and a sum past 128 bits (grouped and not):
+    // errors, never a wrapped value.
+    for sql in [
+        "SELECT sum(big * big) FROM 'b/f.parquet'",
+        "SELECT sum(huge) FROM 'b/f.parquet'",
+        "SELECT k, sum(huge) FROM 'b/f.parquet' GROUP BY k",
+        "SELECT k, sum(huge) FROM 'b/f.parquet' WHERE v > -450 GROUP BY k",
+    ] {
+        let e = answer(sql, &f, 1).unwrap_err().to_string();
+        assert!(e.contains("overflow"), "{sql}: {e}");
+    }
+}
