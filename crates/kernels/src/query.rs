@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use quarry_proto::{NodeId, Service};
 use quarry_query::{FilePlan, Merger, Query, QueryError};
@@ -34,10 +34,10 @@ pub const MAX_QUERY_RUN_BYTES: u64 = 512 << 20;
 /// Chunk bytes the entry node gathers into one run: small enough that
 /// runs of every node interleave and the last node to finish is not
 /// left with a long tail (a row group is never split).
-const RUN_TARGET_BYTES: u64 = 16 << 20;
+const RUN_TARGET_BYTES: u64 = 4 << 20;
 
 /// Query runs in flight at once, over all nodes.
-const QUERY_RUNS_IN_FLIGHT: usize = 6;
+const QUERY_RUNS_IN_FLIGHT: usize = 8;
 
 /// Chunks a run fetches at once.
 const CHUNKS_IN_FLIGHT: usize = 8;
@@ -283,11 +283,10 @@ impl<P: Peers> Engine<P> {
             .filter(|c| c.holder != here)
             .map(|c| u64::from(c.len))
             .sum();
-        let data = join_adjacent(fetched);
         let evaluate = move || -> Result<Vec<u8>, QueryError> {
             let plan = Query::parse(&run.sql)?.bind(&run.object, &run.footer, run.file_len)?;
             let groups: Vec<usize> = run.row_groups.iter().map(|&g| g as usize).collect();
-            plan.evaluate(&groups, data, run.memory_bytes)
+            plan.evaluate(&groups, fetched, run.memory_bytes)
         };
         let arrow_ipc = tokio::task::spawn_blocking(evaluate)
             .await
@@ -302,37 +301,6 @@ impl<P: Peers> Engine<P> {
             bytes_fetched,
         })
     }
-}
-
-/// Chunks that follow one another in the file joined into one buffer, so
-/// a column chunk cut over several chunks reads as one range.
-fn join_adjacent(mut pieces: Vec<(u64, Bytes)>) -> Vec<(u64, Bytes)> {
-    pieces.sort_by_key(|(at, _)| *at);
-    let mut out: Vec<(u64, Vec<Bytes>, u64)> = Vec::new();
-    for (at, data) in pieces {
-        match out.last_mut() {
-            Some((_, parts, end)) if *end == at => {
-                *end += data.len() as u64;
-                parts.push(data);
-            }
-            _ => {
-                let end = at + data.len() as u64;
-                out.push((at, vec![data], end));
-            }
-        }
-    }
-    out.into_iter()
-        .map(|(at, parts, end)| {
-            if parts.len() == 1 {
-                return (at, parts.into_iter().next().unwrap_or_default());
-            }
-            let mut joined = BytesMut::with_capacity((end - at) as usize);
-            for p in parts {
-                joined.extend_from_slice(&p);
-            }
-            (at, joined.freeze())
-        })
-        .collect()
 }
 
 /// The objects the FROM string names, in key order.

@@ -240,14 +240,33 @@ impl Groups {
         let mut memo = vec![SKIP; combinations];
         let mut buf = Vec::with_capacity(64);
         let mut out = Vec::with_capacity(rows);
+        if !codes.is_empty() {
+            // Every key a dictionary: a row's group is its codes' entry in
+            // `memo`, looked up by its strings once a batch.
+            for (i, &code) in codes.iter().enumerate() {
+                if keep.is_some_and(|k| !k.value(i)) {
+                    out.push(SKIP);
+                    continue;
+                }
+                let mut g = memo[code as usize];
+                if g == SKIP {
+                    buf.clear();
+                    for c in &columns {
+                        c.encode(i, &mut buf);
+                    }
+                    g = match self.index.get(buf.as_slice()) {
+                        Some(&g) => g,
+                        None => self.new_group(keys, i, &buf)?,
+                    };
+                    memo[code as usize] = g;
+                }
+                out.push(g);
+            }
+            return Ok(out);
+        }
         for i in 0..rows {
             if keep.is_some_and(|k| !k.value(i)) {
                 out.push(SKIP);
-                continue;
-            }
-            let at = codes.get(i).map(|&c| c as usize);
-            if let Some(&g) = at.and_then(|a| memo.get(a)).filter(|&&g| g != SKIP) {
-                out.push(g);
                 continue;
             }
             buf.clear();
@@ -258,9 +277,6 @@ impl Groups {
                 Some(&g) => g,
                 None => self.new_group(keys, i, &buf)?,
             };
-            if let Some(slot) = at.and_then(|a| memo.get_mut(a)) {
-                *slot = g;
-            }
             out.push(g);
         }
         Ok(out)

@@ -620,39 +620,69 @@ fn decimal_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
     ) else {
         return Ok(None);
     };
-    let fits = |a: &Decimal128Array| a.values().iter().all(|&v| i128::from(v as i64) == v);
-    if !fits(lp) || !fits(rp) {
-        return Ok(None);
-    }
-    let f: fn(i128, i128) -> i128 = match op {
-        BinOp::Mul => |a, b| i128::from(a as i64) * i128::from(b as i64),
-        BinOp::Add => |a, b| a + b,
-        _ => |a, b| a - b,
+    let out = match op {
+        BinOp::Mul => fits_64(l, r, lp, rp, |a, b| {
+            i128::from(a as i64) * i128::from(b as i64)
+        }),
+        BinOp::Add => fits_64(l, r, lp, rp, i128::wrapping_add),
+        _ => fits_64(l, r, lp, rp, i128::wrapping_sub),
     };
-    let out: Decimal128Array = match (l, r) {
-        (Value::Array(_), Value::Array(_)) | (Value::Scalar(_), Value::Scalar(_)) => {
-            arrow::compute::binary(lp, rp, f)
-                .map_err(|e| QueryError::compute(format!("{op:?}"), e))?
-        }
-        (Value::Array(_), Value::Scalar(_)) => match rp.is_valid(0) {
-            true => {
-                let k = rp.value(0);
-                lp.unary(|a| f(a, k))
-            }
-            false => return Ok(None),
-        },
-        (Value::Scalar(_), Value::Array(_)) => match lp.is_valid(0) {
-            true => {
-                let k = lp.value(0);
-                rp.unary(|b| f(k, b))
-            }
-            false => return Ok(None),
-        },
+    let Some(out) = out else {
+        return Ok(None);
     };
     let out = out
         .with_precision_and_scale(precision, scale)
         .map_err(|e| QueryError::compute(format!("{op:?}"), e))?;
     Ok(Some(Arc::new(out)))
+}
+
+/// `f` over the rows of `l` and `r` (arrays, or one-row scalars), in one
+/// pass that also checks that every value fits 64 bits; None if one
+/// does not (the caller then takes arrow's checked kernel).
+fn fits_64(
+    l: &Value,
+    r: &Value,
+    lp: &Decimal128Array,
+    rp: &Decimal128Array,
+    f: impl Fn(i128, i128) -> i128,
+) -> Option<Decimal128Array> {
+    // Checked in a pass of its own, which the compiler vectorises: a
+    // value fits when its high half is its low half's sign.
+    let fits = |v: i128| ((v >> 64) as i64) == ((v as i64) >> 63);
+    let all_fit = |a: &Decimal128Array| a.values().iter().fold(true, |ok, &v| ok & fits(v));
+    let constant = |a: &Decimal128Array| a.is_valid(0).then(|| a.value(0)).filter(|&k| fits(k));
+    let values: Vec<i128> = match (l.is_scalar(), r.is_scalar()) {
+        (false, true) => {
+            let k = constant(rp)?;
+            if !all_fit(lp) {
+                return None;
+            }
+            lp.values().iter().map(|&a| f(a, k)).collect()
+        }
+        (true, false) => {
+            let k = constant(lp)?;
+            if !all_fit(rp) {
+                return None;
+            }
+            rp.values().iter().map(|&b| f(k, b)).collect()
+        }
+        _ => {
+            if lp.len() != rp.len() || !all_fit(lp) || !all_fit(rp) {
+                return None;
+            }
+            lp.values()
+                .iter()
+                .zip(rp.values().iter())
+                .map(|(&a, &b)| f(a, b))
+                .collect()
+        }
+    };
+    let nulls = match (l.is_scalar(), r.is_scalar()) {
+        (false, true) => lp.nulls().cloned(),
+        (true, false) => rp.nulls().cloned(),
+        _ => arrow::buffer::NullBuffer::union(lp.nulls(), rp.nulls()),
+    };
+    Some(Decimal128Array::new(values.into(), nulls))
 }
 
 const DECIMAL128_MAX_SCALE: i8 = 38;

@@ -402,22 +402,85 @@ impl SparseFile {
     }
 
     /// The fetched range that starts at or before `start`, the nearest.
-    fn range_at(&self, start: u64) -> Option<&(u64, Bytes)> {
+    fn range_at(&self, start: u64) -> Option<usize> {
         let i = self.ranges.partition_point(|(at, _)| *at <= start);
-        i.checked_sub(1).and_then(|i| self.ranges.get(i))
+        i.checked_sub(1)
     }
 
-    fn find(&self, start: u64, len: u64) -> parquet::errors::Result<Bytes> {
-        match self.range_at(start) {
-            Some((at, bytes)) if start + len <= at + bytes.len() as u64 => {
-                let from = (start - at) as usize;
-                Ok(bytes.slice(from..from + len as usize))
-            }
-            _ => Err(parquet::errors::ParquetError::General(format!(
+    /// The pieces covering `start..start + len`, the first and last cut
+    /// to it: several when the range crosses from one fetched chunk into
+    /// the next (a page cut over chunks).
+    fn pieces(&self, start: u64, len: u64) -> parquet::errors::Result<Vec<Bytes>> {
+        let missing = || {
+            parquet::errors::ParquetError::General(format!(
                 "{}: bytes {start}..+{len} were not fetched for this run",
                 self.object
-            ))),
+            ))
+        };
+        let first = self.range_at(start).ok_or_else(missing)?;
+        let end = start.checked_add(len).ok_or_else(missing)?;
+        let mut out = Vec::new();
+        let mut at = start;
+        for (piece_at, bytes) in &self.ranges[first..] {
+            let piece_end = piece_at + bytes.len() as u64;
+            if *piece_at > at || piece_end <= at {
+                // A gap: the next piece does not continue the range.
+                break;
+            }
+            let to = piece_end.min(end);
+            out.push(bytes.slice((at - piece_at) as usize..(to - piece_at) as usize));
+            at = to;
+            if at == end {
+                return Ok(out);
+            }
         }
+        if len == 0 {
+            return Ok(out);
+        }
+        Err(missing())
+    }
+
+    /// `start..start + len` as one buffer: a slice of the fetched chunk
+    /// when one holds it all (pages are chunks under `parquet` chunking),
+    /// else the pieces copied together.
+    fn find(&self, start: u64, len: u64) -> parquet::errors::Result<Bytes> {
+        let mut pieces = self.pieces(start, len)?;
+        if pieces.len() == 1 {
+            return Ok(pieces.swap_remove(0));
+        }
+        let mut joined = Vec::with_capacity(len as usize);
+        for p in &pieces {
+            joined.extend_from_slice(p);
+        }
+        debug_assert_eq!(joined.len() as u64, len);
+        Ok(Bytes::from(joined))
+    }
+}
+
+/// How far past its start a [`PiecesReader`] reaches into the chunks that
+/// continue its own.
+const HEADER_READ_MAX_BYTES: u64 = 1 << 20;
+
+/// The bytes from an offset to the end of the fetched range it is in,
+/// read across the chunks that continue it without copying them (a page
+/// header can be cut over two chunks).
+struct PiecesReader {
+    pieces: std::collections::VecDeque<Bytes>,
+}
+
+impl std::io::Read for PiecesReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(front) = self.pieces.front_mut() {
+            if front.is_empty() {
+                self.pieces.pop_front();
+                continue;
+            }
+            let n = buf.len().min(front.len());
+            buf[..n].copy_from_slice(&front[..n]);
+            bytes::Buf::advance(front, n);
+            return Ok(n);
+        }
+        Ok(0)
     }
 }
 
@@ -428,24 +491,32 @@ impl parquet::file::reader::Length for SparseFile {
 }
 
 impl parquet::file::reader::ChunkReader for SparseFile {
-    type T = bytes::buf::Reader<Bytes>;
+    type T = PiecesReader;
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
-        use bytes::Buf;
-        let Some((at, bytes)) = self.range_at(start) else {
-            return Err(parquet::errors::ParquetError::General(format!(
+        let missing = || {
+            parquet::errors::ParquetError::General(format!(
                 "{}: byte {start} was not fetched for this run",
                 self.object
-            )));
+            ))
         };
+        let first = self.range_at(start).ok_or_else(missing)?;
+        let (at, bytes) = &self.ranges[first];
         let from = (start - at) as usize;
         if from > bytes.len() {
-            return Err(parquet::errors::ParquetError::General(format!(
-                "{}: byte {start} was not fetched for this run",
-                self.object
-            )));
+            return Err(missing());
         }
-        Ok(bytes.slice(from..).reader())
+        let mut pieces = std::collections::VecDeque::from([bytes.slice(from..)]);
+        let mut end = at + bytes.len() as u64;
+        for (next_at, next) in &self.ranges[first + 1..] {
+            // A page header is read from here: it is far shorter.
+            if *next_at != end || end - start >= HEADER_READ_MAX_BYTES {
+                break;
+            }
+            pieces.push_back(next.clone());
+            end += next.len() as u64;
+        }
+        Ok(PiecesReader { pieces })
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
