@@ -47,6 +47,17 @@ fn footer(file: &[u8]) -> &[u8] {
 
 /// The answer with the row groups evaluated in runs of `per_run`.
 fn answer(sql: &str, file: &[u8], per_run: usize) -> Result<String, QueryError> {
+    answer_cut(sql, file, per_run, usize::MAX)
+}
+
+/// [`answer`], with each column chunk's bytes handed over in pieces of
+/// `piece_bytes`, as chunks cut without regard to pages would be.
+fn answer_cut(
+    sql: &str,
+    file: &[u8],
+    per_run: usize,
+    piece_bytes: usize,
+) -> Result<String, QueryError> {
     let query = Query::parse(sql)?;
     let plan = query.bind("b/f.parquet", footer(file), file.len() as u64)?;
     let mut merger = Merger::new(&plan, 1 << 30)?;
@@ -55,8 +66,12 @@ fn answer(sql: &str, file: &[u8], per_run: usize) -> Result<String, QueryError> 
         let mut data = Vec::new();
         for &g in run {
             for r in plan.ranges(g)? {
-                let bytes = Bytes::copy_from_slice(&file[r.start as usize..r.end as usize]);
-                data.push((r.start, bytes));
+                let mut at = r.start as usize;
+                while at < r.end as usize {
+                    let end = (r.end as usize).min(at.saturating_add(piece_bytes));
+                    data.push((at as u64, Bytes::copy_from_slice(&file[at..end])));
+                    at = end;
+                }
             }
         }
         merger.add(&plan.evaluate(run, data, 1 << 30)?, "b/f.parquet")?;
@@ -87,6 +102,42 @@ fn answers_do_not_depend_on_how_row_groups_are_split_into_runs() {
             );
         }
     }
+}
+
+#[test]
+fn answers_do_not_depend_on_how_the_bytes_are_cut_into_chunks() {
+    // Pieces smaller than a page header, and larger than a page: page
+    // headers and page data cross from one piece into the next.
+    let f = wide_file();
+    let sql = "SELECT k, count(*) AS n, sum(v) AS sv, sum(d) AS sd, min(kk) AS m \
+               FROM 'b/f.parquet' WHERE v > -450 GROUP BY k ORDER BY k NULLS FIRST";
+    let whole = answer(sql, &f, 2).unwrap();
+    for piece_bytes in [7, 1000, 65_536] {
+        assert_eq!(
+            answer_cut(sql, &f, 2, piece_bytes).unwrap(),
+            whole,
+            "{piece_bytes}"
+        );
+    }
+    // A piece missing is an error naming the object, not a wrong answer.
+    let query = Query::parse(sql).unwrap();
+    let plan = query
+        .bind("b/f.parquet", footer(&f), f.len() as u64)
+        .unwrap();
+    let r = plan.ranges(0).unwrap()[0].clone();
+    let half = (r.start + r.end) / 2;
+    let data = vec![
+        (
+            r.start,
+            Bytes::copy_from_slice(&f[r.start as usize..half as usize]),
+        ),
+        (
+            half + 1,
+            Bytes::copy_from_slice(&f[half as usize + 1..r.end as usize]),
+        ),
+    ];
+    let e = plan.evaluate(&[0], data, 1 << 30).unwrap_err().to_string();
+    assert!(e.contains("b/f.parquet"), "{e}");
 }
 
 #[test]
