@@ -243,26 +243,31 @@ impl Groups {
         if !codes.is_empty() {
             // Every key a dictionary: a row's group is its codes' entry in
             // `memo`, looked up by its strings once a batch.
-            for (i, &code) in codes.iter().enumerate() {
-                if keep.is_some_and(|k| !k.value(i)) {
-                    out.push(SKIP);
-                    continue;
+            let mut ids = vec![SKIP; rows];
+            let mut each = |i: usize, code: u32, id: &mut u32| -> Result<()> {
+                let slot = &mut memo[code as usize];
+                if *slot == SKIP {
+                    *slot = self.group_of_row(&columns, keys, i, &mut buf)?;
                 }
-                let mut g = memo[code as usize];
-                if g == SKIP {
-                    buf.clear();
-                    for c in &columns {
-                        c.encode(i, &mut buf);
+                *id = *slot;
+                Ok(())
+            };
+            match keep {
+                None => {
+                    for (i, (&code, id)) in codes.iter().zip(ids.iter_mut()).enumerate() {
+                        each(i, code, id)?;
                     }
-                    g = match self.index.get(buf.as_slice()) {
-                        Some(&g) => g,
-                        None => self.new_group(keys, i, &buf)?,
-                    };
-                    memo[code as usize] = g;
                 }
-                out.push(g);
+                Some(k) => {
+                    let rows = codes.iter().zip(ids.iter_mut()).zip(k.iter());
+                    for (i, ((&code, id), kept)) in rows.enumerate() {
+                        if kept {
+                            each(i, code, id)?;
+                        }
+                    }
+                }
             }
-            return Ok(out);
+            return Ok(ids);
         }
         for i in 0..rows {
             if keep.is_some_and(|k| !k.value(i)) {
@@ -280,6 +285,25 @@ impl Groups {
             out.push(g);
         }
         Ok(out)
+    }
+
+    /// Row `i`'s group, found (or made) by its keys' encoding.
+    #[cold]
+    fn group_of_row(
+        &mut self,
+        columns: &[KeyColumn<'_>],
+        keys: &[ArrayRef],
+        i: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<u32> {
+        buf.clear();
+        for c in columns {
+            c.encode(i, buf);
+        }
+        match self.index.get(buf.as_slice()) {
+            Some(&g) => Ok(g),
+            None => self.new_group(keys, i, buf),
+        }
     }
 
     /// A group for row `i` of `keys`, whose fast encoding is `encoded`.

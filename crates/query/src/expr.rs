@@ -646,34 +646,43 @@ fn fits_64(
     rp: &Decimal128Array,
     f: impl Fn(i128, i128) -> i128,
 ) -> Option<Decimal128Array> {
-    // Checked in a pass of its own, which the compiler vectorises: a
+    // Each value read as its low and high 64 bits (little-endian), so the
+    // check is a pass of 64-bit operations the compiler vectorises: a
     // value fits when its high half is its low half's sign.
+    fn words(a: &Decimal128Array) -> &[i64] {
+        a.values().inner().typed_data::<i64>()
+    }
+    let all_fit = |w: &[i64]| {
+        w.chunks_exact(2)
+            .fold(true, |ok, p| ok & (p[1] == p[0] >> 63))
+    };
     let fits = |v: i128| ((v >> 64) as i64) == ((v as i64) >> 63);
-    let all_fit = |a: &Decimal128Array| a.values().iter().fold(true, |ok, &v| ok & fits(v));
     let constant = |a: &Decimal128Array| a.is_valid(0).then(|| a.value(0)).filter(|&k| fits(k));
     let values: Vec<i128> = match (l.is_scalar(), r.is_scalar()) {
         (false, true) => {
             let k = constant(rp)?;
-            if !all_fit(lp) {
+            let w = words(lp);
+            if !all_fit(w) {
                 return None;
             }
-            lp.values().iter().map(|&a| f(a, k)).collect()
+            w.chunks_exact(2).map(|a| f(i128::from(a[0]), k)).collect()
         }
         (true, false) => {
             let k = constant(lp)?;
-            if !all_fit(rp) {
+            let w = words(rp);
+            if !all_fit(w) {
                 return None;
             }
-            rp.values().iter().map(|&b| f(k, b)).collect()
+            w.chunks_exact(2).map(|b| f(k, i128::from(b[0]))).collect()
         }
         _ => {
-            if lp.len() != rp.len() || !all_fit(lp) || !all_fit(rp) {
+            let (lw, rw) = (words(lp), words(rp));
+            if lp.len() != rp.len() || !all_fit(lw) || !all_fit(rw) {
                 return None;
             }
-            lp.values()
-                .iter()
-                .zip(rp.values().iter())
-                .map(|(&a, &b)| f(a, b))
+            lw.chunks_exact(2)
+                .zip(rw.chunks_exact(2))
+                .map(|(a, b)| f(i128::from(a[0]), i128::from(b[0])))
                 .collect()
         }
     };

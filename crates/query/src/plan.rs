@@ -803,11 +803,13 @@ impl Fold {
                 },
             ) => {
                 let mut memo = Memo::new();
+                let shared = shared_sums(aggs);
                 let evaluated = key_arrays(keys, key_types, batch, &mut memo).and_then(|keys| {
                     let args = aggs
                         .iter()
-                        .map(|(_, arg, t)| match (arg, t) {
-                            (Some(e), Some(t)) => {
+                        .zip(&shared)
+                        .map(|((_, arg, t), same)| match (arg, t, same) {
+                            (Some(e), Some(t), None) => {
                                 Ok(Some(cast(&e.eval_shared(batch, &mut memo)?, t)?))
                             }
                             _ => Ok(None),
@@ -821,8 +823,10 @@ impl Fold {
                     Err(e) => return Err(e),
                 };
                 let rows = groups.assign(&keys, batch.num_rows(), keep)?;
-                for (acc, arg) in accs.iter_mut().zip(&args) {
-                    acc.update(&rows, arg.as_ref())?;
+                for ((acc, arg), same) in accs.iter_mut().zip(&args).zip(&shared) {
+                    if same.is_none() {
+                        acc.update(&rows, arg.as_ref())?;
+                    }
                 }
                 Ok(true)
             }
@@ -871,9 +875,17 @@ impl Fold {
         match self {
             Fold::Groups { groups, mut accs } => {
                 let (mut fields, mut columns) = groups.key_fields()?;
-                for (j, acc) in accs.iter_mut().enumerate() {
+                let shared = match &shape.kind {
+                    Kind::Aggregate { aggs, .. } => shared_sums(aggs),
+                    Kind::Rows { .. } => Vec::new(),
+                };
+                for acc in &mut accs {
                     acc.resize(groups.len());
-                    for (m, s) in acc.state()?.into_iter().enumerate() {
+                }
+                for j in 0..accs.len() {
+                    // A sum and an avg of one argument keep the same state.
+                    let from = shared.get(j).copied().flatten().unwrap_or(j);
+                    for (m, s) in accs[from].state()?.into_iter().enumerate() {
                         fields.push(Field::new(
                             format!("#s{j}_{m}"),
                             s.data_type().clone(),
@@ -897,6 +909,21 @@ impl Fold {
             }
         }
     }
+}
+
+/// For each aggregate, the earlier one whose state it shares: sum and avg
+/// of the same argument both keep a sum and a count per group (TPC-H Q1
+/// has two such pairs), so the rows are folded once for both.
+fn shared_sums(aggs: &[(AggFunc, Option<Expr>, Option<DataType>)]) -> Vec<Option<usize>> {
+    let sum_like = |f: AggFunc| matches!(f, AggFunc::Sum | AggFunc::Avg);
+    aggs.iter()
+        .enumerate()
+        .map(|(j, (f, arg, t))| {
+            aggs[..j].iter().position(|(f2, arg2, t2)| {
+                sum_like(*f) && sum_like(*f2) && arg.is_some() && arg == arg2 && t == t2
+            })
+        })
+        .collect()
 }
 
 /// A batch's GROUP BY keys in their canonical types, except that a key

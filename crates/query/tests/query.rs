@@ -16,10 +16,10 @@ fn file(rows: usize, group_rows: usize) -> Vec<u8> {
         Field::new("v", DataType::Int64, true),
     ]));
     let keys: Vec<Option<String>> = (0..rows)
-        .map(|i| (i % 11 != 0).then(|| format!("key{}", i % 7)))
+        .map(|i| (!i.is_multiple_of(11)).then(|| format!("key{}", i % 7)))
         .collect();
     let values: Vec<Option<i64>> = (0..rows)
-        .map(|i| (i % 13 != 0).then_some((i as i64 * 37) % 1000 - 500))
+        .map(|i| (!i.is_multiple_of(13)).then_some((i as i64 * 37) % 1000 - 500))
         .collect();
     let batch = RecordBatch::try_new(
         schema.clone(),
@@ -306,15 +306,15 @@ fn wide_row(i: usize) -> WideRow {
         k: if dropped_key {
             Some("only-dropped".into())
         } else {
-            (i % 11 != 0).then(|| format!("key{}", i % 7))
+            (!i.is_multiple_of(11)).then(|| format!("key{}", i % 7))
         },
         v: if dropped_key {
             Some(-499)
         } else {
-            (i % 13 != 0).then_some((i as i64 * 37) % 1000 - 500)
+            (!i.is_multiple_of(13)).then_some((i as i64 * 37) % 1000 - 500)
         },
         d: (i as i128 * 7919) % 100_000 - 50_000,
-        s: if i % 17 == 0 {
+        s: if i.is_multiple_of(17) {
             "x".into()
         } else {
             (i % 1000).to_string()
