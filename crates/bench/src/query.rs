@@ -4,7 +4,8 @@
 //! pages vs the whole file. Table 2: TPC-H Q1, Q6 and a selective GROUP
 //! BY near the data vs DuckDB reading the object through fsspec
 //! (`quarry://`) vs DuckDB on a local copy, on loopback and with the
-//! client's link limited by `tc`; every row with the bytes it moved.
+//! client's link limited by `tc`; every row with the bytes it moved. Each
+//! round runs every side once, so the two sides of a ratio share a minute.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -240,18 +241,18 @@ pub fn query(args: &BenchQueryArgs) -> Result<()> {
             .await?;
         column_table(&client, &b, &k, args.rounds).await
     })?;
-    let local = duckdb("local", "", &file.to_string_lossy(), args.rounds)?;
     let mut net = client_net(&links)?;
     let mut rows = Vec::new();
     for link in &links {
         let way = client_way(entry, &cluster, &mut net, link)?;
         let m = on_link(link, net.as_ref(), || {
-            measure_link(&way, &members, args.rounds)
+            measure_link(&way, &members, args.rounds, &file.to_string_lossy())
         })?;
         for (i, (name, _)) in QUERIES.iter().enumerate() {
             let (near_s, csv, moved) = &m.near[i];
             let fs = &m.fsspec[i];
             let exact = &m.fsspec_exact[i];
+            let local = &m.local;
             for (w, rows_peer) in [
                 ("fsspec", &fs.rows),
                 ("fsspec, no cache", &exact.rows),
@@ -302,12 +303,14 @@ pub fn query(args: &BenchQueryArgs) -> Result<()> {
     report(args.common.json, &columns, &rows)
 }
 
-/// Medians over a link's rounds: near the data (seconds, answer, bytes)
-/// and DuckDB through fsspec, per query.
+/// A link's rounds: near the data (median seconds, answer, bytes), and
+/// DuckDB through fsspec and on a local copy, per query.
 struct LinkRun {
     near: Vec<(f64, String, [u64; 3])>,
     fsspec: Vec<PeerAnswer>,
     fsspec_exact: Vec<PeerAnswer>,
+    /// DuckDB on a local copy, in the same rounds.
+    local: Vec<PeerAnswer>,
 }
 
 /// How the client reaches the cluster on one link.
@@ -339,7 +342,15 @@ fn client_way(
     }
 }
 
-fn measure_link(way: &ClientWay, members: &[u16], rounds: u32) -> Result<LinkRun> {
+/// The rounds on one link. Each round runs every query near the data, then
+/// each DuckDB peer once, so both sides of every ratio are measured in the
+/// same minute (this VM's speed moves by 10-40% between minutes).
+fn measure_link(
+    way: &ClientWay,
+    members: &[u16],
+    rounds: u32,
+    local_file: &str,
+) -> Result<LinkRun> {
     let rt = runtime()?;
     let client = rt
         .block_on(Client::connect(&way.entry.to_string()))?
@@ -349,28 +360,57 @@ fn measure_link(way: &ClientWay, members: &[u16], rounds: u32) -> Result<LinkRun
     } else {
         client.with_member_addrs(way.members_direct.iter().cloned())
     };
-    let mut near_rows = Vec::new();
+    // One round unmeasured first, as the DuckDB peers do: the first query
+    // after the put pays for warming the nodes.
     for (_, sql) in QUERIES {
-        let mut secs = Vec::new();
-        let mut last = None;
-        for _ in 0..rounds.max(1) {
+        rt.block_on(near(&client, sql))?;
+    }
+    let entry = way.entry.to_string();
+    let mut near_secs = vec![Vec::new(); QUERIES.len()];
+    let mut near_last = vec![None; QUERIES.len()];
+    let (mut fsspec, mut fsspec_exact, mut local) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds.max(1) {
+        for (i, (_, sql)) in QUERIES.iter().enumerate() {
             let (s, csv, moved) = rt.block_on(near(&client, sql))?;
-            secs.push(s);
-            last = Some((csv, moved));
+            near_secs[i].push(s);
+            near_last[i] = Some((csv, moved));
         }
+        add_round(
+            &mut fsspec,
+            duckdb("fsspec", &entry, "tpch/lineitem.parquet", 1)?,
+        );
+        add_round(
+            &mut fsspec_exact,
+            duckdb("fsspec_exact", &entry, "tpch/lineitem.parquet", 1)?,
+        );
+        add_round(&mut local, duckdb("local", "", local_file, 1)?);
+    }
+    let mut near_rows = Vec::new();
+    for (secs, last) in near_secs.iter_mut().zip(near_last) {
         let Some((csv, moved)) = last else {
             bail!("no round ran");
         };
-        near_rows.push((median(&mut secs), csv, moved));
+        near_rows.push((median(secs), csv, moved));
     }
-    let entry = way.entry.to_string();
-    let fsspec = duckdb("fsspec", &entry, "tpch/lineitem.parquet", rounds)?;
-    let fsspec_exact = duckdb("fsspec_exact", &entry, "tpch/lineitem.parquet", rounds)?;
     Ok(LinkRun {
         near: near_rows,
         fsspec,
         fsspec_exact,
+        local,
     })
+}
+
+/// A peer's answers of one more round added to those of the rounds before.
+fn add_round(all: &mut Vec<PeerAnswer>, round: Vec<PeerAnswer>) {
+    if all.is_empty() {
+        *all = round;
+        return;
+    }
+    for (a, r) in all.iter_mut().zip(round) {
+        a.seconds.extend(r.seconds);
+        a.bytes_fetched.extend(r.bytes_fetched);
+        a.rows = r.rows;
+    }
 }
 
 /// One column read from its pages vs the whole object: (seconds, bytes)
