@@ -81,6 +81,6 @@ pub use parquet_select::{
 pub use placement::{bucket_point, manifest_point, NodeId, Placement};
 pub use remote::{
     check_small_put, serve_call, serve_call_pieces, RemoteNode, StoreNode, StoreTransport,
-    MAX_PAGE_ITEMS,
+    MAX_PAGE_ITEMS, MAX_READ_CHUNKS, MAX_READ_CHUNKS_BYTES,
 };
 pub use usage::{BucketUsage, Usage};

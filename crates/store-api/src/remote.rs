@@ -33,6 +33,13 @@ use quarry_proto::ByteWriter;
 /// caller pages on with the cursor it got.
 pub const MAX_PAGE_ITEMS: usize = 1000;
 
+/// Most chunks one [`RemoteNode::read_chunks`] call reads.
+pub const MAX_READ_CHUNKS: usize = 32;
+
+/// Most bytes one [`RemoteNode::read_chunks`] answer carries: a node
+/// refuses a read past it (the caller sums the lengths its manifest gives).
+pub const MAX_READ_CHUNKS_BYTES: u64 = 16 << 20;
+
 /// One node's store operations, in this process or across the fabric. The
 /// object operations ([`crate::ObjectStore`]) are written once over this.
 pub trait StoreNode: Send + Sync + 'static {
@@ -327,6 +334,46 @@ impl<X: StoreTransport> RemoteNode<X> {
         Self { id, transport }
     }
 
+    /// The bytes of up to [`MAX_READ_CHUNKS`] chunks this node holds, in
+    /// one call, in the order asked; each is checked against the CRC-32C
+    /// the node sent with it. Together they must hold at most
+    /// [`MAX_READ_CHUNKS_BYTES`], or the node refuses the read.
+    pub async fn read_chunks(&self, fingerprints: &[Fingerprint]) -> Result<Vec<Bytes>> {
+        let count = fingerprints.len();
+        if count == 0 || count > MAX_READ_CHUNKS {
+            return Err(StoreError::Malformed {
+                what: "a read of chunks",
+                reason: format!("{count} chunks asked (1 to {MAX_READ_CHUNKS} a call)"),
+            });
+        }
+        let mut w = Writer::starting(Op::ReadChunks as u8);
+        w.u16(count as u16);
+        for fp in fingerprints {
+            w.fingerprint(fp);
+        }
+        let read = self
+            .rpc(true, w, |r, answer| {
+                let answered = usize::from(r.u16()?);
+                if answered != count {
+                    return Err(r.malformed(format!(
+                        "{answered} chunks answered where {count} were asked"
+                    )));
+                }
+                let mut out = Vec::with_capacity(count);
+                for _ in 0..count {
+                    out.push((r.u32()?, r.bytes(answer)?));
+                }
+                Ok(out)
+            })
+            .await?;
+        let mut out = Vec::with_capacity(count);
+        for (&fp, (crc, data)) in fingerprints.iter().zip(read) {
+            check_crc(fp, crc, &data, "arrived damaged")?;
+            out.push(data);
+        }
+        Ok(out)
+    }
+
     /// Sends one call and decodes its answer: the status, then `parse`
     /// (given the reader and the answer bytes, for zero-copy slices), then
     /// the check that nothing trails.
@@ -369,6 +416,7 @@ enum Op {
     LowerRefs = 15,
     PutWithChunk = 16,
     GetWithChunk = 17,
+    ReadChunks = 18,
 }
 
 impl Op {
@@ -392,6 +440,7 @@ impl Op {
             15 => LowerRefs,
             16 => PutWithChunk,
             17 => GetWithChunk,
+            18 => ReadChunks,
             _ => return None,
         })
     }
@@ -772,6 +821,7 @@ async fn serve<N: StoreNode>(node: &N, call: Bytes) -> Result<Vec<Bytes>> {
     let mut w = Writer::starting(0);
     match op {
         Op::ReadChunk => return serve_read_chunk(node, &mut r).await,
+        Op::ReadChunks => return serve_read_chunks(node, &mut r).await,
         Op::PutChunk | Op::ReleaseChunk | Op::ChunksPage | Op::LowerRefs => {
             serve_chunk_call(node, op, &mut r, &call, &mut w).await?
         }
@@ -804,6 +854,48 @@ async fn serve_read_chunk<N: StoreNode>(node: &N, r: &mut Reader<'_>) -> Result<
     head.u32(crc).u32(len_bytes);
     answer.push(Bytes::from(head.0));
     answer.extend(pieces);
+    Ok(answer)
+}
+
+/// The answer to a read of several chunks: `0`, their count, then for each
+/// in the order asked, as [`serve_read_chunk`] answers one: its CRC-32C,
+/// its length and its bytes.
+async fn serve_read_chunks<N: StoreNode>(node: &N, r: &mut Reader<'_>) -> Result<Vec<Bytes>> {
+    let count = usize::from(r.u16()?);
+    if count == 0 || count > MAX_READ_CHUNKS {
+        return Err(r.malformed(format!(
+            "a read of {count} chunks (1 to {MAX_READ_CHUNKS} a call)"
+        )));
+    }
+    let mut fingerprints = Vec::with_capacity(count);
+    for _ in 0..count {
+        fingerprints.push(r.fingerprint()?);
+    }
+    r.end()?;
+    let reads =
+        futures::future::try_join_all(fingerprints.iter().map(|&fp| node.read_chunk_pieces(fp)))
+            .await?;
+    let total: u64 = reads
+        .iter()
+        .flat_map(|(_, pieces)| pieces.iter().map(|p| p.len() as u64))
+        .sum();
+    if total > MAX_READ_CHUNKS_BYTES {
+        return Err(r.malformed(format!(
+            "a read of {count} chunks holding {total} bytes (at most {MAX_READ_CHUNKS_BYTES} a \
+             call)"
+        )));
+    }
+    let mut answer = Vec::with_capacity(1 + 2 * count);
+    let mut head = Writer::starting(0);
+    head.u16(count as u16);
+    answer.push(Bytes::from(head.0));
+    for (crc, pieces) in reads {
+        let len_bytes: usize = pieces.iter().map(Bytes::len).sum();
+        let mut head = Writer::default();
+        head.u32(crc).u32(len_bytes as u32);
+        answer.push(Bytes::from(head.0));
+        answer.extend(pieces);
+    }
     Ok(answer)
 }
 

@@ -64,7 +64,8 @@ impl StoreTransport for Loopback {
             body
         };
         let mut answer = serve_call(n, body).await;
-        if ((damage && op == Some(3)) || (damage_small && op == Some(17)))
+        if ((damage && (op == Some(3) || op == Some(OP_READ_CHUNKS)))
+            || (damage_small && op == Some(17)))
             && answer.first() == Some(&0)
         {
             answer = flip_last(answer);
@@ -351,6 +352,76 @@ impl Loopback {
     fn calls_total(&self) -> u64 {
         self.calls.lock().unwrap().values().sum()
     }
+}
+
+/// Opcode of the read of several chunks in one call (docs/store.md, "Calls").
+const OP_READ_CHUNKS: u8 = 18;
+
+/// A read of several chunks answers each as single reads would, in the
+/// order asked, in one call; bounds, a chunk the node does not hold and
+/// bytes damaged on the way are errors.
+#[tokio::test]
+async fn several_chunks_read_in_one_call_answer_as_single_reads() {
+    let (s, transport) = cluster().await;
+    let b = BucketName::new("b").unwrap();
+    s.create_bucket(&b, Chunking::fixed(4096).unwrap())
+        .await
+        .unwrap();
+    let data = bytes(200_000, 12);
+    let k = ObjectKey::new("k").unwrap();
+    s.put_bytes(&b, &k, &data, Condition::Always).await.unwrap();
+    let mut read_any = false;
+    for (&id, n) in &transport.nodes {
+        let mut held: Vec<_> = NodeStore::chunks(&**n)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(fp, _)| fp)
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        held.reverse();
+        held.truncate(quarry_store::MAX_READ_CHUNKS);
+        let remote = RemoteNode::new(id, transport.clone());
+        let before = transport.calls_of(OP_READ_CHUNKS);
+        let got = remote.read_chunks(&held).await.unwrap();
+        assert_eq!(transport.calls_of(OP_READ_CHUNKS), before + 1, "one call");
+        assert_eq!(got.len(), held.len());
+        for (fp, bytes) in held.iter().zip(&got) {
+            assert_eq!(bytes, &n.read_chunk(*fp).await.unwrap(), "node {id}");
+        }
+        read_any = true;
+
+        // A chunk this node does not hold fails the call, naming it.
+        let mut with_missing = held.clone();
+        with_missing.push(quarry_store::Fingerprint([7; 32]));
+        assert!(remote.read_chunks(&with_missing).await.is_err());
+        // Bytes damaged on the way are refused.
+        transport.damage_chunks.store(true, Ordering::Relaxed);
+        let err = remote.read_chunks(&held).await.unwrap_err().to_string();
+        transport.damage_chunks.store(false, Ordering::Relaxed);
+        assert!(err.contains("arrived damaged"), "{err}");
+    }
+    assert!(read_any, "no node held a chunk");
+
+    // None, or more than a call takes: refused before anything is sent.
+    let remote = RemoteNode::new(1, transport.clone());
+    for count in [0, quarry_store::MAX_READ_CHUNKS + 1] {
+        let fps = vec![quarry_store::Fingerprint([1; 32]); count];
+        let before = transport.calls_total();
+        let err = remote.read_chunks(&fps).await.unwrap_err().to_string();
+        assert!(err.contains("a call"), "{err}");
+        assert_eq!(transport.calls_total(), before, "nothing sent");
+    }
+    // A node refuses such a call too, whoever sends it.
+    let mut call = vec![OP_READ_CHUNKS];
+    call.extend_from_slice(&0u16.to_le_bytes());
+    let n = &transport.nodes[&1];
+    let answer = serve_call(&**n, Bytes::from(call)).await;
+    assert_ne!(answer.first(), Some(&0), "refused");
+    let (_, got) = s.get(&b, &k).await.unwrap();
+    assert_eq!(&got[..], &data[..], "nothing stored was changed");
 }
 
 /// Opcodes of the one-call small object put and get (docs/store.md, "Calls").
