@@ -249,28 +249,7 @@ impl<P: Peers> Engine<P> {
         // call's bounds): a run reads about a hundred chunks (a page each
         // under `parquet` chunking), and a call each cost more CPU at both
         // ends than the bytes did.
-        let mut by_holder: BTreeMap<NodeId, Vec<&QueryChunk>> = BTreeMap::new();
-        for c in &run.chunks {
-            by_holder.entry(c.holder).or_default().push(c);
-        }
-        let mut calls: Vec<(NodeId, Vec<&QueryChunk>)> = Vec::new();
-        for (holder, chunks) in by_holder {
-            let mut batch: Vec<&QueryChunk> = Vec::new();
-            let mut batch_bytes = 0u64;
-            for c in chunks {
-                let full = batch.len() == MAX_READ_CHUNKS
-                    || batch_bytes + u64::from(c.len) > MAX_READ_CHUNKS_BYTES;
-                if full && !batch.is_empty() {
-                    calls.push((holder, std::mem::take(&mut batch)));
-                    batch_bytes = 0;
-                }
-                batch_bytes += u64::from(c.len);
-                batch.push(c);
-            }
-            if !batch.is_empty() {
-                calls.push((holder, batch));
-            }
-        }
+        let calls = holder_calls(&run.chunks);
         let fetches: Vec<_> = calls
             .into_iter()
             .map(|(holder, chunks)| {
@@ -471,6 +450,34 @@ async fn read_object<N: StoreNode>(
     })
 }
 
+/// `chunks` grouped by holder into calls of at most [`MAX_READ_CHUNKS`]
+/// chunks and [`MAX_READ_CHUNKS_BYTES`].
+fn holder_calls(chunks: &[QueryChunk]) -> Vec<(NodeId, Vec<&QueryChunk>)> {
+    let mut by_holder: BTreeMap<NodeId, Vec<&QueryChunk>> = BTreeMap::new();
+    for c in chunks {
+        by_holder.entry(c.holder).or_default().push(c);
+    }
+    let mut calls: Vec<(NodeId, Vec<&QueryChunk>)> = Vec::new();
+    for (holder, chunks) in by_holder {
+        let mut batch: Vec<&QueryChunk> = Vec::new();
+        let mut batch_bytes = 0u64;
+        for c in chunks {
+            let full = batch.len() == MAX_READ_CHUNKS
+                || batch_bytes + u64::from(c.len) > MAX_READ_CHUNKS_BYTES;
+            if full && !batch.is_empty() {
+                calls.push((holder, std::mem::take(&mut batch)));
+                batch_bytes = 0;
+            }
+            batch_bytes += u64::from(c.len);
+            batch.push(c);
+        }
+        if !batch.is_empty() {
+            calls.push((holder, batch));
+        }
+    }
+    calls
+}
+
 /// The runs of a query: each kept row group goes to the node holding
 /// most of the bytes of its column chunks (ties to the node given least
 /// so far), and a node's row groups of one object form runs of at most
@@ -582,7 +589,44 @@ fn row_group_chunks<N: StoreNode>(
 mod tests {
     use std::collections::BTreeMap;
 
-    use super::{evaluating_node, glob_match};
+    use super::{evaluating_node, glob_match, holder_calls};
+    use crate::wire::QueryChunk;
+    use quarry_store::{MAX_READ_CHUNKS, MAX_READ_CHUNKS_BYTES};
+
+    #[test]
+    fn a_runs_chunks_are_read_in_calls_per_holder_within_a_calls_bounds() {
+        let chunk = |i: u64, holder: u16, len: u32| QueryChunk {
+            file_offset: i * 10_000_000,
+            fingerprint: [i as u8; 32],
+            len,
+            holder,
+        };
+        let mut chunks: Vec<QueryChunk> = (0..40).map(|i| chunk(i, 1, 1000)).collect();
+        chunks.push(chunk(40, 2, 1000));
+        // Three chunks of 6 MiB: the third passes a call's byte bound.
+        let big = 6 << 20;
+        chunks.extend((41..44).map(|i| chunk(i, 3, big)));
+        let calls = holder_calls(&chunks);
+        let shape: Vec<(u16, usize)> = calls.iter().map(|(h, c)| (*h, c.len())).collect();
+        assert_eq!(
+            shape,
+            [
+                (1, MAX_READ_CHUNKS),
+                (1, 40 - MAX_READ_CHUNKS),
+                (2, 1),
+                (3, 2),
+                (3, 1)
+            ]
+        );
+        for (holder, call) in &calls {
+            assert!(call.iter().all(|c| c.holder == *holder));
+            let bytes: u64 = call.iter().map(|c| u64::from(c.len)).sum();
+            assert!(bytes <= MAX_READ_CHUNKS_BYTES);
+        }
+        // Every chunk is read exactly once.
+        let read: usize = calls.iter().map(|(_, c)| c.len()).sum();
+        assert_eq!(read, chunks.len());
+    }
 
     #[test]
     fn a_row_group_runs_where_most_of_its_bytes_are() {
