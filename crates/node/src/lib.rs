@@ -43,7 +43,7 @@ mod node;
 
 pub use config::{NodeConfig, NodeLimits, PeerConfig, StorageConfig, StorageMode};
 pub use listener::{inherited_listener, LISTEN_FD_ENV};
-pub use node::{keep_large_buffers_in_the_heap, run, run_blocking, Node, NodeHandle};
+pub use node::{run, run_blocking, Node, NodeHandle};
 
 use std::path::PathBuf;
 

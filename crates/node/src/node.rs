@@ -655,41 +655,11 @@ fn device_error_answer(error: &DeviceError) -> Response {
 
 /// [`run`] on a runtime of its own, for a binary's `main`.
 pub fn run_blocking(config: NodeConfig) -> Result<(), NodeError> {
-    keep_large_buffers_in_the_heap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(NodeError::Runtime)?;
     runtime.block_on(run(config))
-}
-
-/// Largest allocation glibc serves from the heap rather than by `mmap`
-/// in a node process, and how much free memory at the heap's top it keeps
-/// rather than returning to the kernel.
-const HEAP_MMAP_THRESHOLD_BYTES: i32 = 32 << 20;
-const HEAP_TRIM_THRESHOLD_BYTES: i32 = 64 << 20;
-
-/// A node decodes Parquet pages and chunk reads into buffers of 128 KiB to
-/// a few MiB, thousands a query. By default glibc maps each of those afresh
-/// and unmaps it when freed, so every one pays page faults: with the
-/// thresholds raised, 20 queries of TPC-H Q6 and of a selective GROUP BY
-/// on a 4-node cluster took 6-10% less time (docs/benchmarks.md). Returns
-/// whether glibc took both settings (other C libraries: false, no change).
-pub fn keep_large_buffers_in_the_heap() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only changes glibc's allocator parameters; it is
-        // called before this process starts its runtime's threads, and any
-        // value is valid for these two parameters (glibc clamps them).
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD_BYTES) == 1
-                && libc::mallopt(libc::M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD_BYTES) == 1
-        }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        false
-    }
 }
 
 async fn wait_for_signal() -> Result<(), NodeError> {
@@ -698,25 +668,5 @@ async fn wait_for_signal() -> Result<(), NodeError> {
     tokio::select! {
         result = tokio::signal::ctrl_c() => result.map_err(NodeError::Signal),
         _ = terminate.recv() => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::keep_large_buffers_in_the_heap;
-
-    #[test]
-    fn glibc_takes_the_heap_thresholds_and_buffers_still_allocate() {
-        assert!(
-            keep_large_buffers_in_the_heap(),
-            "glibc refused a threshold (this machine's C library is glibc)"
-        );
-        // Buffers below, at and past the mmap threshold allocate, hold
-        // their bytes and free.
-        for len in [128 << 10, 32 << 20, 64 << 20] {
-            let mut v = vec![7u8; len];
-            v[len - 1] = 9;
-            assert_eq!((v[0], v[len - 1]), (7, 9));
-        }
     }
 }
