@@ -149,13 +149,16 @@ struct PeerAnswer {
     rows: Vec<Vec<String>>,
 }
 
-/// Runs the DuckDB peer (`mode` fsspec or local) over every query.
-fn duckdb(mode: &str, address: &str, path: &str, rounds: u32) -> Result<Vec<PeerAnswer>> {
+/// Runs the DuckDB peer (`mode` fsspec, fsspec_exact or local) over every
+/// query: one unmeasured round, then one measured.
+fn duckdb(mode: &str, address: &str, path: &str) -> Result<Vec<PeerAnswer>> {
     let request = serde_json::json!({
         "mode": mode,
         "address": address,
         "path": path,
-        "rounds": rounds.max(1),
+        // One measured round a call: the rounds interleave with the other
+        // sides' ([`measure_link`]).
+        "rounds": 1,
         "queries": QUERIES.iter().map(|(_, q)| *q).collect::<Vec<_>>(),
     });
     let mut child = Command::new(venv_program("python")?)
@@ -366,6 +369,7 @@ fn measure_link(
         rt.block_on(near(&client, sql))?;
     }
     let entry = way.entry.to_string();
+    let object = format!("{BUCKET}/{KEY}");
     let mut near_secs = vec![Vec::new(); QUERIES.len()];
     let mut near_last = vec![None; QUERIES.len()];
     let (mut fsspec, mut fsspec_exact, mut local) = (Vec::new(), Vec::new(), Vec::new());
@@ -375,15 +379,9 @@ fn measure_link(
             near_secs[i].push(s);
             near_last[i] = Some((csv, moved));
         }
-        add_round(
-            &mut fsspec,
-            duckdb("fsspec", &entry, "tpch/lineitem.parquet", 1)?,
-        );
-        add_round(
-            &mut fsspec_exact,
-            duckdb("fsspec_exact", &entry, "tpch/lineitem.parquet", 1)?,
-        );
-        add_round(&mut local, duckdb("local", "", local_file, 1)?);
+        add_round(&mut fsspec, duckdb("fsspec", &entry, &object)?);
+        add_round(&mut fsspec_exact, duckdb("fsspec_exact", &entry, &object)?);
+        add_round(&mut local, duckdb("local", "", local_file)?);
     }
     let mut near_rows = Vec::new();
     for (secs, last) in near_secs.iter_mut().zip(near_last) {

@@ -39,8 +39,9 @@ const RUN_TARGET_BYTES: u64 = 4 << 20;
 /// Query runs in flight at once, over all nodes.
 const QUERY_RUNS_IN_FLIGHT: usize = 8;
 
-/// Chunks a run fetches at once.
-const CHUNKS_IN_FLIGHT: usize = 8;
+/// Chunk reads a run has in flight at once, each a call of up to
+/// [`MAX_READ_CHUNKS`] chunks to one holder.
+const CHUNK_CALLS_IN_FLIGHT: usize = 8;
 
 /// Longest footer read (Parquet metadata of a very wide or very long file).
 const MAX_FOOTER_BYTES: u64 = 64 << 20;
@@ -283,7 +284,7 @@ impl<P: Peers> Engine<P> {
             })
             .collect();
         let fetched: Vec<(u64, Bytes)> = stream::iter(fetches)
-            .buffered(CHUNKS_IN_FLIGHT)
+            .buffered(CHUNK_CALLS_IN_FLIGHT)
             .try_collect::<Vec<Vec<(u64, Bytes)>>>()
             .await?
             .into_iter()

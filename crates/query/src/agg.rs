@@ -160,23 +160,34 @@ impl Groups {
     }
 
     /// The group of each of `rows` rows with key columns `keys`, new
-    /// groups made as met; a row `keep` leaves out is [`SKIP`]ped and
-    /// makes no group.
+    /// groups made as met, with the batch's rows by group for the
+    /// accumulators; a row `keep` leaves out is [`SKIP`]ped and makes no
+    /// group.
     pub(crate) fn assign(
         &mut self,
         keys: &[ArrayRef],
         rows: usize,
         keep: Option<&BooleanBuffer>,
     ) -> Result<Assigned> {
+        let ids = self.assign_ids(keys, rows, keep)?;
+        Ok(Assigned::new(ids, self.count))
+    }
+
+    /// [`Groups::assign`]'s group of each row alone (the entry node's
+    /// merge needs no more).
+    pub(crate) fn assign_ids(
+        &mut self,
+        keys: &[ArrayRef],
+        rows: usize,
+        keep: Option<&BooleanBuffer>,
+    ) -> Result<Vec<u32>> {
         debug_assert!(keep.is_none_or(|k| k.len() == rows));
         let kept = |i: usize| keep.is_none_or(|k| k.value(i));
         let Some(converter) = &self.converter else {
-            let ids = (0..rows).map(|i| if kept(i) { 0 } else { SKIP }).collect();
-            return Ok(Assigned::new(ids, self.count));
+            return Ok((0..rows).map(|i| if kept(i) { 0 } else { SKIP }).collect());
         };
         if self.fast {
-            let ids = self.assign_fast(keys, rows, keep)?;
-            return Ok(Assigned::new(ids, self.count));
+            return self.assign_fast(keys, rows, keep);
         }
         // A key read as a dictionary is grouped here as its strings.
         let keys = keys
@@ -209,7 +220,7 @@ impl Groups {
             };
             out.push(g);
         }
-        Ok(Assigned::new(out, self.count))
+        Ok(out)
     }
 
     fn check_room(&self) -> Result<()> {
@@ -237,10 +248,9 @@ impl Groups {
             .map(KeyColumn::new)
             .collect::<Result<Vec<_>>>()?;
         let (codes, combinations) = combined_codes(&columns, rows);
-        let mut memo = vec![SKIP; combinations];
         let mut buf = Vec::with_capacity(64);
-        let mut out = Vec::with_capacity(rows);
         if !codes.is_empty() {
+            let mut memo = vec![SKIP; combinations];
             // Every key a dictionary: a row's group is its codes' entry in
             // `memo`, looked up by its strings once a batch.
             let mut ids = vec![SKIP; rows];
@@ -269,6 +279,7 @@ impl Groups {
             }
             return Ok(ids);
         }
+        let mut out = Vec::with_capacity(rows);
         for i in 0..rows {
             if keep.is_some_and(|k| !k.value(i)) {
                 out.push(SKIP);
@@ -362,23 +373,21 @@ impl Groups {
 /// dictionary or the combinations are too many; and how many
 /// combinations there are.
 fn combined_codes(columns: &[KeyColumn<'_>], rows: usize) -> (Vec<u32>, usize) {
-    let none = (Vec::new(), 0);
+    let mut dictionaries = Vec::with_capacity(columns.len());
     let mut combinations = 1usize;
     for c in columns {
-        let KeyColumn::Dict(_, values) = c else {
-            return none;
+        let KeyColumn::Dict(d, values) = c else {
+            return (Vec::new(), 0);
         };
         combinations = combinations.saturating_mul(values.len() + 1);
+        dictionaries.push((*d, *values));
     }
     if combinations > CODE_MEMO_MAX {
-        return none;
+        return (Vec::new(), 0);
     }
     let mut codes = vec![0u32; rows];
     let mut stride = 1u32;
-    for c in columns {
-        let KeyColumn::Dict(d, values) = c else {
-            return none;
-        };
+    for (d, values) in dictionaries {
         let keys = d.keys().values();
         debug_assert_eq!(keys.len(), rows);
         match d.nulls() {

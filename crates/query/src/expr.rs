@@ -636,9 +636,10 @@ fn decimal_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
     Ok(Some(Arc::new(out)))
 }
 
-/// `f` over the rows of `l` and `r` (arrays, or one-row scalars), in one
-/// pass that also checks that every value fits 64 bits; None if one
-/// does not (the caller then takes arrow's checked kernel).
+/// `f` over the rows of `l` and `r` (arrays, or one-row scalars), after
+/// a pass that checks every value fits 64 bits; None if one does not, or
+/// if a buffer is not 8-byte aligned (the caller then takes arrow's
+/// checked kernel).
 fn fits_64(
     l: &Value,
     r: &Value,
@@ -649,8 +650,12 @@ fn fits_64(
     // Each value read as its low and high 64 bits (little-endian), so the
     // check is a pass of 64-bit operations the compiler vectorises: a
     // value fits when its high half is its low half's sign.
-    fn words(a: &Decimal128Array) -> &[i64] {
-        a.values().inner().typed_data::<i64>()
+    fn words(a: &Decimal128Array) -> Option<&[i64]> {
+        let buffer = a.values().inner();
+        // typed_data panics on a misaligned buffer (one decoded in place
+        // from a frame, say): such an array takes the checked kernel.
+        (buffer.as_ptr().align_offset(std::mem::align_of::<i64>()) == 0)
+            .then(|| buffer.typed_data::<i64>())
     }
     let all_fit = |w: &[i64]| {
         w.chunks_exact(2)
@@ -661,7 +666,7 @@ fn fits_64(
     let values: Vec<i128> = match (l.is_scalar(), r.is_scalar()) {
         (false, true) => {
             let k = constant(rp)?;
-            let w = words(lp);
+            let w = words(lp)?;
             if !all_fit(w) {
                 return None;
             }
@@ -669,14 +674,14 @@ fn fits_64(
         }
         (true, false) => {
             let k = constant(lp)?;
-            let w = words(rp);
+            let w = words(rp)?;
             if !all_fit(w) {
                 return None;
             }
             w.chunks_exact(2).map(|b| f(k, i128::from(b[0]))).collect()
         }
         _ => {
-            let (lw, rw) = (words(lp), words(rp));
+            let (lw, rw) = (words(lp)?, words(rp)?);
             if lp.len() != rp.len() || !all_fit(lw) || !all_fit(rw) {
                 return None;
             }

@@ -131,9 +131,7 @@ impl Merger {
         match &mut self.state {
             MergeState::Groups { groups, accs } => {
                 let columns = batch.columns();
-                let ids = groups
-                    .assign(&columns[..keys_len], batch.num_rows(), None)?
-                    .ids;
+                let ids = groups.assign_ids(&columns[..keys_len], batch.num_rows(), None)?;
                 let mut at = keys_len;
                 for (j, acc) in accs.iter_mut().enumerate() {
                     let prefix = format!("#s{j}_");

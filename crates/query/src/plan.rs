@@ -23,6 +23,11 @@ use crate::sql::{parse, Order, Select, WILDCARD};
 /// Rows decoded at a time.
 const BATCH_ROWS: usize = 8192;
 
+/// The least share of a batch (3 of 4) its WHERE must keep for an
+/// aggregate to fold the batch in place rather than copy the kept rows
+/// out: below it, the copy costs less than evaluating the dropped rows.
+const IN_PLACE_KEPT_OF: [usize; 2] = [3, 4];
+
 /// A parsed query, ready to bind to files.
 #[derive(Debug, Clone)]
 pub struct Query {
@@ -55,6 +60,8 @@ impl Query {
             .map_err(|e| bad(format!("its schema does not convert to arrow: {e}")))?;
         let schema = reader.schema().clone();
         let shape = Shape::compile(&self.select, &schema, object)?;
+        // A hint the reader refuses (a column it cannot read as a
+        // dictionary) leaves the file's own types, which group as strings.
         let reader = dictionary_keys(&shape, &schema)
             .and_then(|hint| {
                 let options = ArrowReaderOptions::new().with_schema(hint);
@@ -340,7 +347,7 @@ impl FilePlan {
         // dropped rows too; if that fails (a cast or an overflow in a row
         // the WHERE clause drops), the batch is folded again filtered.
         if state.folds_in_place()
-            && kept * 4 >= rows * 3
+            && kept * IN_PLACE_KEPT_OF[1] >= rows * IN_PLACE_KEPT_OF[0]
             && state.fold(&self.shape, batch, Some(keep.values()))?
         {
             return Ok(());
@@ -547,6 +554,9 @@ pub(crate) enum Kind {
         keys: Vec<Expr>,
         key_types: Vec<DataType>,
         aggs: Vec<(AggFunc, Option<Expr>, Option<DataType>)>,
+        /// For each aggregate, the earlier one whose state it shares
+        /// ([`shared_sums`]).
+        shared: Vec<Option<usize>>,
     },
     /// Rows: the nodes send the rows' columns (`#iN` items, `#oN` hidden
     /// order keys).
@@ -689,10 +699,12 @@ impl Shape {
             .iter()
             .map(|(e, o)| Ok((post(e, "ORDER BY")?, *o)))
             .collect::<Result<_>>()?;
+        let shared = shared_sums(&aggs);
         base.kind = Kind::Aggregate {
             keys,
             key_types,
             aggs,
+            shared,
         };
         Ok(base)
     }
@@ -800,14 +812,14 @@ impl Fold {
                     keys,
                     key_types,
                     aggs,
+                    shared,
                 },
             ) => {
                 let mut memo = Memo::new();
-                let shared = shared_sums(aggs);
                 let evaluated = key_arrays(keys, key_types, batch, &mut memo).and_then(|keys| {
                     let args = aggs
                         .iter()
-                        .zip(&shared)
+                        .zip(shared)
                         .map(|((_, arg, t), same)| match (arg, t, same) {
                             (Some(e), Some(t), None) => {
                                 Ok(Some(cast(&e.eval_shared(batch, &mut memo)?, t)?))
@@ -823,7 +835,7 @@ impl Fold {
                     Err(e) => return Err(e),
                 };
                 let rows = groups.assign(&keys, batch.num_rows(), keep)?;
-                for ((acc, arg), same) in accs.iter_mut().zip(&args).zip(&shared) {
+                for ((acc, arg), same) in accs.iter_mut().zip(&args).zip(shared) {
                     if same.is_none() {
                         acc.update(&rows, arg.as_ref())?;
                     }
@@ -875,9 +887,9 @@ impl Fold {
         match self {
             Fold::Groups { groups, mut accs } => {
                 let (mut fields, mut columns) = groups.key_fields()?;
-                let shared = match &shape.kind {
-                    Kind::Aggregate { aggs, .. } => shared_sums(aggs),
-                    Kind::Rows { .. } => Vec::new(),
+                let shared: &[Option<usize>] = match &shape.kind {
+                    Kind::Aggregate { shared, .. } => shared,
+                    Kind::Rows { .. } => &[],
                 };
                 for acc in &mut accs {
                     acc.resize(groups.len());

@@ -466,34 +466,31 @@ fn string_keys_read_as_dictionaries_group_like_strings() {
     // boolean (arrow's row format).
     let sql = "SELECT k, v + 1 AS m, count(*) AS n FROM 'b/f.parquet' \
                GROUP BY k, v + 1 ORDER BY k NULLS FIRST, m NULLS FIRST";
-    let mut expected =
-        std::collections::BTreeMap::<Option<(Option<String>, Option<i64>)>, i64>::new();
-    for r in &rows {
-        *expected
-            .entry(Some((r.k.clone(), r.v.map(|v| v + 1))))
-            .or_default() += 1;
-    }
-    let expected = grouped_csv("k,m,n", expected, |key, n| {
-        let (k, m) = key.clone().unwrap_or_default();
-        let m = m.map(|m| m.to_string()).unwrap_or_default();
-        format!("{},{m},{n}", k.unwrap_or_default())
-    });
+    let expected = counts_by_k_and("m", &rows, |r| r.v.map(|v| v + 1));
     assert_eq!(answer(sql, &f, 3).unwrap(), expected, "{sql}");
     let sql = "SELECT k, v > 0 AS p, count(*) AS n FROM 'b/f.parquet' \
                GROUP BY k, v > 0 ORDER BY k NULLS FIRST, p NULLS FIRST";
-    let mut expected =
-        std::collections::BTreeMap::<Option<(Option<String>, Option<bool>)>, i64>::new();
-    for r in &rows {
-        *expected
-            .entry(Some((r.k.clone(), r.v.map(|v| v > 0))))
-            .or_default() += 1;
-    }
-    let expected = grouped_csv("k,p,n", expected, |key, n| {
-        let (k, p) = key.clone().unwrap_or_default();
-        let p = p.map(|p| p.to_string()).unwrap_or_default();
-        format!("{},{p},{n}", k.unwrap_or_default())
-    });
+    let expected = counts_by_k_and("p", &rows, |r| r.v.map(|v| v > 0));
     assert_eq!(answer(sql, &f, 3).unwrap(), expected, "{sql}");
+}
+
+/// `SELECT k, <second> AS name, count(*) AS n ... GROUP BY k, <second>`
+/// with both keys NULLS FIRST, counted by hand as CSV.
+fn counts_by_k_and<T: Ord + ToString>(
+    name: &str,
+    rows: &[WideRow],
+    second: impl Fn(&WideRow) -> Option<T>,
+) -> String {
+    let mut counts = std::collections::BTreeMap::<(Option<String>, Option<T>), i64>::new();
+    for r in rows {
+        *counts.entry((r.k.clone(), second(r))).or_default() += 1;
+    }
+    let mut out = format!("k,{name},n\n");
+    for ((k, m), n) in counts {
+        let m = m.map(|m| m.to_string()).unwrap_or_default();
+        out += &format!("{},{m},{n}\n", k.unwrap_or_default());
+    }
+    out
 }
 
 #[test]

@@ -24,8 +24,8 @@ struct Loopback {
     down: AtomicU16,
     /// Manifest commits are applied but their answers lost.
     lose_commit_answers: std::sync::atomic::AtomicBool,
-    /// Chunk puts (op 1) and chunk reads' answers (op 3) have their last
-    /// byte, one of the chunk's, flipped on the way.
+    /// Chunk puts (op 1) and chunk reads' answers (ops 3 and 18) have
+    /// their last byte, one of the chunk's, flipped on the way.
     damage_chunks: std::sync::atomic::AtomicBool,
     /// The same for one-call small puts (op 16) and, when they carry the
     /// chunk, one-call gets' answers (op 17).
@@ -107,6 +107,24 @@ async fn cluster() -> (ObjectStore<RemoteNode<Loopback>>, Arc<Loopback>) {
 
 fn bytes(len: usize, seed: u64) -> Vec<u8> {
     quarry_testkit::noise_bytes(len, seed)
+}
+
+/// Object `b/k` of `len` noise bytes (seed `seed`) in chunks of
+/// `chunk_bytes`; its bytes.
+async fn put_object(
+    s: &ObjectStore<RemoteNode<Loopback>>,
+    chunk_bytes: u32,
+    len: usize,
+    seed: u64,
+) -> (BucketName, ObjectKey, Vec<u8>) {
+    let b = BucketName::new("b").unwrap();
+    s.create_bucket(&b, Chunking::fixed(chunk_bytes).unwrap())
+        .await
+        .unwrap();
+    let data = bytes(len, seed);
+    let k = ObjectKey::new("k").unwrap();
+    s.put_bytes(&b, &k, &data, Condition::Always).await.unwrap();
+    (b, k, data)
 }
 
 #[tokio::test]
@@ -363,13 +381,7 @@ const OP_READ_CHUNKS: u8 = 18;
 #[tokio::test]
 async fn several_chunks_read_in_one_call_answer_as_single_reads() {
     let (s, transport) = cluster().await;
-    let b = BucketName::new("b").unwrap();
-    s.create_bucket(&b, Chunking::fixed(4096).unwrap())
-        .await
-        .unwrap();
-    let data = bytes(200_000, 12);
-    let k = ObjectKey::new("k").unwrap();
-    s.put_bytes(&b, &k, &data, Condition::Always).await.unwrap();
+    let (b, k, data) = put_object(&s, 4096, 200_000, 12).await;
     let mut read_any = false;
     for (&id, n) in &transport.nodes {
         let mut held: Vec<_> = NodeStore::chunks(&**n)
@@ -420,6 +432,28 @@ async fn several_chunks_read_in_one_call_answer_as_single_reads() {
     let n = &transport.nodes[&1];
     let answer = serve_call(&**n, Bytes::from(call)).await;
     assert_ne!(answer.first(), Some(&0), "refused");
+    // More bytes than a call carries (one 1 MiB chunk asked 17 times):
+    // refused by the node, naming the bound.
+    let big_b = BucketName::new("big").unwrap();
+    let big_k = ObjectKey::new("big").unwrap();
+    s.create_bucket(&big_b, Chunking::fixed(1 << 20).unwrap())
+        .await
+        .unwrap();
+    let m = s
+        .put_bytes(&big_b, &big_k, &bytes(1 << 20, 13), Condition::Always)
+        .await
+        .unwrap();
+    let fp = m.chunks()[0].fingerprint;
+    let holder = s.placement().chunk_holder(&m, &fp);
+    let mut call = vec![OP_READ_CHUNKS];
+    call.extend_from_slice(&17u16.to_le_bytes());
+    for _ in 0..17 {
+        call.extend_from_slice(&fp.0);
+    }
+    let answer = serve_call(&*transport.nodes[&holder], Bytes::from(call)).await;
+    assert_ne!(answer.first(), Some(&0), "refused");
+    let message = String::from_utf8_lossy(&answer);
+    assert!(message.contains("at most 16777216"), "{message}");
     let (_, got) = s.get(&b, &k).await.unwrap();
     assert_eq!(&got[..], &data[..], "nothing stored was changed");
 }
