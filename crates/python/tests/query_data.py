@@ -65,7 +65,9 @@ def venv_tool(name: str) -> Path:
     return path
 
 
-def write_parquet(table: pa.Table, path: Path, row_group_rows: int) -> None:
+def write_parquet(
+    table: pa.Table, path: Path, row_group_rows: int, decimals_as_integers: bool = False
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(
         table,
@@ -73,6 +75,7 @@ def write_parquet(table: pa.Table, path: Path, row_group_rows: int) -> None:
         row_group_size=row_group_rows,
         data_page_size=DATA_PAGE_SIZE_BYTES,
         compression="snappy",
+        store_decimal_as_integer=decimals_as_integers,
     )
 
 
@@ -91,7 +94,15 @@ def build_tpch(out: Path) -> None:
         raise RuntimeError(f"tpchgen-cli exited {done.returncode}: {done.stderr.decode()}")
     for name in TPCH_TABLES:
         source = generated / f"{name}.parquet"
-        write_parquet(pq.read_table(source), out / "tpch" / f"{name}.parquet", ROW_GROUP_ROWS[name])
+        # lineitem's decimals are stored as 64-bit integers, as tpchgen-cli
+        # and DuckDB write them (the engine reads those as 64-bit decimals);
+        # orders' as fixed-length bytes, pyarrow's default (read as 128-bit).
+        write_parquet(
+            pq.read_table(source),
+            out / "tpch" / f"{name}.parquet",
+            ROW_GROUP_ROWS[name],
+            decimals_as_integers=name == "lineitem",
+        )
         source.unlink()
     generated.rmdir()
 

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int64Array,
-    RecordBatch, Scalar, StringArray, UInt32Array,
+    Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Decimal64Array, Float64Array,
+    Int64Array, RecordBatch, Scalar, StringArray, UInt32Array,
 };
 use arrow::compute::kernels::{boolean, cmp, comparison, numeric};
 use arrow::compute::{cast_with_options, CastOptions};
@@ -397,7 +397,7 @@ fn class(t: &DataType) -> Class {
         Null => Class::Null,
         Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => Class::Int,
         Float16 | Float32 | Float64 => Class::Float,
-        Decimal128(p, s) => Class::Decimal(*p, *s),
+        Decimal64(p, s) | Decimal128(p, s) => Class::Decimal(*p, *s),
         Utf8 | LargeUtf8 | Utf8View => Class::Str,
         Date32 | Date64 => Class::Date,
         Timestamp(..) => Class::Timestamp,
@@ -415,6 +415,7 @@ pub(crate) fn canonical(t: &DataType) -> DataType {
         Class::Float => DataType::Float64,
         Class::Str => DataType::Utf8View,
         Class::Date => DataType::Date32,
+        Class::Decimal(p, s) => DataType::Decimal128(p, s),
         _ => t.clone(),
     }
 }
@@ -527,6 +528,21 @@ fn meet(op: BinOp, l: Value, r: Value) -> Result<(Value, Value)> {
 
 fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
     let scalar = l.is_scalar() && r.is_scalar();
+    // A column read as 64-bit decimals (see `plan::read_types`) is
+    // compared as it is, and computed with in 128 bits, as every other
+    // decimal is.
+    let (l, r) = if op.is_comparison() {
+        (l, r)
+    } else {
+        if let Some(out) = decimal64_fast(op, &l, &r)? {
+            return Ok(if scalar {
+                Value::Scalar(out)
+            } else {
+                Value::Array(out)
+            });
+        }
+        (widen(l)?, widen(r)?)
+    };
     let rows = match (&l, &r) {
         (Value::Array(a), _) | (_, Value::Array(a)) => a.len(),
         _ => 1,
@@ -598,21 +614,8 @@ fn decimal_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
     else {
         return Ok(None);
     };
-    let (p1, s1, p2, s2) = (*p1, *s1, *p2, *s2);
-    let (precision, scale) = match op {
-        BinOp::Mul => match s1.checked_add(s2) {
-            Some(s) if s <= DECIMAL128_MAX_SCALE => {
-                (p1.saturating_add(p2 + 1).min(DECIMAL128_MAX_PRECISION), s)
-            }
-            _ => return Ok(None),
-        },
-        // Equal scales: arrow would rescale neither side.
-        BinOp::Add | BinOp::Sub if s1 == s2 => {
-            let whole = (i16::from(p1) - i16::from(s1)).max(i16::from(p2) - i16::from(s2));
-            let p = (i16::from(s1) + whole + 1).min(i16::from(DECIMAL128_MAX_PRECISION));
-            (p as u8, s1)
-        }
-        _ => return Ok(None),
+    let Some((precision, scale)) = decimal_result(op, *p1, *s1, *p2, *s2) else {
+        return Ok(None);
     };
     let (Some(lp), Some(rp)) = (
         la.as_any().downcast_ref::<Decimal128Array>(),
@@ -634,6 +637,115 @@ fn decimal_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
         .with_precision_and_scale(precision, scale)
         .map_err(|e| QueryError::compute(format!("{op:?}"), e))?;
     Ok(Some(Arc::new(out)))
+}
+
+/// A 64-bit decimal as the 128-bit decimal of the same precision and
+/// scale; any other value as it is.
+fn widen(v: Value) -> Result<Value> {
+    match v.array().data_type() {
+        DataType::Decimal64(p, s) => {
+            let to = DataType::Decimal128(*p, *s);
+            let out = cast(v.array(), &to)?;
+            Ok(v.same_shape(out))
+        }
+        _ => Ok(v),
+    }
+}
+
+/// `l op r` for two 64-bit decimals (each an array or a one-row scalar),
+/// with the result type and values [`decimal_fast`] gives the same
+/// operands widened to 128 bits. No row can overflow: a product of two
+/// 64-bit values fits 128 bits, and so does a sum. None when the fast
+/// path does not apply.
+fn decimal64_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
+    let (la, ra) = (l.array(), r.array());
+    let (DataType::Decimal64(p1, s1), DataType::Decimal64(p2, s2)) =
+        (la.data_type(), ra.data_type())
+    else {
+        return Ok(None);
+    };
+    let Some((precision, scale)) = decimal_result(op, *p1, *s1, *p2, *s2) else {
+        return Ok(None);
+    };
+    let (Some(lp), Some(rp)) = (
+        la.as_any().downcast_ref::<Decimal64Array>(),
+        ra.as_any().downcast_ref::<Decimal64Array>(),
+    ) else {
+        return Ok(None);
+    };
+    let out = match op {
+        BinOp::Mul => each_pair(l, r, lp, rp, |a, b| i128::from(a) * i128::from(b)),
+        BinOp::Add => each_pair(l, r, lp, rp, |a, b| i128::from(a) + i128::from(b)),
+        _ => each_pair(l, r, lp, rp, |a, b| i128::from(a) - i128::from(b)),
+    };
+    let Some((values, nulls)) = out else {
+        return Ok(None);
+    };
+    let out = Decimal128Array::new(values.into(), nulls)
+        .with_precision_and_scale(precision, scale)
+        .map_err(|e| QueryError::compute(format!("{op:?}"), e))?;
+    Ok(Some(Arc::new(out)))
+}
+
+/// `f` over the rows of two 64-bit decimals (arrays, or one-row
+/// scalars), with the rows' nulls; None when a scalar is null or the
+/// arrays' lengths differ.
+fn each_pair(
+    l: &Value,
+    r: &Value,
+    lp: &Decimal64Array,
+    rp: &Decimal64Array,
+    f: impl Fn(i64, i64) -> i128,
+) -> Option<(Vec<i128>, Option<arrow::buffer::NullBuffer>)> {
+    let constant = |a: &Decimal64Array| a.is_valid(0).then(|| a.value(0));
+    Some(match (l.is_scalar(), r.is_scalar()) {
+        (false, true) => {
+            let k = constant(rp)?;
+            let values = lp.values().iter().map(|&a| f(a, k)).collect();
+            (values, lp.nulls().cloned())
+        }
+        (true, false) => {
+            let k = constant(lp)?;
+            let values = rp.values().iter().map(|&b| f(k, b)).collect();
+            (values, rp.nulls().cloned())
+        }
+        _ => {
+            if lp.len() != rp.len() {
+                return None;
+            }
+            let values = lp
+                .values()
+                .iter()
+                .zip(rp.values().iter())
+                .map(|(&a, &b)| f(a, b))
+                .collect();
+            (
+                values,
+                arrow::buffer::NullBuffer::union(lp.nulls(), rp.nulls()),
+            )
+        }
+    })
+}
+
+/// The precision and scale of `l op r` for decimals of (`p1`, `s1`) and
+/// (`p2`, `s2`), as arrow's 128-bit kernel gives them; None for an
+/// operation the fast paths leave to that kernel.
+fn decimal_result(op: BinOp, p1: u8, s1: i8, p2: u8, s2: i8) -> Option<(u8, i8)> {
+    match op {
+        BinOp::Mul => match s1.checked_add(s2) {
+            Some(s) if s <= DECIMAL128_MAX_SCALE => {
+                Some((p1.saturating_add(p2 + 1).min(DECIMAL128_MAX_PRECISION), s))
+            }
+            _ => None,
+        },
+        // Equal scales: arrow would rescale neither side.
+        BinOp::Add | BinOp::Sub if s1 == s2 => {
+            let whole = (i16::from(p1) - i16::from(s1)).max(i16::from(p2) - i16::from(s2));
+            let p = (i16::from(s1) + whole + 1).min(i16::from(DECIMAL128_MAX_PRECISION));
+            Some((p as u8, s1))
+        }
+        _ => None,
+    }
 }
 
 /// `f` over the rows of `l` and `r` (arrays, or one-row scalars), after

@@ -515,3 +515,107 @@ fn decimals_past_64_bits_stay_exact_and_overflows_are_errors() {
         assert!(e.contains("overflow"), "{sql}: {e}");
     }
 }
+
+/// A file of decimals `a`, `b` and `c` (with NULLs in `b`), stored as
+/// 32- and 64-bit integers when `integers`, which the engine reads as
+/// 64-bit decimals, or as fixed-length bytes (precision past 18), which
+/// it reads as 128-bit ones. The values are the same either way.
+fn decimal_file(integers: bool) -> Vec<u8> {
+    use arrow::array::Decimal128Array;
+    let rows = 30_000i128;
+    let wide = if integers { 0 } else { 11 };
+    let (pa, pb, pc) = (8 + wide, 16 + wide, 16 + wide);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Decimal128(pa, 2), false),
+        Field::new("b", DataType::Decimal128(pb, 2), true),
+        Field::new("c", DataType::Decimal128(pc, 3), false),
+    ]));
+    let a = Decimal128Array::from_iter_values((0..rows).map(decimal_a));
+    let b = Decimal128Array::from_iter((0..rows).map(decimal_b));
+    let c =
+        Decimal128Array::from_iter_values((0..rows).map(|i| (i * 7_919) % 2_000_000 - 1_000_000));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(a.with_precision_and_scale(pa, 2).unwrap()),
+            Arc::new(b.with_precision_and_scale(pb, 2).unwrap()),
+            Arc::new(c.with_precision_and_scale(pc, 3).unwrap()),
+        ],
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(7_000))
+        .set_data_page_row_count_limit(1000)
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    out
+}
+
+fn decimal_a(i: i128) -> i128 {
+    (i * 37) % 100_000 - 20_000
+}
+
+fn decimal_b(i: i128) -> Option<i128> {
+    (i % 9 != 4).then_some((i * 104_729) % 10_000_000_000_000 - 4_000_000_000_000)
+}
+
+#[test]
+fn decimals_stored_as_integers_give_the_answers_of_decimals_stored_as_bytes() {
+    let (narrow, wide) = (decimal_file(true), decimal_file(false));
+    // The narrow file's decimals are integers in Parquet; the wide one's
+    // are not (else this test compares a path with itself).
+    let physical = |f: &[u8]| {
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&Bytes::copy_from_slice(f))
+            .unwrap();
+        let descr = meta.file_metadata().schema_descr_ptr();
+        (0..3)
+            .map(|i| descr.column(i).physical_type())
+            .collect::<Vec<_>>()
+    };
+    use parquet::basic::Type as Physical;
+    assert_eq!(
+        physical(&narrow),
+        [Physical::INT32, Physical::INT64, Physical::INT64]
+    );
+    assert!(physical(&wide)
+        .iter()
+        .all(|t| *t == Physical::FIXED_LEN_BYTE_ARRAY));
+    let queries = [
+        "SELECT sum(a * b), sum(a + b), sum(b - a), sum(a * 3), sum(b + 1), min(a), max(b), \
+         avg(a), count(b) FROM 'b/f.parquet' WHERE a BETWEEN -15.5 AND 600.25 AND b < 1000000",
+        "SELECT a, -b, b - a, a * c FROM 'b/f.parquet' WHERE c > a AND b IS NOT NULL \
+         ORDER BY b DESC, a LIMIT 20",
+        "SELECT count(*), sum(c) FROM 'b/f.parquet' WHERE a < 10.005 OR c >= a + b OR b = 17",
+        "SELECT a, count(*), sum(b), min(c) FROM 'b/f.parquet' WHERE a > 499.5 \
+         GROUP BY a ORDER BY a LIMIT 30",
+        "SELECT count(*) FROM 'b/f.parquet' WHERE a IN (1.11, -200.00, 37.37) OR b = a",
+    ];
+    for sql in queries {
+        let got = answer(sql, &narrow, 2).unwrap();
+        assert_eq!(got, answer(sql, &wide, 3).unwrap(), "{sql}");
+        assert!(got.lines().count() > 1, "{sql}: no rows");
+    }
+    // One answer worked out here, so both paths cannot agree on a wrong one.
+    let (lo, hi) = (-1_550, 60_025);
+    let expected: i128 = (0..30_000)
+        .filter_map(|i| {
+            let a = decimal_a(i);
+            let b = decimal_b(i)?;
+            (lo <= a && a <= hi && b < 100_000_000).then_some(a * b)
+        })
+        .sum();
+    assert_eq!(
+        answer(
+            "SELECT sum(a * b) AS t FROM 'b/f.parquet' \
+             WHERE a BETWEEN -15.5 AND 600.25 AND b < 1000000",
+            &narrow,
+            1
+        )
+        .unwrap(),
+        format!("t\n{}\n", decimal_text(expected, 4))
+    );
+}
