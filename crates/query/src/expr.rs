@@ -32,7 +32,7 @@ pub(crate) enum Lit {
 }
 
 impl Lit {
-    fn array(&self) -> Result<ArrayRef> {
+    pub(crate) fn array(&self) -> Result<ArrayRef> {
         Ok(match self {
             Lit::Null => arrow::array::new_null_array(&DataType::Null, 1),
             Lit::Bool(b) => Arc::new(BooleanArray::from(vec![*b])),
@@ -478,7 +478,7 @@ fn operand_types(op: BinOp, l: &DataType, r: &DataType) -> Result<(DataType, Dat
 
 /// A one-row value cast to `to` if that loses nothing (it casts back to
 /// itself).
-fn lossless(v: &ArrayRef, to: &DataType) -> Option<ArrayRef> {
+pub(crate) fn lossless(v: &ArrayRef, to: &DataType) -> Option<ArrayRef> {
     let there = cast(v, to).ok()?;
     let back = cast(&there, v.data_type()).ok()?;
     (back.as_ref() == v.as_ref()).then_some(there)

@@ -56,6 +56,7 @@
 mod agg;
 mod error;
 mod expr;
+mod filter;
 mod merge;
 mod output;
 mod plan;

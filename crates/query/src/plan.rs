@@ -365,12 +365,7 @@ impl FilePlan {
         let Some(f) = &self.shape.filter else {
             return state.fold(&self.shape, batch, None).map(drop);
         };
-        let keep = f.eval_predicate(batch)?;
-        let keep = if keep.null_count() > 0 {
-            arrow::compute::prep_null_mask_filter(&keep)
-        } else {
-            keep
-        };
+        let keep = crate::filter::keep_mask(f, batch)?;
         let (kept, rows) = (keep.true_count(), batch.num_rows());
         if kept == 0 {
             return Ok(());
