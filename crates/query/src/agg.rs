@@ -10,9 +10,9 @@ use arrow::array::{
 };
 use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{
-    ArrowPrimitiveType, DataType, Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type,
-    TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-    TimestampSecondType,
+    ArrowPrimitiveType, DataType, Date32Type, Decimal128Type, Decimal64Type, Float64Type,
+    Int32Type, Int64Type, TimeUnit, TimestampMicrosecondType, TimestampMillisecondType,
+    TimestampNanosecondType, TimestampSecondType,
 };
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use hashbrown::{HashMap, HashSet};
@@ -253,28 +253,32 @@ impl Groups {
             let mut memo = vec![SKIP; combinations];
             // Every key a dictionary: a row's group is its codes' entry in
             // `memo`, looked up by its strings once a batch.
-            let mut ids = vec![SKIP; rows];
-            let mut each = |i: usize, code: u32, id: &mut u32| -> Result<()> {
+            // Each combination a kept row has is looked up at its first
+            // such row; then every row takes its combination's group in
+            // one pass without branches, and the dropped rows are marked.
+            let mut resolve = |i: usize, code: u32| -> Result<()> {
                 let slot = &mut memo[code as usize];
                 if *slot == SKIP {
                     *slot = self.group_of_row(&columns, keys, i, &mut buf)?;
                 }
-                *id = *slot;
                 Ok(())
             };
             match keep {
                 None => {
-                    for (i, (&code, id)) in codes.iter().zip(ids.iter_mut()).enumerate() {
-                        each(i, code, id)?;
+                    for (i, &code) in codes.iter().enumerate() {
+                        resolve(i, code)?;
                     }
                 }
                 Some(k) => {
-                    let rows = codes.iter().zip(ids.iter_mut()).zip(k.iter());
-                    for (i, ((&code, id), kept)) in rows.enumerate() {
-                        if kept {
-                            each(i, code, id)?;
-                        }
+                    for i in k.set_indices() {
+                        resolve(i, codes[i])?;
                     }
+                }
+            }
+            let mut ids: Vec<u32> = codes.iter().map(|&code| memo[code as usize]).collect();
+            if let Some(k) = keep {
+                for i in (!k).set_indices() {
+                    ids[i] = SKIP;
                 }
             }
             return Ok(ids);
@@ -774,6 +778,11 @@ impl Accumulator for Sum {
             }
             (SumKind::Exact(_), DataType::Decimal128(..)) => {
                 let values = primitive::<Decimal128Type>(a)?.values();
+                add_exact(&mut self.exact, rows, values, nulls.as_ref())?;
+            }
+            // A 64-bit decimal of the planned scale (`plan::takes_as_is`).
+            (SumKind::Exact(planned), DataType::Decimal64(_, s)) if planned == *s => {
+                let values = primitive::<Decimal64Type>(a)?.values();
                 add_exact(&mut self.exact, rows, values, nulls.as_ref())?;
             }
             (SumKind::Float, DataType::Float64) => {

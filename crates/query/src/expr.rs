@@ -534,6 +534,14 @@ fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
     let (l, r) = if op.is_comparison() {
         (l, r)
     } else {
+        // A 64-bit decimal column plus or minus a constant: the constant
+        // in the column's type when exact (as `meet` does for 128 bits),
+        // for the fast path below.
+        let (l, r) = if matches!(op, BinOp::Add | BinOp::Sub) {
+            decimal64_constant(l, r)
+        } else {
+            (l, r)
+        };
         if let Some(out) = decimal64_fast(op, &l, &r)? {
             return Ok(if scalar {
                 Value::Scalar(out)
@@ -650,6 +658,24 @@ fn widen(v: Value) -> Result<Value> {
         }
         _ => Ok(v),
     }
+}
+
+/// `l` and `r` with a constant beside a 64-bit decimal array cast to the
+/// array's type, when that loses nothing; else as they are.
+fn decimal64_constant(l: Value, r: Value) -> (Value, Value) {
+    let to_array_type = |array: &Value, constant: &Value| match array.array().data_type() {
+        t @ DataType::Decimal64(..) if !array.is_scalar() && constant.is_scalar() => {
+            lossless(constant.array(), t).map(Value::Scalar)
+        }
+        _ => None,
+    };
+    if let Some(c) = to_array_type(&l, &r) {
+        return (l, c);
+    }
+    if let Some(c) = to_array_type(&r, &l) {
+        return (c, r);
+    }
+    (l, r)
 }
 
 /// `l op r` for two 64-bit decimals (each an array or a one-row scalar),

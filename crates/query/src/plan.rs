@@ -850,9 +850,14 @@ impl Fold {
                     let args = aggs
                         .iter()
                         .zip(shared)
-                        .map(|((_, arg, t), same)| match (arg, t, same) {
+                        .map(|((func, arg, t), same)| match (arg, t, same) {
                             (Some(e), Some(t), None) => {
-                                Ok(Some(cast(&e.eval_shared(batch, &mut memo)?, t)?))
+                                let a = e.eval_shared(batch, &mut memo)?;
+                                Ok(Some(if takes_as_is(*func, &a, t) {
+                                    a
+                                } else {
+                                    cast(&a, t)?
+                                }))
                             }
                             _ => Ok(None),
                         })
@@ -966,6 +971,18 @@ fn shared_sums(aggs: &[(AggFunc, Option<Expr>, Option<DataType>)]) -> Vec<Option
             })
         })
         .collect()
+}
+
+/// Whether aggregate `func`, planned for values of type `t`, folds `a`
+/// without a cast: a sum or average of 64-bit decimals of `t`'s scale,
+/// which it adds into its 128-bit sums as they are (a cast would widen
+/// every row first).
+fn takes_as_is(func: AggFunc, a: &ArrayRef, t: &DataType) -> bool {
+    matches!(func, AggFunc::Sum | AggFunc::Avg)
+        && matches!(
+            (a.data_type(), t),
+            (DataType::Decimal64(_, s), DataType::Decimal128(_, planned)) if s == planned
+        )
 }
 
 /// A batch's GROUP BY keys in their canonical types, except that a key
