@@ -34,6 +34,9 @@ pub(crate) const SKIP: u32 = u32::MAX;
 /// summing a group's rows in registers does not wait.
 const LISTED_GROUPS_MAX: usize = 4096;
 
+/// Interleaved tables [`Assigned::new`] counts and lists rows in.
+const LANES: usize = 4;
+
 /// Most combinations of dictionary codes one batch's group numbers are
 /// remembered for ([`Groups::assign_fast`]).
 const CODE_MEMO_MAX: usize = 1 << 16;
@@ -52,29 +55,53 @@ pub(crate) struct Assigned {
 
 impl Assigned {
     fn new(ids: Vec<u32>, groups_len: usize) -> Assigned {
-        let mut rows_per_group = vec![0i64; groups_len];
-        for &g in &ids {
+        if groups_len > LISTED_GROUPS_MAX {
+            let mut rows_per_group = vec![0i64; groups_len];
+            for &g in &ids {
+                if g != SKIP {
+                    rows_per_group[g as usize] += 1;
+                }
+            }
+            return Assigned {
+                ids,
+                rows_per_group,
+                listed: Vec::new(),
+                starts: Vec::new(),
+            };
+        }
+        // Rows are counted and listed in LANES interleaved tables (row i
+        // in lane i % LANES): consecutive rows of one group then add to
+        // different slots, and no add waits for the one before it, as
+        // it would with few groups and one table. A group's rows are
+        // listed lane by lane, an order its exact sums do not depend on.
+        let slot = |g: u32, i: usize| g as usize * LANES + i % LANES;
+        let mut counts = vec![0u32; groups_len * LANES];
+        for (i, &g) in ids.iter().enumerate() {
             if g != SKIP {
-                rows_per_group[g as usize] += 1;
+                counts[slot(g, i)] += 1;
             }
         }
-        let (mut listed, mut starts) = (Vec::new(), Vec::new());
-        if groups_len <= LISTED_GROUPS_MAX {
-            starts.reserve(groups_len + 1);
-            let mut at = 0u32;
-            starts.push(0);
-            for n in &rows_per_group {
-                at += *n as u32;
-                starts.push(at);
+        let rows_per_group = counts
+            .chunks_exact(LANES)
+            .map(|lanes| lanes.iter().map(|&n| i64::from(n)).sum())
+            .collect();
+        let mut starts = Vec::with_capacity(groups_len + 1);
+        let mut next = vec![0u32; groups_len * LANES];
+        let mut at = 0u32;
+        for (lanes, nexts) in counts.chunks_exact(LANES).zip(next.chunks_exact_mut(LANES)) {
+            starts.push(at);
+            for (n, start) in lanes.iter().zip(nexts) {
+                *start = at;
+                at += n;
             }
-            listed = vec![0u32; at as usize];
-            let mut next = starts.clone();
-            for (i, &g) in ids.iter().enumerate() {
-                if g != SKIP {
-                    let slot = &mut next[g as usize];
-                    listed[*slot as usize] = i as u32;
-                    *slot += 1;
-                }
+        }
+        starts.push(at);
+        let mut listed = vec![0u32; at as usize];
+        for (i, &g) in ids.iter().enumerate() {
+            if g != SKIP {
+                let at = &mut next[slot(g, i)];
+                listed[*at as usize] = i as u32;
+                *at += 1;
             }
         }
         Assigned {
