@@ -542,7 +542,11 @@ fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
         } else {
             (l, r)
         };
-        if let Some(out) = decimal64_fast(op, &l, &r)? {
+        let fast = match decimal64_fast(op, &l, &r)? {
+            Some(out) => Some(out),
+            None => decimal_mixed(op, &l, &r)?,
+        };
+        if let Some(out) = fast {
             return Ok(if scalar {
                 Value::Scalar(out)
             } else {
@@ -774,6 +778,78 @@ fn decimal_result(op: BinOp, p1: u8, s1: i8, p2: u8, s2: i8) -> Option<(u8, i8)>
     }
 }
 
+/// Each value of `a` as its low and high 64 bits (little-endian), so a
+/// check of every value is a pass of 64-bit operations the compiler
+/// vectorises; None if the buffer is not 8-byte aligned (`typed_data`
+/// panics on one decoded in place from a frame, say: such an array takes
+/// the checked kernel).
+fn words(a: &Decimal128Array) -> Option<&[i64]> {
+    let buffer = a.values().inner();
+    (buffer.as_ptr().align_offset(std::mem::align_of::<i64>()) == 0)
+        .then(|| buffer.typed_data::<i64>())
+}
+
+/// Whether every value [`words`] gave fits 64 bits: its high half is its
+/// low half's sign.
+fn all_fit(w: &[i64]) -> bool {
+    w.chunks_exact(2)
+        .fold(true, |ok, p| ok & (p[1] == p[0] >> 63))
+}
+
+/// `l op r` for a 64-bit decimal array and a 128-bit one whose values
+/// all fit 64 bits (checked in one pass), with the result type and
+/// values of [`decimal_fast`] over both widened: TPC-H Q1's
+/// `l_extendedprice * (1 - l_discount)` multiplies a column by a
+/// computed array, and the column need not be widened first. None when
+/// the fast path does not apply.
+fn decimal_mixed(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
+    if l.is_scalar() || r.is_scalar() {
+        return Ok(None);
+    }
+    let (la, ra) = (l.array(), r.array());
+    let (p1, s1, p2, s2, narrow_left) = match (la.data_type(), ra.data_type()) {
+        (DataType::Decimal64(p1, s1), DataType::Decimal128(p2, s2)) => (*p1, *s1, *p2, *s2, true),
+        (DataType::Decimal128(p1, s1), DataType::Decimal64(p2, s2)) => (*p1, *s1, *p2, *s2, false),
+        _ => return Ok(None),
+    };
+    let Some((precision, scale)) = decimal_result(op, p1, s1, p2, s2) else {
+        return Ok(None);
+    };
+    let (narrow, wide) = if narrow_left { (la, ra) } else { (ra, la) };
+    let (Some(narrow), Some(wide)) = (
+        narrow.as_any().downcast_ref::<Decimal64Array>(),
+        wide.as_any().downcast_ref::<Decimal128Array>(),
+    ) else {
+        return Ok(None);
+    };
+    let Some(w) = words(wide) else {
+        return Ok(None);
+    };
+    if narrow.len() != wide.len() || !all_fit(w) {
+        return Ok(None);
+    }
+    let pairs = narrow.values().iter().zip(w.chunks_exact(2));
+    let values: Vec<i128> = match (op, narrow_left) {
+        (BinOp::Mul, _) => pairs
+            .map(|(&a, b)| i128::from(a) * i128::from(b[0]))
+            .collect(),
+        (BinOp::Add, _) => pairs
+            .map(|(&a, b)| i128::from(a) + i128::from(b[0]))
+            .collect(),
+        (_, true) => pairs
+            .map(|(&a, b)| i128::from(a) - i128::from(b[0]))
+            .collect(),
+        (_, false) => pairs
+            .map(|(&a, b)| i128::from(b[0]) - i128::from(a))
+            .collect(),
+    };
+    let nulls = arrow::buffer::NullBuffer::union(narrow.nulls(), wide.nulls());
+    let out = Decimal128Array::new(values.into(), nulls)
+        .with_precision_and_scale(precision, scale)
+        .map_err(|e| QueryError::compute(format!("{op:?}"), e))?;
+    Ok(Some(Arc::new(out)))
+}
+
 /// `f` over the rows of `l` and `r` (arrays, or one-row scalars), after
 /// a pass that checks every value fits 64 bits; None if one does not, or
 /// if a buffer is not 8-byte aligned (the caller then takes arrow's
@@ -785,20 +861,6 @@ fn fits_64(
     rp: &Decimal128Array,
     f: impl Fn(i128, i128) -> i128,
 ) -> Option<Decimal128Array> {
-    // Each value read as its low and high 64 bits (little-endian), so the
-    // check is a pass of 64-bit operations the compiler vectorises: a
-    // value fits when its high half is its low half's sign.
-    fn words(a: &Decimal128Array) -> Option<&[i64]> {
-        let buffer = a.values().inner();
-        // typed_data panics on a misaligned buffer (one decoded in place
-        // from a frame, say): such an array takes the checked kernel.
-        (buffer.as_ptr().align_offset(std::mem::align_of::<i64>()) == 0)
-            .then(|| buffer.typed_data::<i64>())
-    }
-    let all_fit = |w: &[i64]| {
-        w.chunks_exact(2)
-            .fold(true, |ok, p| ok & (p[1] == p[0] >> 63))
-    };
     let fits = |v: i128| ((v >> 64) as i64) == ((v as i64) >> 63);
     let constant = |a: &Decimal128Array| a.is_valid(0).then(|| a.value(0)).filter(|&k| fits(k));
     let values: Vec<i128> = match (l.is_scalar(), r.is_scalar()) {

@@ -593,6 +593,9 @@ fn decimals_stored_as_integers_give_the_answers_of_decimals_stored_as_bytes() {
         "SELECT a, count(*), sum(b), min(c) FROM 'b/f.parquet' WHERE a > 499.5 \
          GROUP BY a ORDER BY a LIMIT 30",
         "SELECT count(*) FROM 'b/f.parquet' WHERE a IN (1.11, -200.00, 37.37) OR b = a",
+        // A column with a computed array: 64 bits with 128 either way round.
+        "SELECT sum(a * (b - 1)), sum(a * 3 + b), sum(b - a * 3), sum((c + 1) * a), \
+         min(b - (a - 2)), sum(a * 3 - b) FROM 'b/f.parquet' WHERE a < 700",
     ];
     for sql in queries {
         let got = answer(sql, &narrow, 2).unwrap();
