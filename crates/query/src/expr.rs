@@ -7,9 +7,10 @@ use arrow::array::{
     Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Decimal64Array, Float64Array,
     Int64Array, RecordBatch, Scalar, StringArray, UInt32Array,
 };
+use arrow::array::{AsArray, PrimitiveArray};
 use arrow::compute::kernels::{boolean, cmp, comparison, numeric};
 use arrow::compute::{cast_with_options, CastOptions};
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, Decimal128Type, Decimal64Type, DecimalType};
 
 use crate::error::{QueryError, Result};
 
@@ -620,19 +621,7 @@ fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
 /// row, where a checked 128-bit multiply is several). The result has the
 /// type arrow's kernel gives. None when the fast path does not apply.
 fn decimal_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
-    let (la, ra) = (l.array(), r.array());
-    let (DataType::Decimal128(p1, s1), DataType::Decimal128(p2, s2)) =
-        (la.data_type(), ra.data_type())
-    else {
-        return Ok(None);
-    };
-    let Some((precision, scale)) = decimal_result(op, *p1, *s1, *p2, *s2) else {
-        return Ok(None);
-    };
-    let (Some(lp), Some(rp)) = (
-        la.as_any().downcast_ref::<Decimal128Array>(),
-        ra.as_any().downcast_ref::<Decimal128Array>(),
-    ) else {
+    let Some((lp, rp, precision, scale)) = decimal_operands::<Decimal128Type>(op, l, r) else {
         return Ok(None);
     };
     let out = match op {
@@ -688,19 +677,7 @@ fn decimal64_constant(l: Value, r: Value) -> (Value, Value) {
 /// 64-bit values fits 128 bits, and so does a sum. None when the fast
 /// path does not apply.
 fn decimal64_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
-    let (la, ra) = (l.array(), r.array());
-    let (DataType::Decimal64(p1, s1), DataType::Decimal64(p2, s2)) =
-        (la.data_type(), ra.data_type())
-    else {
-        return Ok(None);
-    };
-    let Some((precision, scale)) = decimal_result(op, *p1, *s1, *p2, *s2) else {
-        return Ok(None);
-    };
-    let (Some(lp), Some(rp)) = (
-        la.as_any().downcast_ref::<Decimal64Array>(),
-        ra.as_any().downcast_ref::<Decimal64Array>(),
-    ) else {
+    let Some((lp, rp, precision, scale)) = decimal_operands::<Decimal64Type>(op, l, r) else {
         return Ok(None);
     };
     let out = match op {
@@ -711,10 +688,7 @@ fn decimal64_fast(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
     let Some((values, nulls)) = out else {
         return Ok(None);
     };
-    let out = Decimal128Array::new(values.into(), nulls)
-        .with_precision_and_scale(precision, scale)
-        .map_err(|e| QueryError::compute(format!("{op:?}"), e))?;
-    Ok(Some(Arc::new(out)))
+    decimal_out(op, values, nulls, precision, scale).map(Some)
 }
 
 /// `f` over the rows of two 64-bit decimals (arrays, or one-row
@@ -844,10 +818,36 @@ fn decimal_mixed(op: BinOp, l: &Value, r: &Value) -> Result<Option<ArrayRef>> {
             .collect(),
     };
     let nulls = arrow::buffer::NullBuffer::union(narrow.nulls(), wide.nulls());
+    decimal_out(op, values, nulls, precision, scale).map(Some)
+}
+
+/// Both operands of `op` as decimal arrays of type `T`, with the
+/// precision and scale of the result ([`decimal_result`]); None when
+/// either is not a `T` or arrow's kernel is left the operation.
+fn decimal_operands<'a, T: DecimalType>(
+    op: BinOp,
+    l: &'a Value,
+    r: &'a Value,
+) -> Option<(&'a PrimitiveArray<T>, &'a PrimitiveArray<T>, u8, i8)> {
+    let lp = l.array().as_primitive_opt::<T>()?;
+    let rp = r.array().as_primitive_opt::<T>()?;
+    let (precision, scale) =
+        decimal_result(op, lp.precision(), lp.scale(), rp.precision(), rp.scale())?;
+    Some((lp, rp, precision, scale))
+}
+
+/// A fast path's values as the 128-bit decimal array of its type.
+fn decimal_out(
+    op: BinOp,
+    values: Vec<i128>,
+    nulls: Option<arrow::buffer::NullBuffer>,
+    precision: u8,
+    scale: i8,
+) -> Result<ArrayRef> {
     let out = Decimal128Array::new(values.into(), nulls)
         .with_precision_and_scale(precision, scale)
         .map_err(|e| QueryError::compute(format!("{op:?}"), e))?;
-    Ok(Some(Arc::new(out)))
+    Ok(Arc::new(out))
 }
 
 /// `f` over the rows of `l` and `r` (arrays, or one-row scalars), after

@@ -16,6 +16,7 @@ use arrow::datatypes::{
 
 use crate::error::Result;
 use crate::expr::{lossless, BinOp, Expr};
+use crate::plan::flip;
 
 /// The rows of `batch` that `filter` is TRUE for (FALSE and NULL drop a
 /// row, as SQL's WHERE does), as a mask without nulls.
@@ -140,16 +141,6 @@ fn bound<'a>(conjunct: &'a Expr, batch: &RecordBatch) -> Option<(&'a str, Range)
         _ => return None,
     };
     Some((column.as_str(), range))
-}
-
-fn flip(op: BinOp) -> BinOp {
-    match op {
-        BinOp::Lt => BinOp::Gt,
-        BinOp::Le => BinOp::Ge,
-        BinOp::Gt => BinOp::Lt,
-        BinOp::Ge => BinOp::Le,
-        other => other,
-    }
 }
 
 fn integer_like(t: &DataType) -> bool {

@@ -399,7 +399,8 @@ impl FilePlan {
     }
 }
 
-fn flip(op: BinOp) -> BinOp {
+/// `op` with its operands swapped: `a < b` is `b > a`.
+pub(crate) fn flip(op: BinOp) -> BinOp {
     match op {
         BinOp::Lt => BinOp::Gt,
         BinOp::Le => BinOp::Ge,

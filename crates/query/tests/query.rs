@@ -363,14 +363,27 @@ fn wide_file() -> Vec<u8> {
         ],
     )
     .unwrap();
-    let mut out = Vec::new();
-    let props = parquet::file::properties::WriterProperties::builder()
+    let props = small_pages().set_dictionary_page_size_limit(4096).build();
+    parquet_bytes(&batch, props)
+}
+
+/// Row groups of 7,000 rows and pages of 1,000, so a test's rows are cut
+/// across both.
+fn small_pages() -> parquet::file::properties::WriterPropertiesBuilder {
+    parquet::file::properties::WriterProperties::builder()
         .set_max_row_group_row_count(Some(7_000))
-        .set_dictionary_page_size_limit(4096)
         .set_data_page_row_count_limit(1000)
-        .build();
-    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
-    w.write(&batch).unwrap();
+}
+
+/// `batch` as a Parquet file written with `props`.
+fn parquet_bytes(
+    batch: &RecordBatch,
+    props: parquet::file::properties::WriterProperties,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), Some(props)).unwrap();
+    w.write(batch).unwrap();
     w.close().unwrap();
     out
 }
@@ -543,15 +556,7 @@ fn decimal_file(integers: bool) -> Vec<u8> {
         ],
     )
     .unwrap();
-    let mut out = Vec::new();
-    let props = parquet::file::properties::WriterProperties::builder()
-        .set_max_row_group_row_count(Some(7_000))
-        .set_data_page_row_count_limit(1000)
-        .build();
-    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
-    out
+    parquet_bytes(&batch, small_pages().build())
 }
 
 fn decimal_a(i: i128) -> i128 {
