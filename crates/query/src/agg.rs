@@ -279,10 +279,10 @@ impl Groups {
         if !codes.is_empty() {
             let mut memo = vec![SKIP; combinations];
             // Every key a dictionary: a row's group is its codes' entry in
-            // `memo`, looked up by its strings once a batch.
-            // Each combination a kept row has is looked up at its first
-            // such row; then every row takes its combination's group in
-            // one pass without branches, and the dropped rows are marked.
+            // `memo`. Each combination a kept row has is looked up by its
+            // strings at its first such row; then every row takes its
+            // combination's group in one pass without branches, and the
+            // dropped rows are marked.
             let mut resolve = |i: usize, code: u32| -> Result<()> {
                 let slot = &mut memo[code as usize];
                 if *slot == SKIP {
@@ -536,6 +536,11 @@ pub(crate) trait Accumulator: Send {
     fn held_bytes(&self) -> usize;
     /// Makes room for `groups_len` groups (groups no row reached yet).
     fn resize(&mut self, groups_len: usize);
+    /// Whether [`Accumulator::update`] folds an argument of type `t` as it
+    /// is, rather than cast to the planned type ([`arg_type`]) first.
+    fn takes_as_is(&self, _t: &DataType) -> bool {
+        false
+    }
 }
 
 /// An accumulator for `func` over arguments of type `arg` (None for
@@ -792,6 +797,12 @@ impl Sum {
 }
 
 impl Accumulator for Sum {
+    /// 64-bit decimals of the planned scale are added into the 128-bit
+    /// sums as they are: a cast would widen every row first.
+    fn takes_as_is(&self, t: &DataType) -> bool {
+        matches!((self.kind, t), (SumKind::Exact(planned), DataType::Decimal64(_, s)) if planned == *s)
+    }
+
     fn update(&mut self, rows: &Assigned, arg: Option<&ArrayRef>) -> Result<()> {
         self.grow(rows.groups_len());
         let Some(a) = arg else {
@@ -807,8 +818,7 @@ impl Accumulator for Sum {
                 let values = primitive::<Decimal128Type>(a)?.values();
                 add_exact(&mut self.exact, rows, values, nulls.as_ref())?;
             }
-            // A 64-bit decimal of the planned scale (`plan::takes_as_is`).
-            (SumKind::Exact(planned), DataType::Decimal64(_, s)) if planned == *s => {
+            (SumKind::Exact(_), DataType::Decimal64(..)) if self.takes_as_is(a.data_type()) => {
                 let values = primitive::<Decimal64Type>(a)?.values();
                 add_exact(&mut self.exact, rows, values, nulls.as_ref())?;
             }

@@ -506,21 +506,6 @@ fn meet(op: BinOp, l: Value, r: Value) -> Result<(Value, Value)> {
             }
         }
     }
-    // A decimal column plus or minus a constant: the constant in the
-    // column's type (when exact) lets arrow skip rescaling every row; the
-    // result's type is the same either way.
-    if matches!(op, BinOp::Add | BinOp::Sub) {
-        if let (Class::Decimal(..), true, false) = (class(&lt), r.is_scalar(), l.is_scalar()) {
-            if let Some(c) = lossless(r.array(), &lt) {
-                return Ok((l, Value::Scalar(c)));
-            }
-        }
-        if let (Class::Decimal(..), true, false) = (class(&rt), l.is_scalar(), r.is_scalar()) {
-            if let Some(c) = lossless(l.array(), &rt) {
-                return Ok((Value::Scalar(c), r));
-            }
-        }
-    }
     let (to_l, to_r) = operand_types(op, &lt, &rt)?;
     let l2 = l.same_shape(cast(l.array(), &to_l)?);
     let r2 = r.same_shape(cast(r.array(), &to_r)?);
@@ -535,11 +520,8 @@ fn binary(op: BinOp, l: Value, r: Value) -> Result<Value> {
     let (l, r) = if op.is_comparison() {
         (l, r)
     } else {
-        // A 64-bit decimal column plus or minus a constant: the constant
-        // in the column's type when exact (as `meet` does for 128 bits),
-        // for the fast path below.
         let (l, r) = if matches!(op, BinOp::Add | BinOp::Sub) {
-            decimal64_constant(l, r)
+            decimal_constant(l, r)
         } else {
             (l, r)
         };
@@ -653,14 +635,17 @@ fn widen(v: Value) -> Result<Value> {
     }
 }
 
-/// `l` and `r` with a constant beside a 64-bit decimal array cast to the
-/// array's type, when that loses nothing; else as they are.
-fn decimal64_constant(l: Value, r: Value) -> (Value, Value) {
-    let to_array_type = |array: &Value, constant: &Value| match array.array().data_type() {
-        t @ DataType::Decimal64(..) if !array.is_scalar() && constant.is_scalar() => {
-            lossless(constant.array(), t).map(Value::Scalar)
-        }
-        _ => None,
+/// A decimal column plus or minus a constant: the constant cast to the
+/// column's type when that loses nothing (else both as they are). The
+/// result's type is the same either way, and the rows then need no
+/// rescaling: a 64-bit column takes its fast path, a 128-bit one
+/// `decimal_fast` or arrow's kernel without a rescaled copy.
+fn decimal_constant(l: Value, r: Value) -> (Value, Value) {
+    let to_array_type = |array: &Value, constant: &Value| {
+        let t = array.array().data_type();
+        (matches!(class(t), Class::Decimal(..)) && !array.is_scalar() && constant.is_scalar())
+            .then(|| lossless(constant.array(), t).map(Value::Scalar))
+            .flatten()
     };
     if let Some(c) = to_array_type(&l, &r) {
         return (l, c);

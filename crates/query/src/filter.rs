@@ -175,11 +175,11 @@ fn native(a: &ArrayRef) -> Option<i128> {
 /// `range`; a NULL row is not.
 fn in_range(a: &ArrayRef, range: &Range) -> BooleanBuffer {
     let kept = match a.data_type() {
-        DataType::Int32 => test::<Int32Type>(a, range),
-        DataType::Date32 => test::<Date32Type>(a, range),
-        DataType::Int64 => test::<Int64Type>(a, range),
-        DataType::Decimal64(..) => test::<Decimal64Type>(a, range),
-        _ => test::<Decimal128Type>(a, range),
+        DataType::Int32 => range_mask::<Int32Type>(a, range),
+        DataType::Date32 => range_mask::<Date32Type>(a, range),
+        DataType::Int64 => range_mask::<Int64Type>(a, range),
+        DataType::Decimal64(..) => range_mask::<Decimal64Type>(a, range),
+        _ => range_mask::<Decimal128Type>(a, range),
     };
     match a.nulls() {
         Some(valid) => &kept & valid.inner(),
@@ -187,7 +187,8 @@ fn in_range(a: &ArrayRef, range: &Range) -> BooleanBuffer {
     }
 }
 
-fn test<T>(a: &ArrayRef, range: &Range) -> BooleanBuffer
+/// The rows of `a`, an array of `T`, whose value lies in `range`.
+fn range_mask<T>(a: &ArrayRef, range: &Range) -> BooleanBuffer
 where
     T: ArrowPrimitiveType,
     T::Native: TryFrom<i128> + Ord + Copy,

@@ -851,10 +851,11 @@ impl Fold {
                     let args = aggs
                         .iter()
                         .zip(shared)
-                        .map(|((func, arg, t), same)| match (arg, t, same) {
+                        .zip(accs.iter())
+                        .map(|(((_, arg, t), same), acc)| match (arg, t, same) {
                             (Some(e), Some(t), None) => {
                                 let a = e.eval_shared(batch, &mut memo)?;
-                                Ok(Some(if takes_as_is(*func, &a, t) {
+                                Ok(Some(if acc.takes_as_is(a.data_type()) {
                                     a
                                 } else {
                                     cast(&a, t)?
@@ -972,18 +973,6 @@ fn shared_sums(aggs: &[(AggFunc, Option<Expr>, Option<DataType>)]) -> Vec<Option
             })
         })
         .collect()
-}
-
-/// Whether aggregate `func`, planned for values of type `t`, folds `a`
-/// without a cast: a sum or average of 64-bit decimals of `t`'s scale,
-/// which it adds into its 128-bit sums as they are (a cast would widen
-/// every row first).
-fn takes_as_is(func: AggFunc, a: &ArrayRef, t: &DataType) -> bool {
-    matches!(func, AggFunc::Sum | AggFunc::Avg)
-        && matches!(
-            (a.data_type(), t),
-            (DataType::Decimal64(_, s), DataType::Decimal128(_, planned)) if s == planned
-        )
 }
 
 /// A batch's GROUP BY keys in their canonical types, except that a key
