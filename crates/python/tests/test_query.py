@@ -500,6 +500,19 @@ def test_the_set_is_large_enough_over_both_data_sets():
     assert len(TPCH_QUERIES) >= 15 and len(FLIGHTS_QUERIES) >= 15 and len(QUERIES) >= 36
 
 
+def test_both_decimal_encodings_are_in_the_data(query_data_dir):
+    """lineitem stores its decimals as 64-bit integers (the engine reads
+    them as 64-bit decimals) and orders as fixed-length bytes (read as
+    128-bit), so the comparison with DuckDB covers both paths."""
+    def physical(table: str, column: str) -> str:
+        schema = pq.ParquetFile(query_data_dir / "tpch" / f"{table}.parquet").schema
+        return schema.column(schema.names.index(column)).physical_type
+
+    assert physical("lineitem", "l_extendedprice") == "INT64"
+    assert physical("lineitem", "l_discount") == "INT64"
+    assert physical("orders", "o_totalprice") == "FIXED_LEN_BYTE_ARRAY"
+
+
 @pytest.mark.parametrize("sql, ordered", QUERIES)
 def test_query_matches_duckdb(client, query_buckets, duck, sql, ordered):
     names, want = duckdb_result(duck, sql, query_buckets)
