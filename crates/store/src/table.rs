@@ -21,13 +21,23 @@ pub enum Table {
     Manifests,
     /// Fingerprint -> chunk record (location, length, reference counts).
     Chunks,
+    /// (tenant, key) -> a durable key-value item (`quarry-kv`).
+    KvItems,
+    /// (tenant, fingerprint) -> a deduplicated key-value value (`quarry-kv`).
+    KvValues,
 }
 
 impl Table {
     /// Every table, in order of [`Self::index`].
-    pub(crate) const ALL: [Table; 3] = [Table::Buckets, Table::Manifests, Table::Chunks];
+    pub(crate) const ALL: [Table; 5] = [
+        Table::Buckets,
+        Table::Manifests,
+        Table::Chunks,
+        Table::KvItems,
+        Table::KvValues,
+    ];
 
-    /// 0, 1, 2: the table's place in [`Self::ALL`] (and its byte in the
+    /// 0, 1, 2, 3, 4: the table's place in [`Self::ALL`] (and its byte in the
     /// volume-backed log and snapshots).
     pub(crate) fn index(self) -> usize {
         self as usize
@@ -161,7 +171,7 @@ pub(crate) fn record_bytes(key: &[u8], value: &[u8]) -> u64 {
 /// `get` or `scan`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TableMap {
-    maps: [BTreeMap<Vec<u8>, Bytes>; 3],
+    maps: [BTreeMap<Vec<u8>, Bytes>; 5],
     /// Keys + values + [`RECORD_OVERHEAD`] a record.
     bytes: u64,
 }

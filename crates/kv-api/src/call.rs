@@ -1,0 +1,466 @@
+//! The key-value call encoding (docs/kv.md, "Calls"): one call carries a
+//! tenant's credentials and a batch of operations for one node, or asks for
+//! the tenant's figures or a flush; one answer carries an answer per
+//! operation, in order.
+
+use bytes::Bytes;
+use quarry_proto::{ByteReader, ByteWriter};
+
+use crate::{
+    Expiry, FailKind, Item, ItemKind, KvAnswer, KvError, KvOp, Result, StoreMode, TenantName,
+    MAX_KEY_BYTES, MAX_SECRET_BYTES,
+};
+
+/// Most operations in one call: Minerva batches about a thousand small
+/// operations into a command; a few times that bounds a batch's memory at a
+/// node whatever a caller sends.
+pub const MAX_OPS_PER_CALL: usize = 8192;
+
+/// Most bytes of operations in one call, within a frame's body.
+pub const MAX_CALL_BYTES: usize = 4 << 20;
+
+/// Largest value one item holds: memcached's default item size. Larger
+/// values are cut into slices of this size by the clients (Multes++).
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+
+const FORMAT: u8 = 1;
+
+/// What a call asks of the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvRequest {
+    /// Run these operations, in order, as one batch.
+    Ops(Vec<KvOp>),
+    /// The tenant's figures on this node.
+    Stats,
+    /// Drop every item of the tenant on this node (now, or at a time).
+    FlushAll {
+        /// When: items stored before then are gone from then on.
+        at: Expiry,
+    },
+}
+
+/// One call to a node's key-value service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvCall {
+    /// Whose keys.
+    pub tenant: TenantName,
+    /// The tenant's secret (empty when the node has no tenants configured).
+    pub secret: Bytes,
+    /// What to do.
+    pub request: KvRequest,
+}
+
+/// A node's answer to a [`KvCall`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KvReply {
+    /// One answer per operation, in order.
+    Answers(Vec<KvAnswer>),
+    /// The tenant's figures on this node, by name.
+    Stats(Vec<(String, u64)>),
+    /// The flush is done (or set for its time).
+    Flushed,
+    /// The whole call was refused (credentials, a broken limit).
+    Refused {
+        /// Why, as a kind.
+        kind: FailKind,
+        /// Why, for people.
+        message: String,
+    },
+}
+
+fn key(r: &mut ByteReader<'_>, source: &Bytes) -> Result<Bytes> {
+    let n = usize::from(r.u8()?);
+    if n == 0 || n > MAX_KEY_BYTES {
+        return Err(r.malformed(format!("a key of {n} bytes")).into());
+    }
+    Ok(r.slice_of(source, n)?)
+}
+
+fn put_key(w: &mut ByteWriter, key: &[u8]) {
+    debug_assert!(!key.is_empty() && key.len() <= MAX_KEY_BYTES);
+    w.u8(key.len() as u8).raw(key);
+}
+
+fn cas_opt(r: &mut ByteReader<'_>) -> Result<Option<u64>> {
+    Ok(if r.flag()? { Some(r.u64()?) } else { None })
+}
+
+fn put_cas_opt(w: &mut ByteWriter, cas: Option<u64>) {
+    w.flag(cas.is_some()).u64(cas.unwrap_or(0));
+}
+
+fn mode_code(mode: StoreMode) -> (u8, u64) {
+    match mode {
+        StoreMode::Set => (0, 0),
+        StoreMode::Add => (1, 0),
+        StoreMode::Replace => (2, 0),
+        StoreMode::Append => (3, 0),
+        StoreMode::Prepend => (4, 0),
+        StoreMode::Cas(c) => (5, c),
+    }
+}
+
+fn mode_of(r: &ByteReader<'_>, code: u8, cas: u64) -> Result<StoreMode> {
+    Ok(match code {
+        0 => StoreMode::Set,
+        1 => StoreMode::Add,
+        2 => StoreMode::Replace,
+        3 => StoreMode::Append,
+        4 => StoreMode::Prepend,
+        5 => StoreMode::Cas(cas),
+        other => return Err(r.malformed(format!("store mode {other}")).into()),
+    })
+}
+
+fn put_op(w: &mut ByteWriter, op: &KvOp) {
+    match op {
+        KvOp::Get { key, touch } => {
+            w.u8(1);
+            put_key(w, key);
+            w.flag(touch.is_some())
+                .u64(touch.map_or(0, Expiry::to_wire));
+        }
+        KvOp::Store {
+            key,
+            mode,
+            flags,
+            expiry,
+            kind,
+            value,
+        } => {
+            let (code, cas) = mode_code(*mode);
+            w.u8(2);
+            put_key(w, key);
+            w.u8(code)
+                .u64(cas)
+                .u32(*flags)
+                .u64(expiry.to_wire())
+                .u8(*kind as u8)
+                .u32(value.len() as u32)
+                .raw(value);
+        }
+        KvOp::Delete { key, cas } => {
+            w.u8(3);
+            put_key(w, key);
+            put_cas_opt(w, *cas);
+        }
+        KvOp::Arith {
+            key,
+            decrement,
+            delta,
+            vivify,
+            cas,
+        } => {
+            w.u8(4);
+            put_key(w, key);
+            w.flag(*decrement).u64(*delta).flag(vivify.is_some());
+            let (initial, expiry) = vivify.unwrap_or((0, Expiry::Never));
+            w.u64(initial).u64(expiry.to_wire());
+            put_cas_opt(w, *cas);
+        }
+        KvOp::Touch { key, expiry } => {
+            w.u8(5);
+            put_key(w, key);
+            w.u64(expiry.to_wire());
+        }
+    }
+}
+
+fn op(r: &mut ByteReader<'_>, source: &Bytes) -> Result<KvOp> {
+    let code = r.u8()?;
+    let k = key(r, source)?;
+    Ok(match code {
+        1 => {
+            let touch = r.flag()?;
+            let at = Expiry::from_wire(r.u64()?);
+            KvOp::Get {
+                key: k,
+                touch: touch.then_some(at),
+            }
+        }
+        2 => {
+            let code = r.u8()?;
+            let cas = r.u64()?;
+            let mode = mode_of(r, code, cas)?;
+            let flags = r.u32()?;
+            let expiry = Expiry::from_wire(r.u64()?);
+            let kind_byte = r.u8()?;
+            let kind = ItemKind::from_u8(kind_byte)
+                .ok_or_else(|| r.malformed(format!("item kind {kind_byte}")))?;
+            let n = r.u32()? as usize;
+            if n > MAX_VALUE_BYTES {
+                return Err(r.malformed(format!("a value of {n} bytes")).into());
+            }
+            let value = r.slice_of(source, n)?;
+            KvOp::Store {
+                key: k,
+                mode,
+                flags,
+                expiry,
+                kind,
+                value,
+            }
+        }
+        3 => KvOp::Delete {
+            key: k,
+            cas: cas_opt(r)?,
+        },
+        4 => {
+            let decrement = r.flag()?;
+            let delta = r.u64()?;
+            let vivify = r.flag()?;
+            let initial = r.u64()?;
+            let expiry = Expiry::from_wire(r.u64()?);
+            KvOp::Arith {
+                key: k,
+                decrement,
+                delta,
+                vivify: vivify.then_some((initial, expiry)),
+                cas: cas_opt(r)?,
+            }
+        }
+        5 => KvOp::Touch {
+            key: k,
+            expiry: Expiry::from_wire(r.u64()?),
+        },
+        other => return Err(r.malformed(format!("operation code {other}")).into()),
+    })
+}
+
+impl KvCall {
+    /// The call's bytes.
+    pub fn encode(&self) -> Bytes {
+        let mut w = ByteWriter::starting(FORMAT);
+        let kind = match &self.request {
+            KvRequest::Ops(_) => 1,
+            KvRequest::Stats => 2,
+            KvRequest::FlushAll { .. } => 3,
+        };
+        w.u8(kind).u8(self.tenant.as_str().len() as u8);
+        w.raw(self.tenant.as_str().as_bytes());
+        w.u16(self.secret.len() as u16).raw(&self.secret);
+        match &self.request {
+            KvRequest::Ops(ops) => {
+                w.u32(ops.len() as u32);
+                for op in ops {
+                    put_op(&mut w, op);
+                }
+            }
+            KvRequest::Stats => {}
+            KvRequest::FlushAll { at } => {
+                w.u64(at.to_wire());
+            }
+        }
+        Bytes::from(w.0)
+    }
+
+    /// Decodes a call; values are slices of `body`, not copies.
+    pub fn decode(body: &Bytes) -> Result<Self> {
+        if body.len() > MAX_CALL_BYTES + (64 << 10) {
+            return Err(KvError::TooLarge(format!(
+                "a key-value call of {} bytes; the limit is {MAX_CALL_BYTES}",
+                body.len()
+            )));
+        }
+        let mut r = ByteReader::new("key-value call", body);
+        let format = r.u8()?;
+        if format != FORMAT {
+            return Err(r.malformed(format!("format {format}")).into());
+        }
+        let kind = r.u8()?;
+        let tenant_len = usize::from(r.u8()?);
+        let tenant = std::str::from_utf8(r.take(tenant_len)?)
+            .map_err(|_| r.malformed("a tenant name that is not UTF-8".to_string()))?;
+        let tenant = TenantName::new(tenant)?;
+        let secret_len = usize::from(r.u16()?);
+        if secret_len > MAX_SECRET_BYTES {
+            return Err(r.malformed(format!("a secret of {secret_len} bytes")).into());
+        }
+        let secret = r.slice_of(body, secret_len)?;
+        let request = match kind {
+            1 => {
+                // The smallest operation takes 12 bytes.
+                let n = r.count(12)?;
+                if n > MAX_OPS_PER_CALL {
+                    return Err(KvError::TooLarge(format!(
+                        "a batch of {n} operations; the limit is {MAX_OPS_PER_CALL}"
+                    )));
+                }
+                let mut ops = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ops.push(op(&mut r, body)?);
+                }
+                KvRequest::Ops(ops)
+            }
+            2 => KvRequest::Stats,
+            3 => KvRequest::FlushAll {
+                at: Expiry::from_wire(r.u64()?),
+            },
+            other => return Err(r.malformed(format!("call kind {other}")).into()),
+        };
+        r.end()?;
+        Ok(Self {
+            tenant,
+            secret,
+            request,
+        })
+    }
+}
+
+fn put_answer(w: &mut ByteWriter, a: &KvAnswer) {
+    match a {
+        KvAnswer::Value(item) => {
+            w.u8(1)
+                .u32(item.flags)
+                .u64(item.cas)
+                .u64(item.expiry.to_wire())
+                .u8(item.kind as u8)
+                .u32(item.value.len() as u32)
+                .raw(&item.value);
+        }
+        KvAnswer::Miss => {
+            w.u8(2);
+        }
+        KvAnswer::Stored { cas } => {
+            w.u8(3).u64(*cas);
+        }
+        KvAnswer::NotStored => {
+            w.u8(4);
+        }
+        KvAnswer::Exists => {
+            w.u8(5);
+        }
+        KvAnswer::NotFound => {
+            w.u8(6);
+        }
+        KvAnswer::Deleted => {
+            w.u8(7);
+        }
+        KvAnswer::Touched => {
+            w.u8(8);
+        }
+        KvAnswer::Number { value, cas } => {
+            w.u8(9).u64(*value).u64(*cas);
+        }
+        KvAnswer::Failed { kind, message } => {
+            put_failure(w.u8(10), *kind, message);
+        }
+    }
+}
+
+fn put_failure(w: &mut ByteWriter, kind: FailKind, message: &str) {
+    let message = &message.as_bytes()[..message.len().min(1024)];
+    w.u8(kind as u8).u16(message.len() as u16).raw(message);
+}
+
+fn failure(r: &mut ByteReader<'_>) -> Result<(FailKind, String)> {
+    let k = r.u8()?;
+    let kind = FailKind::from_u8(k).ok_or_else(|| r.malformed(format!("failure kind {k}")))?;
+    let n = usize::from(r.u16()?);
+    let message = String::from_utf8_lossy(r.take(n)?).into_owned();
+    Ok((kind, message))
+}
+
+fn answer(r: &mut ByteReader<'_>, source: &Bytes) -> Result<KvAnswer> {
+    Ok(match r.u8()? {
+        1 => {
+            let flags = r.u32()?;
+            let cas = r.u64()?;
+            let expiry = Expiry::from_wire(r.u64()?);
+            let k = r.u8()?;
+            let kind =
+                ItemKind::from_u8(k).ok_or_else(|| r.malformed(format!("item kind {k}")))?;
+            let n = r.u32()? as usize;
+            let value = r.slice_of(source, n)?;
+            KvAnswer::Value(Item {
+                flags,
+                cas,
+                expiry,
+                kind,
+                value,
+            })
+        }
+        2 => KvAnswer::Miss,
+        3 => KvAnswer::Stored { cas: r.u64()? },
+        4 => KvAnswer::NotStored,
+        5 => KvAnswer::Exists,
+        6 => KvAnswer::NotFound,
+        7 => KvAnswer::Deleted,
+        8 => KvAnswer::Touched,
+        9 => KvAnswer::Number {
+            value: r.u64()?,
+            cas: r.u64()?,
+        },
+        10 => {
+            let (kind, message) = failure(r)?;
+            KvAnswer::Failed { kind, message }
+        }
+        other => return Err(r.malformed(format!("answer code {other}")).into()),
+    })
+}
+
+impl KvReply {
+    /// The answer's bytes.
+    pub fn encode(&self) -> Bytes {
+        let mut w = ByteWriter::starting(FORMAT);
+        match self {
+            KvReply::Answers(answers) => {
+                w.u8(1).u32(answers.len() as u32);
+                for a in answers {
+                    put_answer(&mut w, a);
+                }
+            }
+            KvReply::Stats(stats) => {
+                w.u8(2).u32(stats.len() as u32);
+                for (name, value) in stats {
+                    let name = &name.as_bytes()[..name.len().min(255)];
+                    w.u8(name.len() as u8).raw(name).u64(*value);
+                }
+            }
+            KvReply::Flushed => {
+                w.u8(3);
+            }
+            KvReply::Refused { kind, message } => {
+                put_failure(w.u8(4), *kind, message);
+            }
+        }
+        Bytes::from(w.0)
+    }
+
+    /// Decodes an answer; values are slices of `body`, not copies.
+    pub fn decode(body: &Bytes) -> Result<Self> {
+        let mut r = ByteReader::new("key-value answer", body);
+        let format = r.u8()?;
+        if format != FORMAT {
+            return Err(r.malformed(format!("format {format}")).into());
+        }
+        let reply = match r.u8()? {
+            1 => {
+                let n = r.count(1)?;
+                let mut answers = Vec::with_capacity(n.min(MAX_OPS_PER_CALL));
+                for _ in 0..n {
+                    answers.push(answer(&mut r, body)?);
+                }
+                KvReply::Answers(answers)
+            }
+            2 => {
+                let n = r.count(9)?;
+                let mut stats = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = usize::from(r.u8()?);
+                    let name = String::from_utf8_lossy(r.take(len)?).into_owned();
+                    stats.push((name, r.u64()?));
+                }
+                KvReply::Stats(stats)
+            }
+            3 => KvReply::Flushed,
+            4 => {
+                let (kind, message) = failure(&mut r)?;
+                KvReply::Refused { kind, message }
+            }
+            other => return Err(r.malformed(format!("answer kind {other}")).into()),
+        };
+        r.end()?;
+        Ok(reply)
+    }
+}

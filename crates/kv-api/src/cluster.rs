@@ -1,0 +1,378 @@
+//! Key-value operations over a cluster: each key's operations go to the
+//! node its point names, a batch is split per node into calls that run at
+//! once (Minerva's batching), and the answers come back in the caller's
+//! order. Large values are cut into slices and arrays kept behind a
+//! directory value (Multes++ §3), both on top of plain items.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::stream::{self, StreamExt};
+use quarry_proto::NodeId;
+use quarry_store_api::Placement;
+
+use crate::{
+    key_point, Expiry, FailKind, Item, ItemKind, KvAnswer, KvCall, KvError, KvOp, KvReply,
+    KvRequest, Result, StoreMode, TenantName, MAX_CALL_BYTES, MAX_KEY_BYTES, MAX_OPS_PER_CALL,
+};
+
+/// Calls in flight at once for one batch: enough to keep every node of a
+/// cluster busy, bounded so a huge batch does not open a call per slice.
+const CALLS_IN_FLIGHT: usize = 16;
+
+/// How a [`KvCluster`] reaches a node's key-value service.
+pub trait KvTransport: Send + Sync + 'static {
+    /// Sends `body` (an encoded [`KvCall`]) to `node` and returns its answer.
+    fn call(&self, node: NodeId, body: Bytes) -> impl Future<Output = Result<Bytes>> + Send;
+}
+
+/// One tenant's view of the key-value tables of a cluster.
+pub struct KvCluster<X> {
+    placement: Placement,
+    transport: Arc<X>,
+    tenant: TenantName,
+    secret: Bytes,
+}
+
+impl<X> Clone for KvCluster<X> {
+    fn clone(&self) -> Self {
+        Self {
+            placement: self.placement.clone(),
+            transport: Arc::clone(&self.transport),
+            tenant: self.tenant.clone(),
+            secret: self.secret.clone(),
+        }
+    }
+}
+
+fn failed(kind: FailKind, message: impl Into<String>) -> KvAnswer {
+    KvAnswer::Failed {
+        kind,
+        message: message.into(),
+    }
+}
+
+impl<X: KvTransport> KvCluster<X> {
+    /// `tenant`'s keys over `members`, reached through `transport`.
+    pub fn new(
+        members: impl IntoIterator<Item = NodeId>,
+        transport: Arc<X>,
+        tenant: TenantName,
+        secret: Bytes,
+    ) -> Result<Self> {
+        let placement = Placement::new(members).map_err(|e| KvError::Transport {
+            node: 0,
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            placement,
+            transport,
+            tenant,
+            secret,
+        })
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> &TenantName {
+        &self.tenant
+    }
+
+    /// The members keys are placed over.
+    pub fn members(&self) -> &[NodeId] {
+        self.placement.members()
+    }
+
+    /// The node `key` lives on.
+    pub fn node_of(&self, key: &[u8]) -> NodeId {
+        self.placement.owner(key_point(&self.tenant, key))
+    }
+
+    fn call_bytes(&self, request: KvRequest) -> Bytes {
+        KvCall {
+            tenant: self.tenant.clone(),
+            secret: self.secret.clone(),
+            request,
+        }
+        .encode()
+    }
+
+    /// Runs `ops` on one node as one call; a failure to reach it, or a
+    /// refusal of the whole call, is every operation's answer.
+    pub async fn run_on(&self, node: NodeId, ops: Vec<KvOp>) -> Vec<KvAnswer> {
+        let n = ops.len();
+        let body = self.call_bytes(KvRequest::Ops(ops));
+        let answer = self.transport.call(node, body).await;
+        let all = |a: KvAnswer| vec![a; n];
+        match answer.and_then(|b| KvReply::decode(&b)) {
+            Ok(KvReply::Answers(answers)) if answers.len() == n => answers,
+            Ok(KvReply::Answers(answers)) => all(failed(
+                FailKind::Internal,
+                format!(
+                    "node {node} answered {} operations of {n}",
+                    answers.len()
+                ),
+            )),
+            Ok(KvReply::Refused { kind, message }) => all(failed(kind, message)),
+            Ok(other) => all(failed(
+                FailKind::Internal,
+                format!("node {node} answered operations with {other:?}"),
+            )),
+            Err(e) => all(failed(FailKind::Internal, e.to_string())),
+        }
+    }
+
+    /// Runs `ops` where their keys live: split per node into calls of at
+    /// most [`MAX_OPS_PER_CALL`] operations and [`MAX_CALL_BYTES`], which
+    /// run at once; each node runs its calls' operations in the order given,
+    /// so operations on one key keep their order. Answers in `ops`' order.
+    pub async fn run(&self, ops: Vec<KvOp>) -> Vec<KvAnswer> {
+        let total = ops.len();
+        let mut per_node: Vec<(NodeId, Vec<usize>, Vec<KvOp>, usize)> = Vec::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            let node = self.node_of(op.key());
+            let bytes = op.wire_bytes();
+            let open = per_node.iter().rposition(|(n, ..)| *n == node);
+            let slot = match open {
+                Some(s)
+                    if per_node[s].2.len() < MAX_OPS_PER_CALL
+                        && per_node[s].3 + bytes <= MAX_CALL_BYTES =>
+                {
+                    s
+                }
+                _ => {
+                    per_node.push((node, Vec::new(), Vec::new(), 0));
+                    per_node.len() - 1
+                }
+            };
+            let call = &mut per_node[slot];
+            call.1.push(i);
+            call.2.push(op);
+            call.3 += bytes;
+        }
+        let mut answers: Vec<Option<KvAnswer>> = vec![None; total];
+        // Calls to one node run one after another (buffered keeps their
+        // order only in results; a node's calls are sent in order and its
+        // service runs each to completion before answering).
+        let mut done = stream::iter(per_node.into_iter().map(|(node, idx, ops, _)| async move {
+            (idx, self.run_on(node, ops).await)
+        }))
+        .buffered(CALLS_IN_FLIGHT);
+        while let Some((idx, got)) = done.next().await {
+            for (i, a) in idx.into_iter().zip(got) {
+                answers[i] = Some(a);
+            }
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| failed(FailKind::Internal, "no answer")))
+            .collect()
+    }
+
+    async fn one(&self, op: KvOp) -> KvAnswer {
+        let node = self.node_of(op.key());
+        self.run_on(node, vec![op])
+            .await
+            .pop()
+            .unwrap_or_else(|| failed(FailKind::Internal, "no answer"))
+    }
+
+    /// The item under `key`.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Item>> {
+        let op = KvOp::Get {
+            key: Bytes::copy_from_slice(key),
+            touch: None,
+        };
+        item_of(self.one(op).await)
+    }
+
+    /// The items under `keys`, in one batched call per node.
+    pub async fn get_many(&self, keys: &[Bytes]) -> Result<Vec<Option<Item>>> {
+        let ops = keys
+            .iter()
+            .map(|k| KvOp::Get {
+                key: k.clone(),
+                touch: None,
+            })
+            .collect();
+        self.run(ops).await.into_iter().map(item_of).collect()
+    }
+
+    /// Stores `value` under `key` (memcached's set); the new CAS value.
+    pub async fn set(&self, key: &[u8], value: Bytes, flags: u32, expiry: Expiry) -> Result<u64> {
+        let op = store_op(Bytes::copy_from_slice(key), value, flags, expiry, ItemKind::Plain);
+        stored(self.one(op).await)
+    }
+
+    /// Stores each (key, value), in one batched call per node; the new CAS
+    /// values.
+    pub async fn set_many(&self, items: Vec<(Bytes, Bytes)>, expiry: Expiry) -> Result<Vec<u64>> {
+        let ops = items
+            .into_iter()
+            .map(|(k, v)| store_op(k, v, 0, expiry, ItemKind::Plain))
+            .collect();
+        self.run(ops).await.into_iter().map(stored).collect()
+    }
+
+    /// Deletes `key`; whether it was there.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool> {
+        let op = KvOp::Delete {
+            key: Bytes::copy_from_slice(key),
+            cas: None,
+        };
+        match self.one(op).await {
+            KvAnswer::Deleted => Ok(true),
+            KvAnswer::NotFound => Ok(false),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every node's figures for this tenant, by node.
+    pub async fn stats(&self) -> Result<Vec<(NodeId, Vec<(String, u64)>)>> {
+        let mut out = Vec::new();
+        for &node in self.placement.members() {
+            let body = self.call_bytes(KvRequest::Stats);
+            match KvReply::decode(&self.transport.call(node, body).await?)? {
+                KvReply::Stats(s) => out.push((node, s)),
+                KvReply::Refused { kind, message } => return Err(KvError::Failed { kind, message }),
+                other => return Err(unexpected_reply(other)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Drops every item of this tenant on every node (at `at`).
+    pub async fn flush_all(&self, at: Expiry) -> Result<()> {
+        for &node in self.placement.members() {
+            let body = self.call_bytes(KvRequest::FlushAll { at });
+            match KvReply::decode(&self.transport.call(node, body).await?)? {
+                KvReply::Flushed => {}
+                KvReply::Refused { kind, message } => return Err(KvError::Failed { kind, message }),
+                other => return Err(unexpected_reply(other)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn store_op(key: Bytes, value: Bytes, flags: u32, expiry: Expiry, kind: ItemKind) -> KvOp {
+    KvOp::Store {
+        key,
+        mode: StoreMode::Set,
+        flags,
+        expiry,
+        kind,
+        value,
+    }
+}
+
+fn unexpected(a: KvAnswer) -> KvError {
+    match a {
+        KvAnswer::Failed { kind, message } => KvError::Failed { kind, message },
+        other => KvError::Format(format!("unexpected answer {other:?}")),
+    }
+}
+
+fn unexpected_reply(r: KvReply) -> KvError {
+    KvError::Format(format!("unexpected answer {r:?}"))
+}
+
+fn item_of(a: KvAnswer) -> Result<Option<Item>> {
+    match a {
+        KvAnswer::Value(item) => Ok(Some(item)),
+        KvAnswer::Miss => Ok(None),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn stored(a: KvAnswer) -> Result<u64> {
+    match a {
+        KvAnswer::Stored { cas } => Ok(cas),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// Bytes a slice or element key adds to its parent's: a NUL and a letter
+/// (which no memcached client can send, so no user key collides), the
+/// 8-byte nonce of the version and a 4-byte index.
+const SUFFIX_BYTES: usize = 14;
+
+/// The longest key a large value or an array can have.
+pub const MAX_PARENT_KEY_BYTES: usize = MAX_KEY_BYTES - SUFFIX_BYTES;
+
+pub(crate) fn child_key(parent: &[u8], letter: u8, nonce: u64, index: u32) -> Bytes {
+    let mut k = BytesMut::with_capacity(parent.len() + SUFFIX_BYTES);
+    k.put_slice(parent);
+    k.put_u8(0);
+    k.put_u8(letter);
+    k.put_u64(nonce);
+    k.put_u32(index);
+    k.freeze()
+}
+
+/// A number no other version of any key of this process had: a version's
+/// children are named with it, so a reader holding an older head or
+/// directory never mixes in a newer version's slices.
+pub(crate) fn nonce() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(nanos.to_le_bytes());
+    h.update(n.to_le_bytes());
+    h.update(std::process::id().to_le_bytes());
+    let d = h.finalize();
+    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+/// A large value's head or an array's directory: magic, nonce, count,
+/// total bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Head {
+    pub(crate) nonce: u64,
+    pub(crate) count: u32,
+    pub(crate) total_bytes: u64,
+}
+
+impl Head {
+    pub(crate) fn encode(&self, magic: &[u8; 4]) -> Bytes {
+        let mut b = BytesMut::with_capacity(24);
+        b.put_slice(magic);
+        b.put_u64_le(self.nonce);
+        b.put_u32_le(self.count);
+        b.put_u64_le(self.total_bytes);
+        b.freeze()
+    }
+
+    pub(crate) fn decode(magic: &[u8; 4], v: &[u8]) -> Result<Self> {
+        if v.len() != 24 || &v[..4] != magic {
+            return Err(KvError::Format(format!(
+                "a head of {} bytes that is not a {} head",
+                v.len(),
+                String::from_utf8_lossy(magic)
+            )));
+        }
+        let u64_at = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&v[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        let mut c = [0u8; 4];
+        c.copy_from_slice(&v[12..16]);
+        Ok(Self {
+            nonce: u64_at(4),
+            count: u32::from_le_bytes(c),
+            total_bytes: u64_at(16),
+        })
+    }
+}
+
+/// Most slices of one large value (with 1 MiB slices, 4 GiB).
+pub const MAX_SLICES: u32 = 4096;
+
+/// Most elements of one array.
+pub const MAX_ARRAY_ELEMENTS: u32 = 1 << 20;

@@ -1,0 +1,144 @@
+use quarry_kv_api::{TenantName, DEFAULT_TENANT, MAX_SECRET_BYTES};
+use serde::Deserialize;
+
+/// How a tenant's items live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum KvMode {
+    /// In memory, bounded, least recently used items evicted to make room
+    /// (memcached).
+    #[default]
+    Cache,
+    /// Every acknowledged change is in the node's log on its device first;
+    /// a full tenant refuses stores instead of evicting.
+    Durable,
+}
+
+/// One tenant, as the `[[kv.tenants]]` tables of a node's configuration
+/// give it. Limits are for the whole cluster; each node enforces its equal
+/// share (keys spread evenly over the members).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// The tenant's name (its memcached user name).
+    pub name: String,
+    /// Its secret (its memcached password).
+    pub secret: String,
+    /// Cache or durable.
+    #[serde(default)]
+    pub mode: KvMode,
+    /// Most bytes its items may take (keys, values stored once, overheads).
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u64,
+    /// Most items.
+    #[serde(default = "unlimited")]
+    pub max_keys: u64,
+    /// Operations per second (0: no limit).
+    #[serde(default)]
+    pub ops_per_sec: u64,
+    /// Bytes of keys and values per second (0: no limit).
+    #[serde(default)]
+    pub bytes_per_sec: u64,
+    /// Deduplicate values (Multes++); off stores every value as it comes.
+    #[serde(default = "yes")]
+    pub dedup: bool,
+}
+
+fn default_max_bytes() -> u64 {
+    256 << 20
+}
+fn unlimited() -> u64 {
+    u64::MAX
+}
+fn yes() -> bool {
+    true
+}
+
+/// A node's key-value settings (`[kv]` in its configuration).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvConfig {
+    /// The tenants. None: one tenant, `default`, that needs no
+    /// authentication, with `default_mode` and `default_max_bytes`.
+    #[serde(default)]
+    pub tenants: Vec<TenantConfig>,
+    /// The mode of the `default` tenant.
+    #[serde(default)]
+    pub default_mode: KvMode,
+    /// The bytes of the `default` tenant, for the whole cluster.
+    #[serde(default = "default_max_bytes")]
+    pub default_max_bytes: u64,
+    /// Values shorter than this are stored inline, not deduplicated: their
+    /// fingerprint and count would cost more than they save (docs/kv.md,
+    /// "The dedup threshold").
+    #[serde(default = "default_dedup_min")]
+    pub dedup_min_bytes: usize,
+    /// Longest a request waits for its tenant's rate limit before it is
+    /// refused.
+    #[serde(default = "default_throttle_wait")]
+    pub throttle_wait_ms: u64,
+}
+
+fn default_dedup_min() -> usize {
+    DEFAULT_DEDUP_MIN_BYTES
+}
+fn default_throttle_wait() -> u64 {
+    1000
+}
+
+/// The default dedup threshold (docs/kv.md, "The dedup threshold").
+pub const DEFAULT_DEDUP_MIN_BYTES: usize = 256;
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        Self {
+            tenants: Vec::new(),
+            default_mode: KvMode::Cache,
+            default_max_bytes: default_max_bytes(),
+            dedup_min_bytes: DEFAULT_DEDUP_MIN_BYTES,
+            throttle_wait_ms: default_throttle_wait(),
+        }
+    }
+}
+
+impl KvConfig {
+    /// Refuses a bad tenant list: a bad name, a name twice, the reserved
+    /// name, a secret too long or empty, a zero limit.
+    pub fn validate(&self) -> Result<(), String> {
+        for (i, t) in self.tenants.iter().enumerate() {
+            TenantName::new(&t.name).map_err(|e| format!("kv.tenants[{i}]: {e}"))?;
+            if t.name == DEFAULT_TENANT {
+                return Err(format!(
+                    "kv.tenants[{i}]: \"{DEFAULT_TENANT}\" is the name of the open tenant of a \
+                     node with no tenants; choose another"
+                ));
+            }
+            if self.tenants[..i].iter().any(|o| o.name == t.name) {
+                return Err(format!("kv.tenants[{i}]: tenant {:?} is listed twice", t.name));
+            }
+            if t.secret.is_empty() || t.secret.len() > MAX_SECRET_BYTES {
+                return Err(format!(
+                    "kv.tenants[{i}] ({}): the secret must be 1-{MAX_SECRET_BYTES} bytes",
+                    t.name
+                ));
+            }
+            if t.secret.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+                return Err(format!(
+                    "kv.tenants[{i}] ({}): the secret may not hold spaces or control characters \
+                     (memcached's authentication sends \"user secret\" on one line)",
+                    t.name
+                ));
+            }
+            if t.max_bytes == 0 || t.max_keys == 0 {
+                return Err(format!(
+                    "kv.tenants[{i}] ({}): max_bytes and max_keys must be above 0",
+                    t.name
+                ));
+            }
+        }
+        if self.default_max_bytes == 0 {
+            return Err("kv.default_max_bytes must be above 0".to_string());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,753 @@
+//! One tenant's items on one node, in memory: the index (a hash table in
+//! least-recently-used order), the deduplicated values with their exact
+//! reference counts (Multes++ Algorithm 1), the accounting, and the
+//! memcached semantics of every operation. Persistence is the caller's: each
+//! operation reports the record changes it made ([`Change`]).
+
+use std::collections::HashMap;
+
+use bytes::{Bytes, BytesMut};
+use lru::LruCache;
+use quarry_kv_api::{
+    Expiry, FailKind, Item, ItemKind, KvAnswer, KvOp, StoreMode, MAX_VALUE_BYTES,
+};
+use sha2::{Digest, Sha256};
+
+/// What an item costs beside its key and an inline value: the index slot,
+/// the LRU links and the entry itself, rounded up.
+pub(crate) const ITEM_OVERHEAD_BYTES: u64 = 96;
+
+/// What a deduplicated value costs beside its bytes: its slot in the value
+/// table and its count.
+pub(crate) const VALUE_OVERHEAD_BYTES: u64 = 64;
+
+/// A value's SHA-256.
+pub(crate) type Fp = [u8; 32];
+
+/// One item.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub flags: u32,
+    pub expiry: Expiry,
+    pub cas: u64,
+    pub kind: ItemKind,
+    /// When it was stored (unix seconds), for a delayed flush_all.
+    pub stored_at_secs: u64,
+    pub value: Bytes,
+    /// The value's fingerprint when it is deduplicated; inline otherwise.
+    pub fp: Option<Fp>,
+}
+
+/// A deduplicated value and the number of items that hold it.
+#[derive(Debug)]
+struct Shared {
+    value: Bytes,
+    refs: u64,
+}
+
+/// A record change an operation made, for a durable tenant's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    PutItem(Bytes, Entry),
+    DeleteItem(Bytes),
+    PutValue(Fp, Bytes),
+    DeleteValue(Fp),
+}
+
+/// The bounds of one tenant's table on one node.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TableLimits {
+    /// Most bytes (keys, values stored once, overheads).
+    pub max_bytes: u64,
+    /// Most items.
+    pub max_keys: u64,
+    /// Evict least recently used items to make room (cache mode) instead
+    /// of refusing (durable mode).
+    pub evict: bool,
+    /// Values of at least this many bytes are deduplicated; `usize::MAX`
+    /// turns dedup off.
+    pub dedup_min_bytes: usize,
+}
+
+/// memcached's counters and the dedup figures, for `stats`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counters {
+    pub cmd_get: u64,
+    pub get_hits: u64,
+    pub get_misses: u64,
+    pub get_expired: u64,
+    pub get_flushed: u64,
+    pub cmd_set: u64,
+    pub cmd_touch: u64,
+    pub touch_hits: u64,
+    pub touch_misses: u64,
+    pub delete_hits: u64,
+    pub delete_misses: u64,
+    pub incr_hits: u64,
+    pub incr_misses: u64,
+    pub decr_hits: u64,
+    pub decr_misses: u64,
+    pub cas_hits: u64,
+    pub cas_misses: u64,
+    pub cas_badval: u64,
+    pub evictions: u64,
+    pub reclaimed: u64,
+    pub total_items: u64,
+    pub dedup_hits: u64,
+}
+
+/// One tenant's items on one node.
+pub(crate) struct TenantTable {
+    items: LruCache<Bytes, Entry>,
+    values: HashMap<Fp, Shared>,
+    limits: TableLimits,
+    /// Bytes counted against `max_bytes`.
+    used_bytes: u64,
+    /// Sum of the items' value lengths (what clients stored).
+    logical_bytes: u64,
+    /// Value bytes held: inline values plus each shared value once.
+    stored_bytes: u64,
+    /// Items stored at or before this time are gone once it has come.
+    flushed_before_secs: Option<u64>,
+    pub counters: Counters,
+}
+
+fn fingerprint(value: &[u8]) -> Fp {
+    Sha256::digest(value).into()
+}
+
+fn item_cost(key: &[u8], entry: &Entry) -> u64 {
+    let inline = if entry.fp.is_none() {
+        entry.value.len() as u64
+    } else {
+        0
+    };
+    ITEM_OVERHEAD_BYTES + key.len() as u64 + inline
+}
+
+fn failed(kind: FailKind, message: impl Into<String>) -> KvAnswer {
+    KvAnswer::Failed {
+        kind,
+        message: message.into(),
+    }
+}
+
+/// memcached's incr/decr: the value must be 1-20 decimal digits.
+fn parse_number(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || value.len() > 20 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+impl TenantTable {
+    pub(crate) fn new(limits: TableLimits) -> Self {
+        Self {
+            items: LruCache::unbounded(),
+            values: HashMap::new(),
+            limits,
+            used_bytes: 0,
+            logical_bytes: 0,
+            stored_bytes: 0,
+            flushed_before_secs: None,
+            counters: Counters::default(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub(crate) fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    pub(crate) fn logical_bytes(&self) -> u64 {
+        self.logical_bytes
+    }
+
+    pub(crate) fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
+    }
+
+    pub(crate) fn shared_values(&self) -> usize {
+        self.values.len()
+    }
+
+    pub(crate) fn limits(&self) -> TableLimits {
+        self.limits
+    }
+
+    /// Every (fingerprint, reference count), for checks.
+    pub(crate) fn refcounts(&self) -> HashMap<Fp, u64> {
+        self.values.iter().map(|(f, s)| (*f, s.refs)).collect()
+    }
+
+    /// Whether `entry` is gone at `now`: expired or flushed.
+    fn dead(&self, entry: &Entry, now: u64) -> Option<bool> {
+        if entry.expiry.passed(now) {
+            return Some(false);
+        }
+        match self.flushed_before_secs {
+            Some(t) if t <= now && entry.stored_at_secs <= t => Some(true),
+            _ => None,
+        }
+    }
+
+    /// The live item under `key`, made most recently used; an expired or
+    /// flushed one is removed on the way.
+    fn lookup(&mut self, key: &Bytes, now: u64, changes: &mut Vec<Change>) -> Option<&mut Entry> {
+        let dead = self.items.peek(key).and_then(|e| self.dead(e, now));
+        if let Some(flushed) = dead {
+            if flushed {
+                self.counters.get_flushed += 1;
+            } else {
+                self.counters.get_expired += 1;
+            }
+            self.counters.reclaimed += 1;
+            self.remove(key, changes);
+            return None;
+        }
+        self.items.get_mut(key)
+    }
+
+    /// Removes `key`'s item and lets go of its value.
+    pub(crate) fn remove(&mut self, key: &Bytes, changes: &mut Vec<Change>) -> Option<Entry> {
+        let entry = self.items.pop(key)?;
+        self.used_bytes -= item_cost(key, &entry);
+        self.logical_bytes -= entry.value.len() as u64;
+        if entry.fp.is_none() {
+            self.stored_bytes -= entry.value.len() as u64;
+        }
+        if let Some(fp) = entry.fp {
+            self.release(&fp, changes);
+        }
+        changes.push(Change::DeleteItem(key.clone()));
+        Some(entry)
+    }
+
+    fn release(&mut self, fp: &Fp, changes: &mut Vec<Change>) {
+        let Some(shared) = self.values.get_mut(fp) else {
+            // An item named a value the table does not hold: the counts
+            // are broken and any further step could lose data.
+            panic!("an item names a deduplicated value the tenant's table does not hold");
+        };
+        assert!(shared.refs > 0, "a deduplicated value with no reference");
+        shared.refs -= 1;
+        if shared.refs == 0 {
+            if let Some(gone) = self.values.remove(fp) {
+                let n = gone.value.len() as u64;
+                self.used_bytes -= n + VALUE_OVERHEAD_BYTES;
+                self.stored_bytes -= n;
+                changes.push(Change::DeleteValue(*fp));
+            }
+        }
+    }
+
+    /// Takes a reference to `value` under `fp`, storing it if it is new;
+    /// returns the shared bytes (the stored copy, so duplicates free theirs).
+    fn acquire(&mut self, fp: Fp, value: Bytes, changes: &mut Vec<Change>) -> Bytes {
+        if let Some(shared) = self.values.get_mut(&fp) {
+            shared.refs += 1;
+            self.counters.dedup_hits += 1;
+            return shared.value.clone();
+        }
+        let n = value.len() as u64;
+        self.used_bytes += n + VALUE_OVERHEAD_BYTES;
+        self.stored_bytes += n;
+        changes.push(Change::PutValue(fp, value.clone()));
+        self.values.insert(
+            fp,
+            Shared {
+                value: value.clone(),
+                refs: 1,
+            },
+        );
+        value
+    }
+
+    /// What storing `value` under `key` would add to `used_bytes`, with the
+    /// old item (if any) gone.
+    fn growth(&self, key: &Bytes, value_len: usize, fp: Option<&Fp>) -> (u64, u64) {
+        let mut add = ITEM_OVERHEAD_BYTES + key.len() as u64;
+        match fp {
+            None => add += value_len as u64,
+            Some(f) if !self.values.contains_key(f) => add += value_len as u64 + VALUE_OVERHEAD_BYTES,
+            Some(_) => {}
+        }
+        let mut free = 0;
+        if let Some(old) = self.items.peek(key) {
+            free += item_cost(key, old);
+            if let Some(of) = &old.fp {
+                let last = self.values.get(of).is_some_and(|s| s.refs == 1);
+                if last && Some(of) != fp {
+                    free += old.value.len() as u64 + VALUE_OVERHEAD_BYTES;
+                }
+            }
+        }
+        (add, free)
+    }
+
+    /// Makes room for an item adding `add` bytes and freeing `free`, by
+    /// evicting least recently used items in cache mode; an answer if there
+    /// is none.
+    fn make_room(
+        &mut self,
+        key: &Bytes,
+        add: u64,
+        free: u64,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), KvAnswer> {
+        let new_key = !self.items.contains(key);
+        loop {
+            let bytes_ok = self.used_bytes - free.min(self.used_bytes) + add <= self.limits.max_bytes;
+            let keys_ok = !new_key || (self.items.len() as u64) < self.limits.max_keys;
+            if bytes_ok && keys_ok {
+                return Ok(());
+            }
+            if !self.limits.evict {
+                return Err(if keys_ok {
+                    failed(
+                        FailKind::QuotaBytes,
+                        format!(
+                            "out of memory storing object: the tenant holds {} of its {} bytes here",
+                            self.used_bytes, self.limits.max_bytes
+                        ),
+                    )
+                } else {
+                    failed(
+                        FailKind::QuotaKeys,
+                        format!(
+                            "out of memory storing object: the tenant holds {} of its {} keys here",
+                            self.items.len(),
+                            self.limits.max_keys
+                        ),
+                    )
+                });
+            }
+            // The least recently used item other than the one being
+            // replaced (whose cost `free` already counts).
+            let victim = self
+                .items
+                .iter()
+                .rev()
+                .map(|(k, _)| k)
+                .find(|k| *k != key)
+                .cloned();
+            match victim {
+                Some(v) => {
+                    self.remove(&v, changes);
+                    self.counters.evictions += 1;
+                }
+                None => {
+                    return Err(failed(
+                        FailKind::OutOfMemory,
+                        format!(
+                            "out of memory storing object: an item of {add} bytes does not fit in \
+                             the tenant's {} bytes",
+                            self.limits.max_bytes
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Stores an item (whatever was under `key` is replaced).
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &mut self,
+        key: &Bytes,
+        value: Bytes,
+        flags: u32,
+        expiry: Expiry,
+        kind: ItemKind,
+        now: u64,
+        cas: u64,
+        changes: &mut Vec<Change>,
+    ) -> KvAnswer {
+        if value.len() > MAX_VALUE_BYTES {
+            return failed(
+                FailKind::TooLarge,
+                format!(
+                    "object too large for cache: {} bytes; the limit is {MAX_VALUE_BYTES}",
+                    value.len()
+                ),
+            );
+        }
+        let fp = (value.len() >= self.limits.dedup_min_bytes).then(|| fingerprint(&value));
+        let (add, free) = self.growth(key, value.len(), fp.as_ref());
+        if let Err(refused) = self.make_room(key, add, free, changes) {
+            return refused;
+        }
+        // The new value's reference is taken before the old one's is let
+        // go, so a key set again to the bytes it holds never drops them.
+        let value = match fp {
+            Some(f) => self.acquire(f, value, changes),
+            None => value,
+        };
+        let entry = Entry {
+            flags,
+            expiry,
+            cas,
+            kind,
+            stored_at_secs: now,
+            value,
+            fp,
+        };
+        if self.items.contains(key) {
+            // Its DeleteItem is superseded by the PutItem below.
+            self.remove(key, changes);
+            changes.pop();
+        }
+        self.used_bytes += item_cost(key, &entry);
+        self.logical_bytes += entry.value.len() as u64;
+        if entry.fp.is_none() {
+            self.stored_bytes += entry.value.len() as u64;
+        }
+        self.counters.total_items += 1;
+        changes.push(Change::PutItem(key.clone(), entry.clone()));
+        self.items.put(key.clone(), entry);
+        KvAnswer::Stored { cas }
+    }
+
+    /// Runs one operation at `now`; `next_cas` hands out CAS values.
+    pub(crate) fn apply(
+        &mut self,
+        op: KvOp,
+        now: u64,
+        next_cas: &mut impl FnMut() -> u64,
+        changes: &mut Vec<Change>,
+    ) -> KvAnswer {
+        match op {
+            KvOp::Get { key, touch } => self.get(&key, touch, now, changes),
+            KvOp::Store {
+                key,
+                mode,
+                flags,
+                expiry,
+                kind,
+                value,
+            } => self.store(&key, mode, (flags, expiry, kind), value, now, next_cas, changes),
+            KvOp::Delete { key, cas } => {
+                let found = self.lookup(&key, now, changes).map(|e| e.cas);
+                match (found, cas) {
+                    (None, _) => {
+                        self.counters.delete_misses += 1;
+                        KvAnswer::NotFound
+                    }
+                    (Some(have), Some(want)) if have != want => KvAnswer::Exists,
+                    (Some(_), _) => {
+                        self.remove(&key, changes);
+                        self.counters.delete_hits += 1;
+                        KvAnswer::Deleted
+                    }
+                }
+            }
+            KvOp::Arith {
+                key,
+                decrement,
+                delta,
+                vivify,
+                cas,
+            } => self.arith(&key, decrement, delta, vivify, cas, now, next_cas, changes),
+            KvOp::Touch { key, expiry } => {
+                self.counters.cmd_touch += 1;
+                match self.lookup(&key, now, changes) {
+                    Some(e) => {
+                        e.expiry = expiry;
+                        let e = e.clone();
+                        changes.push(Change::PutItem(key, e));
+                        self.counters.touch_hits += 1;
+                        KvAnswer::Touched
+                    }
+                    None => {
+                        self.counters.touch_misses += 1;
+                        KvAnswer::NotFound
+                    }
+                }
+            }
+        }
+    }
+
+    fn get(
+        &mut self,
+        key: &Bytes,
+        touch: Option<Expiry>,
+        now: u64,
+        changes: &mut Vec<Change>,
+    ) -> KvAnswer {
+        self.counters.cmd_get += 1;
+        if touch.is_some() {
+            self.counters.cmd_touch += 1;
+        }
+        let Some(e) = self.lookup(key, now, changes) else {
+            self.counters.get_misses += 1;
+            if touch.is_some() {
+                self.counters.touch_misses += 1;
+            }
+            return KvAnswer::Miss;
+        };
+        let mut touched = None;
+        if let Some(t) = touch {
+            e.expiry = t;
+            touched = Some(e.clone());
+        }
+        let item = Item {
+            flags: e.flags,
+            cas: e.cas,
+            expiry: e.expiry,
+            kind: e.kind,
+            value: e.value.clone(),
+        };
+        self.counters.get_hits += 1;
+        if let Some(e) = touched {
+            self.counters.touch_hits += 1;
+            changes.push(Change::PutItem(key.clone(), e));
+        }
+        KvAnswer::Value(item)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn store(
+        &mut self,
+        key: &Bytes,
+        mode: StoreMode,
+        (flags, expiry, kind): (u32, Expiry, ItemKind),
+        value: Bytes,
+        now: u64,
+        next_cas: &mut impl FnMut() -> u64,
+        changes: &mut Vec<Change>,
+    ) -> KvAnswer {
+        self.counters.cmd_set += 1;
+        let current = self
+            .lookup(key, now, changes)
+            .map(|e| (e.cas, e.flags, e.expiry, e.kind, e.value.clone()));
+        let (value, flags, expiry, kind) = match (mode, current) {
+            (StoreMode::Set, _) | (StoreMode::Add, None) => (value, flags, expiry, kind),
+            (StoreMode::Add, Some(_)) => return KvAnswer::NotStored,
+            (StoreMode::Replace, Some(_)) => (value, flags, expiry, kind),
+            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                return KvAnswer::NotStored
+            }
+            (StoreMode::Append | StoreMode::Prepend, Some((_, f, x, k, old))) => {
+                if old.len() + value.len() > MAX_VALUE_BYTES {
+                    return failed(
+                        FailKind::TooLarge,
+                        format!(
+                            "object too large for cache: {} bytes after the {} more; the limit is \
+                             {MAX_VALUE_BYTES}",
+                            old.len() + value.len(),
+                            value.len()
+                        ),
+                    );
+                }
+                let mut joined = BytesMut::with_capacity(old.len() + value.len());
+                let (first, second) = if mode == StoreMode::Append {
+                    (&old, &value)
+                } else {
+                    (&value, &old)
+                };
+                joined.extend_from_slice(first);
+                joined.extend_from_slice(second);
+                (joined.freeze(), f, x, k)
+            }
+            (StoreMode::Cas(_), None) => {
+                self.counters.cas_misses += 1;
+                return KvAnswer::NotFound;
+            }
+            (StoreMode::Cas(want), Some((have, ..))) if want != have => {
+                self.counters.cas_badval += 1;
+                return KvAnswer::Exists;
+            }
+            (StoreMode::Cas(_), Some(_)) => {
+                self.counters.cas_hits += 1;
+                (value, flags, expiry, kind)
+            }
+        };
+        let cas = next_cas();
+        self.put(key, value, flags, expiry, kind, now, cas, changes)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn arith(
+        &mut self,
+        key: &Bytes,
+        decrement: bool,
+        delta: u64,
+        vivify: Option<(u64, Expiry)>,
+        cas: Option<u64>,
+        now: u64,
+        next_cas: &mut impl FnMut() -> u64,
+        changes: &mut Vec<Change>,
+    ) -> KvAnswer {
+        let current = self
+            .lookup(key, now, changes)
+            .map(|e| (e.cas, e.flags, e.expiry, e.value.clone()));
+        let count_miss = |c: &mut Counters| {
+            if decrement {
+                c.decr_misses += 1
+            } else {
+                c.incr_misses += 1
+            }
+        };
+        let (number, flags, expiry) = match current {
+            None => {
+                count_miss(&mut self.counters);
+                let Some((initial, expiry)) = vivify else {
+                    return KvAnswer::NotFound;
+                };
+                (initial, 0, expiry)
+            }
+            Some((have, ..)) if cas.is_some_and(|want| want != have) => return KvAnswer::Exists,
+            Some((_, flags, expiry, old)) => {
+                let Some(n) = parse_number(&old) else {
+                    return failed(
+                        FailKind::NonNumeric,
+                        "cannot increment or decrement non-numeric value",
+                    );
+                };
+                if decrement {
+                    self.counters.decr_hits += 1;
+                } else {
+                    self.counters.incr_hits += 1;
+                }
+                let n = if decrement {
+                    n.saturating_sub(delta)
+                } else {
+                    n.wrapping_add(delta)
+                };
+                (n, flags, expiry)
+            }
+        };
+        let cas = next_cas();
+        let text = Bytes::from(number.to_string());
+        match self.put(key, text, flags, expiry, ItemKind::Plain, now, cas, changes) {
+            KvAnswer::Stored { cas } => KvAnswer::Number { value: number, cas },
+            other => other,
+        }
+    }
+
+    /// Drops every item now, or every item stored up to `at` once `at` has
+    /// come.
+    pub(crate) fn flush(&mut self, at: Expiry, now: u64, changes: &mut Vec<Change>) {
+        match at {
+            Expiry::At(t) if t > now => self.flushed_before_secs = Some(t),
+            _ => {
+                let keys: Vec<Bytes> = self.items.iter().map(|(k, _)| k.clone()).collect();
+                for k in keys {
+                    self.remove(&k, changes);
+                }
+            }
+        }
+    }
+
+    /// Removes up to `limit` expired or flushed items, oldest use first;
+    /// how many it looked at.
+    pub(crate) fn sweep(&mut self, now: u64, limit: usize, changes: &mut Vec<Change>) -> usize {
+        let dead: Vec<Bytes> = self
+            .items
+            .iter()
+            .rev()
+            .take(limit)
+            .filter(|(_, e)| self.dead(e, now).is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &dead {
+            self.remove(k, changes);
+            self.counters.reclaimed += 1;
+        }
+        limit.min(self.items.len() + dead.len())
+    }
+
+    /// Puts back an item read from the log at open; `value` is the shared
+    /// value when `entry.fp` names one (taken from [`Self::restore_value`]).
+    pub(crate) fn restore(&mut self, key: Bytes, mut entry: Entry) -> Result<(), String> {
+        if let Some(fp) = entry.fp {
+            let Some(shared) = self.values.get_mut(&fp) else {
+                return Err("an item names a value the log does not hold".to_string());
+            };
+            shared.refs += 1;
+            entry.value = shared.value.clone();
+        }
+        self.used_bytes += item_cost(&key, &entry);
+        self.logical_bytes += entry.value.len() as u64;
+        if entry.fp.is_none() {
+            self.stored_bytes += entry.value.len() as u64;
+        }
+        self.items.put(key, entry);
+        Ok(())
+    }
+
+    /// Puts back a deduplicated value read from the log at open, with no
+    /// reference yet; checks its bytes against its fingerprint.
+    pub(crate) fn restore_value(&mut self, fp: Fp, value: Bytes) -> Result<(), String> {
+        if fingerprint(&value) != fp {
+            return Err("a value whose bytes do not match its fingerprint".to_string());
+        }
+        let n = value.len() as u64;
+        self.used_bytes += n + VALUE_OVERHEAD_BYTES;
+        self.stored_bytes += n;
+        self.values.insert(fp, Shared { value, refs: 0 });
+        Ok(())
+    }
+
+    /// Drops restored values no item names (a crash between the two
+    /// records cannot leave one, but a value record is never trusted to be
+    /// referenced); returns them so the log can delete them.
+    pub(crate) fn drop_unreferenced(&mut self) -> Vec<Fp> {
+        let gone: Vec<Fp> = self
+            .values
+            .iter()
+            .filter(|(_, s)| s.refs == 0)
+            .map(|(f, _)| *f)
+            .collect();
+        for f in &gone {
+            if let Some(s) = self.values.remove(f) {
+                self.used_bytes -= s.value.len() as u64 + VALUE_OVERHEAD_BYTES;
+                self.stored_bytes -= s.value.len() as u64;
+            }
+        }
+        gone
+    }
+
+    /// Recounts everything from the items and checks the counts and the
+    /// accounting kept along the way: exact reference counts, no value
+    /// without a reference, every byte figure.
+    pub(crate) fn audit(&self) -> Result<(), String> {
+        let mut refs: HashMap<Fp, u64> = HashMap::new();
+        let (mut used, mut logical, mut stored) = (0u64, 0u64, 0u64);
+        for (k, e) in self.items.iter() {
+            used += item_cost(k, e);
+            logical += e.value.len() as u64;
+            match &e.fp {
+                Some(f) => *refs.entry(*f).or_default() += 1,
+                None => stored += e.value.len() as u64,
+            }
+        }
+        for s in self.values.values() {
+            used += s.value.len() as u64 + VALUE_OVERHEAD_BYTES;
+            stored += s.value.len() as u64;
+        }
+        if refs != self.refcounts() {
+            return Err(format!(
+                "reference counts {:?} where the items make {:?}",
+                self.refcounts(),
+                refs
+            ));
+        }
+        let kept = (self.used_bytes, self.logical_bytes, self.stored_bytes);
+        if kept != (used, logical, stored) {
+            return Err(format!(
+                "(used, logical, stored) bytes kept as {kept:?}, recounted as {:?}",
+                (used, logical, stored)
+            ));
+        }
+        Ok(())
+    }
+
+    /// The largest CAS value held.
+    pub(crate) fn max_cas(&self) -> u64 {
+        self.items.iter().map(|(_, e)| e.cas).max().unwrap_or(0)
+    }
+}
