@@ -114,7 +114,10 @@ impl KvConfig {
                 ));
             }
             if self.tenants[..i].iter().any(|o| o.name == t.name) {
-                return Err(format!("kv.tenants[{i}]: tenant {:?} is listed twice", t.name));
+                return Err(format!(
+                    "kv.tenants[{i}]: tenant {:?} is listed twice",
+                    t.name
+                ));
             }
             if t.secret.is_empty() || t.secret.len() > MAX_SECRET_BYTES {
                 return Err(format!(
@@ -122,7 +125,10 @@ impl KvConfig {
                     t.name
                 ));
             }
-            if t.secret.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
+            if t.secret
+                .bytes()
+                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+            {
                 return Err(format!(
                     "kv.tenants[{i}] ({}): the secret may not hold spaces or control characters \
                      (memcached's authentication sends \"user secret\" on one line)",

@@ -86,7 +86,10 @@ impl KvLog {
 
     /// The sequence number of the last batch handed to the writer.
     pub(crate) fn last_submitted(&self) -> u64 {
-        *self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self
+            .order
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Waits until every batch up to `seq` is committed.

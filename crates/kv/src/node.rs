@@ -89,9 +89,9 @@ impl Tenant {
     fn table(&self) -> MutexGuard<'_, TenantTable> {
         // A panic under the lock (a broken count) leaves the table as it
         // was at the panic; serving on would spread the damage.
-        self.table.lock().unwrap_or_else(|p| {
-            panic!("tenant {}'s table lock was poisoned: {p}", self.name)
-        })
+        self.table
+            .lock()
+            .unwrap_or_else(|p| panic!("tenant {}'s table lock was poisoned: {p}", self.name))
     }
 
     /// Takes `ops` operations and `bytes` bytes from the tenant's buckets;
@@ -102,7 +102,9 @@ impl Tenant {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
-        let wait = b.0.wait_for(ops as f64, now).max(b.1.wait_for(bytes as f64, now));
+        let wait =
+            b.0.wait_for(ops as f64, now)
+                .max(b.1.wait_for(bytes as f64, now));
         if wait > max_wait {
             return None;
         }
@@ -392,10 +394,7 @@ impl<T: TableStore> KvNode<T> {
             "throttle_refused".into(),
             tenant.refused.load(Ordering::Relaxed),
         ));
-        out.push((
-            "durable".into(),
-            u64::from(tenant.mode == KvMode::Durable),
-        ));
+        out.push(("durable".into(), u64::from(tenant.mode == KvMode::Durable)));
         out
     }
 

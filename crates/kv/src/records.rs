@@ -89,10 +89,16 @@ pub(crate) fn add_changes(batch: &mut Batch, prefix: &[u8], changes: Vec<Change>
     for c in changes {
         match c {
             Change::PutItem(key, entry) => {
-                batch.put(Table::KvItems, record_key(prefix, &key), encode_item(&entry));
+                batch.put(
+                    Table::KvItems,
+                    record_key(prefix, &key),
+                    encode_item(&entry),
+                );
             }
             Change::DeleteItem(key) => batch.delete(Table::KvItems, record_key(prefix, &key)),
-            Change::PutValue(fp, value) => batch.put(Table::KvValues, record_key(prefix, &fp), value),
+            Change::PutValue(fp, value) => {
+                batch.put(Table::KvValues, record_key(prefix, &fp), value)
+            }
             Change::DeleteValue(fp) => batch.delete(Table::KvValues, record_key(prefix, &fp)),
         }
     }

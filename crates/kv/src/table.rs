@@ -8,9 +8,7 @@ use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 use lru::LruCache;
-use quarry_kv_api::{
-    Expiry, FailKind, Item, ItemKind, KvAnswer, KvOp, StoreMode, MAX_VALUE_BYTES,
-};
+use quarry_kv_api::{Expiry, FailKind, Item, ItemKind, KvAnswer, KvOp, StoreMode, MAX_VALUE_BYTES};
 use sha2::{Digest, Sha256};
 
 /// What an item costs beside its key and an inline value: the index slot,
@@ -272,7 +270,9 @@ impl TenantTable {
         let mut add = ITEM_OVERHEAD_BYTES + key.len() as u64;
         match fp {
             None => add += value_len as u64,
-            Some(f) if !self.values.contains_key(f) => add += value_len as u64 + VALUE_OVERHEAD_BYTES,
+            Some(f) if !self.values.contains_key(f) => {
+                add += value_len as u64 + VALUE_OVERHEAD_BYTES
+            }
             Some(_) => {}
         }
         let mut free = 0;
@@ -300,7 +300,8 @@ impl TenantTable {
     ) -> Result<(), KvAnswer> {
         let new_key = !self.items.contains(key);
         loop {
-            let bytes_ok = self.used_bytes - free.min(self.used_bytes) + add <= self.limits.max_bytes;
+            let bytes_ok =
+                self.used_bytes - free.min(self.used_bytes) + add <= self.limits.max_bytes;
             let keys_ok = !new_key || (self.items.len() as u64) < self.limits.max_keys;
             if bytes_ok && keys_ok {
                 return Ok(());
@@ -428,7 +429,15 @@ impl TenantTable {
                 expiry,
                 kind,
                 value,
-            } => self.store(&key, mode, (flags, expiry, kind), value, now, next_cas, changes),
+            } => self.store(
+                &key,
+                mode,
+                (flags, expiry, kind),
+                value,
+                now,
+                next_cas,
+                changes,
+            ),
             KvOp::Delete { key, cas } => {
                 let found = self.lookup(&key, now, changes).map(|e| e.cas);
                 match (found, cas) {
