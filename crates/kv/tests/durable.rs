@@ -99,7 +99,7 @@ fn set(key: &str, value: Vec<u8>) -> KvOp {
 
 /// One of four values of 2000 bytes (deduplicated) or a small one.
 fn value_of(seed: u64) -> Vec<u8> {
-    if seed % 3 == 0 {
+    if seed.is_multiple_of(3) {
         format!("small-{seed}").into_bytes()
     } else {
         vec![(seed % 4) as u8; 2000]
