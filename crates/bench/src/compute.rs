@@ -193,6 +193,7 @@ pub(crate) fn mem_cluster(
         stop_with_this_process: true,
         managed: true,
         ecc: quarry_device::EccMode::Crc,
+        kv_toml: None,
     };
     LocalCluster::start(&spec, &quarry_exe()?)
 }

@@ -584,6 +584,7 @@ impl Bed {
             stop_with_this_process: true,
             managed: false,
             ecc: quarry_device::EccMode::Rs,
+            kv_toml: None,
         };
         eprintln!(
             "bench fabric: starting a {nodes}-node {} {} cluster in {}",

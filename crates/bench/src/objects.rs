@@ -158,6 +158,7 @@ fn plan(args: &BenchObjectsArgs) -> Result<Plan> {
         } else {
             quarry_device::EccMode::Crc
         },
+        kv_toml: None,
     };
     if !args.common.json {
         eprintln!(

@@ -165,6 +165,7 @@ fn bench_backend(
         stop_with_this_process: true,
         managed: false,
         ecc: quarry_device::EccMode::Rs,
+        kv_toml: None,
     };
     eprintln!(
         "bench page: starting a 2-node {backend:?} cluster in {}",

@@ -351,6 +351,7 @@ fn cluster_spec(dir: &Path, size_bytes: u64) -> Result<LocalClusterSpec> {
         stop_with_this_process: true,
         managed: true,
         ecc: quarry_device::EccMode::Crc,
+        kv_toml: None,
     })
 }
 

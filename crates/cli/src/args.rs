@@ -66,6 +66,19 @@ pub enum Command {
     /// The object store: buckets and keys.
     #[command(flatten)]
     Objects(crate::objects_cmd::ObjectCommand),
+    /// A tenant's key-value tables: get, set, del, stats (the memcached
+    /// ports `quarry up` prints serve the same tables).
+    Kv {
+        /// How to find the cluster.
+        #[command(flatten)]
+        cluster: ClusterArg,
+        /// Who is asking.
+        #[command(flatten)]
+        tenant: crate::kv_cmd::TenantArg,
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::kv_cmd::KvCommand,
+    },
     /// Show the buckets and objects as a file system on DIR (FUSE), until
     /// Ctrl-C, SIGTERM or `umount DIR`.
     Mount(crate::mount_cmd::MountArgs),

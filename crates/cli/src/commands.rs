@@ -44,6 +44,7 @@ pub fn up(args: &UpArgs) -> Result<()> {
             EccArg::Rs => quarry_device::EccMode::Rs,
             EccArg::Crc => quarry_device::EccMode::Crc,
         },
+        kv_toml: None,
     };
     let mut cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     print_members(&cluster.cluster);
@@ -284,8 +285,13 @@ pub fn down(dir: &Path) -> Result<()> {
 
 fn print_members(cluster: &ClusterFile) {
     for node in &cluster.nodes {
+        let memcached = node
+            .memcached
+            .as_ref()
+            .map(|m| format!(", memcached on {m}"))
+            .unwrap_or_default();
         println!(
-            "node {} listening on {} (pid {})",
+            "node {} listening on {} (pid {}){memcached}",
             node.id,
             node.addr,
             node.pid

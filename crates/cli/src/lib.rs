@@ -19,6 +19,7 @@ mod commands;
 mod compute_cmd;
 mod dates;
 mod demo;
+mod kv_cmd;
 mod mount_cmd;
 mod objects_cmd;
 mod query_cmd;
@@ -55,6 +56,11 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Page { cluster, command } => commands::page(cluster.cluster.as_deref(), &command),
         Command::Objects(command) => objects_cmd::run(&command),
         Command::Mount(args) => mount_cmd::mount(&args),
+        Command::Kv {
+            cluster,
+            tenant,
+            command,
+        } => kv_cmd::kv(&cluster, &tenant, &command),
         Command::Volume { cluster, command } => {
             volume_cmd::volume(cluster.cluster.as_deref(), &command)
         }

@@ -37,6 +37,7 @@ fn start(dir: &Path, nodes: u16, backend: BackendKind) -> LocalCluster {
         stop_with_this_process: true,
         managed: false,
         ecc: quarry_device::EccMode::Rs,
+        kv_toml: None,
     };
     match LocalCluster::start(&spec, &exe()) {
         Ok(cluster) => cluster,

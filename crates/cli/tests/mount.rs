@@ -127,6 +127,7 @@ fn start_cluster(dir: &Path, nodes: u16) -> LocalCluster {
         stop_with_this_process: true,
         managed: true,
         ecc: EccMode::Crc,
+        kv_toml: None,
     };
     LocalCluster::start(&spec, &exe()).expect("cluster starts")
 }

@@ -410,6 +410,7 @@ fn three_file_nodes(dir: &std::path::Path, direct_io: bool) -> LocalClusterSpec 
         stop_with_this_process: true,
         managed: true,
         ecc: quarry_device::EccMode::Rs,
+        kv_toml: None,
     }
 }
 

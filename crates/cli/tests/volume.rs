@@ -48,6 +48,7 @@ fn managed_cluster(dir: &Path, n: u16) -> LocalCluster {
         stop_with_this_process: true,
         managed: true,
         ecc: EccMode::Rs,
+        kv_toml: None,
     };
     match LocalCluster::start(&spec, Path::new(env!("CARGO_BIN_EXE_quarry"))) {
         Ok(cluster) => cluster,

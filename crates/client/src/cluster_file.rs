@@ -39,6 +39,9 @@ pub struct ClusterNode {
     /// The node's process id, for clusters started by `quarry up`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
+    /// The node's memcached port, `host:port`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcached: Option<String>,
 }
 
 impl ClusterFile {

@@ -81,6 +81,9 @@ pub enum ClientError {
     /// A block volume operation failed.
     #[error(transparent)]
     Volume(#[from] quarry_volume_api::BlockVolumeError),
+    /// A key-value operation failed.
+    #[error(transparent)]
+    Kv(#[from] quarry_kv_api::KvError),
     /// A local runtime could not be built (blocking client).
     #[error("cannot start the client runtime: {0}")]
     Runtime(std::io::Error),

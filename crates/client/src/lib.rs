@@ -54,12 +54,15 @@ pub use compute::Compute;
 pub use error::ClientError;
 pub use file_source::file_source;
 pub use linear::{MAX_LINEAR_PAGES, MAX_LINEAR_QUEUE_DEPTH};
-pub use objects::{Objects, StoreCalls};
+pub use objects::{KvTables, Objects, StoreCalls};
 pub use quarry_kernels_api::{
     Assembler, CommandId, CommandResult, CommandState, CommandStatus, GrepOutput, GrepSpec,
     GrepSyntax, Job, KernelSpec, Limits, LineBlock, LineRun, MatchLine, Outcome, Output,
     OutputPiece, QueryOutcome, QuerySpec, RmwBatch, RmwOp, Target, TargetOutput, WcLocale,
     WcOutput, WcSpec,
+};
+pub use quarry_kv_api::{
+    Expiry, FailKind, Item, ItemKind, KvAnswer, KvError, KvOp, StoreMode, TenantName,
 };
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_proto::{LinearSpace, LinearSpaceError};

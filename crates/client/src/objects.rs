@@ -151,17 +151,20 @@ impl StoreCalls {
     }
 }
 
-impl StoreTransport for StoreCalls {
-    async fn call(
+impl StoreCalls {
+    /// Sends `body` to `node`'s `service`: over the member's own connection
+    /// when it has one, else through the entry node.
+    pub(crate) async fn call_service(
         &self,
         node: NodeId,
+        service: Service,
         idempotent: bool,
         body: Bytes,
-    ) -> quarry_store_api::Result<Bytes> {
+    ) -> Result<Bytes, String> {
         let request = |body: Bytes| {
             Request::Call(Box::new(ServiceCall {
                 node,
-                service: Service::Store,
+                service,
                 idempotent,
                 body,
             }))
@@ -189,15 +192,47 @@ impl StoreTransport for StoreCalls {
         };
         match answer {
             Ok(Response::Reply(answer)) => Ok(answer),
-            Ok(other) => Err(StoreError::Transport {
-                node,
-                reason: format!("unexpected answer to a store call: {other:?}"),
-            }),
-            Err(e) => Err(StoreError::Transport {
-                node,
-                reason: e.to_string(),
-            }),
+            Ok(Response::Error { status, message }) => Err(format!("{status:?}: {message}")),
+            Ok(other) => Err(format!(
+                "unexpected answer to a {service:?} call: {other:?}"
+            )),
+            Err(e) => Err(e.to_string()),
         }
+    }
+}
+
+impl StoreTransport for StoreCalls {
+    async fn call(
+        &self,
+        node: NodeId,
+        idempotent: bool,
+        body: Bytes,
+    ) -> quarry_store_api::Result<Bytes> {
+        self.call_service(node, Service::Store, idempotent, body)
+            .await
+            .map_err(|reason| StoreError::Transport { node, reason })
+    }
+}
+
+impl quarry_kv_api::KvTransport for StoreCalls {
+    async fn call(
+        &self,
+        node: NodeId,
+        call: quarry_kv_api::KvCall,
+    ) -> quarry_kv_api::Result<quarry_kv_api::KvReply> {
+        // A batch of reads may run twice; anything that changes may not.
+        let idempotent = match &call.request {
+            quarry_kv_api::KvRequest::Ops(ops) => ops
+                .iter()
+                .all(|op| matches!(op, quarry_kv_api::KvOp::Get { touch: None, .. })),
+            quarry_kv_api::KvRequest::Stats => true,
+            quarry_kv_api::KvRequest::FlushAll { .. } => false,
+        };
+        let body = self
+            .call_service(node, Service::Kv, idempotent, call.encode())
+            .await
+            .map_err(|message| quarry_kv_api::KvError::Transport { node, message })?;
+        quarry_kv_api::KvReply::decode(&body)
     }
 }
 
@@ -222,5 +257,29 @@ impl Client {
             .into_iter()
             .map(|id| std::sync::Arc::new(RemoteNode::new(id, transport.clone())));
         Ok(ObjectStore::new(nodes)?)
+    }
+}
+
+/// A tenant's key-value tables over the cluster, reached through one
+/// client connection (direct connections to members when it knows them).
+pub type KvTables = quarry_kv_api::KvCluster<StoreCalls>;
+
+impl Client {
+    /// `tenant`'s key-value tables (`secret` empty for a cluster with no
+    /// tenants configured, whose one tenant is `default`), placed over the
+    /// configured members as [`Client::objects`] places objects.
+    pub async fn kv(&self, tenant: &str, secret: &str) -> Result<KvTables, ClientError> {
+        let ids: Vec<NodeId> = match self.configured_members() {
+            Some(ids) => ids.to_vec(),
+            None => self.cluster().await?.iter().map(|m| m.id).collect(),
+        };
+        let tenant = quarry_kv_api::TenantName::new(tenant)?;
+        let transport = std::sync::Arc::new(StoreCalls::new(self.clone()));
+        Ok(quarry_kv_api::KvCluster::new(
+            ids,
+            transport,
+            tenant,
+            Bytes::copy_from_slice(secret.as_bytes()),
+        )?)
     }
 }

@@ -12,6 +12,7 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("quarry-fabric", "the node-to-node links"),
     ("quarry-volume", "the space manager"),
     ("quarry-store", "a node's tables and chunk stores"),
+    ("quarry-kv", "a node's key-value tables"),
     ("quarry-kernels", "the kernels"),
     ("quarry-node", "the daemon"),
     ("io-uring", "the device's I/O engine"),

@@ -450,6 +450,7 @@ async fn a_cluster_file_naming_one_node_places_over_every_member() {
         config: None,
         log: None,
         pid: None,
+        memcached: None,
     };
     let seed = ClusterFile {
         nodes: vec![entry(2)],

@@ -82,7 +82,9 @@ fn put_key(w: &mut ByteWriter, key: &[u8]) {
 }
 
 fn cas_opt(r: &mut ByteReader<'_>) -> Result<Option<u64>> {
-    Ok(if r.flag()? { Some(r.u64()?) } else { None })
+    let present = r.flag()?;
+    let cas = r.u64()?;
+    Ok(present.then_some(cas))
 }
 
 fn put_cas_opt(w: &mut ByteWriter, cas: Option<u64>) {
@@ -274,7 +276,9 @@ impl KvCall {
         let tenant = TenantName::new(tenant)?;
         let secret_len = usize::from(r.u16()?);
         if secret_len > MAX_SECRET_BYTES {
-            return Err(r.malformed(format!("a secret of {secret_len} bytes")).into());
+            return Err(r
+                .malformed(format!("a secret of {secret_len} bytes"))
+                .into());
         }
         let secret = r.slice_of(body, secret_len)?;
         let request = match kind {
@@ -368,8 +372,7 @@ fn answer(r: &mut ByteReader<'_>, source: &Bytes) -> Result<KvAnswer> {
             let cas = r.u64()?;
             let expiry = Expiry::from_wire(r.u64()?);
             let k = r.u8()?;
-            let kind =
-                ItemKind::from_u8(k).ok_or_else(|| r.malformed(format!("item kind {k}")))?;
+            let kind = ItemKind::from_u8(k).ok_or_else(|| r.malformed(format!("item kind {k}")))?;
             let n = r.u32()? as usize;
             let value = r.slice_of(source, n)?;
             KvAnswer::Value(Item {
@@ -462,5 +465,149 @@ impl KvReply {
         };
         r.end()?;
         Ok(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn arb_key() -> impl Strategy<Value = Bytes> {
+        prop::collection::vec(any::<u8>(), 1..=MAX_KEY_BYTES).prop_map(Bytes::from)
+    }
+
+    fn arb_expiry() -> impl Strategy<Value = Expiry> {
+        prop_oneof![Just(Expiry::Never), (1u64..).prop_map(Expiry::At)]
+    }
+
+    fn arb_op() -> impl Strategy<Value = KvOp> {
+        let mode = prop_oneof![
+            Just(StoreMode::Set),
+            Just(StoreMode::Add),
+            Just(StoreMode::Replace),
+            Just(StoreMode::Append),
+            Just(StoreMode::Prepend),
+            any::<u64>().prop_map(StoreMode::Cas),
+        ];
+        let kind = prop_oneof![
+            Just(ItemKind::Plain),
+            Just(ItemKind::LargeHead),
+            Just(ItemKind::ArrayDirectory)
+        ];
+        prop_oneof![
+            (arb_key(), prop::option::of(arb_expiry()))
+                .prop_map(|(key, touch)| KvOp::Get { key, touch }),
+            (
+                arb_key(),
+                mode,
+                any::<u32>(),
+                arb_expiry(),
+                kind,
+                prop::collection::vec(any::<u8>(), 0..300)
+            )
+                .prop_map(|(key, mode, flags, expiry, kind, v)| KvOp::Store {
+                    key,
+                    mode,
+                    flags,
+                    expiry,
+                    kind,
+                    value: Bytes::from(v)
+                }),
+            (arb_key(), prop::option::of(any::<u64>()))
+                .prop_map(|(key, cas)| KvOp::Delete { key, cas }),
+            (
+                arb_key(),
+                any::<bool>(),
+                any::<u64>(),
+                prop::option::of((any::<u64>(), arb_expiry())),
+                prop::option::of(any::<u64>())
+            )
+                .prop_map(|(key, decrement, delta, vivify, cas)| KvOp::Arith {
+                    key,
+                    decrement,
+                    delta,
+                    vivify,
+                    cas
+                }),
+            (arb_key(), arb_expiry()).prop_map(|(key, expiry)| KvOp::Touch { key, expiry }),
+        ]
+    }
+
+    fn arb_answer() -> impl Strategy<Value = KvAnswer> {
+        prop_oneof![
+            (
+                any::<u32>(),
+                any::<u64>(),
+                arb_expiry(),
+                prop::collection::vec(any::<u8>(), 0..300)
+            )
+                .prop_map(|(flags, cas, expiry, v)| KvAnswer::Value(Item {
+                    flags,
+                    cas,
+                    expiry,
+                    kind: ItemKind::Plain,
+                    value: Bytes::from(v)
+                })),
+            Just(KvAnswer::Miss),
+            any::<u64>().prop_map(|cas| KvAnswer::Stored { cas }),
+            Just(KvAnswer::NotStored),
+            Just(KvAnswer::Exists),
+            Just(KvAnswer::NotFound),
+            Just(KvAnswer::Deleted),
+            Just(KvAnswer::Touched),
+            (any::<u64>(), any::<u64>()).prop_map(|(value, cas)| KvAnswer::Number { value, cas }),
+            "[a-z ]{0,40}".prop_map(|message| KvAnswer::Failed {
+                kind: FailKind::QuotaBytes,
+                message
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn calls_and_answers_round_trip(ops in prop::collection::vec(arb_op(), 0..20), answers in prop::collection::vec(arb_answer(), 0..20)) {
+            let call = KvCall {
+                tenant: TenantName::new("t-1").unwrap(),
+                secret: Bytes::from_static(b"s3cret"),
+                request: KvRequest::Ops(ops),
+            };
+            prop_assert_eq!(KvCall::decode(&call.encode()).unwrap(), call);
+            let reply = KvReply::Answers(answers);
+            prop_assert_eq!(KvReply::decode(&reply.encode()).unwrap(), reply);
+        }
+
+        /// A call cut short or with a byte changed is refused or decodes to
+        /// something, never a panic; random bytes likewise.
+        #[test]
+        fn damaged_calls_never_panic(ops in prop::collection::vec(arb_op(), 1..5), at in any::<prop::sample::Index>(), byte in any::<u8>(), noise in prop::collection::vec(any::<u8>(), 0..200)) {
+            let call = KvCall {
+                tenant: TenantName::new("t").unwrap(),
+                secret: Bytes::new(),
+                request: KvRequest::Ops(ops),
+            };
+            let bytes = call.encode();
+            let i = at.index(bytes.len());
+            prop_assert!(KvCall::decode(&bytes.slice(..i)).is_err());
+            let mut changed = bytes.to_vec();
+            changed[i] = byte;
+            let _ = KvCall::decode(&Bytes::from(changed));
+            let _ = KvCall::decode(&Bytes::from(noise.clone()));
+            let _ = KvReply::decode(&Bytes::from(noise));
+        }
+    }
+
+    #[test]
+    fn claimed_counts_beyond_the_bytes_are_refused_before_allocating() {
+        let mut w = ByteWriter::starting(FORMAT);
+        w.u8(1).u8(1).raw(b"t").u16(0).u32(u32::MAX);
+        let e = KvCall::decode(&Bytes::from(w.0)).unwrap_err().to_string();
+        assert!(e.contains("cannot fit"), "{e}");
+        let mut w = ByteWriter::starting(FORMAT);
+        w.u8(1).u32(u32::MAX);
+        assert!(KvReply::decode(&Bytes::from(w.0)).is_err());
     }
 }

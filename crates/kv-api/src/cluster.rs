@@ -22,10 +22,12 @@ use crate::{
 /// cluster busy, bounded so a huge batch does not open a call per slice.
 const CALLS_IN_FLIGHT: usize = 16;
 
-/// How a [`KvCluster`] reaches a node's key-value service.
+/// How a [`KvCluster`] reaches a node's key-value service: across the
+/// wire (encoding the call), or straight to the node's own service when
+/// the caller is the node.
 pub trait KvTransport: Send + Sync + 'static {
-    /// Sends `body` (an encoded [`KvCall`]) to `node` and returns its answer.
-    fn call(&self, node: NodeId, body: Bytes) -> impl Future<Output = Result<Bytes>> + Send;
+    /// Sends `call` to `node` and returns its answer.
+    fn call(&self, node: NodeId, call: KvCall) -> impl Future<Output = Result<KvReply>> + Send;
 }
 
 /// One tenant's view of the key-value tables of a cluster.
@@ -89,30 +91,28 @@ impl<X: KvTransport> KvCluster<X> {
         self.placement.owner(key_point(&self.tenant, key))
     }
 
-    fn call_bytes(&self, request: KvRequest) -> Bytes {
+    fn call_of(&self, request: KvRequest) -> KvCall {
         KvCall {
             tenant: self.tenant.clone(),
             secret: self.secret.clone(),
             request,
         }
-        .encode()
     }
 
     /// Runs `ops` on one node as one call; a failure to reach it, or a
     /// refusal of the whole call, is every operation's answer.
     pub async fn run_on(&self, node: NodeId, ops: Vec<KvOp>) -> Vec<KvAnswer> {
         let n = ops.len();
-        let body = self.call_bytes(KvRequest::Ops(ops));
-        let answer = self.transport.call(node, body).await;
+        let answer = self
+            .transport
+            .call(node, self.call_of(KvRequest::Ops(ops)))
+            .await;
         let all = |a: KvAnswer| vec![a; n];
-        match answer.and_then(|b| KvReply::decode(&b)) {
+        match answer {
             Ok(KvReply::Answers(answers)) if answers.len() == n => answers,
             Ok(KvReply::Answers(answers)) => all(failed(
                 FailKind::Internal,
-                format!(
-                    "node {node} answered {} operations of {n}",
-                    answers.len()
-                ),
+                format!("node {node} answered {} operations of {n}", answers.len()),
             )),
             Ok(KvReply::Refused { kind, message }) => all(failed(kind, message)),
             Ok(other) => all(failed(
@@ -155,9 +155,11 @@ impl<X: KvTransport> KvCluster<X> {
         // Calls to one node run one after another (buffered keeps their
         // order only in results; a node's calls are sent in order and its
         // service runs each to completion before answering).
-        let mut done = stream::iter(per_node.into_iter().map(|(node, idx, ops, _)| async move {
-            (idx, self.run_on(node, ops).await)
-        }))
+        let mut done = stream::iter(
+            per_node
+                .into_iter()
+                .map(|(node, idx, ops, _)| async move { (idx, self.run_on(node, ops).await) }),
+        )
         .buffered(CALLS_IN_FLIGHT);
         while let Some((idx, got)) = done.next().await {
             for (i, a) in idx.into_iter().zip(got) {
@@ -201,7 +203,13 @@ impl<X: KvTransport> KvCluster<X> {
 
     /// Stores `value` under `key` (memcached's set); the new CAS value.
     pub async fn set(&self, key: &[u8], value: Bytes, flags: u32, expiry: Expiry) -> Result<u64> {
-        let op = store_op(Bytes::copy_from_slice(key), value, flags, expiry, ItemKind::Plain);
+        let op = store_op(
+            Bytes::copy_from_slice(key),
+            value,
+            flags,
+            expiry,
+            ItemKind::Plain,
+        );
         stored(self.one(op).await)
     }
 
@@ -232,10 +240,12 @@ impl<X: KvTransport> KvCluster<X> {
     pub async fn stats(&self) -> Result<Vec<(NodeId, Vec<(String, u64)>)>> {
         let mut out = Vec::new();
         for &node in self.placement.members() {
-            let body = self.call_bytes(KvRequest::Stats);
-            match KvReply::decode(&self.transport.call(node, body).await?)? {
+            let call = self.call_of(KvRequest::Stats);
+            match self.transport.call(node, call).await? {
                 KvReply::Stats(s) => out.push((node, s)),
-                KvReply::Refused { kind, message } => return Err(KvError::Failed { kind, message }),
+                KvReply::Refused { kind, message } => {
+                    return Err(KvError::Failed { kind, message })
+                }
                 other => return Err(unexpected_reply(other)),
             }
         }
@@ -245,10 +255,12 @@ impl<X: KvTransport> KvCluster<X> {
     /// Drops every item of this tenant on every node (at `at`).
     pub async fn flush_all(&self, at: Expiry) -> Result<()> {
         for &node in self.placement.members() {
-            let body = self.call_bytes(KvRequest::FlushAll { at });
-            match KvReply::decode(&self.transport.call(node, body).await?)? {
+            let call = self.call_of(KvRequest::FlushAll { at });
+            match self.transport.call(node, call).await? {
                 KvReply::Flushed => {}
-                KvReply::Refused { kind, message } => return Err(KvError::Failed { kind, message }),
+                KvReply::Refused { kind, message } => {
+                    return Err(KvError::Failed { kind, message })
+                }
                 other => return Err(unexpected_reply(other)),
             }
         }

@@ -177,7 +177,10 @@ impl<X: KvTransport> KvCluster<X> {
             }
             let head = Head::decode(LARGE_MAGIC, &item.value)?;
             if head.count > MAX_SLICES {
-                return Err(KvError::Format(format!("a head naming {} slices", head.count)));
+                return Err(KvError::Format(format!(
+                    "a head naming {} slices",
+                    head.count
+                )));
             }
             let keys: Vec<Bytes> = (0..head.count)
                 .map(|i| child_key(key, SLICE, head.nonce, i))
@@ -236,8 +239,14 @@ impl<X: KvTransport> KvCluster<X> {
             count: elements.len() as u32,
             total_bytes: elements.iter().map(|e| e.len() as u64).sum(),
         };
-        let head = (ItemKind::ArrayDirectory, head.encode(ARRAY_MAGIC), 0, expiry);
-        self.write_versioned(key, ELEMENT, nonce, elements, head).await
+        let head = (
+            ItemKind::ArrayDirectory,
+            head.encode(ARRAY_MAGIC),
+            0,
+            expiry,
+        );
+        self.write_versioned(key, ELEMENT, nonce, elements, head)
+            .await
     }
 
     /// The number of elements of the array under `key`.
@@ -262,7 +271,10 @@ impl<X: KvTransport> KvCluster<X> {
     /// Element `index` of the array under `key`: two round trips, the
     /// directory's and the element's.
     pub async fn array_get(&self, key: &[u8], index: u32) -> Result<Option<Bytes>> {
-        Ok(self.array_get_many(key, &[index]).await?.and_then(|mut v| v.pop()))
+        Ok(self
+            .array_get_many(key, &[index])
+            .await?
+            .and_then(|mut v| v.pop()))
     }
 
     /// Elements `indices` of the array under `key`, in that order: the

@@ -1,8 +1,8 @@
 use quarry_kv_api::{TenantName, DEFAULT_TENANT, MAX_SECRET_BYTES};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// How a tenant's items live.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum KvMode {
     /// In memory, bounded, least recently used items evicted to make room
@@ -15,9 +15,9 @@ pub enum KvMode {
 }
 
 /// One tenant, as the `[[kv.tenants]]` tables of a node's configuration
-/// give it. Limits are for the whole cluster; each node enforces its equal
-/// share (keys spread evenly over the members).
-#[derive(Clone, Debug, Deserialize)]
+/// give it. Limits are each node's, as memcached's are each server's: keys
+/// spread evenly over the members, so a cluster of n holds n times them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// The tenant's name (its memcached user name).
@@ -55,7 +55,7 @@ fn yes() -> bool {
 }
 
 /// A node's key-value settings (`[kv]` in its configuration).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KvConfig {
     /// The tenants. None: one tenant, `default`, that needs no
@@ -65,7 +65,7 @@ pub struct KvConfig {
     /// The mode of the `default` tenant.
     #[serde(default)]
     pub default_mode: KvMode,
-    /// The bytes of the `default` tenant, for the whole cluster.
+    /// The bytes of the `default` tenant on each node.
     #[serde(default = "default_max_bytes")]
     pub default_max_bytes: u64,
     /// Values shorter than this are stored inline, not deduplicated: their

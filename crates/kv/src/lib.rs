@@ -22,7 +22,7 @@
 //! use quarry_store::MemTableStore;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
-//! let node = KvNode::<MemTableStore>::open(&KvConfig::default(), 1, None).await?;
+//! let node = KvNode::<MemTableStore>::open(&KvConfig::default(), None).await?;
 //! let value = Bytes::from(vec![7u8; 1000]);
 //! let set = |key: &'static [u8]| KvOp::Store {
 //!     key: Bytes::from_static(key),
@@ -56,4 +56,10 @@ mod records;
 mod table;
 
 pub use config::{KvConfig, KvMode, TenantConfig, DEFAULT_DEDUP_MIN_BYTES};
+
+/// The volume space of the durable tenants' log (the object store has 1-3,
+/// block volumes 1000 and up).
+pub const KV_LOG_SPACE: u32 = 4;
+/// The volume space of the durable tenants' snapshots.
+pub const KV_SNAPSHOT_SPACE: u32 = 5;
 pub use node::{KvNode, KvOpenError};

@@ -79,7 +79,7 @@ struct Tenant {
     secret: Vec<u8>,
     mode: KvMode,
     table: Mutex<TenantTable>,
-    /// Operations and bytes per second, this node's share.
+    /// Operations and bytes per second on this node.
     limits: Mutex<(Bucket, Bucket)>,
     throttled: AtomicU64,
     refused: AtomicU64,
@@ -144,19 +144,11 @@ pub struct KvNode<T> {
     throttle_wait: Duration,
 }
 
-fn share(limit: u64, members: u64) -> u64 {
-    if limit == u64::MAX {
-        limit
-    } else {
-        limit.div_ceil(members.max(1))
-    }
-}
-
-fn tenant_of(t: &TenantConfig, members: u64, dedup_min_bytes: usize) -> Result<Tenant, String> {
+fn tenant_of(t: &TenantConfig, dedup_min_bytes: usize) -> Result<Tenant, String> {
     let name = TenantName::new(&t.name).map_err(|e| e.to_string())?;
     let limits = TableLimits {
-        max_bytes: share(t.max_bytes, members),
-        max_keys: share(t.max_keys, members),
+        max_bytes: t.max_bytes,
+        max_keys: t.max_keys,
         evict: t.mode == KvMode::Cache,
         dedup_min_bytes: if t.dedup { dedup_min_bytes } else { usize::MAX },
     };
@@ -166,23 +158,16 @@ fn tenant_of(t: &TenantConfig, members: u64, dedup_min_bytes: usize) -> Result<T
         secret: t.secret.as_bytes().to_vec(),
         mode: t.mode,
         table: Mutex::new(TenantTable::new(limits)),
-        limits: Mutex::new((
-            Bucket::new(share(t.ops_per_sec, members)),
-            Bucket::new(share(t.bytes_per_sec, members)),
-        )),
+        limits: Mutex::new((Bucket::new(t.ops_per_sec), Bucket::new(t.bytes_per_sec))),
         throttled: AtomicU64::new(0),
         refused: AtomicU64::new(0),
     })
 }
 
 impl<T: TableStore> KvNode<T> {
-    /// Opens the service of one of `members` nodes; durable tenants are
-    /// loaded from `tables` (required when any tenant is durable).
-    pub async fn open(
-        config: &KvConfig,
-        members: usize,
-        tables: Option<Arc<T>>,
-    ) -> Result<Self, KvOpenError> {
+    /// Opens a node's service; durable tenants are loaded from `tables`
+    /// (required when any tenant is durable).
+    pub async fn open(config: &KvConfig, tables: Option<Arc<T>>) -> Result<Self, KvOpenError> {
         config.validate().map_err(KvOpenError::Config)?;
         let open = config.tenants.is_empty();
         let list = if open {
@@ -201,8 +186,7 @@ impl<T: TableStore> KvNode<T> {
         };
         let mut tenants = HashMap::new();
         for t in &list {
-            let tenant = tenant_of(t, members as u64, config.dedup_min_bytes)
-                .map_err(KvOpenError::Config)?;
+            let tenant = tenant_of(t, config.dedup_min_bytes).map_err(KvOpenError::Config)?;
             tenants.insert(t.name.clone(), Arc::new(tenant));
         }
         let durable = list.iter().any(|t| t.mode == KvMode::Durable);

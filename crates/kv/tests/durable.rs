@@ -70,7 +70,7 @@ async fn open(dir: &std::path::Path) -> (Node, Arc<VolumeTableStore>, std::sync:
         }],
         ..KvConfig::default()
     };
-    let node = Node::open(&kv, 1, Some(Arc::clone(&tables))).await.unwrap();
+    let node = Node::open(&kv, Some(Arc::clone(&tables))).await.unwrap();
     (node, tables, weak)
 }
 

@@ -54,6 +54,9 @@ pub struct LocalClusterSpec {
     pub managed: bool,
     /// The per-page code of every node's device.
     pub ecc: EccMode,
+    /// A `[kv]` table (tenants, modes, limits) for every node's
+    /// configuration, as TOML; none: the one open `default` tenant.
+    pub kv_toml: Option<String>,
 }
 
 /// The links of a local cluster: a named shape or an explicit list.
@@ -160,6 +163,7 @@ impl LocalClusterSpec {
             stop_with_this_process: false,
             managed: true,
             ecc: EccMode::Rs,
+            kv_toml: None,
         }
     }
 }
@@ -222,6 +226,17 @@ impl LocalCluster {
             .iter()
             .map(|l| Ok(l.local_addr()?.to_string()))
             .collect::<Result<_>>()?;
+        // Free ports for the memcached faces, found by binding and let go
+        // just before the nodes start and bind them (a restarted node binds
+        // its configured port again).
+        let memcached: Vec<String> = if spec.managed {
+            bind_listeners(spec.nodes as usize)?
+                .iter()
+                .map(|l| Ok(l.local_addr()?.to_string()))
+                .collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
         // A name of its own, so no node of this cluster ever links with a
         // node of another one that happens to use an address it dials.
         let name = format!("local-{:016x}", rand::random::<u64>());
@@ -236,7 +251,15 @@ impl LocalCluster {
                 // Durably: a node must restart after a power loss too.
                 quarry_geometry::write_file_durably(
                     &config_path,
-                    node_config_toml(spec, &name, id, &addrs, &links).as_bytes(),
+                    node_config_toml(
+                        spec,
+                        &name,
+                        id,
+                        &addrs,
+                        memcached.get(usize::from(id)),
+                        &links,
+                    )
+                    .as_bytes(),
                 )
                 .with_context(|| format!("cannot write {}", config_path.display()))?;
                 let log_path = node_dir.join("node.log");
@@ -250,6 +273,7 @@ impl LocalCluster {
                 nodes.push(ClusterNode {
                     id,
                     addr: addrs[id as usize].clone(),
+                    memcached: memcached.get(usize::from(id)).cloned(),
                     config: Some(config_path),
                     log: Some(log_path),
                     pid: Some(child.id()),
@@ -615,6 +639,7 @@ fn node_config_toml(
     cluster: &str,
     id: u16,
     addrs: &[String],
+    memcached: Option<&String>,
     links: &BTreeSet<Link>,
 ) -> String {
     let backend = match spec.backend {
@@ -648,6 +673,17 @@ fn node_config_toml(
         text.find("\n[device]").unwrap_or(text.len()),
         &format!("\n[storage]\nmode = \"{mode}\"\n"),
     );
+    if let Some(addr) = memcached {
+        text.insert_str(
+            text.find("\n[storage]").unwrap_or(text.len()),
+            &format!("memcached_listen = \"{addr}\"\n"),
+        );
+    }
+    if let Some(kv) = &spec.kv_toml {
+        text.push('\n');
+        text.push_str(kv);
+        text.push('\n');
+    }
     if let Some(g) = spec.geometry {
         text.push_str(&format!(
             "\n[device.geometry]\nbuses = {}\nchips_per_bus = {}\nblocks_per_chip = {}\npages_per_block = {}\npage_size_bytes = {}\noob_size_bytes = {}\n",

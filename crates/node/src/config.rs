@@ -54,6 +54,13 @@ pub struct NodeConfig {
     /// How the node reads its data into kernels (the `[compute]` table).
     #[serde(default)]
     pub compute: ComputeConfig,
+    /// Where the memcached face listens, `host:port`; none: no memcached
+    /// port (the key-value service still answers Quarry's own calls).
+    #[serde(default)]
+    pub memcached_listen: Option<String>,
+    /// The key-value tenants and settings (the `[kv]` table).
+    #[serde(default)]
+    pub kv: quarry_kv::KvConfig,
 }
 
 fn default_cluster_name() -> String {
@@ -340,6 +347,10 @@ impl NodeConfig {
             .validate()
             .map_err(|e| format!("storage.volume: {e}"))?;
         self.compute.read_setting()?;
+        if let Some(addr) = &self.memcached_listen {
+            check_addr("memcached listen address", addr)?;
+        }
+        self.kv.validate()?;
         let limits = &self.limits;
         if limits.max_connections == 0 {
             return Err("limits.max_connections must be above zero".into());

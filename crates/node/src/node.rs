@@ -5,11 +5,14 @@ use std::time::{Duration, Instant};
 use quarry_device::{Device, DeviceError};
 use quarry_fabric::{check_hops, Fabric, LocalHandler, LINK_MAGIC};
 use quarry_kernels::{Engine, LocalData, ManagedData};
+use quarry_kv::KvNode;
 use quarry_proto::{
     serve_connection_with, Answer, Incoming, NodeEntry, NodeId, NodeInfo, Request, Response,
     Service, SessionLimits, Status,
 };
-use quarry_store::{open_volume_node, VolumeNodeStore, VolumeStoreConfig};
+use quarry_store::{
+    open_volume_node, VolumeNodeStore, VolumeStoreConfig, VolumeTableConfig, VolumeTableStore,
+};
 use quarry_volume::{SpaceManager, VolumeRegistry};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
@@ -103,6 +106,7 @@ struct Managed {
     volume: Arc<SpaceManager>,
     store: Arc<VolumeNodeStore>,
     volumes: Arc<VolumeRegistry>,
+    kv: Arc<KvNode<VolumeTableStore>>,
 }
 
 impl LocalService {
@@ -152,6 +156,7 @@ impl LocalService {
                 // Compute runs on raw nodes too: linear targets read raw
                 // device pages.
                 (Service::Compute, _) => Response::Reply(self.engine.serve_call(call.body).await),
+                (Service::Kv, Some(m)) => Response::Reply(m.kv.serve_call(call.body).await),
                 (service, None) => Response::Error {
                     status: Status::BadRequest,
                     message: format!(
@@ -372,6 +377,7 @@ async fn open_managed(
                 orphan_extents_trimmed = recovery.orphan_extents_trimmed,
                 "object store opened"
             );
+            let kv = open_kv(config, &volume).await?;
             let volumes =
                 VolumeRegistry::open(config.id, &config.data_dir).map_err(NodeError::Volumes)?;
             tracing::info!(
@@ -383,9 +389,49 @@ async fn open_managed(
                 volume,
                 store: Arc::new(store),
                 volumes: Arc::new(volumes),
+                kv,
             })
         }
     })
+}
+
+/// Opens the key-value service over its own tables (spaces of their own in
+/// the space manager), loading the durable tenants.
+async fn open_kv(
+    config: &NodeConfig,
+    volume: &Arc<SpaceManager>,
+) -> Result<Arc<KvNode<VolumeTableStore>>, NodeError> {
+    let durable_bytes: u64 = config
+        .kv
+        .tenants
+        .iter()
+        .filter(|t| t.mode == quarry_kv::KvMode::Durable)
+        .map(|t| t.max_bytes)
+        .chain(
+            (config.kv.default_mode == quarry_kv::KvMode::Durable)
+                .then_some(config.kv.default_max_bytes),
+        )
+        .fold(0u64, u64::saturating_add);
+    let tables = VolumeTableConfig {
+        log_space: quarry_kv::KV_LOG_SPACE,
+        snapshot_space: quarry_kv::KV_SNAPSHOT_SPACE,
+        // The tenants' own limits bind first (they are checked before a
+        // change is made); the tables' records cost a little more than the
+        // tenants count them, so twice their sum is never reached.
+        max_table_bytes: durable_bytes.saturating_mul(2).max(64 << 20),
+        ..VolumeTableConfig::default()
+    };
+    let tables = VolumeTableStore::open(volume.clone(), tables)
+        .await
+        .map_err(NodeError::Store)?;
+    let kv = KvNode::open(&config.kv, Some(Arc::new(tables)))
+        .await
+        .map_err(|e| NodeError::Config {
+            path: "<config>".into(),
+            reason: e.to_string(),
+        })?;
+    tracing::info!(id = config.id, "key-value service opened");
+    Ok(Arc::new(kv))
 }
 
 /// The service answering this node's own requests, with its kernel engine.

@@ -55,6 +55,8 @@ async fn cluster_of(kind: TopologyKind, n: u16, dir: &Path) -> Vec<NodeHandle> {
             },
             storage: Default::default(),
             compute: Default::default(),
+            memcached_listen: None,
+            kv: Default::default(),
         };
         nodes.push(Node::start_with_listener(config, listener).await.unwrap());
     }

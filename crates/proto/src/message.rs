@@ -207,6 +207,9 @@ pub enum Service {
     /// Near-data compute (layer 6): commands, their status and results, and
     /// the local runs of kernels over the data a node holds.
     Compute = 3,
+    /// Key-value tables (layer 5): batches of a tenant's operations on the
+    /// keys this node holds, its figures, its flush.
+    Kv = 4,
 }
 
 impl Service {
@@ -216,6 +219,7 @@ impl Service {
             1 => Some(Service::Store),
             2 => Some(Service::Volume),
             3 => Some(Service::Compute),
+            4 => Some(Service::Kv),
             _ => None,
         }
     }

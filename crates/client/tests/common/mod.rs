@@ -129,6 +129,8 @@ fn node_config(
             ..StorageConfig::default()
         },
         compute: Default::default(),
+        memcached_listen: None,
+        kv: Default::default(),
     }
 }
 
