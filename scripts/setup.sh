@@ -62,6 +62,10 @@ command -v unshare >/dev/null 2>&1 || need+=(util-linux)
 grep --version 2>/dev/null | grep -q GNU || need+=(grep)
 wc --version 2>/dev/null | grep -q GNU || need+=(coreutils)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# The key-value store's peers and memcached's own compatibility test.
+command -v memcached >/dev/null 2>&1 || need+=(memcached)
+command -v memccapable >/dev/null 2>&1 || need+=(libmemcached-tools)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}" >&2
   if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi

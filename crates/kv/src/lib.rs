@@ -62,4 +62,4 @@ pub use config::{KvConfig, KvMode, TenantConfig, DEFAULT_DEDUP_MIN_BYTES};
 pub const KV_LOG_SPACE: u32 = 4;
 /// The volume space of the durable tenants' snapshots.
 pub const KV_SNAPSHOT_SPACE: u32 = 5;
-pub use node::{KvNode, KvOpenError};
+pub use node::{KvNode, KvOpenError, Room};

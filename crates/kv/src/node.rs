@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use quarry_kv_api::{
-    FailKind, KvAnswer, KvCall, KvError, KvReply, KvRequest, TenantName, DEFAULT_TENANT,
+    FailKind, KvAnswer, KvCall, KvError, KvOp, KvReply, KvRequest, TenantName, DEFAULT_TENANT,
 };
 use quarry_store::{Batch, Table, TableStore};
 
@@ -142,7 +142,12 @@ pub struct KvNode<T> {
     log: Option<Arc<KvLog>>,
     cas: AtomicU64,
     throttle_wait: Duration,
+    room: Option<Room>,
 }
+
+/// Whether the device can take durable changes of this many more bytes
+/// (their log records, and the snapshot a later compaction writes).
+pub type Room = Arc<dyn Fn(u64) -> bool + Send + Sync>;
 
 fn tenant_of(t: &TenantConfig, dedup_min_bytes: usize) -> Result<Tenant, String> {
     let name = TenantName::new(&t.name).map_err(|e| e.to_string())?;
@@ -212,7 +217,17 @@ impl<T: TableStore> KvNode<T> {
             log,
             cas: AtomicU64::new(max_cas + 1),
             throttle_wait: Duration::from_millis(config.throttle_wait_ms),
+            room: None,
         })
+    }
+
+    /// Checks the device's room before durable changes: a store that would
+    /// not fit is answered "out of memory" (memcached's answer) before
+    /// anything changes, so the log never fails for want of space and
+    /// deletes still free it.
+    pub fn with_room(mut self, room: Room) -> Self {
+        self.room = Some(room);
+        self
     }
 
     /// Whether callers must name a configured tenant and its secret.
@@ -268,10 +283,19 @@ impl<T: TableStore> KvNode<T> {
                     Some(_) => {}
                 }
                 let now = now_unix_secs();
+                let full = tenant.mode == KvMode::Durable
+                    && self.room.as_ref().is_some_and(|room| !room(bytes));
                 let run = |table: &mut TenantTable, changes: &mut Vec<Change>| {
                     let mut next_cas = || self.cas.fetch_add(1, Ordering::Relaxed);
                     ops.into_iter()
-                        .map(|op| table.apply(op, now, &mut next_cas, changes))
+                        .map(|op| match op {
+                            KvOp::Store { .. } | KvOp::Arith { .. } if full => KvAnswer::Failed {
+                                kind: FailKind::OutOfMemory,
+                                message: "out of memory storing object: the node's device is full"
+                                    .to_string(),
+                            },
+                            op => table.apply(op, now, &mut next_cas, changes),
+                        })
                         .collect::<Vec<KvAnswer>>()
                 };
                 match self.change(&tenant, run).await {

@@ -201,41 +201,15 @@ impl LocalCluster {
         let dir = fs::canonicalize(&spec.dir)
             .with_context(|| format!("cannot resolve {}", spec.dir.display()))?;
         let cluster_path = cluster_file_path(&dir);
-        if let Ok(existing) = ClusterFile::load(&cluster_path) {
-            let alive: Vec<String> = existing
-                .nodes
-                .iter()
-                .filter_map(|n| {
-                    n.pid
-                        .filter(|pid| process_alive(*pid))
-                        .map(|pid| format!("node {} (pid {pid})", n.id))
-                })
-                .collect();
-            if !alive.is_empty() {
-                bail!(
-                    "a cluster is already running in {}: {}; stop it with `quarry down --dir {}`",
-                    dir.display(),
-                    alive.join(", "),
-                    spec.dir.display()
-                );
-            }
-        }
+        refuse_running(&cluster_path, spec)?;
         let links = spec.topology.links(spec.nodes)?;
-        let listeners = bind_listeners(spec.nodes as usize)?;
-        let addrs: Vec<String> = listeners
-            .iter()
-            .map(|l| Ok(l.local_addr()?.to_string()))
-            .collect::<Result<_>>()?;
+        let (listeners, addrs) = free_ports(spec.nodes as usize)?;
         // Free ports for the memcached faces, found by binding and let go
-        // just before the nodes start and bind them (a restarted node binds
-        // its configured port again).
-        let memcached: Vec<String> = if spec.managed {
-            bind_listeners(spec.nodes as usize)?
-                .iter()
-                .map(|l| Ok(l.local_addr()?.to_string()))
-                .collect::<Result<_>>()?
-        } else {
-            Vec::new()
+        // before the nodes start and bind them (a restarted node binds its
+        // configured port again).
+        let memcached = match spec.managed {
+            true => free_ports(spec.nodes as usize)?.1,
+            false => Vec::new(),
         };
         // A name of its own, so no node of this cluster ever links with a
         // node of another one that happens to use an address it dials.
@@ -627,11 +601,42 @@ pub fn log_tail(node: &ClusterNode) -> String {
     text[start..].to_string()
 }
 
-/// A listening loopback socket on a free port for each node.
-fn bind_listeners(count: usize) -> Result<Vec<TcpListener>> {
-    (0..count)
+/// Refuses to start over a cluster whose nodes are still running.
+fn refuse_running(cluster_path: &Path, spec: &LocalClusterSpec) -> Result<()> {
+    let dir = cluster_path.parent().unwrap_or(cluster_path);
+    if let Ok(existing) = ClusterFile::load(cluster_path) {
+        let alive: Vec<String> = existing
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                n.pid
+                    .filter(|pid| process_alive(*pid))
+                    .map(|pid| format!("node {} (pid {pid})", n.id))
+            })
+            .collect();
+        if !alive.is_empty() {
+            bail!(
+                "a cluster is already running in {}: {}; stop it with `quarry down --dir {}`",
+                dir.display(),
+                alive.join(", "),
+                spec.dir.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A listening loopback socket on a free port for each node, and their
+/// addresses.
+fn free_ports(count: usize) -> Result<(Vec<TcpListener>, Vec<String>)> {
+    let listeners: Vec<TcpListener> = (0..count)
         .map(|_| TcpListener::bind("127.0.0.1:0").context("cannot find a free loopback port"))
-        .collect()
+        .collect::<Result<_>>()?;
+    let addrs = listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.to_string()))
+        .collect::<Result<_>>()?;
+    Ok((listeners, addrs))
 }
 
 fn node_config_toml(

@@ -39,6 +39,7 @@
 
 mod config;
 mod listener;
+mod memcached;
 mod node;
 
 pub use config::{NodeConfig, NodeLimits, PeerConfig, StorageConfig, StorageMode};

@@ -39,14 +39,19 @@ struct LocalService {
 /// directly, every other node through the fabric. Both are set once the
 /// node is assembled (the fabric needs the local service first).
 #[derive(Default)]
-struct NodePeers {
+pub(crate) struct NodePeers {
     id: NodeId,
     local: std::sync::OnceLock<std::sync::Weak<LocalService>>,
     fabric: std::sync::OnceLock<Fabric>,
 }
 
 impl NodePeers {
-    async fn request(&self, node: NodeId, request: Request) -> Result<Response, String> {
+    /// The members this node knows now.
+    pub(crate) fn members(&self) -> Vec<NodeId> {
+        quarry_kernels::Peers::members(self)
+    }
+
+    pub(crate) async fn request(&self, node: NodeId, request: Request) -> Result<Response, String> {
         if node == self.id {
             let local = self
                 .local
@@ -298,6 +303,7 @@ impl Node {
             .collect();
         let managed = open_managed(&config, &device).await?;
         let volume = managed.as_ref().map(|m| m.volume.clone());
+        let kv = managed.as_ref().map(|m| m.kv.clone());
         let peers = Arc::new(NodePeers {
             id: config.id,
             ..NodePeers::default()
@@ -324,6 +330,10 @@ impl Node {
             max_hops: config.limits.max_hops,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        let memcached_addr = match kv {
+            Some(kv) => start_kv(&config, kv, &peers, &stop_rx).await?,
+            None => None,
+        };
         let grace = Duration::from_millis(config.limits.shutdown_grace_ms);
         let task = tokio::spawn(
             accept_loop(
@@ -340,6 +350,7 @@ impl Node {
         Ok(NodeHandle {
             id: config.id,
             local_addr,
+            memcached_addr,
             stop: stop_tx,
             task,
             device,
@@ -421,17 +432,83 @@ async fn open_kv(
         max_table_bytes: durable_bytes.saturating_mul(2).max(64 << 20),
         ..VolumeTableConfig::default()
     };
-    let tables = VolumeTableStore::open(volume.clone(), tables)
-        .await
-        .map_err(NodeError::Store)?;
-    let kv = KvNode::open(&config.kv, Some(Arc::new(tables)))
+    let tables = Arc::new(
+        VolumeTableStore::open(volume.clone(), tables)
+            .await
+            .map_err(NodeError::Store)?,
+    );
+    let kv = KvNode::open(&config.kv, Some(Arc::clone(&tables)))
         .await
         .map_err(|e| NodeError::Config {
             path: "<config>".into(),
             reason: e.to_string(),
-        })?;
+        })?
+        .with_room(kv_room(volume.clone(), tables));
     tracing::info!(id = config.id, "key-value service opened");
     Ok(Arc::new(kv))
+}
+
+/// Whether the device can take `growth` more bytes of durable key-value
+/// changes: their log, and a snapshot of the whole tables beside the old
+/// one (a compaction writes the new before it trims the old), with a
+/// sixteenth of the device kept free as the object store keeps it (so
+/// deletes can always be logged).
+fn kv_room(volume: Arc<SpaceManager>, tables: Arc<VolumeTableStore>) -> quarry_kv::Room {
+    Arc::new(move |growth: u64| {
+        let v = volume.stats();
+        let page = u64::from(v.page_size.max(1));
+        let after = tables.stats().bytes.saturating_add(growth);
+        let need = growth.div_ceil(page) + after.saturating_mul(2).div_ceil(page);
+        let keep_free = (v.capacity_pages / 16).max(16);
+        v.live_pages + need + keep_free <= v.capacity_pages
+    })
+}
+
+/// Starts the key-value service's background work (the expiry sweep) and
+/// its memcached face when the configuration names a port; the face's
+/// address.
+async fn start_kv(
+    config: &NodeConfig,
+    kv: Arc<KvNode<VolumeTableStore>>,
+    peers: &Arc<NodePeers>,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<SocketAddr>, NodeError> {
+    let sweep = Arc::downgrade(&kv);
+    let mut sweep_stop = stop.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = async { sweep_stop.wait_for(|s| *s).await.is_ok() } => return,
+                _ = tick.tick() => match sweep.upgrade() {
+                    Some(kv) => kv.sweep().await,
+                    None => return,
+                },
+            }
+        }
+    });
+    let Some(listen) = &config.memcached_listen else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| NodeError::Bind {
+            addr: listen.clone(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| NodeError::Bind {
+        addr: listen.clone(),
+        source,
+    })?;
+    let face = crate::memcached::Face::new(config.id, kv, Arc::clone(peers));
+    tokio::spawn(crate::memcached::serve(
+        listener,
+        face,
+        config.limits.max_connections,
+        stop.clone(),
+    ));
+    tracing::info!(id = config.id, %addr, "memcached face listening");
+    Ok(Some(addr))
 }
 
 /// The service answering this node's own requests, with its kernel engine.
@@ -483,6 +560,7 @@ fn local_service(
 pub struct NodeHandle {
     id: NodeId,
     local_addr: SocketAddr,
+    memcached_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
     device: Arc<Device>,
@@ -494,6 +572,11 @@ impl NodeHandle {
     /// The address the node listens on (the real port when configured with 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Where the memcached face listens, when it does.
+    pub fn memcached_addr(&self) -> Option<SocketAddr> {
+        self.memcached_addr
     }
 
     /// The node's id.

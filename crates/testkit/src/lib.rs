@@ -128,6 +128,9 @@ fn package_of(program: &str) -> Option<&'static str> {
         "wc" | "sha256sum" | "cmp" | "head" | "od" => "coreutils",
         "unshare" | "mount" => "util-linux",
         "diff" => "diffutils",
+        "memcached" => "memcached",
+        "memccapable" | "memcslap" => "libmemcached-tools",
+        "redis-server" | "redis-cli" => "redis-server",
         _ => return None,
     })
 }
