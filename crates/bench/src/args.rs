@@ -63,6 +63,36 @@ pub enum BenchCommand {
     /// quarry package in .venv: for figures, build it with
     /// `maturin develop --release`. --quick: scale factor 0.05.
     Query(BenchQueryArgs),
+    /// The key-value store (issue 22) on a 1-node cluster's memcached port,
+    /// beside memcached 1.6 and Redis (AOF, fsync every second), all driven
+    /// by one load generator with the same connections: get, set, YCSB A
+    /// and B over zipfian keys (20-byte keys, 1000-byte values) at each
+    /// connection count; value sizes 32 B to 64 KiB; the added latency of
+    /// deduplication; Minerva's batched gets; Multes++ Fig. 5 (array
+    /// elements per call); tenant isolation (a tenant over its rate limit
+    /// beside a quiet one). --quick: short runs, few keys, fewer cells.
+    Kv(BenchKvArgs),
+}
+
+/// Arguments of `quarry bench kv`.
+#[derive(Debug, Args, Clone)]
+pub struct BenchKvArgs {
+    /// Connection counts, comma separated.
+    #[arg(long, default_value = "1,32,128")]
+    pub conns: String,
+    /// Seconds each cell runs.
+    #[arg(long, default_value_t = 2.0)]
+    pub secs: f64,
+    /// Keys in the key space (each loaded once before the runs).
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Nodes of the Quarry cluster (1: one server, as memcached and Redis
+    /// are).
+    #[arg(long, default_value_t = 1)]
+    pub nodes: u16,
+    /// Where to work, how to print, and --quick.
+    #[command(flatten)]
+    pub common: CommonArgs,
 }
 
 /// Arguments of `quarry bench query`.

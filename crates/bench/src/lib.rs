@@ -33,6 +33,7 @@ mod common;
 mod compute;
 mod device;
 mod fabric;
+mod kv;
 mod measure;
 mod netlink;
 mod objects;
@@ -49,9 +50,9 @@ mod stream;
 mod volume;
 
 pub use args::{
-    BenchCommand, BenchComputeArgs, BenchDeviceArgs, BenchFabricArgs, BenchObjectsArgs,
-    BenchPageArgs, BenchQueryArgs, BenchScanArgs, BenchSmallArgs, BenchStreamArgs, BenchVolumeArgs,
-    FabricPart, PolicyArg,
+    BenchCommand, BenchComputeArgs, BenchDeviceArgs, BenchFabricArgs, BenchKvArgs,
+    BenchObjectsArgs, BenchPageArgs, BenchQueryArgs, BenchScanArgs, BenchSmallArgs,
+    BenchStreamArgs, BenchVolumeArgs, FabricPart, PolicyArg,
 };
 pub use stats::LatencyStats;
 
@@ -65,6 +66,7 @@ pub fn run(command: &BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Objects(args) => objects::objects(args),
         BenchCommand::Wordcount(args) => compute::wordcount(args),
         BenchCommand::Query(args) => query::query(args),
+        BenchCommand::Kv(args) => kv::kv(args),
         BenchCommand::Minerva(args) => compute::minerva(args),
         BenchCommand::Scan(args) => scan::scan(args),
         BenchCommand::Stream(args) => stream::stream(args),

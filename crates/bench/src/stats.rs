@@ -34,6 +34,12 @@ impl LatencyStats {
         self.histogram.saturating_record(ns);
     }
 
+    /// Adds another record's samples to this one.
+    pub fn merge(&mut self, other: &LatencyStats) {
+        // Both have the same bounds, so adding cannot fail.
+        let _ = self.histogram.add(&other.histogram);
+    }
+
     /// Samples recorded.
     pub fn count(&self) -> u64 {
         self.histogram.len()

@@ -159,9 +159,9 @@ fn now_unix_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Figures that are a node's setting or state rather than a count to add
-/// up across nodes are still summed: a cluster's limit is the sum of its
-/// nodes' limits.
+/// Counts and limits are summed over the nodes (a cluster's limit is the
+/// sum of its nodes'); `durable`, a setting the same on every node, is
+/// taken as it is.
 async fn stats(tables: &KvTables, json: bool, per_node: bool) -> Result<()> {
     let by_node = tables.stats().await?;
     let mut total: BTreeMap<String, u64> = BTreeMap::new();

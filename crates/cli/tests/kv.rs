@@ -389,3 +389,89 @@ fn acknowledged_durable_sets_survive_kill_9_of_every_node() {
     }
     assert!(got.contains("VALUE n 0 2\r\n12\r\n"), "{got}");
 }
+
+#[test]
+fn large_values_arrays_and_big_batches_through_the_rust_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start(dir.path(), 3, BackendKind::Mem, None);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = quarry_client::Client::connect_cluster(&cluster.cluster)
+            .await
+            .unwrap();
+        let kv = client.kv("default", "").await.unwrap();
+        // 20 MB: 20 slices of 1 MiB, several on each node, more than one
+        // reply holds; fetched in one batch, answered in pieces.
+        let big = bytes::Bytes::from(quarry_testkit::noise_bytes(20_000_000, 9));
+        kv.set_large(b"big", big.clone(), 0, quarry_client::Expiry::Never)
+            .await
+            .unwrap();
+        assert_eq!(kv.get_large(b"big").await.unwrap().unwrap(), big);
+        // Replacing it with a small value leaves no slice behind.
+        kv.set_large(
+            b"big",
+            bytes::Bytes::from_static(b"small"),
+            0,
+            quarry_client::Expiry::Never,
+        )
+        .await
+        .unwrap();
+        assert_eq!(&kv.get_large(b"big").await.unwrap().unwrap()[..], b"small");
+        let items: u64 = kv
+            .stats()
+            .await
+            .unwrap()
+            .iter()
+            .flat_map(|(_, s)| s.iter().filter(|(k, _)| k == "curr_items").map(|(_, v)| *v))
+            .sum();
+        assert_eq!(items, 1);
+
+        // Twelve values of 1 MiB in one batched get.
+        let keys: Vec<bytes::Bytes> = (0..12)
+            .map(|i| bytes::Bytes::from(format!("m{i}")))
+            .collect();
+        let items = keys
+            .iter()
+            .map(|k| (k.clone(), bytes::Bytes::from(vec![k[1]; 1 << 20])))
+            .collect();
+        kv.set_many(items, quarry_client::Expiry::Never)
+            .await
+            .unwrap();
+        let got = kv.get_many(&keys).await.unwrap();
+        for (k, item) in keys.iter().zip(got) {
+            assert_eq!(item.unwrap().value, vec![k[1]; 1 << 20]);
+        }
+
+        let elements: Vec<bytes::Bytes> = (0..100u32)
+            .map(|i| bytes::Bytes::from(i.to_string()))
+            .collect();
+        kv.array_set(b"arr", elements, quarry_client::Expiry::Never)
+            .await
+            .unwrap();
+        assert_eq!(kv.array_len(b"arr").await.unwrap(), Some(100));
+        assert_eq!(&kv.array_get(b"arr", 42).await.unwrap().unwrap()[..], b"42");
+        let some = kv
+            .array_get_many(b"arr", &[99, 0, 7])
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(some, vec!["99", "0", "7"]);
+        let past = kv.array_get(b"arr", 100).await.unwrap_err().to_string();
+        assert!(past.contains("index 100 of an array of 100"), "{past}");
+        // Bad input is refused before it is sent, and names the rule.
+        let long = vec![b'k'; 251];
+        let e = kv.get(&long).await.unwrap_err().to_string();
+        assert!(e.contains("251 bytes"), "{e}");
+        let e = kv
+            .set(
+                b"k",
+                bytes::Bytes::from(vec![0u8; (1 << 20) + 1]),
+                0,
+                quarry_client::Expiry::Never,
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("set_large"), "{e}");
+    });
+}

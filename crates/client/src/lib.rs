@@ -62,7 +62,8 @@ pub use quarry_kernels_api::{
     WcOutput, WcSpec,
 };
 pub use quarry_kv_api::{
-    Expiry, FailKind, Item, ItemKind, KvAnswer, KvError, KvOp, StoreMode, TenantName,
+    check_key, Expiry, FailKind, Item, ItemKind, KvAnswer, KvError, KvOp, StoreMode, TenantName,
+    MAX_KEY_BYTES, MAX_SECRET_BYTES, MAX_VALUE_BYTES,
 };
 pub use quarry_proto::{GlobalBlockAddr, GlobalPageAddr, NodeId, Request, Response, Status};
 pub use quarry_proto::{LinearSpace, LinearSpaceError};

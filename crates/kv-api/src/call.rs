@@ -19,6 +19,12 @@ pub const MAX_OPS_PER_CALL: usize = 8192;
 /// Most bytes of operations in one call, within a frame's body.
 pub const MAX_CALL_BYTES: usize = 4 << 20;
 
+/// Most bytes of answers in one reply: a node stops a batch before an
+/// operation whose answer could take the reply past this, and answers the
+/// operations before it; the caller sends the rest again. A frame's body
+/// holds it with room to spare.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 /// Largest value one item holds: memcached's default item size. Larger
 /// values are cut into slices of this size by the clients (Multes++).
 pub const MAX_VALUE_BYTES: usize = 1 << 20;

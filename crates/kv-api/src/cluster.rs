@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::stream::{self, StreamExt};
 use quarry_proto::NodeId;
 use quarry_store_api::Placement;
 
@@ -17,10 +16,6 @@ use crate::{
     key_point, Expiry, FailKind, Item, ItemKind, KvAnswer, KvCall, KvError, KvOp, KvReply,
     KvRequest, Result, StoreMode, TenantName, MAX_CALL_BYTES, MAX_KEY_BYTES, MAX_OPS_PER_CALL,
 };
-
-/// Calls in flight at once for one batch: enough to keep every node of a
-/// cluster busy, bounded so a huge batch does not open a call per slice.
-const CALLS_IN_FLIGHT: usize = 16;
 
 /// How a [`KvCluster`] reaches a node's key-value service: across the
 /// wire (encoding the call), or straight to the node's own service when
@@ -64,6 +59,13 @@ impl<X: KvTransport> KvCluster<X> {
         tenant: TenantName,
         secret: Bytes,
     ) -> Result<Self> {
+        if secret.len() > crate::MAX_SECRET_BYTES {
+            return Err(KvError::TooLarge(format!(
+                "a secret of {} bytes; the limit is {}",
+                secret.len(),
+                crate::MAX_SECRET_BYTES
+            )));
+        }
         let placement = Placement::new(members).map_err(|e| KvError::Transport {
             node: 0,
             message: e.to_string(),
@@ -99,69 +101,93 @@ impl<X: KvTransport> KvCluster<X> {
         }
     }
 
-    /// Runs `ops` on one node as one call; a failure to reach it, or a
-    /// refusal of the whole call, is every operation's answer.
+    /// Runs `ops` on one node, in order, in as many calls as the limits
+    /// need: at most [`MAX_OPS_PER_CALL`] operations and [`MAX_CALL_BYTES`]
+    /// a call, and a node that would answer more than a frame holds answers
+    /// a prefix and is sent the rest again. A failure to reach the node, or
+    /// a refusal of a whole call, is the answer of every operation not yet
+    /// answered.
     pub async fn run_on(&self, node: NodeId, ops: Vec<KvOp>) -> Vec<KvAnswer> {
-        let n = ops.len();
-        let answer = self
-            .transport
-            .call(node, self.call_of(KvRequest::Ops(ops)))
-            .await;
-        let all = |a: KvAnswer| vec![a; n];
-        match answer {
-            Ok(KvReply::Answers(answers)) if answers.len() == n => answers,
-            Ok(KvReply::Answers(answers)) => all(failed(
-                FailKind::Internal,
-                format!("node {node} answered {} operations of {n}", answers.len()),
-            )),
-            Ok(KvReply::Refused { kind, message }) => all(failed(kind, message)),
-            Ok(other) => all(failed(
-                FailKind::Internal,
-                format!("node {node} answered operations with {other:?}"),
-            )),
-            Err(e) => all(failed(FailKind::Internal, e.to_string())),
+        let mut out = Vec::with_capacity(ops.len());
+        let mut rest = std::collections::VecDeque::from(ops);
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let take = rest
+                .iter()
+                .take(MAX_OPS_PER_CALL)
+                .take_while(|op| {
+                    bytes += op.wire_bytes();
+                    bytes <= MAX_CALL_BYTES
+                })
+                .count()
+                .max(1);
+            let sent: Vec<KvOp> = rest.iter().take(take).cloned().collect();
+            let answer = self
+                .transport
+                .call(node, self.call_of(KvRequest::Ops(sent)))
+                .await;
+            let fail_rest = |rest: &mut std::collections::VecDeque<KvOp>, a: KvAnswer| {
+                let n = rest.len();
+                rest.clear();
+                vec![a; n]
+            };
+            match answer {
+                Ok(KvReply::Answers(answers)) if !answers.is_empty() && answers.len() <= take => {
+                    rest.drain(..answers.len());
+                    out.extend(answers);
+                }
+                Ok(KvReply::Answers(answers)) => {
+                    let message = format!(
+                        "node {node} answered {} operations of {take}",
+                        answers.len()
+                    );
+                    out.extend(fail_rest(&mut rest, failed(FailKind::Internal, message)));
+                }
+                Ok(KvReply::Refused { kind, message }) => {
+                    out.extend(fail_rest(&mut rest, failed(kind, message)));
+                }
+                Ok(other) => {
+                    let message = format!("node {node} answered operations with {other:?}");
+                    out.extend(fail_rest(&mut rest, failed(FailKind::Internal, message)));
+                }
+                Err(e) => out.extend(fail_rest(
+                    &mut rest,
+                    failed(FailKind::Unavailable, e.to_string()),
+                )),
+            }
         }
+        out
     }
 
-    /// Runs `ops` where their keys live: split per node into calls of at
-    /// most [`MAX_OPS_PER_CALL`] operations and [`MAX_CALL_BYTES`], which
-    /// run at once; each node runs its calls' operations in the order given,
-    /// so operations on one key keep their order. Answers in `ops`' order.
+    /// Runs `ops` where their keys live: split per node, every node's share
+    /// at once, each node's in the order given ([`Self::run_on`]), so
+    /// operations on one key keep their order. An operation with a bad key
+    /// or a value over an item's size is answered `BadInput` without being
+    /// sent. Answers in `ops`' order.
     pub async fn run(&self, ops: Vec<KvOp>) -> Vec<KvAnswer> {
         let total = ops.len();
-        let mut per_node: Vec<(NodeId, Vec<usize>, Vec<KvOp>, usize)> = Vec::new();
+        let mut answers: Vec<Option<KvAnswer>> = vec![None; total];
+        let mut per_node: Vec<(NodeId, Vec<usize>, Vec<KvOp>)> = Vec::new();
         for (i, op) in ops.into_iter().enumerate() {
+            if let Some(refusal) = check_op(&op) {
+                answers[i] = Some(refusal);
+                continue;
+            }
             let node = self.node_of(op.key());
-            let bytes = op.wire_bytes();
-            let open = per_node.iter().rposition(|(n, ..)| *n == node);
-            let slot = match open {
-                Some(s)
-                    if per_node[s].2.len() < MAX_OPS_PER_CALL
-                        && per_node[s].3 + bytes <= MAX_CALL_BYTES =>
-                {
-                    s
-                }
-                _ => {
-                    per_node.push((node, Vec::new(), Vec::new(), 0));
+            let slot = match per_node.iter().position(|(n, ..)| *n == node) {
+                Some(s) => s,
+                None => {
+                    per_node.push((node, Vec::new(), Vec::new()));
                     per_node.len() - 1
                 }
             };
-            let call = &mut per_node[slot];
-            call.1.push(i);
-            call.2.push(op);
-            call.3 += bytes;
+            per_node[slot].1.push(i);
+            per_node[slot].2.push(op);
         }
-        let mut answers: Vec<Option<KvAnswer>> = vec![None; total];
-        // Calls to one node run one after another (buffered keeps their
-        // order only in results; a node's calls are sent in order and its
-        // service runs each to completion before answering).
-        let mut done = stream::iter(
-            per_node
-                .into_iter()
-                .map(|(node, idx, ops, _)| async move { (idx, self.run_on(node, ops).await) }),
-        )
-        .buffered(CALLS_IN_FLIGHT);
-        while let Some((idx, got)) = done.next().await {
+        let runs = per_node
+            .into_iter()
+            .map(|(node, idx, ops)| async move { (idx, self.run_on(node, ops).await) });
+        for (idx, got) in futures::future::join_all(runs).await {
             for (i, a) in idx.into_iter().zip(got) {
                 answers[i] = Some(a);
             }
@@ -173,6 +199,9 @@ impl<X: KvTransport> KvCluster<X> {
     }
 
     async fn one(&self, op: KvOp) -> KvAnswer {
+        if let Some(refusal) = check_op(&op) {
+            return refusal;
+        }
         let node = self.node_of(op.key());
         self.run_on(node, vec![op])
             .await
@@ -265,6 +294,25 @@ impl<X: KvTransport> KvCluster<X> {
             }
         }
         Ok(())
+    }
+}
+
+/// The refusal of an operation no node would take: a bad key, a value
+/// over an item's size.
+fn check_op(op: &KvOp) -> Option<KvAnswer> {
+    if let Err(e) = crate::check_key(op.key()) {
+        return Some(failed(FailKind::BadInput, e.to_string()));
+    }
+    match op {
+        KvOp::Store { value, .. } if value.len() > crate::MAX_VALUE_BYTES => Some(failed(
+            FailKind::TooLarge,
+            format!(
+                "a value of {} bytes; the limit is {} (store larger values with set_large)",
+                value.len(),
+                crate::MAX_VALUE_BYTES
+            ),
+        )),
+        _ => None,
     }
 }
 

@@ -44,6 +44,10 @@ pub enum KvError {
         /// Why, for people.
         message: String,
     },
+    /// A request that cannot be right whatever the cluster holds (an array
+    /// index past its end, an array read of a key holding a value).
+    #[error("{0}")]
+    Invalid(String),
     /// An answer that breaks the large-value or array format.
     #[error("{0}")]
     Format(String),

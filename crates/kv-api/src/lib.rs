@@ -45,7 +45,9 @@ mod name;
 mod op;
 mod sliced;
 
-pub use call::{KvCall, KvReply, KvRequest, MAX_CALL_BYTES, MAX_OPS_PER_CALL, MAX_VALUE_BYTES};
+pub use call::{
+    KvCall, KvReply, KvRequest, MAX_ANSWER_BYTES, MAX_CALL_BYTES, MAX_OPS_PER_CALL, MAX_VALUE_BYTES,
+};
 pub use cluster::{KvCluster, KvTransport, MAX_ARRAY_ELEMENTS, MAX_PARENT_KEY_BYTES, MAX_SLICES};
 pub use error::{KvError, Result};
 pub use name::{

@@ -198,6 +198,10 @@ pub enum FailKind {
     Internal = 7,
     /// The tenant is unknown or its secret is wrong.
     Denied = 8,
+    /// The operation itself is wrong (a bad key); never sent.
+    BadInput = 9,
+    /// The key's node could not be reached.
+    Unavailable = 10,
 }
 
 impl FailKind {
@@ -212,8 +216,30 @@ impl FailKind {
             6 => FailKind::Throttled,
             7 => FailKind::Internal,
             8 => FailKind::Denied,
+            9 => FailKind::BadInput,
+            10 => FailKind::Unavailable,
             _ => return None,
         })
+    }
+}
+
+impl KvAnswer {
+    /// The most bytes the answer to `op` can take in a reply: what a node
+    /// sets aside before it runs `op`, so its reply never outgrows a frame.
+    pub fn most_bytes_for(op: &KvOp) -> usize {
+        match op {
+            KvOp::Get { .. } => crate::MAX_VALUE_BYTES + 64,
+            _ => 64 + 1024,
+        }
+    }
+
+    /// Bytes the answer takes in a reply, about.
+    pub fn wire_bytes(&self) -> usize {
+        match self {
+            KvAnswer::Value(item) => 32 + item.value.len(),
+            KvAnswer::Failed { message, .. } => 4 + message.len().min(1024),
+            _ => 17,
+        }
     }
 }
 

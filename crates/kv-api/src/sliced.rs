@@ -168,7 +168,7 @@ impl<X: KvTransport> KvCluster<X> {
             match item.kind {
                 ItemKind::Plain => return Ok(Some(item.value)),
                 ItemKind::ArrayDirectory => {
-                    return Err(KvError::Format(format!(
+                    return Err(KvError::Invalid(format!(
                         "key {:?} holds an array, not a value",
                         String::from_utf8_lossy(key)
                     )))
@@ -260,7 +260,7 @@ impl<X: KvTransport> KvCluster<X> {
             return Ok(None);
         };
         if item.kind != ItemKind::ArrayDirectory {
-            return Err(KvError::Format(format!(
+            return Err(KvError::Invalid(format!(
                 "key {:?} holds no array",
                 String::from_utf8_lossy(key)
             )));
@@ -285,7 +285,7 @@ impl<X: KvTransport> KvCluster<X> {
                 return Ok(None);
             };
             if let Some(bad) = indices.iter().find(|&&i| i >= head.count) {
-                return Err(KvError::Format(format!(
+                return Err(KvError::Invalid(format!(
                     "index {bad} of an array of {} elements",
                     head.count
                 )));

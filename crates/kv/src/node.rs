@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use quarry_kv_api::{
     FailKind, KvAnswer, KvCall, KvError, KvOp, KvReply, KvRequest, TenantName, DEFAULT_TENANT,
+    MAX_ANSWER_BYTES,
 };
 use quarry_store::{Batch, Table, TableStore};
 
@@ -287,16 +288,28 @@ impl<T: TableStore> KvNode<T> {
                     && self.room.as_ref().is_some_and(|room| !room(bytes));
                 let run = |table: &mut TenantTable, changes: &mut Vec<Change>| {
                     let mut next_cas = || self.cas.fetch_add(1, Ordering::Relaxed);
-                    ops.into_iter()
-                        .map(|op| match op {
+                    let mut answers = Vec::with_capacity(ops.len());
+                    let mut reply_bytes = 0;
+                    for op in ops {
+                        // The reply must fit a frame: stop before an
+                        // operation whose answer might not fit, and let
+                        // the caller send the rest again.
+                        let most = KvAnswer::most_bytes_for(&op);
+                        if !answers.is_empty() && reply_bytes + most > MAX_ANSWER_BYTES {
+                            break;
+                        }
+                        let answer = match op {
                             KvOp::Store { .. } | KvOp::Arith { .. } if full => KvAnswer::Failed {
                                 kind: FailKind::OutOfMemory,
                                 message: "out of memory storing object: the node's device is full"
                                     .to_string(),
                             },
                             op => table.apply(op, now, &mut next_cas, changes),
-                        })
-                        .collect::<Vec<KvAnswer>>()
+                        };
+                        reply_bytes += answer.wire_bytes();
+                        answers.push(answer);
+                    }
+                    answers
                 };
                 match self.change(&tenant, run).await {
                     Ok(answers) => KvReply::Answers(answers),

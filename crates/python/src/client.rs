@@ -11,6 +11,7 @@ use quarry_client::{BucketName, ClusterFile, Compute, Condition, ObjectKey, Obje
 use crate::compute;
 use crate::convert::to_python;
 use crate::errors::Failure;
+use crate::kv::{self, KvTable};
 use crate::objects::{self, ObjectInfo, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT};
 use crate::runtime::wait;
 use quarry_jobs::GrepOptions;
@@ -117,6 +118,21 @@ impl Client {
     #[getter]
     fn entry_addr(&self) -> String {
         self.client.entry_addr().to_string()
+    }
+
+    /// One tenant's key-value tables: the `default` tenant of a cluster
+    /// with no tenants configured, or `tenant` with its `secret` (checked
+    /// by the nodes at the first call; a wrong one raises `Denied`). The
+    /// same tables every node's memcached port serves.
+    ///
+    /// >>> table = client.kv()
+    /// >>> table.set("user:1", b"ada")
+    /// 1
+    /// >>> table.get("user:1")
+    /// b'ada'
+    #[pyo3(signature = (tenant="default", secret=""))]
+    fn kv(&self, py: Python<'_>, tenant: &str, secret: &str) -> PyResult<KvTable> {
+        kv::tables(py, &self.client, tenant, secret)
     }
 
     /// Makes a bucket (`quarry mb`). `chunking` is `"fixed"`,

@@ -5,7 +5,7 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use quarry_client::{ClientError, Status, StoreError};
+use quarry_client::{ClientError, FailKind, KvError as KvFailure, Status, StoreError};
 
 create_exception!(
     _quarry,
@@ -43,6 +43,36 @@ create_exception!(
     QuarryError,
     "The cluster, or a node of it, could not be reached or did not answer in time."
 );
+create_exception!(
+    _quarry,
+    KvError,
+    QuarryError,
+    "A key-value operation a node refused, or an answer that breaks the large-value or array format."
+);
+create_exception!(
+    _quarry,
+    OutOfMemory,
+    KvError,
+    "No room for the item: the node's memory or device is full, or the tenant's byte or key quota is used up."
+);
+create_exception!(
+    _quarry,
+    Denied,
+    KvError,
+    "The tenant is not known to the cluster, or its secret is wrong."
+);
+create_exception!(
+    _quarry,
+    Throttled,
+    KvError,
+    "The tenant is over its rate limit for longer than a request waits."
+);
+create_exception!(
+    _quarry,
+    NonNumeric,
+    KvError,
+    "incr or decr of a value that is not a decimal number."
+);
 
 /// Adds the exception classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -53,6 +83,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidInput", py.get_type::<InvalidInput>())?;
     m.add("Conflict", py.get_type::<Conflict>())?;
     m.add("Unavailable", py.get_type::<Unavailable>())?;
+    m.add("KvError", py.get_type::<KvError>())?;
+    m.add("OutOfMemory", py.get_type::<OutOfMemory>())?;
+    m.add("Denied", py.get_type::<Denied>())?;
+    m.add("Throttled", py.get_type::<Throttled>())?;
+    m.add("NonNumeric", py.get_type::<NonNumeric>())?;
     Ok(())
 }
 
@@ -64,6 +99,11 @@ pub enum Kind {
     InvalidInput,
     Conflict,
     Unavailable,
+    Kv,
+    OutOfMemory,
+    Denied,
+    Throttled,
+    NonNumeric,
     Other,
 }
 
@@ -105,9 +145,38 @@ fn store_kind(e: &StoreError) -> Kind {
     }
 }
 
+/// A node's reason for refusing an operation, as a class. A value too
+/// large is the caller's argument; the quotas are out of memory as
+/// memcached says it (`SERVER_ERROR out of memory storing object`).
+pub fn fail_kind(kind: FailKind) -> Kind {
+    match kind {
+        FailKind::OutOfMemory | FailKind::QuotaBytes | FailKind::QuotaKeys => Kind::OutOfMemory,
+        FailKind::TooLarge | FailKind::BadInput => Kind::InvalidInput,
+        FailKind::Unavailable => Kind::Unavailable,
+        FailKind::NonNumeric => Kind::NonNumeric,
+        FailKind::Throttled => Kind::Throttled,
+        FailKind::Denied => Kind::Denied,
+        FailKind::Internal => Kind::Kv,
+    }
+}
+
+fn kv_kind(e: &KvFailure) -> Kind {
+    match e {
+        KvFailure::InvalidTenant { .. }
+        | KvFailure::InvalidKey(_)
+        | KvFailure::TooLarge(_)
+        | KvFailure::Invalid(_) => Kind::InvalidInput,
+        KvFailure::Denied(_) => Kind::Denied,
+        KvFailure::Transport { .. } => Kind::Unavailable,
+        KvFailure::Failed { kind, .. } => fail_kind(*kind),
+        KvFailure::Malformed { .. } | KvFailure::Format(_) => Kind::Kv,
+    }
+}
+
 fn client_kind(e: &ClientError) -> Kind {
     match e {
         ClientError::Store(s) => store_kind(s),
+        ClientError::Kv(k) => kv_kind(k),
         ClientError::NoEntryNode { .. } | ClientError::Proto(_) => Kind::Unavailable,
         ClientError::Remote { status, .. } => match status {
             Status::NodeUnreachable | Status::Timeout | Status::Busy => Kind::Unavailable,
@@ -130,6 +199,12 @@ impl From<StoreError> for Failure {
 impl From<ClientError> for Failure {
     fn from(e: ClientError) -> Failure {
         Failure::new(client_kind(&e), e.to_string())
+    }
+}
+
+impl From<KvFailure> for Failure {
+    fn from(e: KvFailure) -> Failure {
+        Failure::new(kv_kind(&e), e.to_string())
     }
 }
 
@@ -162,6 +237,11 @@ impl From<Failure> for PyErr {
             Kind::InvalidInput => InvalidInput::new_err(f.message),
             Kind::Conflict => Conflict::new_err(f.message),
             Kind::Unavailable => Unavailable::new_err(f.message),
+            Kind::Kv => KvError::new_err(f.message),
+            Kind::OutOfMemory => OutOfMemory::new_err(f.message),
+            Kind::Denied => Denied::new_err(f.message),
+            Kind::Throttled => Throttled::new_err(f.message),
+            Kind::NonNumeric => NonNumeric::new_err(f.message),
             Kind::Other => QuarryError::new_err(f.message),
         }
     }

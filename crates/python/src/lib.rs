@@ -27,6 +27,7 @@ mod client;
 mod compute;
 mod convert;
 mod errors;
+mod kv;
 mod objects;
 mod put_stream;
 mod runtime;
@@ -34,12 +35,15 @@ mod runtime;
 use pyo3::prelude::*;
 
 pub use client::Client;
+pub use kv::{KvItem, KvTable};
 pub use objects::ObjectInfo;
 
 #[pymodule]
 fn _quarry(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<ObjectInfo>()?;
+    m.add_class::<KvTable>()?;
+    m.add_class::<KvItem>()?;
     m.add_function(wrap_pyfunction!(client::connect, m)?)?;
     errors::register(m)?;
     Ok(())

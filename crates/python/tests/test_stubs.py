@@ -27,10 +27,12 @@ def test_the_stubs_match_the_compiled_module(tmp_path):
 
 
 def test_every_public_method_has_a_docstring_with_an_example():
-    for name in dir(quarry.Client):
-        if name.startswith("_"):
-            continue
-        doc = getattr(quarry.Client, name).__doc__ or ""
-        assert ">>>" in doc, f"Client.{name} has no example in its docstring"
+    for cls in (quarry.Client, quarry.KvTable):
+        for name in dir(cls):
+            if name.startswith("_"):
+                continue
+            doc = getattr(cls, name).__doc__ or ""
+            assert ">>>" in doc, f"{cls.__name__}.{name} has no example in its docstring"
     assert ">>>" in (quarry.connect.__doc__ or "")
     assert ">>>" in (quarry.ObjectInfo.__doc__ or "")
+    assert ">>>" in (quarry.KvItem.__doc__ or "")

@@ -214,7 +214,8 @@ fn failure_reply(kind: FailKind, message: &str) -> Reply {
         }
         FailKind::Denied => return Reply::client_error("unauthenticated"),
         FailKind::Throttled => "tenant over its rate limit".to_string(),
-        FailKind::Internal => one_line(message),
+        FailKind::BadInput => return Reply::client_error(&one_line(message)),
+        FailKind::Internal | FailKind::Unavailable => one_line(message),
     };
     Reply::server_error(&text)
 }

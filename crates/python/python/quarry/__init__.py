@@ -1,4 +1,4 @@
-"""Quarry from Python: buckets, objects and near-data commands.
+"""Quarry from Python: buckets, objects, near-data commands and key-value tables.
 
 A thin layer over Quarry's Rust client (``quarry._quarry``). Every call that
 waits on the cluster releases the GIL, so other threads run meanwhile.
@@ -12,16 +12,28 @@ Failures raise :class:`QuarryError` subclasses whose message is the one the
 12
 >>> client.grep("world", "logs/a.txt")["results"][0]["output"]["matching_lines"]
 1
+>>> table = client.kv()                # the default tenant's key-value tables
+>>> table.set("user:1", b"ada")
+1
+>>> table.get_many(["user:1", "nobody"])
+{'user:1': b'ada'}
 """
 
 from ._quarry import (
     AlreadyExists,
     Client,
     Conflict,
+    Denied,
     InvalidInput,
+    KvError,
+    KvItem,
+    KvTable,
+    NonNumeric,
     NotFound,
     ObjectInfo,
+    OutOfMemory,
     QuarryError,
+    Throttled,
     Unavailable,
     connect,
 )
@@ -30,10 +42,17 @@ __all__ = [
     "AlreadyExists",
     "Client",
     "Conflict",
+    "Denied",
     "InvalidInput",
+    "KvError",
+    "KvItem",
+    "KvTable",
+    "NonNumeric",
     "NotFound",
     "ObjectInfo",
+    "OutOfMemory",
     "QuarryError",
+    "Throttled",
     "Unavailable",
     "connect",
 ]

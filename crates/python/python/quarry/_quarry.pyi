@@ -1,22 +1,43 @@
 """Type stubs of the compiled module ``quarry._quarry`` (see its docstrings)."""
 
 import os
-from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple, Union, final
+from typing import (
+    Any,
+    BinaryIO,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    final,
+)
 
 __all__ = [
     "AlreadyExists",
     "Client",
     "Conflict",
+    "Denied",
     "InvalidInput",
+    "KvError",
+    "KvItem",
+    "KvTable",
+    "NonNumeric",
     "NotFound",
     "ObjectInfo",
+    "OutOfMemory",
     "QuarryError",
+    "Throttled",
     "Unavailable",
     "connect",
 ]
 
 _Json = Dict[str, Any]
 _PutData = Union[bytes, bytearray, str, "os.PathLike[str]", BinaryIO]
+_Key = Union[str, bytes, bytearray]
+_Value = Union[bytes, bytearray, memoryview]
 
 class QuarryError(Exception):
     """Base class of every error Quarry raises."""
@@ -35,6 +56,21 @@ class Conflict(QuarryError):
 
 class Unavailable(QuarryError):
     """The cluster, or a node of it, could not be reached or did not answer in time."""
+
+class KvError(QuarryError):
+    """A key-value operation a node refused, or an answer that breaks the large-value or array format."""
+
+class OutOfMemory(KvError):
+    """No room for the item: the node's memory or device is full, or the tenant's byte or key quota is used up."""
+
+class Denied(KvError):
+    """The tenant is not known to the cluster, or its secret is wrong."""
+
+class Throttled(KvError):
+    """The tenant is over its rate limit for longer than a request waits."""
+
+class NonNumeric(KvError):
+    """incr or decr of a value that is not a decimal number."""
 
 @final
 class ObjectInfo:
@@ -72,6 +108,15 @@ def connect(
 @final
 class Client:
     """A connection to a Quarry cluster; safe to share between threads."""
+
+    def kv(self, tenant: str = "default", secret: str = "") -> KvTable:
+        """One tenant's key-value tables (the ``default`` tenant of a cluster
+        with no tenants configured); the tables every memcached port serves.
+
+        >>> table = client.kv()
+        >>> table.set("user:1", b"ada")
+        1
+        """
 
     @property
     def entry_addr(self) -> str:
@@ -310,4 +355,217 @@ class Client:
 
         >>> [j["state"] for j in client.jobs()]
         ['done']
+        """
+
+@final
+class KvItem:
+    """An item as ``KvTable.get_item`` finds it.
+
+    >>> item = table.get_item("user:1")
+    >>> item.value, item.flags, item.expires_unix_secs
+    (b'ada', 0, None)
+    """
+
+    @property
+    def value(self) -> bytes: ...
+    @property
+    def flags(self) -> int: ...
+    @property
+    def cas(self) -> int: ...
+    @property
+    def expires_unix_secs(self) -> Optional[int]: ...
+
+@final
+class KvTable:
+    """One tenant's key-value tables (from ``Client.kv``); safe to share between threads."""
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose keys these are.
+
+        >>> client.kv().tenant
+        'default'
+        """
+
+    @property
+    def nodes(self) -> List[int]:
+        """The nodes keys are placed over.
+
+        >>> table.nodes
+        [0, 1, 2]
+        """
+
+    def node_of(self, key: _Key) -> int:
+        """The node ``key`` lives on.
+
+        >>> table.node_of("user:1") in table.nodes
+        True
+        """
+
+    def get(self, key: _Key) -> Optional[bytes]:
+        """The value under ``key``, or ``None`` (a large value or an array raises ``KvError``).
+
+        >>> table.get("user:1")
+        b'ada'
+        """
+
+    def gets(self, key: _Key) -> Optional[Tuple[bytes, int]]:
+        """The value and its CAS value (memcached's ``gets``), or ``None``.
+
+        >>> value, cas = table.gets("user:1")
+        """
+
+    def get_item(self, key: _Key) -> Optional[KvItem]:
+        """The item with its flags, CAS value and expiry, or ``None``.
+
+        >>> table.get_item("user:2").flags
+        7
+        """
+
+    def set(self, key: _Key, value: _Value, *, flags: int = 0, ttl: int = 0) -> int:
+        """Stores a value of at most 1 MiB (``ttl`` seconds, 0: never); the new CAS value.
+
+        >>> cas = table.set("greeting", b"hello", ttl=3600)
+        """
+
+    def add(self, key: _Key, value: _Value, *, flags: int = 0, ttl: int = 0) -> bool:
+        """Stores only if ``key`` is absent; whether it stored.
+
+        >>> table.add("greeting", b"hi")
+        False
+        """
+
+    def replace(self, key: _Key, value: _Value, *, flags: int = 0, ttl: int = 0) -> bool:
+        """Stores only if ``key`` is present; whether it stored.
+
+        >>> table.replace("nobody", b"x")
+        False
+        """
+
+    def append(self, key: _Key, value: _Value) -> bool:
+        """Adds ``value`` after the present value; whether the key was there.
+
+        >>> table.append("greeting", b", world")
+        True
+        """
+
+    def prepend(self, key: _Key, value: _Value) -> bool:
+        """Adds ``value`` before the present value; whether the key was there.
+
+        >>> table.prepend("greeting", b"oh, ")
+        True
+        """
+
+    def cas(
+        self, key: _Key, value: _Value, cas: int, *, flags: int = 0, ttl: int = 0
+    ) -> Optional[bool]:
+        """Stores only if the item is still version ``cas``: ``True`` stored,
+        ``False`` another version (``EXISTS``), ``None`` no item (``NOT_FOUND``).
+
+        >>> table.cas("greeting", b"bye", cas)
+        True
+        """
+
+    def delete(self, key: _Key) -> bool:
+        """Deletes a plain item; whether it was there.
+
+        >>> table.delete("greeting")
+        True
+        """
+
+    def incr(self, key: _Key, delta: int = 1) -> Optional[int]:
+        """Adds to the decimal number under ``key``; the new number, or ``None`` when absent.
+
+        >>> table.incr("hits")
+        42
+        """
+
+    def decr(self, key: _Key, delta: int = 1) -> Optional[int]:
+        """Subtracts, stopping at 0; the new number, or ``None`` when absent.
+
+        >>> table.decr("hits", 50)
+        0
+        """
+
+    def touch(self, key: _Key, ttl: int) -> bool:
+        """Sets the expiry to ``ttl`` seconds from now (0: never); whether the key was there.
+
+        >>> table.touch("hits", 60)
+        True
+        """
+
+    def get_many(self, keys: Iterable[_Key]) -> Dict[Any, bytes]:
+        """The values of the keys found (misses left out), one call per node.
+
+        >>> table.get_many(["user:1", "nobody"])
+        {'user:1': b'ada'}
+        """
+
+    def set_many(
+        self, items: Union[Mapping[Any, _Value], Iterable[Tuple[_Key, _Value]]], *, ttl: int = 0
+    ) -> List[int]:
+        """Stores many values, one call per node; their new CAS values in order.
+
+        >>> len(table.set_many({f"k{i}": b"v" for i in range(1000)}))
+        1000
+        """
+
+    def set_large(self, key: _Key, value: _Value, *, flags: int = 0, ttl: int = 0) -> None:
+        """Stores a value of any size (up to 4 GiB), as 1 MiB slices beyond 1 MiB.
+
+        >>> table.set_large("video", b"x" * (5 << 20))
+        """
+
+    def get_large(self, key: _Key) -> Optional[bytes]:
+        """The value whatever its size, or ``None``.
+
+        >>> len(table.get_large("video"))
+        5242880
+        """
+
+    def delete_large(self, key: _Key) -> bool:
+        """Deletes ``key`` and the slices or elements it names; whether it was there.
+
+        >>> table.delete_large("video")
+        True
+        """
+
+    def array_set(self, key: _Key, elements: Iterable[_Value], *, ttl: int = 0) -> None:
+        """Stores ``elements`` (each at most 1 MiB) as an array behind a directory value.
+
+        >>> table.array_set("frames", [b"f0", b"f1", b"f2"])
+        """
+
+    def array_get(self, key: _Key, index: int) -> Optional[bytes]:
+        """Element ``index``, or ``None`` when there is no array; past the end raises ``KvError``.
+
+        >>> table.array_get("frames", 1)
+        b'f1'
+        """
+
+    def array_get_many(self, key: _Key, indices: Sequence[int]) -> Optional[List[bytes]]:
+        """Elements ``indices`` in that order, read in one batch; ``None`` when there is no array.
+
+        >>> table.array_get_many("frames", [2, 0])
+        [b'f2', b'f0']
+        """
+
+    def array_len(self, key: _Key) -> Optional[int]:
+        """The number of elements of the array, or ``None``.
+
+        >>> table.array_len("frames")
+        3
+        """
+
+    def stats(self, nodes: bool = False) -> _Json:
+        """The figures of ``quarry kv stats --json`` (summed over nodes, ``dedup_ratio``).
+
+        >>> table.stats()["dedup_ratio"] >= 1.0
+        True
+        """
+
+    def flush_all(self, delay: int = 0) -> None:
+        """Drops every item of the tenant on every node (after ``delay`` seconds).
+
+        >>> table.flush_all()
         """

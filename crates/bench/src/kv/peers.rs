@@ -1,0 +1,165 @@
+//! The systems `quarry bench kv` compares: memcached 1.6 (Debian's),
+//! Redis with an append-only file synced every second, and Quarry's cache
+//! and durable tenants on a local cluster, each a process of its own on
+//! this machine.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use quarry_device::{BackendKind, EccMode};
+use quarry_local::{LocalCluster, LocalClusterSpec, Topology};
+
+use super::load::{Protocol, Target};
+
+/// A peer server process, killed when dropped.
+pub(crate) struct Server {
+    child: Child,
+    pub(crate) target: Target,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn wait_listening(addr: &str, child: &mut Child, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("{what} exited with {status} before listening on {addr}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("{what} did not listen on {addr} within 10 s")
+}
+
+/// memcached with as many worker threads as the machine has cores and
+/// room for every item.
+pub(crate) fn memcached(threads: usize, memory_mib: u64) -> Result<Server> {
+    let port = free_port()?;
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new("memcached")
+        .args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"])
+        .args([
+            "-t",
+            &threads.to_string(),
+            "-m",
+            &memory_mib.to_string(),
+            "-c",
+            "4096",
+        ])
+        .args(["-u", "root"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start memcached (scripts/setup.sh installs it)")?;
+    wait_listening(&addr, &mut child, "memcached")?;
+    Ok(Server {
+        child,
+        target: Target {
+            addr,
+            protocol: Protocol::Memcached,
+            auth: None,
+        },
+    })
+}
+
+/// Redis persisting every change to an append-only file fsynced every
+/// second (its documented default for durability), no snapshots.
+pub(crate) fn redis(dir: &Path) -> Result<Server> {
+    let port = free_port()?;
+    let addr = format!("127.0.0.1:{port}");
+    let data = dir.join("redis");
+    std::fs::create_dir_all(&data)?;
+    let mut child = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+        ])
+        .args(["--protected-mode", "no", "--daemonize", "no"])
+        .arg("--dir")
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start redis-server (scripts/setup.sh installs it)")?;
+    wait_listening(&addr, &mut child, "redis-server")?;
+    Ok(Server {
+        child,
+        target: Target {
+            addr,
+            protocol: Protocol::Redis,
+            auth: None,
+        },
+    })
+}
+
+/// The tenants of the benchmark's cluster: `cache` (memcached's mode),
+/// `durable` (every acknowledged set in the log on the device first),
+/// `nodedup` (a cache tenant that stores every value as it comes), and
+/// `noisy` / `quiet` for the isolation figure (`noisy` limited to
+/// `noisy_ops_per_sec` a node).
+pub(crate) fn tenants_toml(memory_bytes: u64, noisy_ops_per_sec: u64) -> String {
+    let tenant = |name: &str, mode: &str, dedup: bool, ops: u64| {
+        format!(
+            "\n[[kv.tenants]]\nname = \"{name}\"\nsecret = \"{name}-pw\"\nmode = \"{mode}\"\n\
+             max_bytes = {memory_bytes}\ndedup = {dedup}\nops_per_sec = {ops}\n"
+        )
+    };
+    let mut t = "[kv]\n".to_string();
+    t += &tenant("cache", "cache", true, 0);
+    t += &tenant("durable", "durable", true, 0);
+    t += &tenant("nodedup", "cache", false, 0);
+    t += &tenant("noisy", "cache", true, noisy_ops_per_sec);
+    t += &tenant("quiet", "cache", true, 0);
+    t
+}
+
+/// A local Quarry cluster of `nodes` file-backed nodes for the benchmark.
+pub(crate) fn quarry(dir: &Path, exe: &Path, nodes: u16, kv_toml: String) -> Result<LocalCluster> {
+    let spec = LocalClusterSpec {
+        nodes,
+        dir: dir.join("quarry"),
+        backend: BackendKind::File,
+        preset: None,
+        geometry: None,
+        capacity_bytes: Some(4 << 30),
+        direct_io: true,
+        topology: Topology::default(),
+        stop_with_this_process: true,
+        managed: true,
+        ecc: EccMode::Crc,
+        kv_toml: Some(kv_toml),
+    };
+    LocalCluster::start(&spec, exe)
+}
+
+/// The memcached face of `node` as `tenant`.
+pub(crate) fn quarry_target(cluster: &LocalCluster, node: usize, tenant: &str) -> Result<Target> {
+    let addr = cluster.cluster.nodes[node]
+        .memcached
+        .clone()
+        .context("the cluster's nodes have no memcached port")?;
+    Ok(Target {
+        addr,
+        protocol: Protocol::Memcached,
+        auth: Some((tenant.to_string(), format!("{tenant}-pw"))),
+    })
+}
