@@ -194,6 +194,7 @@ pub(crate) fn mem_cluster(
         managed: true,
         ecc: quarry_device::EccMode::Crc,
         kv_toml: None,
+        device_toml: None,
     };
     LocalCluster::start(&spec, &quarry_exe()?)
 }

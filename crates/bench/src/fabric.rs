@@ -585,6 +585,7 @@ impl Bed {
             managed: false,
             ecc: quarry_device::EccMode::Rs,
             kv_toml: None,
+            device_toml: None,
         };
         eprintln!(
             "bench fabric: starting a {nodes}-node {} {} cluster in {}",

@@ -159,6 +159,7 @@ fn plan(args: &BenchObjectsArgs) -> Result<Plan> {
             quarry_device::EccMode::Crc
         },
         kv_toml: None,
+        device_toml: None,
     };
     if !args.common.json {
         eprintln!(

@@ -166,6 +166,7 @@ fn bench_backend(
         managed: false,
         ecc: quarry_device::EccMode::Rs,
         kv_toml: None,
+        device_toml: None,
     };
     eprintln!(
         "bench page: starting a 2-node {backend:?} cluster in {}",

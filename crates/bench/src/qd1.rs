@@ -115,6 +115,7 @@ pub(crate) fn volume_rows(
         // What `quarry up` gives a mem node: the rows are what a user gets.
         ecc: quarry_device::EccMode::Crc,
         kv_toml: None,
+        device_toml: None,
     };
     eprintln!(
         "bench page: starting a 1-node managed mem cluster in {} for the volume rows",

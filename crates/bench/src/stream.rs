@@ -352,6 +352,7 @@ fn cluster_spec(dir: &Path, size_bytes: u64) -> Result<LocalClusterSpec> {
         managed: true,
         ecc: quarry_device::EccMode::Crc,
         kv_toml: None,
+        device_toml: None,
     })
 }
 

@@ -184,6 +184,11 @@ pub struct UpArgs {
     /// nothing the CRC does not).
     #[arg(long, value_enum)]
     pub ecc: Option<EccArg>,
+    /// A TOML file with the key-value store's `[kv]` table (tenants, their
+    /// modes, secrets and limits: docs/kv.md), given to every node.
+    /// Default: one open tenant, `default`, in cache mode.
+    #[arg(long, value_name = "FILE")]
+    pub kv_config: Option<PathBuf>,
 }
 
 /// Per-page codes selectable on the command line.

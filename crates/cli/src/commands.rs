@@ -29,6 +29,25 @@ fn default_ecc(device: DeviceArg) -> EccArg {
 pub fn up(args: &UpArgs) -> Result<()> {
     let (capacity_bytes, why) = node_capacity(args)?;
     println!("capacity: {why}");
+    let kv_toml = match &args.kv_config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --kv-config {}", path.display()))?;
+            // Checked here, so a bad file is named before any node starts.
+            let table: toml::Table = toml::from_str(&text)
+                .with_context(|| format!("--kv-config {} is not TOML", path.display()))?;
+            let kv: quarry_node::KvConfig = table
+                .get("kv")
+                .cloned()
+                .with_context(|| format!("--kv-config {} has no [kv] table", path.display()))?
+                .try_into()
+                .with_context(|| format!("--kv-config {}", path.display()))?;
+            kv.validate()
+                .map_err(|e| anyhow::anyhow!("--kv-config {}: {e}", path.display()))?;
+            Some(text)
+        }
+        None => None,
+    };
     let spec = LocalClusterSpec {
         nodes: args.nodes,
         dir: args.dir.clone(),
@@ -44,7 +63,8 @@ pub fn up(args: &UpArgs) -> Result<()> {
             EccArg::Rs => quarry_device::EccMode::Rs,
             EccArg::Crc => quarry_device::EccMode::Crc,
         },
-        kv_toml: None,
+        kv_toml,
+        device_toml: None,
     };
     let mut cluster = LocalCluster::start(&spec, &quarry_exe()?)?;
     print_members(&cluster.cluster);

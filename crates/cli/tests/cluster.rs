@@ -38,6 +38,7 @@ fn start(dir: &Path, nodes: u16, backend: BackendKind) -> LocalCluster {
         managed: false,
         ecc: quarry_device::EccMode::Rs,
         kv_toml: None,
+        device_toml: None,
     };
     match LocalCluster::start(&spec, &exe()) {
         Ok(cluster) => cluster,

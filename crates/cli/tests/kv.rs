@@ -41,6 +41,7 @@ fn start(dir: &Path, nodes: u16, backend: BackendKind, kv_toml: Option<&str>) ->
         managed: true,
         ecc: quarry_device::EccMode::Crc,
         kv_toml: kv_toml.map(str::to_string),
+        device_toml: None,
     };
     LocalCluster::start(&spec, &exe()).unwrap_or_else(|e| panic!("cluster did not start: {e:#}"))
 }

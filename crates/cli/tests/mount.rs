@@ -128,6 +128,7 @@ fn start_cluster(dir: &Path, nodes: u16) -> LocalCluster {
         managed: true,
         ecc: EccMode::Crc,
         kv_toml: None,
+        device_toml: None,
     };
     LocalCluster::start(&spec, &exe()).expect("cluster starts")
 }

@@ -411,6 +411,7 @@ fn three_file_nodes(dir: &std::path::Path, direct_io: bool) -> LocalClusterSpec 
         managed: true,
         ecc: quarry_device::EccMode::Rs,
         kv_toml: None,
+        device_toml: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn managed_cluster(dir: &Path, n: u16) -> LocalCluster {
         managed: true,
         ecc: EccMode::Rs,
         kv_toml: None,
+        device_toml: None,
     };
     match LocalCluster::start(&spec, Path::new(env!("CARGO_BIN_EXE_quarry"))) {
         Ok(cluster) => cluster,

@@ -54,6 +54,12 @@ pub struct DeviceConfig {
     /// crash still loses none: they are in the host's page cache).
     #[serde(default)]
     pub sync_writes: Option<bool>,
+    /// With `sync_writes` off, `fdatasync` the backing file this often in
+    /// the background, so a power loss loses at most about this much of
+    /// what was acknowledged (Redis's `appendfsync everysec` contract, at
+    /// 1000). None: only the kernel's own write-back.
+    #[serde(default)]
+    pub flush_interval_ms: Option<u64>,
     /// Seed for the `nand` backend's bit-error and bad-block model.
     #[serde(default)]
     pub seed: Option<u64>,

@@ -690,6 +690,8 @@ impl Device {
                 let sync_default = config.backend == BackendKind::File;
                 if config.sync_writes.unwrap_or(sync_default) {
                     flusher = Some(Flusher::new(Arc::clone(&file)));
+                } else if let Some(ms) = config.flush_interval_ms.filter(|&ms| ms > 0) {
+                    flush_every(Arc::downgrade(&file), std::time::Duration::from_millis(ms))?;
                 }
                 let timing = nand_timing_of(config, &options, &layout)?;
                 restore_blocks(
@@ -2006,4 +2008,20 @@ mod tests {
             }
         });
     }
+}
+
+/// Flushes `file` every `interval` on a thread of its own until the device
+/// lets go of it.
+fn flush_every(file: std::sync::Weak<std::fs::File>, interval: std::time::Duration) -> Result<(), DeviceError> {
+    std::thread::Builder::new()
+        .name("quarry-flush".into())
+        .spawn(move || loop {
+            std::thread::sleep(interval);
+            let Some(file) = file.upgrade() else { return };
+            if let Err(e) = file.sync_data() {
+                tracing::error!("periodic fdatasync of the device's backing file failed: {e}");
+            }
+        })
+        .map(drop)
+        .map_err(|e| io_err("starting the periodic flush thread".to_string(), e))
 }

@@ -284,7 +284,11 @@ impl<T: TableStore> KvNode<T> {
                     Some(_) => {}
                 }
                 let now = now_unix_secs();
-                let full = tenant.mode == KvMode::Durable
+                let stores = ops
+                    .iter()
+                    .any(|op| matches!(op, KvOp::Store { .. } | KvOp::Arith { .. }));
+                let full = stores
+                    && tenant.mode == KvMode::Durable
                     && self.room.as_ref().is_some_and(|room| !room(bytes));
                 let run = |table: &mut TenantTable, changes: &mut Vec<Change>| {
                     let mut next_cas = || self.cas.fetch_add(1, Ordering::Relaxed);

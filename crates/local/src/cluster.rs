@@ -57,6 +57,9 @@ pub struct LocalClusterSpec {
     /// A `[kv]` table (tenants, modes, limits) for every node's
     /// configuration, as TOML; none: the one open `default` tenant.
     pub kv_toml: Option<String>,
+    /// More lines of every node's `[device]` table (e.g. `sync_writes =
+    /// false`), as TOML.
+    pub device_toml: Option<String>,
 }
 
 /// The links of a local cluster: a named shape or an explicit list.
@@ -164,6 +167,7 @@ impl LocalClusterSpec {
             managed: true,
             ecc: EccMode::Rs,
             kv_toml: None,
+            device_toml: None,
         }
     }
 }
@@ -673,6 +677,10 @@ fn node_config_toml(
         text.push_str("ecc = \"crc\"\n");
     }
     text.push_str(&format!("seed = {}\n", 1000 + u64::from(id)));
+    if let Some(lines) = &spec.device_toml {
+        text.push_str(lines);
+        text.push('\n');
+    }
     let mode = if spec.managed { "managed" } else { "raw" };
     text.insert_str(
         text.find("\n[device]").unwrap_or(text.len()),

@@ -43,6 +43,7 @@ mod memcached;
 mod node;
 
 pub use config::{NodeConfig, NodeLimits, PeerConfig, StorageConfig, StorageMode};
+pub use quarry_kv::{KvConfig, KvMode, TenantConfig};
 pub use listener::{inherited_listener, LISTEN_FD_ENV};
 pub use node::{run, run_blocking, Node, NodeHandle};
 

@@ -454,13 +454,15 @@ async fn open_kv(
 /// sixteenth of the device kept free as the object store keeps it (so
 /// deletes can always be logged).
 fn kv_room(volume: Arc<SpaceManager>, tables: Arc<VolumeTableStore>) -> quarry_kv::Room {
+    let page = volume.page_size().max(1) as u64;
     Arc::new(move |growth: u64| {
-        let v = volume.stats();
-        let page = u64::from(v.page_size.max(1));
+        // Only the two page counts: the volume's full figures walk every
+        // block, far too much for each durable call.
+        let (live_pages, capacity_pages) = volume.fill_pages();
         let after = tables.stats().bytes.saturating_add(growth);
         let need = growth.div_ceil(page) + after.saturating_mul(2).div_ceil(page);
-        let keep_free = (v.capacity_pages / 16).max(16);
-        v.live_pages + need + keep_free <= v.capacity_pages
+        let keep_free = (capacity_pages / 16).max(16);
+        live_pages + need + keep_free <= capacity_pages
     })
 }
 

@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::args::BenchKvArgs;
 use crate::common::work_dir;
 use load::{drive, preload, Mix, Outcome, Target};
+use peers::Flush;
 
 /// The workloads of the head-to-head: name, fraction of gets.
 const WORKLOADS: [(&str, f64); 4] = [
@@ -100,28 +101,27 @@ pub fn kv(args: &BenchKvArgs) -> Result<()> {
     // Room for every key at the largest value size, twice over.
     let memory_mib = 4096;
     let memcached = peers::memcached(threads, memory_mib)?;
-    let redis = peers::redis(&dir)?;
+    let redis_everysec = peers::redis(&dir, "everysec")?;
+    let redis_always = peers::redis(&dir, "always")?;
     let noisy_ops_per_sec = if plan.quick { 500 } else { 5000 };
-    let cluster = peers::quarry(
-        &dir,
-        &exe,
-        args.nodes,
-        peers::tenants_toml(memory_mib << 20, noisy_ops_per_sec),
-    )?;
+    let tenants = peers::tenants_toml(memory_mib << 20, noisy_ops_per_sec);
+    let cluster = peers::quarry(&dir, &exe, args.nodes, tenants.clone(), Flush::EveryWrite)?;
+    let everysec = peers::quarry(&dir, &exe, args.nodes, tenants, Flush::EverySecond)?;
     let quarry = |tenant: &str| peers::quarry_target(&cluster, 0, tenant);
     let mut rows = Vec::new();
     runtime.block_on(async {
         let pairs = [
+            ("memcached", memcached.target.clone(), "quarry cache", quarry("cache")?),
             (
-                "memcached",
-                memcached.target.clone(),
-                "quarry cache",
-                quarry("cache")?,
+                "redis aof everysec",
+                redis_everysec.target.clone(),
+                "quarry durable, 1 s flush",
+                peers::quarry_target(&everysec, 0, "durable")?,
             ),
             (
-                "redis aof",
-                redis.target.clone(),
-                "quarry durable",
+                "redis aof always",
+                redis_always.target.clone(),
+                "quarry durable, synced",
                 quarry("durable")?,
             ),
         ];
@@ -132,6 +132,7 @@ pub fn kv(args: &BenchKvArgs) -> Result<()> {
     let extra = runtime.block_on(shapes::figures(&plan, &cluster, &memcached.target))?;
     print(&rows, &extra, args.common.json, &plan, args.nodes);
     drop(cluster);
+    drop(everysec);
     Ok(())
 }
 

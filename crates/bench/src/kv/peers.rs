@@ -76,12 +76,12 @@ pub(crate) fn memcached(threads: usize, memory_mib: u64) -> Result<Server> {
     })
 }
 
-/// Redis persisting every change to an append-only file fsynced every
-/// second (its documented default for durability), no snapshots.
-pub(crate) fn redis(dir: &Path) -> Result<Server> {
+/// Redis persisting every change to an append-only file, `fsync` `everysec`
+/// (its documented default for durability) or `always`, no snapshots.
+pub(crate) fn redis(dir: &Path, fsync: &str) -> Result<Server> {
     let port = free_port()?;
     let addr = format!("127.0.0.1:{port}");
-    let data = dir.join("redis");
+    let data = dir.join(format!("redis-{fsync}"));
     std::fs::create_dir_all(&data)?;
     let mut child = Command::new("redis-server")
         .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
@@ -132,21 +132,47 @@ pub(crate) fn tenants_toml(memory_bytes: u64, noisy_ops_per_sec: u64) -> String 
     t
 }
 
+/// How a benchmark cluster's devices make writes durable.
+#[derive(Clone, Copy)]
+pub(crate) enum Flush {
+    /// Every acknowledged page is on the disk first (O_DIRECT and a shared
+    /// `fdatasync`): the default, Redis's `appendfsync always`.
+    EveryWrite,
+    /// Acknowledged once in the page cache (a killed process loses
+    /// nothing), `fdatasync` every second: Redis's `appendfsync everysec`.
+    EverySecond,
+}
+
 /// A local Quarry cluster of `nodes` file-backed nodes for the benchmark.
-pub(crate) fn quarry(dir: &Path, exe: &Path, nodes: u16, kv_toml: String) -> Result<LocalCluster> {
+pub(crate) fn quarry(
+    dir: &Path,
+    exe: &Path,
+    nodes: u16,
+    kv_toml: String,
+    flush: Flush,
+) -> Result<LocalCluster> {
+    let (name, direct_io, device_toml) = match flush {
+        Flush::EveryWrite => ("quarry-synced", true, None),
+        Flush::EverySecond => (
+            "quarry-everysec",
+            false,
+            Some("sync_writes = false\nflush_interval_ms = 1000".to_string()),
+        ),
+    };
     let spec = LocalClusterSpec {
         nodes,
-        dir: dir.join("quarry"),
+        dir: dir.join(name),
         backend: BackendKind::File,
         preset: None,
         geometry: None,
         capacity_bytes: Some(4 << 30),
-        direct_io: true,
+        direct_io,
         topology: Topology::default(),
         stop_with_this_process: true,
         managed: true,
         ecc: EccMode::Crc,
         kv_toml: Some(kv_toml),
+        device_toml,
     };
     LocalCluster::start(&spec, exe)
 }
