@@ -148,7 +148,10 @@ impl Face {
     }
 }
 
-/// Accepts memcached connections until `stop`.
+/// Accepts memcached connections until `stop`, handing each to one of a
+/// few event-loop threads (one per core, as memcached's workers): a
+/// connection's requests then run start to end on one thread, with no
+/// wake-up of another thread between reading a request and answering it.
 pub(crate) async fn serve(
     listener: TcpListener,
     face: Arc<Face>,
@@ -156,11 +159,21 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let open = Arc::new(Semaphore::new(max_connections));
-    let mut connections = JoinSet::new();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut loops = Vec::with_capacity(threads);
+    for i in 0..threads {
+        match event_loop(i, Arc::clone(&face)) {
+            Ok(tx) => loops.push(tx),
+            Err(e) => tracing::error!("cannot start memcached event loop {i}: {e}"),
+        }
+    }
+    if loops.is_empty() {
+        return;
+    }
+    let mut next = 0usize;
     loop {
         tokio::select! {
             _ = async { stop.wait_for(|s| *s).await.is_ok() } => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
@@ -175,20 +188,63 @@ pub(crate) async fn serve(
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let face = Arc::clone(&face);
-                connections.spawn(async move {
-                    face.curr_connections.fetch_add(1, Ordering::Relaxed);
-                    face.total_connections.fetch_add(1, Ordering::Relaxed);
-                    if let Err(e) = connection(stream, &face).await {
-                        tracing::debug!(%peer, "memcached connection closed: {e}");
-                    }
-                    face.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                    drop(permit);
-                });
+                let Ok(stream) = stream.into_std() else { continue };
+                next = (next + 1) % loops.len();
+                if loops[next].send((stream, permit)).is_err() {
+                    tracing::warn!(%peer, "memcached event loop {next} has stopped");
+                }
             }
         }
     }
-    connections.abort_all();
+    // Dropping the senders ends every event loop and its connections.
+}
+
+type Handover = (std::net::TcpStream, tokio::sync::OwnedSemaphorePermit);
+
+/// Starts event loop `i`: a thread with a runtime of its own that serves
+/// the connections it is handed until the sender is dropped.
+fn event_loop(
+    i: usize,
+    face: Arc<Face>,
+) -> std::io::Result<tokio::sync::mpsc::UnboundedSender<Handover>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Unbounded in type only: each handover holds one of the node's
+    // connection permits, so at most `max_connections` wait here.
+    let (tx, mut bridge_rx) = tokio::sync::mpsc::unbounded_channel::<Handover>();
+    std::thread::Builder::new()
+        .name(format!("memcached-{i}"))
+        .spawn(move || {
+            runtime.block_on(async move {
+                let mut connections = JoinSet::new();
+                loop {
+                    tokio::select! {
+                        Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                        handed = bridge_rx.recv() => {
+                            let Some((stream, permit)) = handed else { break };
+                            let face = Arc::clone(&face);
+                            connections.spawn(async move {
+                                let peer = stream.peer_addr().ok();
+                                face.curr_connections.fetch_add(1, Ordering::Relaxed);
+                                face.total_connections.fetch_add(1, Ordering::Relaxed);
+                                let served = match TcpStream::from_std(stream) {
+                                    Ok(s) => connection(s, &face).await,
+                                    Err(e) => Err(e),
+                                };
+                                if let Err(e) = served {
+                                    tracing::debug!(?peer, "memcached connection closed: {e}");
+                                }
+                                face.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                                drop(permit);
+                            });
+                        }
+                    }
+                }
+                connections.abort_all();
+            });
+        })?;
+    Ok(tx)
 }
 
 /// Operations of a pipeline waiting to run, and how to answer each command.
