@@ -1931,6 +1931,25 @@ fn recover(
     Ok(recovered)
 }
 
+/// Flushes `file` every `interval` on a thread of its own until the device
+/// lets go of it.
+fn flush_every(
+    file: std::sync::Weak<std::fs::File>,
+    interval: std::time::Duration,
+) -> Result<(), DeviceError> {
+    std::thread::Builder::new()
+        .name("quarry-flush".into())
+        .spawn(move || loop {
+            std::thread::sleep(interval);
+            let Some(file) = file.upgrade() else { return };
+            if let Err(e) = file.sync_data() {
+                tracing::error!("periodic fdatasync of the device's backing file failed: {e}");
+            }
+        })
+        .map(drop)
+        .map_err(|e| io_err("starting the periodic flush thread".to_string(), e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2008,20 +2027,4 @@ mod tests {
             }
         });
     }
-}
-
-/// Flushes `file` every `interval` on a thread of its own until the device
-/// lets go of it.
-fn flush_every(file: std::sync::Weak<std::fs::File>, interval: std::time::Duration) -> Result<(), DeviceError> {
-    std::thread::Builder::new()
-        .name("quarry-flush".into())
-        .spawn(move || loop {
-            std::thread::sleep(interval);
-            let Some(file) = file.upgrade() else { return };
-            if let Err(e) = file.sync_data() {
-                tracing::error!("periodic fdatasync of the device's backing file failed: {e}");
-            }
-        })
-        .map(drop)
-        .map_err(|e| io_err("starting the periodic flush thread".to_string(), e))
 }

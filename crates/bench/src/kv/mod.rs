@@ -111,7 +111,12 @@ pub fn kv(args: &BenchKvArgs) -> Result<()> {
     let mut rows = Vec::new();
     runtime.block_on(async {
         let pairs = [
-            ("memcached", memcached.target.clone(), "quarry cache", quarry("cache")?),
+            (
+                "memcached",
+                memcached.target.clone(),
+                "quarry cache",
+                quarry("cache")?,
+            ),
             (
                 "redis aof everysec",
                 redis_everysec.target.clone(),
