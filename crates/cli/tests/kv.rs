@@ -476,3 +476,57 @@ fn large_values_arrays_and_big_batches_through_the_rust_client() {
         assert!(e.contains("set_large"), "{e}");
     });
 }
+
+/// 100 000 bytes that name `i`.
+fn big_value(i: usize) -> String {
+    format!("{i:0>50000}{i:0>50000}")
+}
+
+#[test]
+fn a_full_device_answers_out_of_memory_keeps_what_it_holds_and_deletes_free_it() {
+    // A tenant allowed far more than the device holds: the device's room
+    // is what refuses.
+    let toml = "[kv]\n[[kv.tenants]]\nname = \"big\"\nsecret = \"big-pw\"\nmode = \"durable\"\nmax_bytes = 100000000000\n";
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = start(dir.path(), 1, BackendKind::File, Some(toml));
+    let mut c = login(&port(&cluster, 0), "big", "big-pw");
+    let mut stored = Vec::new();
+    let mut refused = 0;
+    for i in 0..400 {
+        let value = big_value(i);
+        let answer = c.ask(
+            format!("set k{i} 0 0 100000\r\n{value}\r\n").as_bytes(),
+            b"\r\n",
+        );
+        match answer.as_str() {
+            "STORED\r\n" => stored.push(i),
+            "SERVER_ERROR out of memory storing object\r\n" => refused += 1,
+            other => panic!("set k{i}: {other}"),
+        }
+        if refused >= 3 {
+            break;
+        }
+    }
+    assert!(
+        refused >= 3 && !stored.is_empty(),
+        "{} stored, {refused} refused",
+        stored.len()
+    );
+    for i in &stored {
+        let got = c.ask(format!("get k{i}\r\n").as_bytes(), b"END\r\n");
+        assert!(got.contains(&big_value(*i)), "k{i} lost");
+    }
+    let gone: Vec<_> = stored.iter().take(stored.len() / 2).collect();
+    for i in &gone {
+        assert_eq!(
+            c.ask(format!("delete k{i}\r\n").as_bytes(), b"\r\n"),
+            "DELETED\r\n"
+        );
+    }
+    let value = "x".repeat(100_000);
+    let again = c.ask(
+        format!("set again 0 0 100000\r\n{value}\r\n").as_bytes(),
+        b"\r\n",
+    );
+    assert_eq!(again, "STORED\r\n", "deleting half made no room");
+}

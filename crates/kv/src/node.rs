@@ -16,7 +16,7 @@ use quarry_store::{Batch, Table, TableStore};
 use crate::config::{KvConfig, KvMode, TenantConfig};
 use crate::log::KvLog;
 use crate::records::{add_changes, decode_item, tenant_prefix, value_fp};
-use crate::table::{Change, TableLimits, TenantTable};
+use crate::table::{fingerprint, Change, Fp, TableLimits, TenantTable};
 
 /// Items an expiry sweep looks at per tenant and round.
 const SWEEP_ITEMS: usize = 4096;
@@ -76,6 +76,8 @@ impl Bucket {
 
 struct Tenant {
     name: TenantName,
+    /// Values of at least this many bytes are deduplicated.
+    dedup_min_bytes: usize,
     prefix: Vec<u8>,
     secret: Vec<u8>,
     mode: KvMode,
@@ -159,6 +161,7 @@ fn tenant_of(t: &TenantConfig, dedup_min_bytes: usize) -> Result<Tenant, String>
         dedup_min_bytes: if t.dedup { dedup_min_bytes } else { usize::MAX },
     };
     Ok(Tenant {
+        dedup_min_bytes: limits.dedup_min_bytes,
         prefix: tenant_prefix(&name),
         name,
         secret: t.secret.as_bytes().to_vec(),
@@ -290,11 +293,21 @@ impl<T: TableStore> KvNode<T> {
                 let full = stores
                     && tenant.mode == KvMode::Durable
                     && self.room.as_ref().is_some_and(|room| !room(bytes));
+                // Fingerprints before the lock (see `fingerprint`).
+                let hints: Vec<Option<Fp>> = ops
+                    .iter()
+                    .map(|op| match op {
+                        KvOp::Store { value, .. } if value.len() >= tenant.dedup_min_bytes => {
+                            Some(fingerprint(value))
+                        }
+                        _ => None,
+                    })
+                    .collect();
                 let run = |table: &mut TenantTable, changes: &mut Vec<Change>| {
                     let mut next_cas = || self.cas.fetch_add(1, Ordering::Relaxed);
                     let mut answers = Vec::with_capacity(ops.len());
                     let mut reply_bytes = 0;
-                    for op in ops {
+                    for (op, hint) in ops.into_iter().zip(hints) {
                         // The reply must fit a frame: stop before an
                         // operation whose answer might not fit, and let
                         // the caller send the rest again.
@@ -308,7 +321,7 @@ impl<T: TableStore> KvNode<T> {
                                 message: "out of memory storing object: the node's device is full"
                                     .to_string(),
                             },
-                            op => table.apply(op, now, &mut next_cas, changes),
+                            op => table.apply(op, hint, now, &mut next_cas, changes),
                         };
                         reply_bytes += answer.wire_bytes();
                         answers.push(answer);

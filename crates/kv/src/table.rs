@@ -110,7 +110,10 @@ pub(crate) struct TenantTable {
     pub counters: Counters,
 }
 
-fn fingerprint(value: &[u8]) -> Fp {
+/// A value's SHA-256. Callers compute it before they take the table's lock
+/// where they can ([`TenantTable::apply`]'s `hint`): hashing a large value
+/// under the lock would hold every other call of the tenant behind it.
+pub(crate) fn fingerprint(value: &[u8]) -> Fp {
     Sha256::digest(value).into()
 }
 
@@ -364,7 +367,7 @@ impl TenantTable {
         expiry: Expiry,
         kind: ItemKind,
         now: u64,
-        cas: u64,
+        (cas, hint): (u64, Option<Fp>),
         changes: &mut Vec<Change>,
     ) -> KvAnswer {
         if value.len() > MAX_VALUE_BYTES {
@@ -376,7 +379,9 @@ impl TenantTable {
                 ),
             );
         }
-        let fp = (value.len() >= self.limits.dedup_min_bytes).then(|| fingerprint(&value));
+        let fp = (value.len() >= self.limits.dedup_min_bytes)
+            .then(|| hint.unwrap_or_else(|| fingerprint(&value)));
+        debug_assert!(fp.is_none_or(|f| hint.is_none() || f == fingerprint(&value)));
         let (add, free) = self.growth(key, value.len(), fp.as_ref());
         if let Err(refused) = self.make_room(key, add, free, changes) {
             return refused;
@@ -412,10 +417,12 @@ impl TenantTable {
         KvAnswer::Stored { cas }
     }
 
-    /// Runs one operation at `now`; `next_cas` hands out CAS values.
+    /// Runs one operation at `now`; `next_cas` hands out CAS values;
+    /// `hint` is the fingerprint of a store's value when the caller has it.
     pub(crate) fn apply(
         &mut self,
         op: KvOp,
+        hint: Option<Fp>,
         now: u64,
         next_cas: &mut impl FnMut() -> u64,
         changes: &mut Vec<Change>,
@@ -433,7 +440,7 @@ impl TenantTable {
                 &key,
                 mode,
                 (flags, expiry, kind),
-                value,
+                (value, hint),
                 now,
                 next_cas,
                 changes,
@@ -523,7 +530,7 @@ impl TenantTable {
         key: &Bytes,
         mode: StoreMode,
         (flags, expiry, kind): (u32, Expiry, ItemKind),
-        value: Bytes,
+        (value, hint): (Bytes, Option<Fp>),
         now: u64,
         next_cas: &mut impl FnMut() -> u64,
         changes: &mut Vec<Change>,
@@ -532,6 +539,9 @@ impl TenantTable {
         let current = self
             .lookup(key, now, changes)
             .map(|e| (e.cas, e.flags, e.expiry, e.kind, e.value.clone()));
+        // An append or prepend stores joined bytes, whose fingerprint the
+        // hint is not.
+        let hint = hint.filter(|_| !matches!(mode, StoreMode::Append | StoreMode::Prepend));
         let (value, flags, expiry, kind) = match (mode, current) {
             (StoreMode::Set, _) | (StoreMode::Add, None) => (value, flags, expiry, kind),
             (StoreMode::Add, Some(_)) => return KvAnswer::NotStored,
@@ -575,7 +585,7 @@ impl TenantTable {
             }
         };
         let cas = next_cas();
-        self.put(key, value, flags, expiry, kind, now, cas, changes)
+        self.put(key, value, flags, expiry, kind, now, (cas, hint), changes)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -631,7 +641,16 @@ impl TenantTable {
         };
         let cas = next_cas();
         let text = Bytes::from(number.to_string());
-        match self.put(key, text, flags, expiry, ItemKind::Plain, now, cas, changes) {
+        match self.put(
+            key,
+            text,
+            flags,
+            expiry,
+            ItemKind::Plain,
+            now,
+            (cas, None),
+            changes,
+        ) {
             KvAnswer::Stored { cas } => KvAnswer::Number { value: number, cas },
             other => other,
         }
