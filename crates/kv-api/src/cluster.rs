@@ -232,7 +232,7 @@ impl<X: KvTransport> KvCluster<X> {
 
     /// Stores `value` under `key` (memcached's set); the new CAS value.
     pub async fn set(&self, key: &[u8], value: Bytes, flags: u32, expiry: Expiry) -> Result<u64> {
-        let op = store_op(
+        let op = set_op(
             Bytes::copy_from_slice(key),
             value,
             flags,
@@ -247,7 +247,7 @@ impl<X: KvTransport> KvCluster<X> {
     pub async fn set_many(&self, items: Vec<(Bytes, Bytes)>, expiry: Expiry) -> Result<Vec<u64>> {
         let ops = items
             .into_iter()
-            .map(|(k, v)| store_op(k, v, 0, expiry, ItemKind::Plain))
+            .map(|(k, v)| set_op(k, v, 0, expiry, ItemKind::Plain))
             .collect();
         self.run(ops).await.into_iter().map(stored).collect()
     }
@@ -316,7 +316,8 @@ fn check_op(op: &KvOp) -> Option<KvAnswer> {
     }
 }
 
-fn store_op(key: Bytes, value: Bytes, flags: u32, expiry: Expiry, kind: ItemKind) -> KvOp {
+/// A plain set of `key` to `value`.
+pub(crate) fn set_op(key: Bytes, value: Bytes, flags: u32, expiry: Expiry, kind: ItemKind) -> KvOp {
     KvOp::Store {
         key,
         mode: StoreMode::Set,

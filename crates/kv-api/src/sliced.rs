@@ -7,10 +7,10 @@
 
 use bytes::{Bytes, BytesMut};
 
-use crate::cluster::{child_key, nonce, Head, KvTransport, MAX_PARENT_KEY_BYTES};
+use crate::cluster::{child_key, nonce, set_op, Head, KvTransport, MAX_PARENT_KEY_BYTES};
 use crate::{
-    Expiry, Item, ItemKind, KvAnswer, KvCluster, KvError, KvOp, Result, StoreMode,
-    MAX_ARRAY_ELEMENTS, MAX_SLICES, MAX_VALUE_BYTES,
+    Expiry, Item, ItemKind, KvAnswer, KvCluster, KvError, KvOp, Result, MAX_ARRAY_ELEMENTS,
+    MAX_SLICES, MAX_VALUE_BYTES,
 };
 
 const LARGE_MAGIC: &[u8; 4] = b"QLV1";
@@ -42,17 +42,6 @@ fn all_stored(answers: Vec<KvAnswer>) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn set_op(key: Bytes, value: Bytes, flags: u32, expiry: Expiry, kind: ItemKind) -> KvOp {
-    KvOp::Store {
-        key,
-        mode: StoreMode::Set,
-        flags,
-        expiry,
-        kind,
-        value,
-    }
 }
 
 impl<X: KvTransport> KvCluster<X> {

@@ -47,6 +47,14 @@ struct Caller<'a> {
     secret: &'a str,
 }
 
+fn caller<'a>(node: &'a Node, tenant: &'a str, secret: &'a str) -> Caller<'a> {
+    Caller {
+        node,
+        tenant,
+        secret,
+    }
+}
+
 impl Caller<'_> {
     async fn call(&self, request: KvRequest) -> KvReply {
         self.node
@@ -260,16 +268,8 @@ fn flush_all_drops_only_the_callers_tenant_and_a_delayed_flush_waits() {
     let node = rt()
         .block_on(Node::open(&two_tenants(KvMode::Cache, 1 << 20), None))
         .unwrap();
-    let a = Caller {
-        node: &node,
-        tenant: "alpha",
-        secret: "pa",
-    };
-    let z = Caller {
-        node: &node,
-        tenant: "zeta",
-        secret: "pz",
-    };
+    let a = caller(&node, "alpha", "pa");
+    let z = caller(&node, "zeta", "pz");
     rt().block_on(async {
         a.one(store("k", StoreMode::Set, b"a's")).await;
         z.one(store("k", StoreMode::Set, b"z's")).await;
@@ -312,26 +312,10 @@ fn tenants_see_only_their_own_keys_and_a_wrong_secret_is_refused() {
     let node = rt()
         .block_on(Node::open(&two_tenants(KvMode::Cache, 1 << 20), None))
         .unwrap();
-    let a = Caller {
-        node: &node,
-        tenant: "alpha",
-        secret: "pa",
-    };
-    let z = Caller {
-        node: &node,
-        tenant: "zeta",
-        secret: "pz",
-    };
-    let thief = Caller {
-        node: &node,
-        tenant: "zeta",
-        secret: "pa",
-    };
-    let stranger = Caller {
-        node: &node,
-        tenant: "default",
-        secret: "",
-    };
+    let a = caller(&node, "alpha", "pa");
+    let z = caller(&node, "zeta", "pz");
+    let thief = caller(&node, "zeta", "pa");
+    let stranger = caller(&node, "default", "");
     rt().block_on(async {
         let big = vec![3u8; 4096];
         a.one(store("secret", StoreMode::Set, &big)).await;
@@ -385,16 +369,8 @@ fn a_full_durable_tenant_refuses_and_keeps_what_it_has_and_a_cache_evicts() {
     let node = runtime
         .block_on(Node::open(&config(KvMode::Durable), Some(tables)))
         .unwrap();
-    let a = Caller {
-        node: &node,
-        tenant: "alpha",
-        secret: "pa",
-    };
-    let z = Caller {
-        node: &node,
-        tenant: "zeta",
-        secret: "pz",
-    };
+    let a = caller(&node, "alpha", "pa");
+    let z = caller(&node, "zeta", "pz");
     runtime.block_on(async {
         let mut stored = 0;
         for i in 0..40 {
@@ -446,11 +422,7 @@ fn a_full_durable_tenant_refuses_and_keeps_what_it_has_and_a_cache_evicts() {
     let node = rt()
         .block_on(Node::open(&config(KvMode::Cache), None))
         .unwrap();
-    let a = Caller {
-        node: &node,
-        tenant: "alpha",
-        secret: "pa",
-    };
+    let a = caller(&node, "alpha", "pa");
     rt().block_on(async {
         for i in 0..40 {
             let v = vec![i as u8; 1000];
@@ -474,16 +446,8 @@ fn a_tenant_over_its_rate_waits_then_is_refused() {
     config.tenants[0].ops_per_sec = 20;
     config.throttle_wait_ms = 200;
     let node = rt().block_on(Node::open(&config, None)).unwrap();
-    let a = Caller {
-        node: &node,
-        tenant: "alpha",
-        secret: "pa",
-    };
-    let z = Caller {
-        node: &node,
-        tenant: "zeta",
-        secret: "pz",
-    };
+    let a = caller(&node, "alpha", "pa");
+    let z = caller(&node, "zeta", "pz");
     rt().block_on(async {
         let started = std::time::Instant::now();
         // 20 in the bucket, then 4 more a 200 ms wait can cover.

@@ -208,12 +208,11 @@ impl LocalCluster {
         refuse_running(&cluster_path, spec)?;
         let links = spec.topology.links(spec.nodes)?;
         let (listeners, addrs) = free_ports(spec.nodes as usize)?;
-        // Free ports for the memcached faces, found by binding and let go
-        // before the nodes start and bind them (a restarted node binds its
-        // configured port again).
-        let memcached = match spec.managed {
-            true => free_ports(spec.nodes as usize)?.1,
-            false => Vec::new(),
+        // The memcached faces' sockets, handed over open like the nodes'
+        // own (a restarted node's is bound again at its address).
+        let (memcached_listeners, memcached) = match spec.managed {
+            true => free_ports(spec.nodes as usize)?,
+            false => (Vec::new(), Vec::new()),
         };
         // A name of its own, so no node of this cluster ever links with a
         // node of another one that happens to use an address it dials.
@@ -246,7 +245,10 @@ impl LocalCluster {
                     &config_path,
                     &log_path,
                     spec.stop_with_this_process,
-                    &listeners[id as usize],
+                    (
+                        &listeners[id as usize],
+                        memcached_listeners.get(usize::from(id)),
+                    ),
                 )?;
                 nodes.push(ClusterNode {
                     id,
@@ -270,6 +272,7 @@ impl LocalCluster {
         // The nodes hold their sockets now; this process must not keep them
         // open (a killed node's port would stay bound).
         drop(listeners);
+        drop(memcached_listeners);
         if let Err(e) = start {
             for child in &mut children {
                 let _ = child.kill();
@@ -325,9 +328,16 @@ impl LocalCluster {
         };
         let listener = TcpListener::bind(&node.addr)
             .with_context(|| format!("cannot listen on {} to restart node {id}", node.addr))?;
+        let memcached = match &node.memcached {
+            Some(addr) => Some(TcpListener::bind(addr).with_context(|| {
+                format!("cannot listen on {addr} for node {id}'s memcached face")
+            })?),
+            None => None,
+        };
         // A restarted node is this process's child, like a test's cluster.
-        let mut child = spawn_node(exe, config, log, true, &listener)?;
+        let mut child = spawn_node(exe, config, log, true, (&listener, memcached.as_ref()))?;
         drop(listener);
+        drop(memcached);
         wait_until_serving(
             &node,
             &self.name,
@@ -442,14 +452,15 @@ fn stop_nodes(cluster: &ClusterFile) -> Result<()> {
     Ok(())
 }
 
-/// Starts `quarry node` on `listener`, which the node inherits open: the
-/// port is never free between choosing it and the node serving on it.
+/// Starts `quarry node` on `listener` (and its memcached face on the second
+/// socket, when it has one), which the node inherits open: a port is never
+/// free between choosing it and the node serving on it.
 fn spawn_node(
     exe: &Path,
     config_path: &Path,
     log_path: &Path,
     stop_with_this_process: bool,
-    listener: &TcpListener,
+    (listener, memcached): (&TcpListener, Option<&TcpListener>),
 ) -> Result<Child> {
     let log = fs::OpenOptions::new()
         .create(true)
@@ -469,11 +480,15 @@ fn spawn_node(
         // must not reach the nodes.
         .process_group(0)
         .env(quarry_node::LISTEN_FD_ENV, listener.as_raw_fd().to_string());
+    if let Some(m) = memcached {
+        command.env(quarry_node::MEMCACHED_FD_ENV, m.as_raw_fd().to_string());
+    }
     let listen_fd = listener.as_raw_fd();
+    let memcached_fd = memcached.map(|m| m.as_raw_fd());
     // SAFETY: runs in the child between fork and exec, where only
     // async-signal-safe calls are allowed; prctl(2) and fcntl(2) are, and the
-    // closure touches no memory shared with the parent (it copies two
-    // integers). Clearing FD_CLOEXEC affects only the child's copy of the
+    // closure touches no memory shared with the parent (it copies three
+    // integers; `Option::into_iter` and `chain` allocate nothing). Clearing FD_CLOEXEC affects only the child's copy of the
     // descriptor table, so nodes started at the same time from other threads
     // never inherit this socket. Tested by
     // `foreground_cluster_dies_with_its_parent` in tests/cli.rs and by every
@@ -483,9 +498,11 @@ fn spawn_node(
             if stop_with_this_process && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let flags = libc::fcntl(listen_fd, libc::F_GETFD);
-            if flags < 0 || libc::fcntl(listen_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                return Err(std::io::Error::last_os_error());
+            for fd in std::iter::once(listen_fd).chain(memcached_fd) {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });

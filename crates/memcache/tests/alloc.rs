@@ -3,75 +3,13 @@
 //! bytes it was given plus a bound set by `Limits`. The test binary counts
 //! every allocation of the thread that runs a parse.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use bytes::BytesMut;
 use proptest::prelude::*;
 use quarry_memcache::{parse, parse_bytes, parse_reply, CommandReader, Limits, Parsed};
-
-/// The system allocator, adding up each thread's allocations.
-struct Counting;
-
-thread_local! {
-    static TOTAL_BYTES: Cell<usize> = const { Cell::new(0) };
-    static LARGEST_BYTES: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size_bytes: usize) {
-    // `try_with`: the slots may be gone while a thread is torn down.
-    let _ = TOTAL_BYTES.try_with(|total| total.set(total.get() + size_bytes));
-    let _ = LARGEST_BYTES.try_with(|largest| largest.set(largest.get().max(size_bytes)));
-}
-
-// SAFETY: every call goes to the system allocator unchanged; the wrapper
-// only adds sizes into thread-local cells, which allocate nothing.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: the caller's contract for `layout` is passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: as for `alloc`.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System` through this wrapper with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // A grown block counts whole, as if new.
-        note(new_size);
-        // SAFETY: as for `dealloc`; `new_size` is the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use quarry_testkit::allocated_bytes as allocated;
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Bytes allocated in all, and the largest allocation, while `f` ran.
-fn allocated<T>(f: impl FnOnce() -> T) -> (T, usize, usize) {
-    let reset = || {
-        TOTAL_BYTES.with(|t| t.set(0));
-        LARGEST_BYTES.with(|l| l.set(0));
-    };
-    reset();
-    drop(std::hint::black_box(Vec::<u8>::with_capacity(64)));
-    assert!(
-        TOTAL_BYTES.with(Cell::get) >= 64,
-        "the counting allocator is not this binary's global allocator"
-    );
-    reset();
-    let value = f();
-    (
-        value,
-        TOTAL_BYTES.with(Cell::get),
-        LARGEST_BYTES.with(Cell::get),
-    )
-}
+static ALLOC: quarry_testkit::LargestAlloc = quarry_testkit::LargestAlloc;
 
 /// The most a parse of `input` may allocate: the line copied once or
 /// twice (keys, flags), a data block, 32 bytes a key in a retrieval's key

@@ -43,7 +43,9 @@ mod memcached;
 mod node;
 
 pub use config::{NodeConfig, NodeLimits, PeerConfig, StorageConfig, StorageMode};
-pub use listener::{inherited_listener, LISTEN_FD_ENV};
+pub use listener::{
+    inherited_listener, inherited_memcached_listener, LISTEN_FD_ENV, MEMCACHED_FD_ENV,
+};
 pub use node::{run, run_blocking, Node, NodeHandle};
 pub use quarry_kv::{KvConfig, KvMode, TenantConfig};
 

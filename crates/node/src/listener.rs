@@ -16,19 +16,38 @@ use crate::NodeError;
 /// socket this process inherited (set by `quarry up`).
 pub const LISTEN_FD_ENV: &str = "QUARRY_LISTEN_FD";
 
-/// Set once the inherited socket has been taken, so that no two owners ever
-/// wrap the same descriptor.
+/// The environment variable that names the file descriptor of the
+/// memcached face's listening socket, inherited the same way.
+pub const MEMCACHED_FD_ENV: &str = "QUARRY_MEMCACHED_FD";
+
+/// Set once each inherited socket has been taken, so that no two owners
+/// ever wrap the same descriptor.
 static TAKEN: AtomicBool = AtomicBool::new(false);
+static MEMCACHED_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// The listening socket named by `QUARRY_LISTEN_FD`, if the variable is set;
 /// an error says what is wrong with it. `listen` is the configured address:
 /// a socket on another port is refused, since peers and clients use the
 /// configured one. Only the first call takes the socket; later ones get None.
 pub fn inherited_listener(listen: &str) -> Result<Option<TcpListener>, NodeError> {
-    let Some(text) = std::env::var_os(LISTEN_FD_ENV) else {
+    inherited(LISTEN_FD_ENV, &TAKEN, listen)
+}
+
+/// The memcached face's socket named by `QUARRY_MEMCACHED_FD`, as
+/// [`inherited_listener`].
+pub fn inherited_memcached_listener(listen: &str) -> Result<Option<TcpListener>, NodeError> {
+    inherited(MEMCACHED_FD_ENV, &MEMCACHED_TAKEN, listen)
+}
+
+fn inherited(
+    variable: &str,
+    taken: &AtomicBool,
+    listen: &str,
+) -> Result<Option<TcpListener>, NodeError> {
+    let Some(text) = std::env::var_os(variable) else {
         return Ok(None);
     };
-    if TAKEN.swap(true, Ordering::AcqRel) {
+    if taken.swap(true, Ordering::AcqRel) {
         return Ok(None);
     }
     let text = text.to_string_lossy().into_owned();

@@ -492,12 +492,16 @@ async fn start_kv(
     let Some(listen) = &config.memcached_listen else {
         return Ok(None);
     };
-    let listener = TcpListener::bind(listen)
-        .await
-        .map_err(|source| NodeError::Bind {
-            addr: listen.clone(),
-            source,
-        })?;
+    let bind_error = |source| NodeError::Bind {
+        addr: listen.clone(),
+        source,
+    };
+    // The socket `quarry up` bound for this node when there is one (no gap
+    // in which another process could take the port), else a bind.
+    let listener = match crate::inherited_memcached_listener(listen)? {
+        Some(l) => TcpListener::from_std(l).map_err(bind_error)?,
+        None => TcpListener::bind(listen).await.map_err(bind_error)?,
+    };
     let addr = listener.local_addr().map_err(|source| NodeError::Bind {
         addr: listen.clone(),
         source,

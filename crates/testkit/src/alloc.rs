@@ -20,16 +20,19 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-/// The system allocator, noting each thread's largest allocation.
+/// The system allocator, noting each thread's largest allocation and the
+/// bytes it allocated in all.
 pub struct LargestAlloc;
 
 thread_local! {
     static LARGEST_BYTES: Cell<usize> = const { Cell::new(0) };
+    static TOTAL_BYTES: Cell<usize> = const { Cell::new(0) };
 }
 
 fn note(size_bytes: usize) {
-    // `try_with`: the slot may be gone while the thread is being torn down.
+    // `try_with`: the slots may be gone while the thread is being torn down.
     let _ = LARGEST_BYTES.try_with(|l| l.set(l.get().max(size_bytes)));
+    let _ = TOTAL_BYTES.try_with(|t| t.set(t.get().saturating_add(size_bytes)));
 }
 
 // SAFETY: every call is passed on to the system allocator unchanged; the
@@ -60,15 +63,31 @@ unsafe impl GlobalAlloc for LargestAlloc {
 /// bytes, this thread made while it ran. Panics if [`LargestAlloc`] is not
 /// the global allocator (every figure would be 0: a test that cannot fail).
 pub fn largest_alloc_bytes<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST_BYTES.with(|l| l.set(0));
+    let (value, _, largest) = allocated_bytes(f);
+    (value, largest)
+}
+
+/// Runs `f` and returns its value with the bytes this thread allocated in
+/// all while it ran (a grown block counted whole, as if new) and the
+/// largest single allocation. Panics as [`largest_alloc_bytes`] does.
+pub fn allocated_bytes<T>(f: impl FnOnce() -> T) -> (T, usize, usize) {
+    let reset = || {
+        LARGEST_BYTES.with(|l| l.set(0));
+        TOTAL_BYTES.with(|t| t.set(0));
+    };
+    reset();
     drop(std::hint::black_box(Vec::<u8>::with_capacity(64)));
     assert!(
         LARGEST_BYTES.with(Cell::get) >= 64,
         "quarry_testkit::LargestAlloc is not this test binary's global allocator"
     );
-    LARGEST_BYTES.with(|l| l.set(0));
+    reset();
     let value = f();
-    (value, LARGEST_BYTES.with(Cell::get))
+    (
+        value,
+        TOTAL_BYTES.with(Cell::get),
+        LARGEST_BYTES.with(Cell::get),
+    )
 }
 
 #[cfg(test)]

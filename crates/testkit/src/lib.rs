@@ -31,7 +31,7 @@
 mod alloc;
 mod killed;
 
-pub use alloc::{largest_alloc_bytes, LargestAlloc};
+pub use alloc::{allocated_bytes, largest_alloc_bytes, LargestAlloc};
 pub use killed::run_then_kill;
 
 use std::ffi::OsStr;
