@@ -1,7 +1,6 @@
 //! `quarry kv get|set|del|stats`: a tenant's key-value tables through the
 //! Rust client (values of any size: large ones as slices).
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
@@ -123,10 +122,8 @@ async fn run(tables: &KvTables, command: &KvCommand) -> Result<()> {
                 ),
                 (None, None) => bail!("give a VALUE or --file"),
             };
-            let expiry = match ttl {
-                0 => Expiry::Never,
-                secs => Expiry::At(now_unix_secs() + secs),
-            };
+            let expiry = Expiry::after_secs(*ttl)
+                .with_context(|| format!("a ttl of {ttl} seconds is past any time"))?;
             let n = bytes.len();
             tables
                 .set_large(key.as_bytes(), bytes, *flags, expiry)
@@ -153,36 +150,15 @@ async fn run(tables: &KvTables, command: &KvCommand) -> Result<()> {
     }
 }
 
-fn now_unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Counts and limits are summed over the nodes (a cluster's limit is the
-/// sum of its nodes'); `durable`, a setting the same on every node, is
-/// taken as it is.
+/// The tenant's figures summed over the nodes (`ClusterFigures`), with
+/// each node's beside them on request.
 async fn stats(tables: &KvTables, json: bool, per_node: bool) -> Result<()> {
-    let by_node = tables.stats().await?;
-    let mut total: BTreeMap<String, u64> = BTreeMap::new();
-    for (_, stats) in &by_node {
-        for (name, value) in stats {
-            let t = total.entry(name.clone()).or_default();
-            *t = if name == "durable" {
-                *value
-            } else {
-                t.saturating_add(*value)
-            };
-        }
-    }
-    let ratio = match total.get("stored_bytes") {
-        Some(&s) if s > 0 => total.get("logical_bytes").copied().unwrap_or(0) as f64 / s as f64,
-        _ => 1.0,
-    };
+    let figures = tables.figures().await?;
+    let (by_node, total, ratio) = (&figures.by_node, &figures.total, figures.dedup_ratio());
     if json {
         let mut doc = serde_json::Map::new();
         doc.insert("tenant".into(), tables.tenant().as_str().into());
-        for (k, v) in &total {
+        for (k, v) in total {
             doc.insert(k.clone(), (*v).into());
         }
         doc.insert("dedup_ratio".into(), serde_json::json!(ratio));
@@ -207,10 +183,10 @@ async fn stats(tables: &KvTables, json: bool, per_node: bool) -> Result<()> {
         header.extend(by_node.iter().map(|(id, _)| format!("node {id}")));
     }
     table.set_header(header);
-    for (name, value) in &total {
+    for (name, value) in total {
         let mut row = vec![name.clone(), value.to_string()];
         if per_node {
-            for (_, s) in &by_node {
+            for (_, s) in by_node {
                 let v = s.iter().find(|(k, _)| k == name).map_or(0, |(_, v)| *v);
                 row.push(v.to_string());
             }

@@ -217,6 +217,8 @@ pub struct Device {
     store: Store,
     /// Makes programs durable before they are acknowledged (`sync_writes`).
     flusher: Option<Flusher>,
+    /// `fdatasync` calls of the `flush_interval_ms` thread.
+    periodic_flushes: Arc<std::sync::atomic::AtomicU64>,
     /// Wakes programs waiting for their block's fill.
     filled: Notify,
     backing_path: Option<PathBuf>,
@@ -661,6 +663,7 @@ impl Device {
         let mut direct_io = false;
         let mut allocated = false;
         let mut flusher = None;
+        let periodic_flushes = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let ecc = Ecc::with_correction(layout.clone(), config.ecc == crate::EccMode::Rs);
 
         let store = match config.backend {
@@ -687,12 +690,7 @@ impl Device {
                 direct_io = backing.direct;
                 allocated = backing.allocated;
                 let file = Arc::new(backing.file);
-                let sync_default = config.backend == BackendKind::File;
-                if config.sync_writes.unwrap_or(sync_default) {
-                    flusher = Some(Flusher::new(Arc::clone(&file)));
-                } else if let Some(ms) = config.flush_interval_ms.filter(|&ms| ms > 0) {
-                    flush_every(Arc::downgrade(&file), std::time::Duration::from_millis(ms))?;
-                }
+                flusher = flushing(config, &file, &periodic_flushes)?;
                 let timing = nand_timing_of(config, &options, &layout)?;
                 restore_blocks(
                     snapshot,
@@ -725,6 +723,7 @@ impl Device {
             blocks: blocks.into_iter().map(Mutex::new).collect(),
             store,
             flusher,
+            periodic_flushes,
             filled: Notify::new(),
             backing_path,
             meta_path,
@@ -1613,9 +1612,13 @@ impl Device {
             .map_err(|e| io_err(format!("flushing the backing file after {}", what()), e))
     }
 
-    /// `fdatasync` calls made for programs since the device opened.
+    /// `fdatasync` calls made since the device opened: for programs
+    /// (`sync_writes`), or every `flush_interval_ms`.
     pub fn flushes(&self) -> u64 {
         self.flusher.as_ref().map_or(0, Flusher::flushes)
+            + self
+                .periodic_flushes
+                .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Erases one block.
@@ -1931,19 +1934,46 @@ fn recover(
     Ok(recovered)
 }
 
+/// How `file`'s writes reach the medium: a flush per group of programs
+/// (`sync_writes`, the default for `file`), or every `flush_interval_ms`
+/// (counted in `periodic`), or the kernel's own write-back.
+fn flushing(
+    config: &DeviceConfig,
+    file: &Arc<std::fs::File>,
+    periodic: &Arc<std::sync::atomic::AtomicU64>,
+) -> Result<Option<Flusher>, DeviceError> {
+    if config
+        .sync_writes
+        .unwrap_or(config.backend == BackendKind::File)
+    {
+        return Ok(Some(Flusher::new(Arc::clone(file))));
+    }
+    if let Some(ms) = config.flush_interval_ms.filter(|&ms| ms > 0) {
+        let interval = std::time::Duration::from_millis(ms);
+        flush_every(Arc::downgrade(file), interval, Arc::clone(periodic))?;
+    }
+    Ok(None)
+}
+
 /// Flushes `file` every `interval` on a thread of its own until the device
 /// lets go of it.
 fn flush_every(
     file: std::sync::Weak<std::fs::File>,
     interval: std::time::Duration,
+    count: Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<(), DeviceError> {
     std::thread::Builder::new()
         .name("quarry-flush".into())
         .spawn(move || loop {
             std::thread::sleep(interval);
             let Some(file) = file.upgrade() else { return };
-            if let Err(e) = file.sync_data() {
-                tracing::error!("periodic fdatasync of the device's backing file failed: {e}");
+            match file.sync_data() {
+                Ok(()) => {
+                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::error!("periodic fdatasync of the device's backing file failed: {e}")
+                }
             }
         })
         .map(drop)

@@ -1478,3 +1478,25 @@ async fn a_blocks_first_program_fills_the_block_and_a_concurrent_program_survive
         dev.close().await.unwrap();
     }
 }
+
+/// `flush_interval_ms` (Redis's `everysec` contract for a device that
+/// acknowledges from the page cache): the file is flushed on that rhythm,
+/// and without it, never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsynced_device_flushes_every_interval_and_only_with_one() {
+    for interval in [Some(20), None] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig {
+            sync_writes: Some(false),
+            flush_interval_ms: interval,
+            ..cfg(BackendKind::File)
+        };
+        let dev = Device::open(&config, dir.path()).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        match interval {
+            Some(_) => assert!(dev.flushes() >= 3, "{} flushes in 300 ms", dev.flushes()),
+            None => assert_eq!(dev.flushes(), 0),
+        }
+        dev.close().await.unwrap();
+    }
+}

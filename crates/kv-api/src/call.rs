@@ -74,6 +74,48 @@ pub enum KvReply {
     },
 }
 
+/// A tenant's figures over a cluster: each node's, and their sum (a limit
+/// of the cluster is the sum of its nodes'; `durable`, a setting the same
+/// on every node, is taken as it is).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterFigures {
+    /// Each node's figures, by name.
+    pub by_node: Vec<(quarry_proto::NodeId, Vec<(String, u64)>)>,
+    /// The figures summed over the nodes, by name.
+    pub total: std::collections::BTreeMap<String, u64>,
+}
+
+impl ClusterFigures {
+    /// Sums `by_node`.
+    pub fn new(by_node: Vec<(quarry_proto::NodeId, Vec<(String, u64)>)>) -> Self {
+        let mut total = std::collections::BTreeMap::new();
+        for (_, figures) in &by_node {
+            for (name, value) in figures {
+                let t: &mut u64 = total.entry(name.clone()).or_default();
+                *t = if name == "durable" {
+                    *value
+                } else {
+                    t.saturating_add(*value)
+                };
+            }
+        }
+        Self { by_node, total }
+    }
+
+    /// The summed figure `name` (0 when no node reports it).
+    pub fn get(&self, name: &str) -> u64 {
+        self.total.get(name).copied().unwrap_or(0)
+    }
+
+    /// Logical bytes over stored bytes (1 when nothing is stored).
+    pub fn dedup_ratio(&self) -> f64 {
+        match self.get("stored_bytes") {
+            0 => 1.0,
+            stored => self.get("logical_bytes") as f64 / stored as f64,
+        }
+    }
+}
+
 fn key(r: &mut ByteReader<'_>, source: &Bytes) -> Result<Bytes> {
     let n = usize::from(r.u8()?);
     if n == 0 || n > MAX_KEY_BYTES {

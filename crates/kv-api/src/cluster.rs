@@ -14,7 +14,8 @@ use quarry_store_api::Placement;
 
 use crate::{
     key_point, Expiry, FailKind, Item, ItemKind, KvAnswer, KvCall, KvError, KvOp, KvReply,
-    KvRequest, Result, StoreMode, TenantName, MAX_CALL_BYTES, MAX_KEY_BYTES, MAX_OPS_PER_CALL,
+    KvRequest, Result, StoreMode, TenantName, MAX_ANSWER_BYTES, MAX_CALL_BYTES, MAX_KEY_BYTES,
+    MAX_OPS_PER_CALL,
 };
 
 /// How a [`KvCluster`] reaches a node's key-value service: across the
@@ -109,7 +110,7 @@ impl<X: KvTransport> KvCluster<X> {
     /// answered.
     pub async fn run_on(&self, node: NodeId, ops: Vec<KvOp>) -> Vec<KvAnswer> {
         let mut out = Vec::with_capacity(ops.len());
-        let mut rest = std::collections::VecDeque::from(ops);
+        let mut rest = ops;
         while !rest.is_empty() {
             let mut bytes = 0;
             let take = rest
@@ -121,37 +122,71 @@ impl<X: KvTransport> KvCluster<X> {
                 })
                 .count()
                 .max(1);
-            let sent: Vec<KvOp> = rest.iter().take(take).cloned().collect();
+            // The common case: everything fits one call and its answers
+            // surely fit one reply, so nothing can come back to be sent
+            // again and the operations go without a copy.
+            let whole = take == rest.len()
+                && rest.iter().map(KvAnswer::most_bytes_for).sum::<usize>() <= MAX_ANSWER_BYTES;
+            let sent = if whole {
+                std::mem::take(&mut rest)
+            } else {
+                rest[..take].to_vec()
+            };
             let answer = self
                 .transport
                 .call(node, self.call_of(KvRequest::Ops(sent)))
                 .await;
-            let fail_rest = |rest: &mut std::collections::VecDeque<KvOp>, a: KvAnswer| {
-                let n = rest.len();
+            // Every operation sent and not answered, and every one not sent.
+            let unanswered = |rest: &mut Vec<KvOp>, answered: usize, a: KvAnswer| {
+                let n = if whole {
+                    take - answered
+                } else {
+                    rest.len() - answered
+                };
                 rest.clear();
                 vec![a; n]
             };
             match answer {
                 Ok(KvReply::Answers(answers)) if !answers.is_empty() && answers.len() <= take => {
-                    rest.drain(..answers.len());
+                    let answered = answers.len();
                     out.extend(answers);
+                    if whole && answered < take {
+                        let message =
+                            format!("node {node} answered {answered} operations of {take}");
+                        out.extend(unanswered(
+                            &mut rest,
+                            answered,
+                            failed(FailKind::Internal, message),
+                        ));
+                    } else if !whole {
+                        rest.drain(..answered);
+                    }
                 }
                 Ok(KvReply::Answers(answers)) => {
                     let message = format!(
                         "node {node} answered {} operations of {take}",
                         answers.len()
                     );
-                    out.extend(fail_rest(&mut rest, failed(FailKind::Internal, message)));
+                    out.extend(unanswered(
+                        &mut rest,
+                        0,
+                        failed(FailKind::Internal, message),
+                    ));
                 }
                 Ok(KvReply::Refused { kind, message }) => {
-                    out.extend(fail_rest(&mut rest, failed(kind, message)));
+                    out.extend(unanswered(&mut rest, 0, failed(kind, message)));
                 }
                 Ok(other) => {
                     let message = format!("node {node} answered operations with {other:?}");
-                    out.extend(fail_rest(&mut rest, failed(FailKind::Internal, message)));
+                    out.extend(unanswered(
+                        &mut rest,
+                        0,
+                        failed(FailKind::Internal, message),
+                    ));
                 }
-                Err(e) => out.extend(fail_rest(
+                Err(e) => out.extend(unanswered(
                     &mut rest,
+                    0,
                     failed(FailKind::Unavailable, e.to_string()),
                 )),
             }
@@ -263,6 +298,11 @@ impl<X: KvTransport> KvCluster<X> {
             KvAnswer::NotFound => Ok(false),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// This tenant's figures on every node, and summed.
+    pub async fn figures(&self) -> Result<crate::ClusterFigures> {
+        Ok(crate::ClusterFigures::new(self.stats().await?))
     }
 
     /// Every node's figures for this tenant, by node.

@@ -46,7 +46,8 @@ mod op;
 mod sliced;
 
 pub use call::{
-    KvCall, KvReply, KvRequest, MAX_ANSWER_BYTES, MAX_CALL_BYTES, MAX_OPS_PER_CALL, MAX_VALUE_BYTES,
+    ClusterFigures, KvCall, KvReply, KvRequest, MAX_ANSWER_BYTES, MAX_CALL_BYTES, MAX_OPS_PER_CALL,
+    MAX_VALUE_BYTES,
 };
 pub use cluster::{KvCluster, KvTransport, MAX_ARRAY_ELEMENTS, MAX_PARENT_KEY_BYTES, MAX_SLICES};
 pub use error::{KvError, Result};
@@ -54,4 +55,4 @@ pub use name::{
     check_key, key_point, Key, TenantName, DEFAULT_TENANT, MAX_KEY_BYTES, MAX_SECRET_BYTES,
     MAX_TENANT_BYTES,
 };
-pub use op::{Expiry, FailKind, Item, ItemKind, KvAnswer, KvOp, StoreMode};
+pub use op::{now_unix_secs, Expiry, FailKind, Item, ItemKind, KvAnswer, KvOp, StoreMode};

@@ -32,10 +32,27 @@ impl Expiry {
         }
     }
 
+    /// `ttl_secs` seconds from now; 0 is never (memcached's relative
+    /// exptime, without its 30-day switch to absolute times). None when
+    /// the time would pass any a clock can name.
+    pub fn after_secs(ttl_secs: u64) -> Option<Self> {
+        if ttl_secs == 0 {
+            return Some(Expiry::Never);
+        }
+        now_unix_secs().checked_add(ttl_secs).map(Expiry::At)
+    }
+
     /// Whether an item with this expiry is gone at `now_unix_secs`.
     pub fn passed(self, now_unix_secs: u64) -> bool {
         matches!(self, Expiry::At(t) if t <= now_unix_secs)
     }
+}
+
+/// The time now, in unix seconds: the clock expiries are kept in.
+pub fn now_unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// What a store operation does when the key exists or not (memcached's

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use quarry_kv_api::{
-    FailKind, KvAnswer, KvCall, KvError, KvOp, KvReply, KvRequest, TenantName, DEFAULT_TENANT,
-    MAX_ANSWER_BYTES,
+    now_unix_secs, FailKind, KvAnswer, KvCall, KvError, KvOp, KvReply, KvRequest, TenantName,
+    DEFAULT_TENANT, MAX_ANSWER_BYTES,
 };
 use quarry_store::{Batch, Table, TableStore};
 
@@ -115,12 +115,6 @@ impl Tenant {
         b.1.tokens -= bytes as f64;
         Some(wait)
     }
-}
-
-fn now_unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Compares secrets in time that does not depend on where they differ.

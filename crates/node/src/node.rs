@@ -506,7 +506,10 @@ async fn start_kv(
         addr: listen.clone(),
         source,
     })?;
-    let face = crate::memcached::Face::new(config.id, kv, Arc::clone(peers));
+    let configured = std::iter::once(config.id)
+        .chain(config.peers.iter().map(|p| p.id))
+        .collect();
+    let face = crate::memcached::Face::new(config.id, kv, Arc::clone(peers), configured);
     tokio::spawn(crate::memcached::serve(
         listener,
         face,

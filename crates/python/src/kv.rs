@@ -5,14 +5,12 @@
 //! GIL held, so a call never carries what a node would refuse; every wait
 //! on the cluster releases it.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
 use quarry_client::{Expiry, FailKind, Item, ItemKind, KvAnswer, KvOp, KvTables, StoreMode};
-use quarry_kv_api::{check_key, MAX_SECRET_BYTES, MAX_VALUE_BYTES};
+use quarry_kv_api::{check_key, ClusterFigures, MAX_SECRET_BYTES, MAX_VALUE_BYTES};
 use serde_json::Value;
 
 use crate::convert::to_python;
@@ -145,21 +143,9 @@ fn item_value(value: &Bound<'_, PyAny>) -> PyResult<Bytes> {
     Ok(bytes)
 }
 
-fn now_unix_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// `ttl` seconds from now; 0: never (memcached's relative exptime, without
-/// its 30-day switch to absolute times).
+/// `ttl` seconds from now; 0: never ([`Expiry::after_secs`]).
 fn expiry(ttl_secs: u64) -> Result<Expiry, Failure> {
-    if ttl_secs == 0 {
-        return Ok(Expiry::Never);
-    }
-    now_unix_secs()
-        .checked_add(ttl_secs)
-        .map(Expiry::At)
+    Expiry::after_secs(ttl_secs)
         .ok_or_else(|| Failure::invalid(format!("a ttl of {ttl_secs} seconds is past any time")))
 }
 
@@ -283,34 +269,17 @@ fn batch_too_large() -> PyErr {
 /// The figures of `quarry kv stats --json`: each summed over the nodes
 /// (`durable`, a flag, is the nodes' flag, not a sum), and `dedup_ratio`,
 /// logical bytes over stored bytes (1 when nothing is stored).
-fn stats_json(
-    tenant: &str,
-    by_node: &[(quarry_client::NodeId, Vec<(String, u64)>)],
-    per_node: bool,
-) -> Value {
-    let mut total: BTreeMap<&str, u64> = BTreeMap::new();
-    for (_, figures) in by_node {
-        for (name, value) in figures {
-            let t = total.entry(name.as_str()).or_default();
-            *t = if name == "durable" {
-                *value
-            } else {
-                t.saturating_add(*value)
-            };
-        }
-    }
-    let ratio = match total.get("stored_bytes") {
-        Some(&stored) if stored > 0 => {
-            total.get("logical_bytes").copied().unwrap_or(0) as f64 / stored as f64
-        }
-        _ => 1.0,
-    };
+fn stats_json(tenant: &str, figures: &ClusterFigures, per_node: bool) -> Value {
+    let by_node = &figures.by_node;
     let mut doc = serde_json::Map::new();
     doc.insert("tenant".into(), tenant.into());
-    for (name, value) in &total {
-        doc.insert((*name).to_string(), (*value).into());
+    for (name, value) in &figures.total {
+        doc.insert(name.clone(), (*value).into());
     }
-    doc.insert("dedup_ratio".into(), serde_json::json!(ratio));
+    doc.insert(
+        "dedup_ratio".into(),
+        serde_json::json!(figures.dedup_ratio()),
+    );
     if per_node {
         let nodes: serde_json::Map<String, Value> = by_node
             .iter()
@@ -860,8 +829,8 @@ impl KvTable {
     #[pyo3(signature = (nodes=false))]
     fn stats(&self, py: Python<'_>, nodes: bool) -> PyResult<Py<PyAny>> {
         let tables = &self.tables;
-        let by_node = wait(py, async move { Ok(tables.stats().await?) })?;
-        to_python(py, &stats_json(tables.tenant().as_str(), &by_node, nodes))
+        let figures = wait(py, async move { Ok(tables.figures().await?) })?;
+        to_python(py, &stats_json(tables.tenant().as_str(), &figures, nodes))
     }
 
     /// Drops every item of the tenant on every node (memcached's

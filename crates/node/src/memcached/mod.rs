@@ -10,12 +10,13 @@ mod plan;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use quarry_kv::KvNode;
 use quarry_kv_api::{
-    Expiry, KvCall, KvCluster, KvError, KvOp, KvReply, KvTransport, TenantName, DEFAULT_TENANT,
+    now_unix_secs, Expiry, KvCall, KvCluster, KvError, KvOp, KvReply, KvTransport, TenantName,
+    DEFAULT_TENANT,
 };
 use quarry_memcache::{Command, CommandReader, Limits, Parsed, Reply, StoreOp};
 use quarry_proto::{NodeId, Request, Response, Service, ServiceCall};
@@ -44,6 +45,11 @@ const VERSION: &str = "1.6.18";
 /// A node's memcached face.
 pub(crate) struct Face {
     id: NodeId,
+    /// Members placement always counts: the configured ones, so a key is
+    /// never placed elsewhere because its node is down or not yet found
+    /// (a restarted node's fabric finds its peers a moment after it
+    /// serves); those found since are added.
+    configured: Vec<NodeId>,
     kv: Arc<KvNode<VolumeTableStore>>,
     peers: Arc<NodePeers>,
     limits: Limits,
@@ -86,20 +92,18 @@ impl KvTransport for NodeKv {
 
 type Tables = KvCluster<NodeKv>;
 
-fn now_unix_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl Face {
+    /// `configured`: the members this node's configuration names (itself
+    /// and its peers).
     pub(crate) fn new(
         id: NodeId,
         kv: Arc<KvNode<VolumeTableStore>>,
         peers: Arc<NodePeers>,
+        configured: Vec<NodeId>,
     ) -> Arc<Self> {
         Arc::new(Self {
             id,
+            configured,
             kv,
             peers,
             limits: Limits::default(),
@@ -117,7 +121,11 @@ impl Face {
             kv: Arc::clone(&self.kv),
             peers: Arc::clone(&self.peers),
         };
-        KvCluster::new(self.peers.members(), Arc::new(transport), tenant, secret)
+        let mut members = self.peers.members();
+        members.extend(&self.configured);
+        members.sort_unstable();
+        members.dedup();
+        KvCluster::new(members, Arc::new(transport), tenant, secret)
     }
 
     /// memcached's ASCII authentication: a `set` whose value is `user
@@ -422,27 +430,12 @@ async fn stats(face: &Face, tables: &Tables, args: &[Bytes], now: u64, out: &mut
         Reply::Error.encode(out);
         return;
     }
-    let by_node = match tables.stats().await {
-        Ok(s) => s,
+    let figures = match tables.figures().await {
+        Ok(f) => f,
         Err(e) => {
             Reply::server_error(&e.to_string().replace(['\r', '\n'], " ")).encode(out);
             return;
         }
-    };
-    let mut total: Vec<(String, u64)> = Vec::new();
-    for (_, s) in &by_node {
-        for (name, value) in s {
-            match total.iter_mut().find(|(n, _)| n == name) {
-                Some((_, t)) if name != "durable" => *t = t.saturating_add(*value),
-                Some(_) => {}
-                None => total.push((name.clone(), *value)),
-            }
-        }
-    }
-    let get = |name: &str| total.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
-    let ratio = match get("stored_bytes") {
-        0 => 1.0,
-        s => get("logical_bytes") as f64 / s as f64,
     };
     let mut stat = |name: &str, value: String| {
         Reply::Stat {
@@ -456,15 +449,15 @@ async fn stats(face: &Face, tables: &Tables, args: &[Bytes], now: u64, out: &mut
     stat("time", now.to_string());
     stat("version", VERSION.to_string());
     stat("tenant", tables.tenant().to_string());
-    stat("nodes", by_node.len().to_string());
+    stat("nodes", figures.by_node.len().to_string());
     let c = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
     stat("curr_connections", c(&face.curr_connections));
     stat("total_connections", c(&face.total_connections));
     stat("auth_cmds", c(&face.auth_cmds));
     stat("auth_errors", c(&face.auth_errors));
-    for (name, value) in &total {
+    for (name, value) in &figures.total {
         stat(name, value.to_string());
     }
-    stat("dedup_ratio", format!("{ratio:.3}"));
+    stat("dedup_ratio", format!("{:.3}", figures.dedup_ratio()));
     Reply::End.encode(out);
 }
