@@ -28,12 +28,15 @@ def counting_while(call):
             count += 1
             time.sleep(0.0001)
 
+    # The interval is set before the counter starts: a thread that began
+    # waiting for the GIL under the old 5 ms interval would still ask this
+    # thread to drop it 5 ms later, in the middle of `call()`.
     old_interval = sys.getswitchinterval()
-    thread = threading.Thread(target=counter)
-    thread.start()
-    running.wait()
     sys.setswitchinterval(1000.0)
+    thread = threading.Thread(target=counter)
     try:
+        thread.start()
+        running.wait()
         before = count
         result = call()
         after = count
