@@ -13,6 +13,8 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The Python package's suite (crates/python/tests): setup.sh built the
-# package into .venv; the tests start a local cluster of target/debug/quarry.
-cargo build --quiet --bin quarry
+# package into .venv; the tests start a local cluster of the `quarry` binary
+# `cargo test` built above for the CLI's tests (a `cargo build --bin quarry`
+# would resolve features for the CLI alone and build four crates again).
+export QUARRY_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/quarry"
 .venv/bin/python -m pytest -q crates/python/tests
