@@ -90,6 +90,19 @@ pub struct BenchKvArgs {
     /// are).
     #[arg(long, default_value_t = 1)]
     pub nodes: u16,
+    /// Head-to-head workloads to run, comma separated (get, set, ycsb-a,
+    /// ycsb-b).
+    #[arg(long, default_value = "get,set,ycsb-a,ycsb-b")]
+    pub workloads: String,
+    /// Pairs to run, comma separated: cache (beside memcached), everysec
+    /// (durable with a 1 s flush, beside Redis AOF everysec), synced
+    /// (durable, synced, beside Redis AOF always).
+    #[arg(long, default_value = "cache,everysec,synced")]
+    pub pairs: String,
+    /// Only the head-to-head cells: no value sizes, dedup, batching,
+    /// arrays or isolation (for profiling one cell at length).
+    #[arg(long)]
+    pub head_to_head_only: bool,
     /// Where to work, how to print, and --quick.
     #[command(flatten)]
     pub common: CommonArgs,

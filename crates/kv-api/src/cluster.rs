@@ -200,6 +200,11 @@ impl<X: KvTransport> KvCluster<X> {
     /// or a value over an item's size is answered `BadInput` without being
     /// sent. Answers in `ops`' order.
     pub async fn run(&self, ops: Vec<KvOp>) -> Vec<KvAnswer> {
+        // The common case (one node, or every key on one): no split and no
+        // reassembly.
+        if let Some(node) = self.one_node_of(&ops) {
+            return self.run_on(node, ops).await;
+        }
         let total = ops.len();
         let mut answers: Vec<Option<KvAnswer>> = vec![None; total];
         let mut per_node: Vec<(NodeId, Vec<usize>, Vec<KvOp>)> = Vec::new();
@@ -231,6 +236,27 @@ impl<X: KvTransport> KvCluster<X> {
             .into_iter()
             .map(|a| a.unwrap_or_else(|| failed(FailKind::Internal, "no answer")))
             .collect()
+    }
+
+    /// The node every operation of `ops` goes to, when it is one node and
+    /// every operation passes [`check_op`].
+    fn one_node_of(&self, ops: &[KvOp]) -> Option<NodeId> {
+        let single = match self.placement.members() {
+            [only] => Some(*only),
+            _ => None,
+        };
+        let mut node = None;
+        for op in ops {
+            if check_op(op).is_some() {
+                return None;
+            }
+            let here = single.unwrap_or_else(|| self.node_of(op.key()));
+            if node.is_some_and(|n| n != here) {
+                return None;
+            }
+            node = Some(here);
+        }
+        node
     }
 
     async fn one(&self, op: KvOp) -> KvAnswer {

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
@@ -21,8 +22,10 @@ pub const DEFAULT_TENANT: &str = "default";
 /// A tenant: 1-64 bytes of `A-Z a-z 0-9 _ - .`, so it is a user name
 /// memcached's ASCII authentication can carry and a label in logs and
 /// `stats` as it is.
+///
+/// Shared, not copied: every call carries its tenant's name.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TenantName(String);
+pub struct TenantName(Arc<str>);
 
 impl TenantName {
     /// Checks `name` against the rules.
@@ -43,7 +46,7 @@ impl TenantName {
         {
             return Err(refuse("only A-Z a-z 0-9 _ - . are allowed"));
         }
-        Ok(Self(name.to_string()))
+        Ok(Self(Arc::from(name)))
     }
 
     /// The name.

@@ -162,7 +162,11 @@ const RECORD_OVERHEAD: u64 = 64;
 
 /// What a record is counted with in [`TableMap::bytes`].
 pub(crate) fn record_bytes(key: &[u8], value: &[u8]) -> u64 {
-    key.len() as u64 + value.len() as u64 + RECORD_OVERHEAD
+    record_bytes_of(key.len(), value.len())
+}
+
+fn record_bytes_of(key_bytes: usize, value_bytes: usize) -> u64 {
+    key_bytes as u64 + value_bytes as u64 + RECORD_OVERHEAD
 }
 
 /// The tables as ordered maps in memory, one per [`Table`], with the memory
@@ -204,11 +208,11 @@ impl TableMap {
 
     pub fn put(&mut self, table: Table, key: Vec<u8>, value: Bytes) {
         self.bytes += record_bytes(&key, &value);
-        let map = &mut self.maps[table.index()];
-        if let Some((k, old)) = map.remove_entry(key.as_slice()) {
-            self.bytes -= record_bytes(&k, &old);
+        let key_bytes = key.len();
+        // One descent of the tree: the old record's key is this key.
+        if let Some(old) = self.maps[table.index()].insert(key, value) {
+            self.bytes -= record_bytes_of(key_bytes, old.len());
         }
-        map.insert(key, value);
     }
 
     pub fn delete(&mut self, table: Table, key: &[u8]) {

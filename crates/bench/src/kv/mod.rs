@@ -59,6 +59,11 @@ impl Row {
 
 pub(crate) struct Plan {
     pub(crate) conns: Vec<usize>,
+    /// Head-to-head workloads: name, fraction of gets.
+    pub(crate) workloads: Vec<(&'static str, f64)>,
+    /// Pairs by name: cache, everysec, synced.
+    pub(crate) pairs: Vec<&'static str>,
+    pub(crate) head_to_head_only: bool,
     pub(crate) cell: Duration,
     pub(crate) keys: u64,
     pub(crate) sizes: Vec<usize>,
@@ -75,8 +80,16 @@ fn plan(args: &BenchKvArgs) -> Result<Plan> {
             .map(|c| c.trim().parse().with_context(|| format!("--conns {c:?}")))
             .collect::<Result<_>>()?
     };
+    let workloads = pick(&args.workloads, &WORKLOADS.map(|(w, _)| w), "--workloads")?
+        .into_iter()
+        .filter_map(|w| WORKLOADS.iter().find(|(n, _)| *n == w).copied())
+        .collect();
+    let pairs = pick(&args.pairs, &PAIRS, "--pairs")?;
     Ok(Plan {
         conns,
+        workloads,
+        pairs,
+        head_to_head_only: args.head_to_head_only,
         cell: Duration::from_secs_f64(if quick { 0.3 } else { args.secs.max(0.1) }),
         keys: if quick { 2000 } else { args.keys.max(100) },
         sizes: if quick {
@@ -86,6 +99,29 @@ fn plan(args: &BenchKvArgs) -> Result<Plan> {
         },
         quick,
     })
+}
+
+/// The pairs of the head-to-head, in the order they run.
+const PAIRS: [&str; 3] = ["cache", "everysec", "synced"];
+
+/// The names of a comma-separated `list` among `known`, in `known`'s order.
+fn pick(list: &str, known: &[&'static str], what: &str) -> Result<Vec<&'static str>> {
+    let asked: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if let Some(bad) = asked.iter().find(|a| !known.contains(a)) {
+        anyhow::bail!("{what}: unknown {bad:?}; choose among {}", known.join(", "));
+    }
+    if asked.is_empty() {
+        anyhow::bail!("{what}: name at least one of {}", known.join(", "));
+    }
+    Ok(known
+        .iter()
+        .copied()
+        .filter(|k| asked.contains(k))
+        .collect())
 }
 
 /// `quarry bench kv`.
@@ -110,7 +146,7 @@ pub fn kv(args: &BenchKvArgs) -> Result<()> {
     let quarry = |tenant: &str| peers::quarry_target(&cluster, 0, tenant);
     let mut rows = Vec::new();
     runtime.block_on(async {
-        let pairs = [
+        let all = [
             (
                 "memcached",
                 memcached.target.clone(),
@@ -130,11 +166,23 @@ pub fn kv(args: &BenchKvArgs) -> Result<()> {
                 quarry("durable")?,
             ),
         ];
+        let pairs: Vec<_> = all
+            .into_iter()
+            .zip(PAIRS)
+            .filter(|(_, name)| plan.pairs.contains(name))
+            .map(|(pair, _)| pair)
+            .collect();
         head_to_head(&plan, &pairs, &mut rows).await?;
-        value_sizes(&plan, &pairs, &quarry("nodedup")?, &mut rows).await?;
+        if !plan.head_to_head_only {
+            value_sizes(&plan, &pairs, &quarry("nodedup")?, &mut rows).await?;
+        }
         anyhow::Ok(())
     })?;
-    let extra = runtime.block_on(shapes::figures(&plan, &cluster, &memcached.target))?;
+    let extra = if plan.head_to_head_only {
+        json!({})
+    } else {
+        runtime.block_on(shapes::figures(&plan, &cluster, &memcached.target))?
+    };
     print(&rows, &extra, args.common.json, &plan, args.nodes);
     drop(cluster);
     drop(everysec);
@@ -164,7 +212,7 @@ async fn head_to_head(
     let all: Vec<&Target> = pairs.iter().flat_map(|(_, a, _, b)| [a, b]).collect();
     load_all(&all, base).await?;
     let mut flip = false;
-    for (workload, get_fraction) in WORKLOADS {
+    for &(workload, get_fraction) in &plan.workloads {
         for &conns in &plan.conns {
             for (peer_name, peer, name, ours) in pairs {
                 let mix = Mix {
