@@ -99,10 +99,11 @@ pub struct BenchKvArgs {
     /// (durable, synced, beside Redis AOF always).
     #[arg(long, default_value = "cache,everysec,synced")]
     pub pairs: String,
-    /// Only the head-to-head cells: no value sizes, dedup, batching,
-    /// arrays or isolation (for profiling one cell at length).
-    #[arg(long)]
-    pub head_to_head_only: bool,
+    /// Sections to run, comma separated: head-to-head, value-sizes, shapes
+    /// (dedup latency, batching, arrays, isolation); one alone is for
+    /// profiling or repeating it.
+    #[arg(long, default_value = "head-to-head,value-sizes,shapes")]
+    pub sections: String,
     /// Where to work, how to print, and --quick.
     #[command(flatten)]
     pub common: CommonArgs,

@@ -72,12 +72,6 @@ impl Bucket {
             Duration::from_secs_f64(deficit / self.rate_per_sec)
         }
     }
-
-    /// How long until the bucket is out of debt (refilled to now; nothing
-    /// taken).
-    fn debt_wait(&mut self, now: Instant) -> Duration {
-        self.wait_for(0.0, now)
-    }
 }
 
 struct Tenant {
@@ -95,8 +89,6 @@ struct Tenant {
     limited: bool,
     throttled: AtomicU64,
     refused: AtomicU64,
-    /// Times a connection was held unread for the rate limits.
-    held: AtomicU64,
 }
 
 impl Tenant {
@@ -106,19 +98,6 @@ impl Tenant {
         self.table
             .lock()
             .unwrap_or_else(|p| panic!("tenant {}'s table lock was poisoned: {p}", self.name))
-    }
-
-    /// How long until both buckets are out of debt.
-    fn debt_wait(&self) -> Duration {
-        if !self.limited {
-            return Duration::ZERO;
-        }
-        let mut b = self
-            .limits
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = Instant::now();
-        b.0.debt_wait(now).max(b.1.debt_wait(now))
     }
 
     /// Takes `ops` operations and `bytes` bytes from the tenant's buckets;
@@ -192,7 +171,6 @@ fn tenant_of(t: &TenantConfig, dedup_min_bytes: usize) -> Result<Tenant, String>
         limited: t.ops_per_sec > 0 || t.bytes_per_sec > 0,
         throttled: AtomicU64::new(0),
         refused: AtomicU64::new(0),
-        held: AtomicU64::new(0),
     })
 }
 
@@ -262,24 +240,6 @@ impl<T: TableStore> KvNode<T> {
         !self.open
     }
 
-    /// How long a connection of `tenant` should wait before it reads its
-    /// next requests: until the tenant's rate limits on this node are out
-    /// of debt. A tenant over its limit is held at its connections, before
-    /// its requests are parsed or planned, so its flood costs the node
-    /// (and the tenants beside it) as little as can be; its calls then
-    /// rarely wait, and are never refused for want of tokens. Zero for an
-    /// unknown tenant or one without limits.
-    pub fn wait_before_reading(&self, tenant: &TenantName) -> Duration {
-        let Some(t) = self.tenants.get(tenant.as_str()) else {
-            return Duration::ZERO;
-        };
-        let wait = t.debt_wait();
-        if !wait.is_zero() {
-            t.held.fetch_add(1, Ordering::Relaxed);
-        }
-        wait
-    }
-
     /// Checks credentials; the tenant's name when they are right.
     pub fn authenticate(&self, tenant: &str, secret: &[u8]) -> Result<TenantName, KvError> {
         self.tenant(tenant, secret).map(|t| t.name.clone())
@@ -324,6 +284,13 @@ impl<T: TableStore> KvNode<T> {
                     Some(wait) if !wait.is_zero() => {
                         tenant.throttled.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(wait).await;
+                        // The timer wheel ticks by the millisecond, so the
+                        // calls of a tenant over its limit wake in bursts.
+                        // Yielding once puts them behind what the event
+                        // loop's next look at its sockets finds, so another
+                        // tenant's request that came meanwhile runs first
+                        // instead of waiting out the burst.
+                        tokio::task::yield_now().await;
                     }
                     Some(_) => {}
                 }
@@ -473,7 +440,6 @@ impl<T: TableStore> KvNode<T> {
             "throttle_refused".into(),
             tenant.refused.load(Ordering::Relaxed),
         ));
-        out.push(("throttle_held".into(), tenant.held.load(Ordering::Relaxed)));
         out.push(("durable".into(), u64::from(tenant.mode == KvMode::Durable)));
         out
     }

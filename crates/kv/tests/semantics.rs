@@ -1,8 +1,6 @@
 //! memcached's semantics, dedup counts, tenants, quotas and rate limits of
 //! one node's key-value service, in memory.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use proptest::prelude::*;
 use quarry_kv::{KvConfig, KvMode, KvNode, TenantConfig};
@@ -466,36 +464,6 @@ fn a_tenant_over_its_rate_waits_then_is_refused() {
         z.run(vec![get("x"); 1000]).await;
         assert!(a.stat("throttled").await >= 1);
         assert_eq!(a.stat("throttle_refused").await, 1);
-    });
-}
-
-#[test]
-fn a_tenant_in_debt_is_held_before_its_next_read_and_others_are_not() {
-    let mut config = two_tenants(KvMode::Cache, 1 << 20);
-    config.tenants[0].ops_per_sec = 20;
-    config.throttle_wait_ms = 60_000;
-    let node = rt().block_on(Node::open(&config, None)).unwrap();
-    let a = caller(&node, "alpha", "pa");
-    let z = caller(&node, "zeta", "pz");
-    let alpha = TenantName::new("alpha").unwrap();
-    let zeta = TenantName::new("zeta").unwrap();
-    rt().block_on(async {
-        // Within the bucket: nobody is held.
-        a.one(get("x")).await;
-        assert_eq!(node.wait_before_reading(&alpha), Duration::ZERO);
-        // A call of 100 operations takes its tokens when it starts (and
-        // then waits for them); given up at once, it leaves the bucket
-        // about four seconds in debt.
-        let gave_up = tokio::time::timeout(Duration::ZERO, a.run(vec![get("x"); 100])).await;
-        assert!(gave_up.is_err(), "the call did not wait for its tokens");
-        let held = node.wait_before_reading(&alpha);
-        assert!(held > Duration::from_secs(3), "alpha held for {held:?}");
-        assert_eq!(a.stat("throttle_held").await, 1);
-        // The other tenant has no limit: never held, never waits.
-        z.run(vec![get("x"); 1000]).await;
-        assert_eq!(node.wait_before_reading(&zeta), Duration::ZERO);
-        assert_eq!(z.stat("throttle_held").await, 0);
-        assert_eq!(a.stat("throttle_refused").await, 0);
     });
 }
 

@@ -63,7 +63,8 @@ pub(crate) struct Plan {
     pub(crate) workloads: Vec<(&'static str, f64)>,
     /// Pairs by name: cache, everysec, synced.
     pub(crate) pairs: Vec<&'static str>,
-    pub(crate) head_to_head_only: bool,
+    /// Sections by name: head-to-head, value-sizes, shapes.
+    pub(crate) sections: Vec<&'static str>,
     pub(crate) cell: Duration,
     pub(crate) keys: u64,
     pub(crate) sizes: Vec<usize>,
@@ -89,7 +90,7 @@ fn plan(args: &BenchKvArgs) -> Result<Plan> {
         conns,
         workloads,
         pairs,
-        head_to_head_only: args.head_to_head_only,
+        sections: pick(&args.sections, &SECTIONS, "--sections")?,
         cell: Duration::from_secs_f64(if quick { 0.3 } else { args.secs.max(0.1) }),
         keys: if quick { 2000 } else { args.keys.max(100) },
         sizes: if quick {
@@ -100,6 +101,9 @@ fn plan(args: &BenchKvArgs) -> Result<Plan> {
         quick,
     })
 }
+
+/// The sections, in the order they run.
+const SECTIONS: [&str; 3] = ["head-to-head", "value-sizes", "shapes"];
 
 /// The pairs of the head-to-head, in the order they run.
 const PAIRS: [&str; 3] = ["cache", "everysec", "synced"];
@@ -172,16 +176,18 @@ pub fn kv(args: &BenchKvArgs) -> Result<()> {
             .filter(|(_, name)| plan.pairs.contains(name))
             .map(|(pair, _)| pair)
             .collect();
-        head_to_head(&plan, &pairs, &mut rows).await?;
-        if !plan.head_to_head_only {
+        if plan.sections.contains(&"head-to-head") {
+            head_to_head(&plan, &pairs, &mut rows).await?;
+        }
+        if plan.sections.contains(&"value-sizes") {
             value_sizes(&plan, &pairs, &quarry("nodedup")?, &mut rows).await?;
         }
         anyhow::Ok(())
     })?;
-    let extra = if plan.head_to_head_only {
-        json!({})
-    } else {
+    let extra = if plan.sections.contains(&"shapes") {
         runtime.block_on(shapes::figures(&plan, &cluster, &memcached.target))?
+    } else {
+        json!({})
     };
     print(&rows, &extra, args.common.json, &plan, args.nodes);
     drop(cluster);

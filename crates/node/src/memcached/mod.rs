@@ -35,10 +35,6 @@ use crate::node::NodePeers;
 /// of at most 1 MiB), and a longer pipeline runs as several batches.
 const MAX_BATCH_OPS: usize = 128;
 
-/// Longest a connection is held unread for its tenant's rate limit at a
-/// time (the limit is checked again after).
-const MAX_READ_HOLD: Duration = Duration::from_secs(1);
-
 /// Bytes read from a socket at a time.
 const READ_BYTES: usize = 64 << 10;
 
@@ -303,14 +299,6 @@ async fn connection(mut stream: TcpStream, face: &Face) -> std::io::Result<()> {
             .and_then(|t| face.tables(t, Bytes::new()).ok())
     };
     loop {
-        if let Some(t) = &tables {
-            // A tenant over its rate limit waits here, unread (Multes holds
-            // a tenant back at the network, before its requests cost work).
-            let wait = face.kv.wait_before_reading(t.tenant());
-            if !wait.is_zero() {
-                tokio::time::sleep(wait.min(MAX_READ_HOLD)).await;
-            }
-        }
         input.reserve(READ_BYTES);
         if stream.read_buf(&mut input).await? == 0 {
             return Ok(());
