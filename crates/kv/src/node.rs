@@ -284,13 +284,6 @@ impl<T: TableStore> KvNode<T> {
                     Some(wait) if !wait.is_zero() => {
                         tenant.throttled.fetch_add(1, Ordering::Relaxed);
                         tokio::time::sleep(wait).await;
-                        // The timer wheel ticks by the millisecond, so the
-                        // calls of a tenant over its limit wake in bursts.
-                        // Yielding once puts them behind what the event
-                        // loop's next look at its sockets finds, so another
-                        // tenant's request that came meanwhile runs first
-                        // instead of waiting out the burst.
-                        tokio::task::yield_now().await;
                     }
                     Some(_) => {}
                 }
