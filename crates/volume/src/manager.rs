@@ -2156,15 +2156,7 @@ async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, Vol
     }
     let ckpt = meta::load_checkpoint(dir, &geometry)?;
     let from_gen = ckpt.as_ref().map_or(0, |c| c.generation);
-    let mut trims = Vec::new();
-    for (gen, path) in meta::list_trim_logs(dir)? {
-        if gen < from_gen {
-            continue;
-        }
-        let bytes = std::fs::read(&path)
-            .map_err(|e| VolumeError::io(format!("reading {}", path.display()), e))?;
-        trims.extend(meta::decode_trim_log(&path, &bytes)?);
-    }
+    let trims = meta::load_trim_logs(dir, from_gen)?;
     let dev_blocks = device_blocks(device)?;
     let ranges = recovery::scan_ranges(ckpt.as_ref(), &dev_blocks);
     let ppb = geometry.pages_per_block;

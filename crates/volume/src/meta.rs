@@ -42,6 +42,12 @@ pub(crate) const TOMBSTONE: Phys = u32::MAX;
 const TRIM_MAGIC: &[u8; 4] = b"QVTR";
 /// Bytes of one trim-log record.
 pub(crate) const TRIM_RECORD_BYTES: usize = 28;
+/// An append's header: one record's size, so a log stays a row of
+/// fixed-size units. Logs written before headers existed hold records only,
+/// and still read.
+const TRIM_APPEND_MAGIC: &[u8; 4] = b"QVTA";
+/// Most records one append carries (its header counts them).
+const MAX_TRIM_APPEND_RECORDS: usize = 1 << 20;
 
 /// Per-block part of a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -314,38 +320,137 @@ fn decode_trim(b: &[u8]) -> Option<TrimRecord> {
     })
 }
 
-/// Parses a trim log. A torn tail (the record being written at a crash) is
-/// dropped; an invalid record followed by a valid one is corruption.
+/// The header of an append of `records` (encoded): magic, record count,
+/// CRC-32C of the records, zeros, CRC-32C of the header.
+fn encode_trim_append_header(records: &[u8]) -> [u8; TRIM_RECORD_BYTES] {
+    let mut b = [0u8; TRIM_RECORD_BYTES];
+    b[0..4].copy_from_slice(TRIM_APPEND_MAGIC);
+    b[4..8].copy_from_slice(&((records.len() / TRIM_RECORD_BYTES) as u32).to_le_bytes());
+    b[8..12].copy_from_slice(&crc32c::crc32c(records).to_le_bytes());
+    let crc = crc32c::crc32c(&b[..24]);
+    b[24..28].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// An append header's (record count, CRC of the records).
+fn decode_trim_append_header(b: &[u8]) -> Option<(usize, u32)> {
+    if b.len() < TRIM_RECORD_BYTES
+        || &b[0..4] != TRIM_APPEND_MAGIC
+        || crc32c::crc32c(&b[..24]) != u32_at(b, 24)
+    {
+        return None;
+    }
+    let count = u32_at(b, 4) as usize;
+    (count <= MAX_TRIM_APPEND_RECORDS).then_some((count, u32_at(b, 8)))
+}
+
+/// Parses a trim log: appends, each a header and its records (or, in a log
+/// written before headers, records alone).
+///
+/// Only the last append can be torn: each is synced before the next
+/// starts. A power loss in the middle of one may keep any of its unsynced
+/// pages and lose others, so its header or any of its records may be
+/// missing while later ones of the same append are whole; the whole append
+/// is dropped (it was never acknowledged). Damage followed by a whole later
+/// append (or, in a log without headers, a whole later record) is
+/// corruption.
+#[cfg(test)]
 pub(crate) fn decode_trim_log(path: &Path, bytes: &[u8]) -> Result<Vec<TrimRecord>, VolumeError> {
+    decode_trim_log_whole(path, bytes).map(|(records, _)| records)
+}
+
+/// [`decode_trim_log`], and how many bytes from the start hold whole
+/// appends: the rest is a torn append, to be cut off before the log is
+/// appended to again (an append after it would make it a damaged middle).
+pub(crate) fn decode_trim_log_whole(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(Vec<TrimRecord>, usize), VolumeError> {
     const R: usize = TRIM_RECORD_BYTES;
     let full = bytes.len() / R;
-    let record = |i: usize| decode_trim(&bytes[i * R..(i + 1) * R]);
+    let unit = |i: usize| &bytes[i * R..(i + 1) * R];
     let mut out = Vec::with_capacity(full);
-    for i in 0..full {
-        match record(i) {
-            Some(r) => out.push(r),
-            None => {
-                if (i + 1..full).any(|j| record(j).is_some()) {
-                    return Err(VolumeError::Metadata {
-                        path: path.to_path_buf(),
-                        reason: format!("trim record #{i} is damaged and later records are not"),
-                    });
-                }
-                tracing::warn!(
-                    "{}: dropping a torn trim record at #{i} (never acknowledged)",
-                    path.display()
-                );
-                return Ok(out);
+    let mut framed = false;
+    let mut i = 0;
+    while i < full {
+        if let Some((count, crc)) = decode_trim_append_header(unit(i)) {
+            framed = true;
+            let end = i + 1 + count;
+            let records = (end <= full)
+                .then(|| &bytes[(i + 1) * R..end * R])
+                .filter(|r| crc32c::crc32c(r) == crc)
+                .and_then(|r| r.chunks(R).map(decode_trim).collect::<Option<Vec<_>>>());
+            if let Some(records) = records {
+                out.extend(records);
+                i = end;
+                continue;
+            }
+        } else if !framed {
+            if let Some(r) = decode_trim(unit(i)) {
+                out.push(r);
+                i += 1;
+                continue;
             }
         }
+        // Damage (or a record outside any append) at unit i: the torn last
+        // append, unless something whole was appended after it.
+        let later_whole = (i + 1..full).any(|j| {
+            decode_trim_append_header(unit(j)).is_some()
+                || (!framed && decode_trim(unit(j)).is_some())
+        });
+        if later_whole {
+            return Err(VolumeError::Metadata {
+                path: path.to_path_buf(),
+                reason: format!("trim log unit #{i} is damaged and later appends are not"),
+            });
+        }
+        warn_torn(path, i);
+        return Ok((out, i * R));
     }
     if !bytes.len().is_multiple_of(R) {
-        tracing::warn!(
-            "{}: dropping a torn trim record at #{full} (never acknowledged)",
-            path.display()
-        );
+        warn_torn(path, full);
     }
-    Ok(out)
+    Ok((out, full * R))
+}
+
+fn warn_torn(path: &Path, unit: usize) {
+    tracing::warn!(
+        "{}: dropping a torn trim append from unit #{unit} (never acknowledged)",
+        path.display()
+    );
+}
+
+/// The records of the trim logs in `dir` from generation `from_gen` on, in
+/// order; each log's torn last append is cut off on the way (the current
+/// generation's log is appended to again).
+pub(crate) fn load_trim_logs(dir: &Path, from_gen: u64) -> Result<Vec<TrimRecord>, VolumeError> {
+    let mut trims = Vec::new();
+    for (gen, path) in list_trim_logs(dir)? {
+        if gen < from_gen {
+            continue;
+        }
+        let bytes = fs::read(&path)
+            .map_err(|e| VolumeError::io(format!("reading {}", path.display()), e))?;
+        let (records, whole_bytes) = decode_trim_log_whole(&path, &bytes)?;
+        if whole_bytes < bytes.len() {
+            cut_torn_trim_append(&path, whole_bytes as u64)?;
+        }
+        trims.extend(records);
+    }
+    Ok(trims)
+}
+
+/// Cuts a trim log back to its first `whole_bytes` (its whole appends) and
+/// syncs it, so what is appended next follows a whole append.
+pub(crate) fn cut_torn_trim_append(path: &Path, whole_bytes: u64) -> Result<(), VolumeError> {
+    let io = |what: &str, e| VolumeError::io(format!("{what} {}", path.display()), e);
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io("opening", e))?;
+    file.set_len(whole_bytes)
+        .map_err(|e| io("cutting a torn append off", e))?;
+    file.sync_all().map_err(|e| io("syncing", e))
 }
 
 /// The trim log file name of generation `gen`.
@@ -431,10 +536,24 @@ impl TrimLog {
                 std::io::Error::other(why.clone()),
             ));
         }
-        let mut buf = Vec::with_capacity(records.len() * TRIM_RECORD_BYTES);
+        if records.len() > MAX_TRIM_APPEND_RECORDS {
+            return Err(VolumeError::io(
+                format!("appending to {}", self.path.display()),
+                std::io::Error::other(format!(
+                    "{} trim records in one append (at most {MAX_TRIM_APPEND_RECORDS})",
+                    records.len()
+                )),
+            ));
+        }
+        // Header first, then the records it counts and checks: a torn
+        // append is then told from a damaged log (`decode_trim_log`).
+        let mut buf = vec![0u8; TRIM_RECORD_BYTES];
+        buf.reserve(records.len() * TRIM_RECORD_BYTES);
         for r in records {
             buf.extend_from_slice(&encode_trim(r));
         }
+        let header = encode_trim_append_header(&buf[TRIM_RECORD_BYTES..]);
+        buf[..TRIM_RECORD_BYTES].copy_from_slice(&header);
         let added = buf.len() as u64;
         let file = std::sync::Arc::clone(&self.file);
         let path = self.path.clone();
@@ -544,6 +663,7 @@ mod tests {
         );
     }
 
+    /// Logs written before appends had headers: records alone.
     #[test]
     fn trim_log_drops_a_torn_tail_and_refuses_holes() {
         let p = Path::new("t.log");
@@ -567,6 +687,90 @@ mod tests {
         let mut hole: Vec<u8> = recs.iter().flat_map(encode_trim).collect();
         hole[30] ^= 0xFF;
         assert!(decode_trim_log(p, &hole).is_err());
+    }
+
+    /// An append as `TrimLog::append` writes it: header, then records.
+    fn framed(recs: &[TrimRecord]) -> Vec<u8> {
+        let records: Vec<u8> = recs.iter().flat_map(encode_trim).collect();
+        let mut out = encode_trim_append_header(&records).to_vec();
+        out.extend(records);
+        out
+    }
+
+    #[test]
+    fn a_torn_last_append_is_dropped_whole_and_damage_before_a_whole_one_is_not() {
+        let p = Path::new("t.log");
+        let rec = |i: u64| TrimRecord {
+            page: LogicalPage::new(1, i),
+            seq: i + 100,
+        };
+        let appends = [
+            vec![rec(1), rec(2)],
+            vec![rec(3), rec(4), rec(5)],
+            vec![rec(6), rec(7)],
+        ];
+        let log: Vec<u8> = appends.iter().flat_map(|a| framed(a)).collect();
+        let all: Vec<TrimRecord> = appends.concat();
+        assert_eq!(decode_trim_log(p, &log).unwrap(), all);
+        let first_two: Vec<TrimRecord> = appends[..2].concat();
+        let last = (2 + 1 + 3 + 1) * TRIM_RECORD_BYTES;
+        // A power loss kept the last append's records but not its header
+        // (another page), or its header and its second record but not its
+        // first, or a piece of it only: the append is dropped.
+        for (from, to) in [
+            (last, last + 28),
+            (last + 28, last + 56),
+            (last + 60, last + 84),
+        ] {
+            let mut torn = log.clone();
+            torn[from..to].fill(0);
+            assert_eq!(
+                decode_trim_log(p, &torn).unwrap(),
+                first_two,
+                "zeroed {from}..{to}"
+            );
+        }
+        let mut cut = log.clone();
+        cut.truncate(last + 40);
+        assert_eq!(decode_trim_log(p, &cut).unwrap(), first_two);
+        // Damage in an append with a whole one after it is corruption.
+        for at in [2 * 28 + 5, 3 * 28 + 5, 5 * 28 + 1] {
+            let mut hole = log.clone();
+            hole[at] ^= 0xFF;
+            let e = decode_trim_log(p, &hole).unwrap_err().to_string();
+            assert!(e.contains("damaged and later appends are not"), "{e}");
+        }
+        // A log written before headers, then appended to with them, reads.
+        let mut mixed: Vec<u8> = [rec(8), rec(9)].iter().flat_map(encode_trim).collect();
+        mixed.extend(framed(&appends[0]));
+        let mut want = vec![rec(8), rec(9)];
+        want.extend(appends[0].clone());
+        assert_eq!(decode_trim_log(p, &mixed).unwrap(), want);
+    }
+
+    #[tokio::test]
+    async fn a_torn_append_cut_off_at_open_is_not_followed_by_later_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = |i: u64| TrimRecord {
+            page: LogicalPage::new(2, i),
+            seq: i,
+        };
+        let path = trim_log_path(dir.path(), 7);
+        let whole = framed(&[rec(1), rec(2)]);
+        let mut torn = framed(&[rec(3), rec(4)]);
+        torn[..TRIM_RECORD_BYTES].fill(0);
+        fs::write(&path, [whole.clone(), torn].concat()).unwrap();
+        let bytes = fs::read(&path).unwrap();
+        let (records, whole_bytes) = decode_trim_log_whole(&path, &bytes).unwrap();
+        assert_eq!((records, whole_bytes), (vec![rec(1), rec(2)], whole.len()));
+        cut_torn_trim_append(&path, whole_bytes as u64).unwrap();
+        let mut log = TrimLog::open(dir.path(), 7).unwrap();
+        log.append(&[rec(5)], false).await.unwrap();
+        let bytes = fs::read(&path).unwrap();
+        assert_eq!(
+            decode_trim_log(&path, &bytes).unwrap(),
+            vec![rec(1), rec(2), rec(5)]
+        );
     }
 
     #[tokio::test]
