@@ -294,21 +294,26 @@ impl<T: TableStore> KvNode<T> {
                 let full = stores
                     && tenant.mode == KvMode::Durable
                     && self.room.as_ref().is_some_and(|room| !room(bytes));
-                // Fingerprints before the lock (see `fingerprint`).
-                let hints: Vec<Option<Fp>> = ops
-                    .iter()
-                    .map(|op| match op {
-                        KvOp::Store { value, .. } if value.len() >= tenant.dedup_min_bytes => {
-                            Some(fingerprint(value))
-                        }
-                        _ => None,
-                    })
-                    .collect();
+                // Fingerprints before the lock (see `fingerprint`); a call
+                // without stores (a batch of gets) allocates none.
+                let hints: Vec<Option<Fp>> = if stores {
+                    ops.iter()
+                        .map(|op| match op {
+                            KvOp::Store { value, .. } if value.len() >= tenant.dedup_min_bytes => {
+                                Some(fingerprint(value))
+                            }
+                            _ => None,
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 let run = |table: &mut TenantTable, changes: &mut Vec<Change>| {
                     let mut next_cas = || self.cas.fetch_add(1, Ordering::Relaxed);
                     let mut answers = Vec::with_capacity(ops.len());
                     let mut reply_bytes = 0;
-                    for (op, hint) in ops.into_iter().zip(hints) {
+                    for (i, op) in ops.into_iter().enumerate() {
+                        let hint = hints.get(i).copied().flatten();
                         // The reply must fit a frame: stop before an
                         // operation whose answer might not fit, and let
                         // the caller send the rest again.

@@ -46,8 +46,6 @@ pub(crate) const TRIM_RECORD_BYTES: usize = 28;
 /// fixed-size units. Logs written before headers existed hold records only,
 /// and still read.
 const TRIM_APPEND_MAGIC: &[u8; 4] = b"QVTA";
-/// Most records one append carries (its header counts them).
-const MAX_TRIM_APPEND_RECORDS: usize = 1 << 20;
 
 /// Per-block part of a checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,7 +323,12 @@ fn decode_trim(b: &[u8]) -> Option<TrimRecord> {
 fn encode_trim_append_header(records: &[u8]) -> [u8; TRIM_RECORD_BYTES] {
     let mut b = [0u8; TRIM_RECORD_BYTES];
     b[0..4].copy_from_slice(TRIM_APPEND_MAGIC);
-    b[4..8].copy_from_slice(&((records.len() / TRIM_RECORD_BYTES) as u32).to_le_bytes());
+    let count = records.len() / TRIM_RECORD_BYTES;
+    assert!(
+        u32::try_from(count).is_ok(),
+        "{count} trim records for a 32-bit count"
+    );
+    b[4..8].copy_from_slice(&(count as u32).to_le_bytes());
     b[8..12].copy_from_slice(&crc32c::crc32c(records).to_le_bytes());
     let crc = crc32c::crc32c(&b[..24]);
     b[24..28].copy_from_slice(&crc.to_le_bytes());
@@ -340,8 +343,8 @@ fn decode_trim_append_header(b: &[u8]) -> Option<(usize, u32)> {
     {
         return None;
     }
-    let count = u32_at(b, 4) as usize;
-    (count <= MAX_TRIM_APPEND_RECORDS).then_some((count, u32_at(b, 8)))
+    // Any count is safe to follow: the decoder checks it against the file.
+    Some((u32_at(b, 4) as usize, u32_at(b, 8)))
 }
 
 /// Parses a trim log: appends, each a header and its records (or, in a log
@@ -375,7 +378,7 @@ pub(crate) fn decode_trim_log_whole(
     while i < full {
         if let Some((count, crc)) = decode_trim_append_header(unit(i)) {
             framed = true;
-            let end = i + 1 + count;
+            let end = (i + 1).saturating_add(count);
             let records = (end <= full)
                 .then(|| &bytes[(i + 1) * R..end * R])
                 .filter(|r| crc32c::crc32c(r) == crc)
@@ -536,12 +539,14 @@ impl TrimLog {
                 std::io::Error::other(why.clone()),
             ));
         }
-        if records.len() > MAX_TRIM_APPEND_RECORDS {
+        // The header counts records in 32 bits (112 GiB of records).
+        if u32::try_from(records.len()).is_err() {
             return Err(VolumeError::io(
                 format!("appending to {}", self.path.display()),
                 std::io::Error::other(format!(
-                    "{} trim records in one append (at most {MAX_TRIM_APPEND_RECORDS})",
-                    records.len()
+                    "{} trim records in one append; a header counts at most {}",
+                    records.len(),
+                    u32::MAX
                 )),
             ));
         }
