@@ -613,6 +613,12 @@ fn punch_or_zero(
 /// Most zeros [`write_zeros`] writes in one request.
 const MAX_ZERO_WRITE_BYTES: usize = 1 << 20;
 
+/// Largest program written on the caller's thread when the backing file is
+/// not O_DIRECT (a copy into the page cache of at most this many bytes);
+/// larger ones go through the I/O engine, whose worker threads copy them
+/// beside the caller.
+const INLINE_WRITE_BYTES: usize = 64 << 10;
+
 /// Writes `len` zero bytes at `offset` (both whole slots, so O_DIRECT
 /// takes them), a few slots a request.
 fn write_zeros(file: &File, offset: u64, len: u64, slot_size: usize) -> io::Result<()> {
@@ -1487,6 +1493,16 @@ impl Device {
                     *lock(&slots[first_index as usize + k]) = Some(slot.into());
                 }
                 Ok(())
+            }
+            Store::File { file, .. } if !self.direct_io && buf.buf().len() <= INLINE_WRITE_BYTES => {
+                // A buffered write only copies into the page cache, so it
+                // is made here: through the ring it waited for an io_uring
+                // worker thread and then the reaper, two thread wake-ups
+                // on every durable key-value set (docs/benchmarks.md).
+                let res = file.write_all_at(buf.buf().as_slice(), offset);
+                drop(buf);
+                res.map_err(map)?;
+                self.flush_programs(&what).await
             }
             Store::File { engine, .. } => {
                 let fut = engine

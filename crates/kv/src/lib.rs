@@ -50,7 +50,6 @@
 #![deny(missing_docs)]
 
 mod config;
-mod log;
 mod node;
 mod records;
 mod table;

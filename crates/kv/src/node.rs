@@ -2,7 +2,7 @@
 //! limits, their tables, and the durable tenants' log.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,6 @@ use quarry_kv_api::{
 use quarry_store::{Batch, Table, TableStore};
 
 use crate::config::{KvConfig, KvMode, TenantConfig};
-use crate::log::KvLog;
 use crate::records::{add_changes, decode_item, tenant_prefix, value_fp};
 use crate::table::{fingerprint, Change, Fp, TableLimits, TenantTable};
 
@@ -142,7 +141,12 @@ pub struct KvNode<T> {
     /// No tenants configured: `default` needs no secret.
     open: bool,
     tables: Option<Arc<T>>,
-    log: Option<Arc<KvLog>>,
+    /// Some tenant is durable: its changes go to `tables`.
+    durable: bool,
+    /// A commit of durable changes failed: memory may then hold changes
+    /// the tables do not, so the durable tenants refuse everything until a
+    /// restart reloads them from what is committed.
+    log_failed: AtomicBool,
     cas: AtomicU64,
     throttle_wait: Duration,
     room: Option<Room>,
@@ -211,15 +215,12 @@ impl<T: TableStore> KvNode<T> {
                 max_cas = max_cas.max(load(tables, t).await?);
             }
         }
-        let log = match (&tables, durable) {
-            (Some(tables), true) => Some(KvLog::start(Arc::clone(tables))),
-            _ => None,
-        };
         Ok(Self {
             tenants,
             open,
             tables,
-            log,
+            durable,
+            log_failed: AtomicBool::new(false),
             cas: AtomicU64::new(max_cas + 1),
             throttle_wait: Duration::from_millis(config.throttle_wait_ms),
             room: None,
@@ -354,45 +355,50 @@ impl<T: TableStore> KvNode<T> {
     }
 
     /// Runs `f` on the tenant's table; for a durable tenant, its changes
-    /// are committed to the log before the answer, and a call that changed
-    /// nothing waits for the changes it may have read.
+    /// are committed to the tables before the answer, and a call that
+    /// changed nothing waits for the changes it may have read.
     async fn change<R>(
         &self,
         tenant: &Tenant,
         f: impl FnOnce(&mut TenantTable, &mut Vec<Change>) -> R,
     ) -> Result<R, String> {
         let mut changes = Vec::new();
-        let log = match (&self.log, tenant.mode) {
-            (Some(log), KvMode::Durable) => log,
+        let tables = match (&self.tables, tenant.mode) {
+            (Some(tables), KvMode::Durable) if self.durable => tables,
             _ => return Ok(f(&mut tenant.table(), &mut changes)),
         };
-        if log.failed() {
+        if self.log_failed.load(Ordering::Acquire) {
             return Err(format!(
                 "the key-value log of tenant {} failed earlier; restart the node to reload what \
                  is committed",
                 tenant.name
             ));
         }
-        let slot = log.slot().await?;
+        tables
+            .room()
+            .await
+            .map_err(|e| format!("the key-value log: {e}"))?;
+        // The batch is handed in under the table's lock, so the tables'
+        // order is memory's; the wait is outside it.
         let (out, pending) = {
             let mut table = tenant.table();
             let out = f(&mut table, &mut changes);
             if changes.is_empty() {
-                (out, Err(log.last_submitted()))
+                (out, None)
             } else {
                 let mut batch = Batch::new();
                 add_changes(&mut batch, &tenant.prefix, changes);
-                (out, Ok(slot.send(batch)))
+                (out, Some(tables.submit(batch)))
             }
         };
-        match pending {
-            Ok(rx) => match rx.await {
-                Ok(Ok(())) => Ok(out),
-                Ok(Err(e)) => Err(format!("the key-value log could not commit: {e}")),
-                Err(_) => Err("the key-value log writer has stopped".to_string()),
-            },
-            Err(horizon) => log.durable(horizon).await.map(|()| out),
-        }
+        let committed = match pending {
+            Some(commit) => commit.await,
+            None => tables.settled().await,
+        };
+        committed.map(|()| out).map_err(|e| {
+            self.log_failed.store(true, Ordering::Release);
+            format!("the key-value log could not commit: {e}")
+        })
     }
 
     fn stats(&self, tenant: &Tenant) -> Vec<(String, u64)> {

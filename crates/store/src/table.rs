@@ -127,6 +127,24 @@ pub trait TableStore: Send + Sync + 'static {
     /// Applies `batch` atomically and durably.
     fn commit(&self, batch: Batch) -> impl Future<Output = Result<()>> + Send;
 
+    /// Waits until a batch handed to [`submit`](Self::submit) would find
+    /// room in the store's queue, so the caller can then submit under a
+    /// lock of its own without waiting there.
+    fn room(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Hands `batch` in to be committed after every batch handed in
+    /// before it, and returns what waits for its commit. The hand-in
+    /// happens in this call, not when the future is first polled, so a
+    /// caller that submits under a lock of its own gets the lock's order
+    /// as the commit order. Once a submitted batch fails, every batch
+    /// submitted after it fails too: a submitter keeps changes in memory
+    /// ahead of the store, and a later batch may build on the failed one.
+    fn submit(&self, batch: Batch) -> impl Future<Output = Result<()>> + Send + '_;
+
+    /// Waits until every batch submitted before this call is committed or
+    /// has failed (the horizon is taken in this call).
+    fn settled(&self) -> impl Future<Output = Result<()>> + Send + '_;
+
     /// Up to `limit` records with keys starting with `prefix` and greater
     /// than `after`, in key order.
     fn scan(
@@ -144,6 +162,15 @@ impl<T: TableStore> TableStore for std::sync::Arc<T> {
     }
     fn commit(&self, batch: Batch) -> impl Future<Output = Result<()>> + Send {
         (**self).commit(batch)
+    }
+    fn room(&self) -> impl Future<Output = Result<()>> + Send {
+        (**self).room()
+    }
+    fn submit(&self, batch: Batch) -> impl Future<Output = Result<()>> + Send + '_ {
+        (**self).submit(batch)
+    }
+    fn settled(&self) -> impl Future<Output = Result<()>> + Send + '_ {
+        (**self).settled()
     }
     fn scan(
         &self,
@@ -313,6 +340,35 @@ impl TableStore for MemTableStore {
     }
 
     async fn commit(&self, batch: Batch) -> Result<()> {
+        self.apply_now(batch)
+    }
+
+    async fn room(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn submit(&self, batch: Batch) -> impl Future<Output = Result<()>> + Send + '_ {
+        std::future::ready(self.apply_now(batch))
+    }
+
+    fn settled(&self) -> impl Future<Output = Result<()>> + Send + '_ {
+        std::future::ready(Ok(()))
+    }
+
+    async fn scan(
+        &self,
+        table: Table,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Bytes)>> {
+        Ok(self.read().scan(table, prefix, after, limit))
+    }
+}
+
+impl MemTableStore {
+    /// A commit, made in the call (nothing is queued).
+    fn apply_now(&self, batch: Batch) -> Result<()> {
         let refused = self
             .commits_left
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| match left {
@@ -328,16 +384,6 @@ impl TableStore for MemTableStore {
         }
         self.tables.write().expect("table lock").apply(batch);
         Ok(())
-    }
-
-    async fn scan(
-        &self,
-        table: Table,
-        prefix: &[u8],
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Bytes)>> {
-        Ok(self.read().scan(table, prefix, after, limit))
     }
 }
 

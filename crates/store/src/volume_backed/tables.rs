@@ -2,11 +2,15 @@
 //! durable by a log of committed batches in one volume space and periodic
 //! snapshots in another.
 
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use quarry_volume::{LogicalPage, SpaceManager};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, Notify, OwnedMutexGuard};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
 use crate::table::{record_bytes, Batch, Op, Table, TableMap, TableStore};
@@ -30,7 +34,7 @@ pub const MAX_BATCH_OPS: usize = 1 << 16;
 
 /// Most batches one log record carries (group commit).
 const MAX_GROUP: usize = 1024;
-/// Most messages waiting for the writer.
+/// Most batches waiting for the writer.
 const QUEUE: usize = MAX_GROUP;
 /// Most bytes of batches waiting for the writer (each counted with its
 /// encoded size plus [`PENDING_OVERHEAD`]): commits beyond wait their turn.
@@ -468,44 +472,59 @@ fn decode_snapshot(bytes: &[u8], seq: u64) -> Result<TableMap> {
     Ok(map)
 }
 
-/// The in-memory tables, shared by readers and the writer task.
-struct Shared {
+/// The in-memory tables, and what the writer shares with every caller.
+struct Inner {
     tables: RwLock<TableMap>,
     /// The writer's figures (`records` and `bytes` are the map's, filled in
     /// by [`VolumeTableStore::stats`]).
     stats: Mutex<VolumeTableStats>,
+    /// Batches handed in and not yet taken by a writer, in ticket order.
+    queue: Mutex<Queue>,
+    /// The ticket of the last batch a writer is done with (committed or
+    /// refused): tickets are taken in order, so every earlier one is done.
+    done: watch::Sender<u64>,
+    /// Woken when a writer takes batches off the queue.
+    room: Notify,
+    /// Where the log goes next; whoever holds it writes the next group.
+    writer: Arc<tokio::sync::Mutex<Writer>>,
 }
 
-impl Shared {
+impl Inner {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, TableMap> {
         self.tables.read().expect("tables lock")
     }
 }
 
+/// Batches waiting for the log.
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Pending>,
+    /// Bytes of the waiting batches (each with [`PENDING_OVERHEAD`]).
+    bytes: usize,
+    /// The ticket of the last batch handed in.
+    last_ticket: u64,
+}
+
 /// A batch on its way to the log (encoded by the writer, straight into the
 /// log record).
 struct Pending {
+    ticket: u64,
     batch: Batch,
     /// Its encoded size.
     size: usize,
     /// Memory the batch could add (its puts).
     growth: u64,
+    /// Handed in by [`TableStore::submit`]: refused once an earlier such
+    /// batch failed.
+    ordered: bool,
     done: oneshot::Sender<Result<()>>,
-    /// Its share of [`MAX_QUEUED_BYTES`], given back once it is done with.
-    _queued: OwnedSemaphorePermit,
 }
 
-enum Msg {
-    Commit(Pending),
-    Compact { done: oneshot::Sender<Result<()>> },
-}
-
-/// The writer task's state: where the log goes next.
+/// Where the log goes next, and what the writer keeps between groups.
 struct Writer {
     volume: Arc<SpaceManager>,
     config: VolumeTableConfig,
     page_size: usize,
-    shared: Arc<Shared>,
     root: Root,
     /// Next log page.
     log_next: u64,
@@ -515,6 +534,9 @@ struct Writer {
     /// Set when a failed log write could not be cleaned up: later commits
     /// fail until the store is reopened (recovery trims the torn record).
     broken: Option<String>,
+    /// Set when a submitted batch failed: the submitter's memory then holds
+    /// changes the log does not, so later submitted batches fail too.
+    ordered_failed: Option<String>,
 }
 
 /// A crash-safe table store over a [`SpaceManager`]: the tables live in
@@ -522,13 +544,18 @@ struct Writer {
 /// the log space, and the log is compacted now and then into a snapshot in
 /// the snapshot space.
 ///
-/// - **Commit**: the batch is checked against the limits and handed to a
-///   writer task (at most 1024 messages and 64 MiB of batches wait; later
-///   commits wait their turn), which takes every batch waiting (group commit, up to 1024 batches and
-///   16 MiB), writes them as one log record (sequence number, length,
-///   CRC-32C, spanning pages as needed) at the next log pages, and only then
-///   applies them to the map and acknowledges them. A record is all or
-///   nothing at recovery, so each batch is atomic.
+/// - **Commit**: the batch is checked against the limits and queued behind
+///   the batches before it (at most 1024 batches and 64 MiB wait; a commit
+///   beyond waits for room). The first caller to find the log free becomes
+///   its writer: it takes every batch waiting (group commit, up to 1024
+///   batches and 16 MiB), writes them as one log record (sequence number,
+///   length, CRC-32C, spanning pages as needed) at the next log pages, and
+///   only then applies them to the map and answers each; callers that
+///   queued meanwhile form the next group. The writing is done by a caller,
+///   not a task of its own, so a commit with nobody ahead of it costs no
+///   hand-over between threads; a writer whose caller goes away finishes
+///   its group on a task. A record is all or nothing at recovery, so each
+///   batch is atomic.
 /// - **Compaction**, when the log spans `compact_min_log_pages` and at least
 ///   as many pages as the last snapshot: the map is written as a snapshot at
 ///   fresh pages, then the root page (page 0 of the snapshot space, written
@@ -546,10 +573,7 @@ struct Writer {
 /// and [`MAX_BATCH_BYTES`] encoded; the whole tables within
 /// `max_table_bytes` of memory.
 pub struct VolumeTableStore {
-    shared: Arc<Shared>,
-    tx: mpsc::Sender<Msg>,
-    /// Bytes of batches that may wait for the writer.
-    queued: Arc<Semaphore>,
+    inner: Arc<Inner>,
     volume: Arc<SpaceManager>,
     config: VolumeTableConfig,
 }
@@ -567,7 +591,7 @@ impl VolumeTableStore {
     /// Opens the tables kept in `config`'s spaces of `volume`: loads the
     /// snapshot the root names, replays the log after it, trims a torn tail
     /// and what a cut-short compaction left. Nothing may write these spaces
-    /// meanwhile. Starts the writer task (needs a tokio runtime).
+    /// meanwhile.
     pub async fn open(volume: Arc<SpaceManager>, config: VolumeTableConfig) -> Result<Self> {
         if config.log_space == config.snapshot_space {
             return Err(StoreError::Backend(format!(
@@ -639,27 +663,27 @@ impl VolumeTableStore {
         stats.last_seq = seq;
         stats.log_pages = next - root.log_start;
         stats.snapshot_pages = root.snapshot_pages;
-        let shared = Arc::new(Shared {
-            tables: RwLock::new(map),
-            stats: Mutex::new(stats),
-        });
         let writer = Writer {
             volume: Arc::clone(&volume),
             config: config.clone(),
             page_size,
-            shared: Arc::clone(&shared),
             root,
             log_next: next,
             last_seq: seq,
             snapshot_next,
             broken: None,
+            ordered_failed: None,
         };
-        let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(writer.run(rx));
+        let inner = Arc::new(Inner {
+            tables: RwLock::new(map),
+            stats: Mutex::new(stats),
+            queue: Mutex::new(Queue::default()),
+            done: watch::Sender::new(0),
+            room: Notify::new(),
+            writer: Arc::new(tokio::sync::Mutex::new(writer)),
+        });
         Ok(Self {
-            shared,
-            tx,
-            queued: Arc::new(Semaphore::new(MAX_QUEUED_BYTES)),
+            inner,
             volume,
             config,
         })
@@ -668,13 +692,13 @@ impl VolumeTableStore {
     /// Current figures.
     pub fn stats(&self) -> VolumeTableStats {
         let (records, bytes) = {
-            let map = self.shared.read();
+            let map = self.inner.read();
             (map.records() as u64, map.bytes())
         };
         VolumeTableStats {
             records,
             bytes,
-            ..*self.shared.stats.lock().expect("table stats lock")
+            ..*self.inner.stats.lock().expect("table stats lock")
         }
     }
 
@@ -686,89 +710,211 @@ impl VolumeTableStore {
 
     /// Writes a snapshot now and drops the log before it.
     pub async fn compact(&self) -> Result<()> {
+        let mut writer = self.inner.writer.lock().await;
+        writer.compact(&self.inner).await
+    }
+
+    /// Queues `batch` (checked by [`batch_size`] at `size`) behind every
+    /// batch queued before it; what answers it once a writer is done with
+    /// it.
+    fn enqueue(
+        &self,
+        batch: Batch,
+        size: usize,
+        ordered: bool,
+    ) -> (u64, oneshot::Receiver<Result<()>>) {
+        let growth = batch
+            .ops()
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value, .. } => record_bytes(key, value),
+                Op::Delete { .. } => 0,
+            })
+            .sum();
         let (done, rx) = oneshot::channel();
-        self.tx
-            .send(Msg::Compact { done })
-            .await
-            .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?;
-        rx.await
-            .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?
+        let mut queue = self.inner.queue.lock().expect("table queue lock");
+        queue.last_ticket += 1;
+        let ticket = queue.last_ticket;
+        queue.bytes += size + PENDING_OVERHEAD;
+        queue.waiting.push_back(Pending {
+            ticket,
+            batch,
+            size,
+            growth,
+            ordered,
+            done,
+        });
+        (ticket, rx)
+    }
+
+    /// Waits until the queue has room: fewer than [`QUEUE`] batches and
+    /// [`MAX_QUEUED_BYTES`] wait. Callers that find room at the same moment
+    /// may each add one batch beyond it.
+    async fn wait_for_room(&self) {
+        loop {
+            let notified = self.inner.room.notified();
+            {
+                let queue = self.inner.queue.lock().expect("table queue lock");
+                if queue.waiting.len() < QUEUE && queue.bytes < MAX_QUEUED_BYTES {
+                    return;
+                }
+            }
+            // A writer that takes batches meanwhile wakes this (the
+            // `Notified` was made before the check).
+            tokio::select! {
+                () = notified => {}
+                () = self.drive(u64::MAX) => {}
+            }
+        }
+    }
+
+    /// Returns once a writer is done with every batch up to `ticket`,
+    /// writing groups itself whenever the log is free. (With `u64::MAX`,
+    /// it writes or waits until a writer takes batches.)
+    async fn drive(&self, ticket: u64) {
+        let mut done = self.inner.done.subscribe();
+        loop {
+            if *done.borrow_and_update() >= ticket {
+                return;
+            }
+            tokio::select! {
+                biased;
+                changed = done.changed() => {
+                    // The sender lives in `inner`, which this borrows.
+                    debug_assert!(changed.is_ok());
+                }
+                writer = Arc::clone(&self.inner.writer).lock_owned() => {
+                    let until = ticket.min(self.inner.queue.lock().expect("table queue lock").last_ticket);
+                    Finishing::new(lead(Arc::clone(&self.inner), writer, until)).await;
+                    if ticket == u64::MAX {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A writer's work, finished on a task of its own if its caller goes away
+/// (a dropped future): batches taken off the queue are always written and
+/// answered, and the writer's place in the log stays true.
+struct Finishing(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Finishing {
+    fn new(work: impl Future<Output = ()> + Send + 'static) -> Self {
+        Self(Some(Box::pin(work)))
+    }
+}
+
+impl Future for Finishing {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(work) = self.0.as_mut() else {
+            return Poll::Ready(());
+        };
+        match work.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.0 = None;
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Finishing {
+    fn drop(&mut self) {
+        if let Some(work) = self.0.take() {
+            // Without a runtime (it is shutting down) the work stops here,
+            // as at a crash: recovery trims a record cut short.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(work);
+            }
+        }
+    }
+}
+
+/// The writer's turn: groups off the queue until every batch up to
+/// `until` is done with, then a compaction when one is due.
+async fn lead(inner: Arc<Inner>, mut writer: OwnedMutexGuard<Writer>, until: u64) {
+    loop {
+        if *inner.done.borrow() >= until {
+            break;
+        }
+        let (group, size, last) = writer.take_group(&inner);
+        if last == 0 {
+            // Every ticket handed out is done with (or taken by this
+            // writer's own earlier groups).
+            break;
+        }
+        inner.room.notify_waiters();
+        if !group.is_empty() {
+            writer.commit_group(&inner, group, size).await;
+        }
+        inner.done.send_replace(last);
+    }
+    if writer.compaction_due() {
+        // A failure leaves the log as it was; a later commit tries again.
+        let _ = writer.compact(&inner).await;
     }
 }
 
 impl Writer {
-    async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
-        let mut carry: Option<Msg> = None;
-        loop {
-            let msg = match carry.take() {
-                Some(m) => m,
-                None => match rx.recv().await {
-                    Some(m) => m,
-                    None => return,
-                },
+    /// Takes the next group off the queue (the batches it refuses are
+    /// answered here): the group, its encoded size, and the last ticket
+    /// taken (0 when the queue was empty).
+    fn take_group(&self, inner: &Inner) -> (Vec<Pending>, usize, u64) {
+        let mut group = Vec::new();
+        let mut size = 4usize;
+        let mut last = 0;
+        // The writer is the map's only writer: what it holds now plus what
+        // the group could add bounds it until the group is applied.
+        let mut bound = inner.read().bytes();
+        let mut queue = inner.queue.lock().expect("table queue lock");
+        while group.len() < MAX_GROUP {
+            let Some(next) = queue.waiting.front() else {
+                break;
             };
-            let mut group = Vec::new();
-            let mut size = 4usize;
-            // The writer is the map's only writer: what it holds now plus
-            // what the group could add bounds it until the group is applied.
-            let mut bound = self.shared.read().bytes();
-            match msg {
-                Msg::Compact { done } => {
-                    let r = self.compact().await;
-                    let _ = done.send(r);
-                    continue;
-                }
-                Msg::Commit(p) => self.admit(&mut group, &mut size, &mut bound, p),
+            if size + next.size > MAX_BATCH_BYTES && !group.is_empty() {
+                break;
             }
-            // Group commit: everything already waiting, within bounds.
-            while group.len() < MAX_GROUP {
-                match rx.try_recv() {
-                    Ok(Msg::Commit(p)) => {
-                        if size + p.size > MAX_BATCH_BYTES && !group.is_empty() {
-                            carry = Some(Msg::Commit(p));
-                            break;
-                        }
-                        self.admit(&mut group, &mut size, &mut bound, p);
-                    }
-                    Ok(m @ Msg::Compact { .. }) => {
-                        carry = Some(m);
-                        break;
-                    }
-                    Err(_) => break,
-                }
-            }
-            if group.is_empty() {
+            let Some(p) = queue.waiting.pop_front() else {
+                break;
+            };
+            queue.bytes -= p.size + PENDING_OVERHEAD;
+            last = p.ticket;
+            if let Some(reason) = self.refusal(&p, bound) {
+                let _ = p.done.send(Err(StoreError::Backend(reason)));
                 continue;
             }
-            self.commit_group(group, size).await;
-            if self.compaction_due() {
-                // A failure leaves the log as it was; a later commit tries again.
-                let _ = self.compact().await;
-            }
+            size += p.size;
+            bound += p.growth;
+            group.push(p);
         }
+        (group, size, last)
     }
 
-    /// Takes a batch into the group unless the tables could outgrow their
-    /// memory bound (or the log is broken).
-    fn admit(&self, group: &mut Vec<Pending>, size: &mut usize, bound: &mut u64, p: Pending) {
+    /// Why a batch cannot join the group: the log is broken, an earlier
+    /// submitted batch failed, or the tables could outgrow their memory
+    /// bound.
+    fn refusal(&self, p: &Pending, bound: u64) -> Option<String> {
         if let Some(reason) = &self.broken {
-            let _ = p.done.send(Err(StoreError::Backend(reason.clone())));
-            return;
+            return Some(reason.clone());
         }
-        if p.growth > 0 && *bound + p.growth > self.config.max_table_bytes {
-            let _ = p.done.send(Err(StoreError::Backend(format!(
-                "the tables hold {} bytes with the batches before this one; this batch could \
-                 add {}, beyond the limit of {} (max_table_bytes)",
-                *bound, p.growth, self.config.max_table_bytes
-            ))));
-            return;
+        if let (true, Some(reason)) = (p.ordered, &self.ordered_failed) {
+            return Some(format!("an earlier submitted batch failed: {reason}"));
         }
-        *size += p.size;
-        *bound += p.growth;
-        group.push(p);
+        if p.growth > 0 && bound + p.growth > self.config.max_table_bytes {
+            return Some(format!(
+                "the tables hold {bound} bytes with the batches before this one; this batch \
+                 could add {}, beyond the limit of {} (max_table_bytes)",
+                p.growth, self.config.max_table_bytes
+            ));
+        }
+        None
     }
 
-    async fn commit_group(&mut self, group: Vec<Pending>, size: usize) {
+    async fn commit_group(&mut self, inner: &Inner, group: Vec<Pending>, size: usize) {
         // Room for the whole record and its padding: no reallocation.
         let mut record =
             Vec::with_capacity((LOG_HEADER + size).div_ceil(self.page_size) * self.page_size);
@@ -790,12 +936,12 @@ impl Writer {
                 let count = group.len() as u64;
                 let mut dones = Vec::with_capacity(group.len());
                 {
-                    let mut map = self.shared.tables.write().expect("tables lock");
+                    let mut map = inner.tables.write().expect("tables lock");
                     for p in group {
                         map.apply(p.batch);
                         dones.push(p.done);
                     }
-                    let mut st = self.shared.stats.lock().expect("table stats lock");
+                    let mut st = inner.stats.lock().expect("table stats lock");
                     st.last_seq = seq;
                     st.log_pages += n;
                     st.log_records_written += 1;
@@ -816,6 +962,9 @@ impl Writer {
                          commits until reopened"
                     ));
                 }
+                if group.iter().any(|p| p.ordered) && self.ordered_failed.is_none() {
+                    self.ordered_failed = Some(reason.clone());
+                }
                 for p in group {
                     let _ = p.done.send(Err(StoreError::Backend(reason.clone())));
                 }
@@ -831,11 +980,11 @@ impl Writer {
     }
 
     /// Snapshot, root, then trims of the old snapshot and log.
-    async fn compact(&mut self) -> Result<()> {
+    async fn compact(&mut self, inner: &Inner) -> Result<()> {
         if let Some(reason) = &self.broken {
             return Err(StoreError::Backend(reason.clone()));
         }
-        let pages = { encode_snapshot(self.last_seq, &self.shared.read(), self.page_size) };
+        let pages = { encode_snapshot(self.last_seq, &inner.read(), self.page_size) };
         let n = pages.len() as u64;
         let first = self.snapshot_next;
         let space = self.config.snapshot_space;
@@ -866,7 +1015,7 @@ impl Writer {
         }
         let old = std::mem::replace(&mut self.root, root);
         {
-            let mut st = self.shared.stats.lock().expect("table stats lock");
+            let mut st = inner.stats.lock().expect("table stats lock");
             st.log_pages = 0;
             st.snapshot_pages = n;
             st.compactions += 1;
@@ -886,9 +1035,21 @@ impl Writer {
     }
 }
 
+/// What a writer answers a batch with, once [`VolumeTableStore::drive`]
+/// returns.
+fn answer(rx: oneshot::Receiver<Result<()>>) -> Result<()> {
+    let mut rx = rx;
+    match rx.try_recv() {
+        Ok(r) => r,
+        Err(_) => Err(StoreError::Backend(
+            "the table writer dropped a batch unanswered".into(),
+        )),
+    }
+}
+
 impl TableStore for VolumeTableStore {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Bytes>> {
-        Ok(self.shared.read().get(table, key))
+        Ok(self.inner.read().get(table, key))
     }
 
     async fn commit(&self, batch: Batch) -> Result<()> {
@@ -896,34 +1057,41 @@ impl TableStore for VolumeTableStore {
             return Ok(());
         }
         let size = batch_size(&batch)?;
-        let growth = batch
-            .ops()
-            .iter()
-            .map(|op| match op {
-                Op::Put { key, value, .. } => record_bytes(key, value),
-                Op::Delete { .. } => 0,
-            })
-            .sum();
-        let stopped = || StoreError::Backend("the table writer has stopped".into());
-        // At most MAX_QUEUED_BYTES wait for the writer; a batch is at most
-        // MAX_BATCH_BYTES, so it always fits once the queue drains.
-        let queued = Arc::clone(&self.queued)
-            .acquire_many_owned((size + PENDING_OVERHEAD) as u32)
-            .await
-            .map_err(|_| stopped())?;
-        let (done, rx) = oneshot::channel();
-        self.tx
-            .send(Msg::Commit(Pending {
-                batch,
-                size,
-                growth,
-                done,
-                _queued: queued,
-            }))
-            .await
-            .map_err(|_| stopped())?;
-        rx.await
-            .map_err(|_| StoreError::Backend("the table writer has stopped".into()))?
+        self.wait_for_room().await;
+        let (ticket, rx) = self.enqueue(batch, size, false);
+        self.drive(ticket).await;
+        answer(rx)
+    }
+
+    async fn room(&self) -> Result<()> {
+        self.wait_for_room().await;
+        Ok(())
+    }
+
+    fn submit(&self, batch: Batch) -> impl Future<Output = Result<()>> + Send + '_ {
+        let queued = if batch.ops().is_empty() {
+            None
+        } else {
+            Some(batch_size(&batch).map(|size| self.enqueue(batch, size, true)))
+        };
+        async move {
+            match queued {
+                None => Ok(()),
+                Some(Err(e)) => Err(e),
+                Some(Ok((ticket, rx))) => {
+                    self.drive(ticket).await;
+                    answer(rx)
+                }
+            }
+        }
+    }
+
+    fn settled(&self) -> impl Future<Output = Result<()>> + Send + '_ {
+        let ticket = self.inner.queue.lock().expect("table queue lock").last_ticket;
+        async move {
+            self.drive(ticket).await;
+            Ok(())
+        }
     }
 
     async fn scan(
@@ -933,7 +1101,7 @@ impl TableStore for VolumeTableStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Bytes)>> {
-        Ok(self.shared.read().scan(table, prefix, after, limit))
+        Ok(self.inner.read().scan(table, prefix, after, limit))
     }
 }
 
