@@ -1494,7 +1494,9 @@ impl Device {
                 }
                 Ok(())
             }
-            Store::File { file, .. } if !self.direct_io && buf.buf().len() <= INLINE_WRITE_BYTES => {
+            Store::File { file, .. }
+                if !self.direct_io && buf.buf().len() <= INLINE_WRITE_BYTES =>
+            {
                 // A buffered write only copies into the page cache, so it
                 // is made here: through the ring it waited for an io_uring
                 // worker thread and then the reaper, two thread wake-ups

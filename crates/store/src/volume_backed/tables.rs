@@ -871,7 +871,7 @@ impl Writer {
     /// Takes the next group off the queue (the batches it refuses are
     /// answered here): the group, its encoded size, and the last ticket
     /// taken (0 when the queue was empty).
-    fn take_group(&self, inner: &Inner) -> (Vec<Pending>, usize, u64) {
+    fn take_group(&mut self, inner: &Inner) -> (Vec<Pending>, usize, u64) {
         let mut group = Vec::new();
         let mut size = 4usize;
         let mut last = 0;
@@ -892,6 +892,9 @@ impl Writer {
             queue.bytes -= p.size + PENDING_OVERHEAD;
             last = p.ticket;
             if let Some(reason) = self.refusal(&p, bound) {
+                if p.ordered && self.ordered_failed.is_none() {
+                    self.ordered_failed = Some(reason.clone());
+                }
                 let _ = p.done.send(Err(StoreError::Backend(reason)));
                 continue;
             }
@@ -1105,7 +1108,12 @@ impl TableStore for VolumeTableStore {
     }
 
     fn settled(&self) -> impl Future<Output = Result<()>> + Send + '_ {
-        let ticket = self.inner.queue.lock().expect("table queue lock").last_ticket;
+        let ticket = self
+            .inner
+            .queue
+            .lock()
+            .expect("table queue lock")
+            .last_ticket;
         async move {
             self.drive(ticket).await;
             Ok(())
