@@ -273,12 +273,25 @@ impl TableMap {
         self.bytes
     }
 
-    /// Every record, by table then key.
-    pub fn iter(&self) -> impl Iterator<Item = (Table, &[u8], &Bytes)> {
+    /// The records after `after` (every record with `None`), by table then
+    /// key: a walk resumed where it stopped.
+    pub fn iter_after<'a>(
+        &'a self,
+        after: Option<(Table, &'a [u8])>,
+    ) -> impl Iterator<Item = (Table, &'a [u8], &'a Bytes)> + 'a {
         Table::ALL
             .into_iter()
             .zip(&self.maps)
-            .flat_map(|(t, m)| m.iter().map(move |(k, v)| (t, k.as_slice(), v)))
+            .flat_map(move |(t, m)| {
+                let skip = matches!(after, Some((at, _)) if t < at);
+                let from = match after {
+                    Some((at, key)) if t == at => Bound::Excluded(key),
+                    _ => Bound::Unbounded,
+                };
+                m.range::<[u8], _>((from, Bound::Unbounded))
+                    .take(if skip { 0 } else { usize::MAX })
+                    .map(move |(k, v)| (t, k.as_slice(), v))
+            })
     }
 }
 

@@ -248,11 +248,14 @@ async fn a_crash_keeps_every_object_byte_for_byte_and_every_count() {
     close(s, volumes).await;
 }
 
+/// Tables compacting after `compact_min_log_pages`, their snapshots
+/// written in pieces of three pages or so (so a snapshot takes several).
 async fn open_tables(volume: &Arc<SpaceManager>, compact_min_log_pages: u64) -> VolumeTableStore {
     VolumeTableStore::open(
         Arc::clone(volume),
         VolumeTableConfig {
             compact_min_log_pages,
+            snapshot_piece_bytes: 3000,
             ..VolumeTableConfig::default()
         },
     )
@@ -314,6 +317,8 @@ async fn concurrent_commits_survive_a_crash_through_compactions() {
     let st = tables.stats();
     assert_eq!(st.batches_committed, 320);
     assert!(st.compactions > 0, "{st:?}");
+    // Written in pieces of about three pages: several pieces each.
+    assert!(st.snapshot_pages >= 9, "{st:?}");
     assert!(
         st.log_records_written <= 320,
         "group commit writes at most one record a batch: {st:?}"

@@ -115,6 +115,15 @@ async fn write_pages(
     first: u64,
     pages: Vec<Bytes>,
 ) -> Result<()> {
+    if let [page] = pages.as_slice() {
+        // One page (a commit's log record, mostly): written by this task,
+        // not one of its own.
+        let id = LogicalPage::new(space, first);
+        return volume
+            .write(id, page.clone())
+            .await
+            .map_err(|e| volume_error(format_args!("writing page {id}"), e));
+    }
     let mut set = JoinSet::new();
     let mut result = Ok(());
     let note = |result: &mut Result<()>, r: std::result::Result<Result<()>, _>| {

@@ -63,6 +63,9 @@ pub struct VolumeTableConfig {
     /// The log is compacted into a snapshot once it spans this many pages
     /// and at least as many as the last snapshot.
     pub compact_min_log_pages: u64,
+    /// Bytes of a snapshot encoded before they are written: a compaction
+    /// takes about this much memory, whatever the tables hold.
+    pub snapshot_piece_bytes: usize,
 }
 
 impl Default for VolumeTableConfig {
@@ -72,6 +75,7 @@ impl Default for VolumeTableConfig {
             snapshot_space: DEFAULT_SNAPSHOT_SPACE,
             max_table_bytes: 256 << 20,
             compact_min_log_pages: 1024,
+            snapshot_piece_bytes: 4 << 20,
         }
     }
 }
@@ -302,29 +306,132 @@ impl Root {
     }
 }
 
-/// A snapshot: magic, format, 3 zero bytes, sequence u64, records u64,
-/// payload length u64, payload CRC-32C, header CRC-32C; then per record
-/// table u8, key length u32, key, value length u32, value, in key order.
+/// A snapshot, whole (the tests' reference for [`write_snapshot`]).
+#[cfg(test)]
 fn encode_snapshot(seq: u64, map: &TableMap, page_size: usize) -> Vec<Bytes> {
     let mut bytes = vec![0u8; SNAPSHOT_HEADER];
-    for (table, key, value) in map.iter() {
-        bytes.push(table_byte(table));
-        bytes.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(value);
+    for (table, key, value) in map.iter_after(None) {
+        encode_snapshot_record(table, key, value, &mut bytes);
     }
     let len = (bytes.len() - SNAPSHOT_HEADER) as u64;
     let crc = crc32c::crc32c(&bytes[SNAPSHOT_HEADER..]);
-    bytes[0..4].copy_from_slice(&SNAPSHOT_MAGIC);
-    bytes[4] = FORMAT;
-    bytes[8..16].copy_from_slice(&seq.to_le_bytes());
-    bytes[16..24].copy_from_slice(&(map.records() as u64).to_le_bytes());
-    bytes[24..32].copy_from_slice(&len.to_le_bytes());
-    bytes[32..36].copy_from_slice(&crc.to_le_bytes());
-    let hcrc = crc32c::crc32c(&bytes[..36]);
-    bytes[36..40].copy_from_slice(&hcrc.to_le_bytes());
+    fill_snapshot_header(&mut bytes, seq, map.records() as u64, len, crc);
     paginate(bytes, page_size)
+}
+
+/// Appends one record of a snapshot's payload (see [`fill_snapshot_header`]
+/// for the whole).
+fn encode_snapshot_record(table: Table, key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.push(table_byte(table));
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(value);
+}
+
+/// Fills in a snapshot's header, the first [`SNAPSHOT_HEADER`] bytes of
+/// `first_page`. A snapshot: magic, format, 3 zero bytes, sequence u64,
+/// records u64, payload length u64, payload CRC-32C, header CRC-32C; then
+/// per record table u8, key length u32, key, value length u32, value, in
+/// key order.
+fn fill_snapshot_header(first_page: &mut [u8], seq: u64, records: u64, len: u64, crc: u32) {
+    let h = &mut first_page[..SNAPSHOT_HEADER];
+    h[0..4].copy_from_slice(&SNAPSHOT_MAGIC);
+    h[4..8].copy_from_slice(&[FORMAT, 0, 0, 0]);
+    h[8..16].copy_from_slice(&seq.to_le_bytes());
+    h[16..24].copy_from_slice(&records.to_le_bytes());
+    h[24..32].copy_from_slice(&len.to_le_bytes());
+    h[32..36].copy_from_slice(&crc.to_le_bytes());
+    let hcrc = crc32c::crc32c(&h[..36]);
+    h[36..40].copy_from_slice(&hcrc.to_le_bytes());
+}
+
+/// Writes `map` (held by `inner`; the caller is the writer, the map's only
+/// writer, so it does not change meanwhile) as a snapshot (the format of
+/// [`fill_snapshot_header`]) from page `first` of `space`, encoded and
+/// written `piece_bytes` at a time so a compaction's memory stays bounded
+/// whatever the tables hold; the first page, which holds the
+/// header with the count and checksum of every record, goes last.
+/// `*next_page` follows the pages written, also on an error.
+async fn write_snapshot(
+    volume: &Arc<SpaceManager>,
+    space: u32,
+    first: u64,
+    next_page: &mut u64,
+    seq: u64,
+    inner: &Inner,
+    piece_bytes: usize,
+) -> Result<()> {
+    let page_size = volume.page_size();
+    let piece_bytes = piece_bytes.max(page_size);
+    let mut buf: Vec<u8> = Vec::with_capacity(piece_bytes + page_size);
+    buf.resize(SNAPSHOT_HEADER, 0);
+    let (mut records, mut len, mut crc) = (0u64, 0u64, 0u32);
+    let mut first_page: Option<Vec<u8>> = None;
+    let mut cursor: Option<(Table, Vec<u8>)> = None;
+    *next_page = first;
+    loop {
+        let mut stopped_at = None;
+        {
+            let map = inner.read();
+            let after = cursor.as_ref().map(|(t, k)| (*t, k.as_slice()));
+            for (table, key, value) in map.iter_after(after) {
+                let start = buf.len();
+                encode_snapshot_record(table, key, value, &mut buf);
+                crc = crc32c::crc32c_append(crc, &buf[start..]);
+                len += (buf.len() - start) as u64;
+                records += 1;
+                if buf.len() >= piece_bytes {
+                    stopped_at = Some((table, key.to_vec()));
+                    break;
+                }
+            }
+        }
+        let done = stopped_at.is_none();
+        cursor = stopped_at;
+        let whole = if done {
+            buf.len().div_ceil(page_size)
+        } else {
+            buf.len() / page_size
+        };
+        let mut rest = Vec::with_capacity(piece_bytes + page_size);
+        if done {
+            buf.resize(whole * page_size, 0);
+        } else {
+            rest.extend_from_slice(&buf[whole * page_size..]);
+            buf.truncate(whole * page_size);
+        }
+        let mut pages = paginate(std::mem::replace(&mut buf, rest), page_size);
+        let mut at = *next_page;
+        if first_page.is_none() {
+            first_page = Some(pages.remove(0).to_vec());
+            at += 1;
+            *next_page = at;
+        }
+        while !pages.is_empty() {
+            let run: Vec<Bytes> = pages
+                .drain(..pages.len().min(quarry_volume::MAX_RUN_PAGES))
+                .collect();
+            let n = run.len() as u64;
+            let id = LogicalPage::new(space, at);
+            *next_page = at + n;
+            volume
+                .write_run(id, run)
+                .await
+                .map_err(|e| volume_error(format_args!("writing snapshot pages {id}+{n}"), e))?;
+            at += n;
+        }
+        if done {
+            break;
+        }
+    }
+    let mut page = first_page.unwrap_or_else(|| vec![0u8; page_size]);
+    fill_snapshot_header(&mut page, seq, records, len, crc);
+    let id = LogicalPage::new(space, first);
+    volume
+        .write(id, Bytes::from(page))
+        .await
+        .map_err(|e| volume_error(format_args!("writing the snapshot's first page {id}"), e))
 }
 
 /// The tables as the root's snapshot holds them (empty without one).
@@ -1004,15 +1111,25 @@ impl Writer {
         if let Some(reason) = &self.broken {
             return Err(StoreError::Backend(reason.clone()));
         }
-        let pages = { encode_snapshot(self.last_seq, &inner.read(), self.page_size) };
-        let n = pages.len() as u64;
         let first = self.snapshot_next;
         let space = self.config.snapshot_space;
+        let mut end = first;
+        let written = write_snapshot(
+            &self.volume,
+            space,
+            first,
+            &mut end,
+            self.last_seq,
+            inner,
+            self.config.snapshot_piece_bytes,
+        )
+        .await;
         // Indices are never reused, so what a failure leaves is harmless
         // and trimmed at the next open at the latest.
-        self.snapshot_next += n;
-        if let Err(e) = write_pages(&self.volume, space, first, pages).await {
-            let _ = trim_pages(&self.volume, space, first..first + n).await;
+        self.snapshot_next = end.max(first + 1);
+        let n = end - first;
+        if let Err(e) = written {
+            let _ = trim_pages(&self.volume, space, first..end).await;
             return Err(e);
         }
         let root = Root {
