@@ -469,29 +469,36 @@ async fn a_torn_log_tail_is_ignored_and_trimmed() {
     volume.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_tables_refuse_puts_beyond_their_memory_and_still_delete() {
-    let dir = tempfile::tempdir().unwrap();
-    let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
-    // Each record counts 2 + 100 + 64 bytes: six fit in 1000, a seventh not.
-    let tables = VolumeTableStore::open(
-        Arc::clone(&volume),
+/// Tables bounded to 1000 bytes of memory, where each record of
+/// [`put_100`] counts 2 + 100 + 64 bytes: six fit, a seventh not.
+async fn tables_of_1000_bytes(volume: &Arc<SpaceManager>) -> VolumeTableStore {
+    VolumeTableStore::open(
+        Arc::clone(volume),
         VolumeTableConfig {
             max_table_bytes: 1000,
             ..VolumeTableConfig::default()
         },
     )
     .await
-    .unwrap();
-    let put = |i: u8| {
-        let mut batch = Batch::new();
-        batch.put(Table::Chunks, vec![b'k', i], Bytes::from(vec![i; 100]));
-        batch
-    };
+    .unwrap()
+}
+
+/// A batch putting 100 bytes under a two-byte key.
+fn put_100(i: u8) -> Batch {
+    let mut batch = Batch::new();
+    batch.put(Table::Chunks, vec![b'k', i], Bytes::from(vec![i; 100]));
+    batch
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tables_refuse_puts_beyond_their_memory_and_still_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
+    let tables = tables_of_1000_bytes(&volume).await;
     for i in 0..6 {
-        tables.commit(put(i)).await.unwrap();
+        tables.commit(put_100(i)).await.unwrap();
     }
-    let err = tables.commit(put(6)).await.unwrap_err().to_string();
+    let err = tables.commit(put_100(6)).await.unwrap_err().to_string();
     assert!(err.contains("max_table_bytes"), "{err}");
     assert_eq!(tables.stats().records, 6);
     assert_eq!(tables.stats().bytes, 6 * 166);
@@ -499,7 +506,7 @@ async fn the_tables_refuse_puts_beyond_their_memory_and_still_delete() {
     let mut batch = Batch::new();
     batch.delete(Table::Chunks, vec![b'k', 0]);
     tables.commit(batch).await.unwrap();
-    tables.commit(put(6)).await.unwrap();
+    tables.commit(put_100(6)).await.unwrap();
     assert_eq!(tables.stats().records, 6);
     drop(tables);
     volume.close().await.unwrap();
@@ -559,25 +566,11 @@ async fn submitted_batches_commit_in_the_order_they_were_handed_in() {
 async fn after_a_submitted_batch_fails_later_submitted_ones_fail_too() {
     let dir = tempfile::tempdir().unwrap();
     let (volume, _) = open_volume(BackendKind::Mem, dir.path(), quiet()).await;
-    // Each record counts 2 + 100 + 64 bytes: six fit in 1000, a seventh not.
-    let tables = VolumeTableStore::open(
-        Arc::clone(&volume),
-        VolumeTableConfig {
-            max_table_bytes: 1000,
-            ..VolumeTableConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let put = |i: u8| {
-        let mut batch = Batch::new();
-        batch.put(Table::Chunks, vec![b'k', i], Bytes::from(vec![i; 100]));
-        batch
-    };
+    let tables = tables_of_1000_bytes(&volume).await;
     for i in 0..6 {
-        tables.submit(put(i)).await.unwrap();
+        tables.submit(put_100(i)).await.unwrap();
     }
-    let err = tables.submit(put(6)).await.unwrap_err().to_string();
+    let err = tables.submit(put_100(6)).await.unwrap_err().to_string();
     assert!(err.contains("max_table_bytes"), "{err}");
     let mut delete = Batch::new();
     delete.delete(Table::Chunks, vec![b'k', 0]);
@@ -589,7 +582,7 @@ async fn after_a_submitted_batch_fails_later_submitted_ones_fail_too() {
         "the refused delete changed nothing"
     );
     tables.commit(delete).await.unwrap();
-    tables.commit(put(6)).await.unwrap();
+    tables.commit(put_100(6)).await.unwrap();
     assert_eq!(tables.stats().records, 6);
     drop(tables);
     volume.close().await.unwrap();
