@@ -559,6 +559,46 @@ async fn submitted_batches_commit_in_the_order_they_were_handed_in() {
     );
 }
 
+/// A writer whose caller goes away in the middle of its group (the
+/// future dropped after its first poll, with the log write in flight)
+/// finishes the group on a task of its own: the batch is committed and the
+/// next commit goes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_dropped_mid_write_finishes_its_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = open_tables(&volume, 1000).await;
+    // A write sometimes completes within the first poll: try until one
+    // is dropped with its write in flight (at most 100 tries).
+    let mut submitted = 0;
+    let mut dropped_in_flight = false;
+    while !dropped_in_flight && submitted < 100 {
+        submitted += 1;
+        let mut batch = Batch::new();
+        let v = format!("v{submitted}");
+        batch.put(Table::Manifests, b"k".to_vec(), Bytes::from(v));
+        let polled_once =
+            tokio::time::timeout(std::time::Duration::ZERO, tables.submit(batch)).await;
+        dropped_in_flight = polled_once.is_err();
+    }
+    assert!(
+        dropped_in_flight,
+        "no write was in flight at its first poll"
+    );
+    tables.settled().await.unwrap();
+    let last = format!("v{submitted}");
+    assert_eq!(value(&tables).await.as_deref(), Some(last.as_str()));
+    let mut next = Batch::new();
+    next.put(
+        Table::Manifests,
+        b"k".to_vec(),
+        Bytes::from_static(b"after"),
+    );
+    tables.commit(next).await.unwrap();
+    assert_eq!(value(&tables).await.as_deref(), Some("after"));
+    assert_eq!(tables.stats().batches_committed, submitted + 1);
+}
+
 /// Once a submitted batch fails, every batch submitted after it fails too
 /// (its submitter's memory may build on the failed one), while plain
 /// commits go on.

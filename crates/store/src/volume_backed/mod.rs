@@ -115,12 +115,13 @@ async fn write_pages(
     first: u64,
     pages: Vec<Bytes>,
 ) -> Result<()> {
-    if let [page] = pages.as_slice() {
+    if pages.len() == 1 {
         // One page (a commit's log record, mostly): written by this task,
         // not one of its own.
         let id = LogicalPage::new(space, first);
+        let page = pages.into_iter().next().unwrap_or_default();
         return volume
-            .write(id, page.clone())
+            .write(id, page)
             .await
             .map_err(|e| volume_error(format_args!("writing page {id}"), e));
     }

@@ -1175,14 +1175,12 @@ impl Writer {
 
 /// What a writer answers a batch with, once [`VolumeTableStore::drive`]
 /// returns.
-fn answer(rx: oneshot::Receiver<Result<()>>) -> Result<()> {
-    let mut rx = rx;
-    match rx.try_recv() {
-        Ok(r) => r,
-        Err(_) => Err(StoreError::Backend(
+fn answer(mut rx: oneshot::Receiver<Result<()>>) -> Result<()> {
+    rx.try_recv().unwrap_or_else(|_| {
+        Err(StoreError::Backend(
             "the table writer dropped a batch unanswered".into(),
-        )),
-    }
+        ))
+    })
 }
 
 impl TableStore for VolumeTableStore {
