@@ -11,10 +11,10 @@ use quarry_kv_api::{
     now_unix_secs, FailKind, KvAnswer, KvCall, KvError, KvOp, KvReply, KvRequest, TenantName,
     DEFAULT_TENANT, MAX_ANSWER_BYTES,
 };
-use quarry_store::{Batch, Table, TableStore};
+use quarry_store::{Batch, OwnedRecords, Table, TableOwner, TableStore};
 
 use crate::config::{KvConfig, KvMode, TenantConfig};
-use crate::records::{add_changes, decode_item, tenant_prefix, value_fp};
+use crate::records::{add_changes, copied_records, decode_item, tenant_prefix, value_fp};
 use crate::table::{fingerprint, Change, Fp, TableLimits, TenantTable};
 
 /// Items an expiry sweep looks at per tenant and round.
@@ -122,6 +122,42 @@ impl Tenant {
     }
 }
 
+/// The durable tenants as the keepers of their records: their tables hold
+/// every record the log does, so the node's tables keep no second copy
+/// ([`TableStore::hand_over`]) and a snapshot copies them from here.
+struct DurableRecords {
+    /// By name: the order their locks are taken in.
+    tenants: Vec<Arc<Tenant>>,
+}
+
+impl TableOwner for DurableRecords {
+    fn claims(&self) -> (Vec<Table>, Vec<Vec<u8>>) {
+        let prefixes = self.tenants.iter().map(|t| t.prefix.clone()).collect();
+        (vec![Table::KvItems, Table::KvValues], prefixes)
+    }
+
+    fn capture(&self, drain: &mut dyn FnMut()) -> OwnedRecords {
+        // Every durable change is submitted under its tenant's lock, so
+        // with all of them held no batch is on its way but those `drain`
+        // takes. The copies share the values' bytes; they are encoded
+        // after the locks are let go.
+        let copies: Vec<_> = {
+            let tables: Vec<_> = self.tenants.iter().map(|t| t.table()).collect();
+            drain();
+            self.tenants
+                .iter()
+                .zip(&tables)
+                .map(|(t, table)| (t.prefix.clone(), table.copy_records()))
+                .collect()
+        };
+        Box::new(
+            copies
+                .into_iter()
+                .flat_map(|(prefix, copy)| copied_records(prefix, copy)),
+        )
+    }
+}
+
 /// Compares secrets in time that does not depend on where they differ.
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -211,8 +247,23 @@ impl<T: TableStore> KvNode<T> {
         }
         let mut max_cas = 0;
         if let Some(tables) = &tables {
-            for t in tenants.values().filter(|t| t.mode == KvMode::Durable) {
+            let mut owners: Vec<Arc<Tenant>> = tenants
+                .values()
+                .filter(|t| t.mode == KvMode::Durable)
+                .cloned()
+                .collect();
+            owners.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
+            for t in &owners {
                 max_cas = max_cas.max(load(tables, t).await?);
+            }
+            if !owners.is_empty() {
+                tables
+                    .hand_over(Arc::new(DurableRecords { tenants: owners }))
+                    .await
+                    .map_err(|e| KvOpenError::Load {
+                        tenant: "(all durable tenants)".to_string(),
+                        reason: format!("handing their records over: {e}"),
+                    })?;
             }
         }
         Ok(Self {

@@ -104,6 +104,22 @@ pub(crate) fn add_changes(batch: &mut Batch, prefix: &[u8], changes: Vec<Change>
     }
 }
 
+/// The records of a tenant's copy ([`crate::table::TenantTable::copy_records`])
+/// under `prefix`, encoded one at a time as they are taken.
+pub(crate) fn copied_records(
+    prefix: Vec<u8>,
+    (items, values): (Vec<(Bytes, Entry)>, Vec<(Fp, Bytes)>),
+) -> impl Iterator<Item = (Table, Vec<u8>, Bytes)> + Send {
+    let p = prefix.clone();
+    let items = items
+        .into_iter()
+        .map(move |(key, entry)| (Table::KvItems, record_key(&p, &key), encode_item(&entry)));
+    let values = values
+        .into_iter()
+        .map(move |(fp, value)| (Table::KvValues, record_key(&prefix, &fp), value));
+    items.chain(values)
+}
+
 /// The fingerprint a value record's key ends with.
 pub(crate) fn value_fp(prefix: &[u8], key: &[u8]) -> Option<Fp> {
     let rest = key.strip_prefix(prefix)?;

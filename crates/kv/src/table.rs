@@ -775,6 +775,22 @@ impl TenantTable {
     }
 
     /// The largest CAS value held.
+    /// A copy of the records a durable tenant's log holds for this table:
+    /// every item, and every shared value (the copies share the bytes).
+    pub(crate) fn copy_records(&self) -> (Vec<(Bytes, Entry)>, Vec<(Fp, Bytes)>) {
+        let items = self
+            .items
+            .iter()
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        let values = self
+            .values
+            .iter()
+            .map(|(fp, shared)| (*fp, shared.value.clone()))
+            .collect();
+        (items, values)
+    }
+
     pub(crate) fn max_cas(&self) -> u64 {
         self.items.iter().map(|(_, e)| e.cas).max().unwrap_or(0)
     }

@@ -29,6 +29,15 @@ fn geometry() -> Geometry {
 }
 
 async fn open(dir: &std::path::Path) -> (Node, Arc<VolumeTableStore>, std::sync::Weak<Device>) {
+    open_with(dir, &["alpha"]).await
+}
+
+/// The node with these durable tenants (each with secret "p" + its first
+/// letter).
+async fn open_with(
+    dir: &std::path::Path,
+    tenants: &[&str],
+) -> (Node, Arc<VolumeTableStore>, std::sync::Weak<Device>) {
     let config = DeviceConfig {
         backend: BackendKind::File,
         geometry: Some(geometry()),
@@ -58,16 +67,19 @@ async fn open(dir: &std::path::Path) -> (Node, Arc<VolumeTableStore>, std::sync:
     };
     let tables = Arc::new(VolumeTableStore::open(volume, tables).await.unwrap());
     let kv = KvConfig {
-        tenants: vec![TenantConfig {
-            name: "alpha".into(),
-            secret: "pa".into(),
-            mode: KvMode::Durable,
-            max_bytes: 64 << 20,
-            max_keys: u64::MAX,
-            ops_per_sec: 0,
-            bytes_per_sec: 0,
-            dedup: true,
-        }],
+        tenants: tenants
+            .iter()
+            .map(|name| TenantConfig {
+                name: name.to_string(),
+                secret: format!("p{}", &name[..1]),
+                mode: KvMode::Durable,
+                max_bytes: 64 << 20,
+                max_keys: u64::MAX,
+                ops_per_sec: 0,
+                bytes_per_sec: 0,
+                dedup: true,
+            })
+            .collect(),
         ..KvConfig::default()
     };
     let node = Node::open(&kv, Some(Arc::clone(&tables))).await.unwrap();
@@ -75,9 +87,13 @@ async fn open(dir: &std::path::Path) -> (Node, Arc<VolumeTableStore>, std::sync:
 }
 
 async fn run(node: &Node, ops: Vec<KvOp>) -> Vec<KvAnswer> {
+    run_as(node, "alpha", ops).await
+}
+
+async fn run_as(node: &Node, tenant: &str, ops: Vec<KvOp>) -> Vec<KvAnswer> {
     let call = KvCall {
-        tenant: TenantName::new("alpha").unwrap(),
-        secret: Bytes::from_static(b"pa"),
+        tenant: TenantName::new(tenant).unwrap(),
+        secret: Bytes::from(format!("p{}", &tenant[..1])),
         request: KvRequest::Ops(ops),
     };
     match node.call(call).await {
@@ -148,29 +164,18 @@ async fn acknowledged_changes_survive_a_crash_with_exact_counts() {
     node.audit().unwrap();
     let stats_before = stats(&node).await;
     assert!(tables.stats().compactions >= 1, "{:?}", tables.stats());
+    // The tenant's table is the only copy in memory: the tables log its
+    // changes and snapshot them from it.
+    assert_eq!(tables.stats().records, 0, "{:?}", tables.stats());
 
     // Let go of everything without closing.
-    drop(node);
-    drop(tables);
-    for _ in 0..500 {
-        if device.strong_count() == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(device.strong_count(), 0, "the device outlived the node");
+    let node = Arc::into_inner(node).expect("the writers are done");
+    close(node, tables, device).await;
 
     let (node, _tables, _) = open(dir.path()).await;
     node.audit().unwrap();
     for (k, v) in &model {
-        let a = run(
-            &node,
-            vec![KvOp::Get {
-                key: Bytes::from(k.clone()),
-                touch: None,
-            }],
-        )
-        .await;
+        let a = run(&node, vec![get(k)]).await;
         match &a[0] {
             KvAnswer::Value(item) => {
                 assert_eq!(&item.value[..], &v[..], "{k}");
@@ -209,5 +214,68 @@ async fn stats(node: &Node) -> HashMap<String, u64> {
     match node.call(call).await {
         KvReply::Stats(s) => s.into_iter().collect(),
         other => panic!("{other:?}"),
+    }
+}
+
+fn get(key: &str) -> KvOp {
+    KvOp::Get {
+        key: Bytes::from(key.to_string()),
+        touch: None,
+    }
+}
+
+/// Let go of `node` and its tables and wait until the device is closed.
+async fn close(node: Node, tables: Arc<VolumeTableStore>, device: std::sync::Weak<Device>) {
+    drop(node);
+    drop(tables);
+    for _ in 0..500 {
+        if device.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the device outlived the node");
+}
+
+/// A tenant taken out of the configuration for a while: the node does not
+/// keep its records in memory, but its tables do, through compactions, so
+/// it is all there when the tenant comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_left_out_of_the_configuration_keeps_its_items() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, tables, device) = open_with(dir.path(), &["alpha", "beta"]).await;
+    for i in 0..40u64 {
+        let a = run_as(&node, "beta", vec![set(&format!("b{i}"), value_of(i))]).await;
+        assert!(matches!(a[0], KvAnswer::Stored { .. }), "{a:?}");
+    }
+    close(node, tables, device).await;
+
+    // Without beta: alpha's sets compact the tables more than once.
+    let (node, tables, device) = open_with(dir.path(), &["alpha"]).await;
+    for i in 0..200u64 {
+        run(&node, vec![set(&format!("a{}", i % 30), value_of(i))]).await;
+    }
+    tables.compact().await.unwrap();
+    assert!(tables.stats().compactions >= 2, "{:?}", tables.stats());
+    // Beta's 40 items and its shared values stay with the tables.
+    assert!(tables.stats().records >= 40, "{:?}", tables.stats());
+    close(node, tables, device).await;
+
+    let (node, _tables, _) = open_with(dir.path(), &["alpha", "beta"]).await;
+    node.audit().unwrap();
+    for i in 0..40u64 {
+        let a = run_as(&node, "beta", vec![get(&format!("b{i}"))]).await;
+        match &a[0] {
+            KvAnswer::Value(item) => assert_eq!(&item.value[..], &value_of(i)[..], "b{i}"),
+            other => panic!("b{i}: {other:?}"),
+        }
+    }
+    for i in 170..200u64 {
+        let key = format!("a{}", i % 30);
+        let a = run(&node, vec![get(&key)]).await;
+        match &a[0] {
+            KvAnswer::Value(item) => assert_eq!(&item.value[..], &value_of(i)[..], "{key}"),
+            other => panic!("{key}: {other:?}"),
+        }
     }
 }

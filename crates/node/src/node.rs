@@ -426,9 +426,10 @@ async fn open_kv(
     let tables = VolumeTableConfig {
         log_space: quarry_kv::KV_LOG_SPACE,
         snapshot_space: quarry_kv::KV_SNAPSHOT_SPACE,
-        // The tenants' own limits bind first (they are checked before a
-        // change is made); the tables' records cost a little more than the
-        // tenants count them, so twice their sum is never reached.
+        // The durable tenants keep their records themselves (handed over
+        // at open, bounded by their own limits); the tables' memory holds
+        // only what tenants no longer configured left, at most what was
+        // allowed before.
         max_table_bytes: durable_bytes.saturating_mul(2).max(64 << 20),
         ..VolumeTableConfig::default()
     };
@@ -449,8 +450,9 @@ async fn open_kv(
 }
 
 /// Whether the device can take `growth` more bytes of durable key-value
-/// changes: their log, and a snapshot of the whole tables beside the old
-/// one (a compaction writes the new before it trims the old), with a
+/// changes: their log, and the next snapshot beside the one it replaces (a
+/// compaction writes the new before it trims the old; it is no larger than
+/// the last snapshot and the log since, the growth included), with a
 /// sixteenth of the device kept free as the object store keeps it (so
 /// deletes can always be logged).
 fn kv_room(volume: Arc<SpaceManager>, tables: Arc<VolumeTableStore>) -> quarry_kv::Room {
@@ -459,8 +461,8 @@ fn kv_room(volume: Arc<SpaceManager>, tables: Arc<VolumeTableStore>) -> quarry_k
         // Only the two page counts: the volume's full figures walk every
         // block, far too much for each durable call.
         let (live_pages, capacity_pages) = volume.fill_pages();
-        let after = tables.stats().bytes.saturating_add(growth);
-        let need = growth.div_ceil(page) + after.saturating_mul(2).div_ceil(page);
+        let snapshot = tables.snapshot_bound_bytes().saturating_add(growth);
+        let need = growth.div_ceil(page) + snapshot.div_ceil(page);
         let keep_free = (capacity_pages / 16).max(16);
         live_pages + need + keep_free <= capacity_pages
     })

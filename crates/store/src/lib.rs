@@ -82,7 +82,7 @@ pub use quarry_store_api::{
     MAX_BUCKET_LEN, MAX_CHUNK_SIZE, MAX_KEY_LEN, MAX_KEY_SEGMENT_LEN, MAX_MANIFEST_CHUNKS,
     MAX_PAGE_ITEMS, MAX_READ_CHUNKS, MAX_READ_CHUNKS_BYTES, MAX_SMALL_OBJECT_BYTES, MIN_CHUNK_SIZE,
 };
-pub use table::{Batch, MemTableStore, Op, Table, TableStore};
+pub use table::{Batch, MemTableStore, Op, OwnedRecords, Table, TableOwner, TableStore};
 pub use volume_backed::{
     open_volume_node, ChunkPageSpan, VolumeChunkConfig, VolumeChunkStats, VolumeChunkStore,
     VolumeNodeStore, VolumeObjectStore, VolumeStoreConfig, VolumeTableConfig, VolumeTableStats,

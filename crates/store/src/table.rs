@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 
@@ -154,9 +154,36 @@ pub trait TableStore: Send + Sync + 'static {
         after: Option<&[u8]>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<(Vec<u8>, Bytes)>>> + Send;
+
+    /// Hands the records under `owner`'s claims to `owner`, which keeps
+    /// them in memory already (the key-value tenants' tables): from now on
+    /// only `owner` writes its claimed tables, the store logs its batches
+    /// but keeps no second copy, and a snapshot takes those records from
+    /// [`TableOwner::capture`]. Reads of a claimed table are then refused.
+    /// At most one owner. A store that keeps no snapshots keeps its copy
+    /// (and may be handed over again).
+    fn hand_over(&self, owner: Arc<dyn TableOwner>) -> impl Future<Output = Result<()>> + Send;
 }
 
-impl<T: TableStore> TableStore for std::sync::Arc<T> {
+/// Records a snapshot takes from a [`TableOwner`], in any order.
+pub type OwnedRecords = Box<dyn Iterator<Item = (Table, Vec<u8>, Bytes)> + Send>;
+
+/// Who keeps some tables' records itself (see [`TableStore::hand_over`]).
+pub trait TableOwner: Send + Sync + 'static {
+    /// The tables it writes, and the key prefixes of its records there;
+    /// records of those tables under other prefixes (left by an owner's
+    /// earlier configuration) stay with the store.
+    fn claims(&self) -> (Vec<Table>, Vec<Vec<u8>>);
+
+    /// A copy of its records at one moment: it calls `drain` once, holding
+    /// whatever orders its submits (so none is made meanwhile), and copies
+    /// its records before letting go. `drain` takes every batch handed in
+    /// and not yet written, which the store writes before the snapshot, so
+    /// the copy is exactly what the log holds once they are written.
+    fn capture(&self, drain: &mut dyn FnMut()) -> OwnedRecords;
+}
+
+impl<T: TableStore> TableStore for Arc<T> {
     fn get(&self, table: Table, key: &[u8]) -> impl Future<Output = Result<Option<Bytes>>> + Send {
         (**self).get(table, key)
     }
@@ -180,6 +207,9 @@ impl<T: TableStore> TableStore for std::sync::Arc<T> {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<(Vec<u8>, Bytes)>>> + Send {
         (**self).scan(table, prefix, after, limit)
+    }
+    fn hand_over(&self, owner: Arc<dyn TableOwner>) -> impl Future<Output = Result<()>> + Send {
+        (**self).hand_over(owner)
     }
 }
 
@@ -246,6 +276,32 @@ impl TableMap {
         if let Some((k, old)) = self.maps[table.index()].remove_entry(key) {
             self.bytes -= record_bytes(&k, &old);
         }
+    }
+
+    /// Applies the changes of `batch` to tables not `owned`, in order.
+    pub fn apply_unowned(&mut self, batch: Batch, owned: &[bool; 5]) {
+        for op in batch.into_ops() {
+            match op {
+                Op::Put { table, key, value } if !owned[table.index()] => {
+                    self.put(table, key, value);
+                }
+                Op::Delete { table, key } if !owned[table.index()] => self.delete(table, &key),
+                _ => {}
+            }
+        }
+    }
+
+    /// Drops the records of `table` under any of `prefixes`.
+    pub fn drop_prefixes(&mut self, table: Table, prefixes: &[Vec<u8>]) {
+        let mut freed = 0;
+        self.maps[table.index()].retain(|k, v| {
+            let claimed = prefixes.iter().any(|p| k.starts_with(p));
+            if claimed {
+                freed += record_bytes(k, v);
+            }
+            !claimed
+        });
+        self.bytes -= freed;
     }
 
     /// Applies every change of `batch`, in order.
@@ -376,6 +432,17 @@ impl TableStore for MemTableStore {
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Bytes)>> {
         Ok(self.read().scan(table, prefix, after, limit))
+    }
+
+    async fn hand_over(&self, owner: Arc<dyn TableOwner>) -> Result<()> {
+        let (tables, _) = owner.claims();
+        // It keeps its copy (it has no snapshots to take from an owner),
+        // so a store opened again over it (a restart in a test) can be
+        // handed over again.
+        if tables.is_empty() {
+            return Err(StoreError::Backend("an owner claiming no table".into()));
+        }
+        Ok(())
     }
 }
 

@@ -12,9 +12,9 @@ use common::*;
 use quarry_device::BackendKind;
 use quarry_store::{
     open_volume_node, Batch, BucketName, ChunkCheck, ChunkLocation, ChunkStore, Chunking,
-    Condition, Fingerprint, NodeId, ObjectKey, ObjectStore, Recovery, StoreError, Table,
-    TableStore, VolumeChunkConfig, VolumeChunkStore, VolumeObjectStore, VolumeTableConfig,
-    VolumeTableStore,
+    Condition, Fingerprint, NodeId, ObjectKey, ObjectStore, OwnedRecords, Recovery, StoreError,
+    Table, TableOwner, TableStore, VolumeChunkConfig, VolumeChunkStore, VolumeObjectStore,
+    VolumeTableConfig, VolumeTableStore,
 };
 use quarry_volume::{LogicalPage, SpaceManager};
 
@@ -346,6 +346,120 @@ async fn concurrent_commits_survive_a_crash_through_compactions() {
     let tables = open_tables(&volume, 8).await;
     assert_eq!(dump(&tables).await, model, "after compaction and close");
     assert_eq!(tables.stats().records_replayed_at_open, 0);
+    drop(tables);
+    volume.close().await.unwrap();
+}
+
+/// A test's owner of the records under `o/` of [`Table::KvItems`], as the
+/// key-value tenants keep theirs.
+struct Owner {
+    records: std::sync::Mutex<BTreeMap<Vec<u8>, Bytes>>,
+}
+
+impl TableOwner for Owner {
+    fn claims(&self) -> (Vec<Table>, Vec<Vec<u8>>) {
+        (vec![Table::KvItems], vec![b"o/".to_vec()])
+    }
+
+    fn capture(&self, drain: &mut dyn FnMut()) -> OwnedRecords {
+        let records = self.records.lock().unwrap();
+        drain();
+        let copy = records.clone();
+        Box::new(copy.into_iter().map(|(k, v)| (Table::KvItems, k, v)))
+    }
+}
+
+async fn kv_items(t: &VolumeTableStore) -> BTreeMap<Vec<u8>, Bytes> {
+    let all = t.scan(Table::KvItems, b"", None, usize::MAX).await.unwrap();
+    all.into_iter().collect()
+}
+
+/// Records handed over to their owner: the tables log them and keep no
+/// copy, snapshots (in pieces) take them from the owner while it and
+/// others commit, and after a crash the tables hold exactly the owner's
+/// records and those it never claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owners_records_are_logged_and_snapshotted_from_its_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = Arc::new(open_tables(&volume, 8).await);
+    let mut before = Batch::new();
+    before.put(
+        Table::KvItems,
+        b"o/loaded".to_vec(),
+        Bytes::from_static(b"1"),
+    );
+    before.put(Table::KvItems, b"z/left".to_vec(), Bytes::from_static(b"2"));
+    tables.commit(before).await.unwrap();
+    // The owner loads its records, then takes them over.
+    let owner = Arc::new(Owner {
+        records: std::sync::Mutex::new(
+            tables
+                .scan(Table::KvItems, b"o/", None, usize::MAX)
+                .await
+                .unwrap()
+                .into_iter()
+                .collect(),
+        ),
+    });
+    tables.hand_over(owner.clone()).await.unwrap();
+    let again = tables.hand_over(owner.clone()).await.unwrap_err();
+    assert!(again.to_string().contains("already"), "{again}");
+    let read = tables.get(Table::KvItems, b"z/left").await.unwrap_err();
+    assert!(read.to_string().contains("handed over"), "{read}");
+    assert_eq!(tables.stats().records, 1, "only the unclaimed record stays");
+
+    let mut tasks = Vec::new();
+    for t in 0..4u64 {
+        let (tables, owner) = (Arc::clone(&tables), Arc::clone(&owner));
+        tasks.push(tokio::spawn(async move {
+            let mut chunks = BTreeMap::new();
+            for i in 0..40u64 {
+                let key = format!("o/{t}/{}", i % 10).into_bytes();
+                let value = Bytes::from(noise(t << 32 | i, 200 + (i as usize % 7) * 400));
+                let mut batch = Batch::new();
+                let done = {
+                    let mut records = owner.records.lock().unwrap();
+                    if i % 9 == 8 {
+                        records.remove(&key);
+                        batch.delete(Table::KvItems, key);
+                    } else {
+                        records.insert(key.clone(), value.clone());
+                        batch.put(Table::KvItems, key, value);
+                    }
+                    tables.submit(batch)
+                };
+                done.await.unwrap();
+                let mut other = Batch::new();
+                let key = format!("{t}/{}", i % 5).into_bytes();
+                other.put(Table::Chunks, key.clone(), Bytes::from(noise(i, 40)));
+                tables.commit(other).await.unwrap();
+                chunks.insert((Table::Chunks, key), Bytes::from(noise(i, 40)));
+            }
+            chunks
+        }));
+    }
+    let mut model = BTreeMap::new();
+    for t in tasks {
+        model.extend(t.await.unwrap());
+    }
+    let st = tables.stats();
+    assert!(st.compactions >= 2, "{st:?}");
+    assert!(
+        st.snapshot_pages >= 9,
+        "snapshots in several pieces: {st:?}"
+    );
+    assert_eq!(st.records as usize, 1 + model.len(), "{st:?}");
+    let mut expected = owner.records.lock().unwrap().clone();
+    expected.insert(b"z/left".to_vec(), Bytes::from_static(b"2"));
+    drop(tables);
+    drop(volume);
+    wait_released(device).await;
+
+    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = open_tables(&volume, 8).await;
+    assert_eq!(kv_items(&tables).await, expected, "after the crash");
+    assert_eq!(dump(&tables).await, model);
     drop(tables);
     volume.close().await.unwrap();
 }

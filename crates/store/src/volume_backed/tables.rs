@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
@@ -13,7 +14,9 @@ use quarry_volume::{LogicalPage, SpaceManager};
 use tokio::sync::{oneshot, watch, Notify, OwnedMutexGuard};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
-use crate::table::{record_bytes, Batch, Op, Table, TableMap, TableStore};
+use crate::table::{
+    record_bytes, Batch, Op, OwnedRecords, Table, TableMap, TableOwner, TableStore,
+};
 use quarry_store_api::RecordReader as Reader;
 use quarry_store_api::{Result, StoreError};
 
@@ -83,7 +86,7 @@ impl Default for VolumeTableConfig {
 /// Figures of a [`VolumeTableStore`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VolumeTableStats {
-    /// Records in all tables.
+    /// Records the store keeps (not an owner's: [`TableStore::hand_over`]).
     pub records: u64,
     /// Memory they are counted with.
     pub bytes: u64,
@@ -332,8 +335,8 @@ fn encode_snapshot_record(table: Table, key: &[u8], value: &[u8], out: &mut Vec<
 /// Fills in a snapshot's header, the first [`SNAPSHOT_HEADER`] bytes of
 /// `first_page`. A snapshot: magic, format, 3 zero bytes, sequence u64,
 /// records u64, payload length u64, payload CRC-32C, header CRC-32C; then
-/// per record table u8, key length u32, key, value length u32, value, in
-/// key order.
+/// per record table u8, key length u32, key, value length u32, value: the
+/// store's records in key order, then an owner's in its order.
 fn fill_snapshot_header(first_page: &mut [u8], seq: u64, records: u64, len: u64, crc: u32) {
     let h = &mut first_page[..SNAPSHOT_HEADER];
     h[0..4].copy_from_slice(&SNAPSHOT_MAGIC);
@@ -347,12 +350,13 @@ fn fill_snapshot_header(first_page: &mut [u8], seq: u64, records: u64, len: u64,
 }
 
 /// Writes `map` (held by `inner`; the caller is the writer, the map's only
-/// writer, so it does not change meanwhile) as a snapshot (the format of
-/// [`fill_snapshot_header`]) from page `first` of `space`, encoded and
-/// written `piece_bytes` at a time so a compaction's memory stays bounded
-/// whatever the tables hold; the first page, which holds the
-/// header with the count and checksum of every record, goes last.
-/// `*next_page` follows the pages written, also on an error.
+/// writer, so it does not change meanwhile), then an owner's records, as a
+/// snapshot (the format of [`fill_snapshot_header`]) from page `first` of
+/// `space`, encoded and written `piece_bytes` at a time so a compaction's
+/// memory stays bounded whatever the tables hold; the first page, which
+/// holds the header with the count and checksum of every record, goes
+/// last. `*next_page` follows the pages written, also on an error.
+#[allow(clippy::too_many_arguments)]
 async fn write_snapshot(
     volume: &Arc<SpaceManager>,
     space: u32,
@@ -360,6 +364,7 @@ async fn write_snapshot(
     next_page: &mut u64,
     seq: u64,
     inner: &Inner,
+    mut owned: Option<OwnedRecords>,
     piece_bytes: usize,
 ) -> Result<()> {
     let page_size = volume.page_size();
@@ -369,26 +374,43 @@ async fn write_snapshot(
     let (mut records, mut len, mut crc) = (0u64, 0u64, 0u32);
     let mut first_page: Option<Vec<u8>> = None;
     let mut cursor: Option<(Table, Vec<u8>)> = None;
+    let mut map_done = false;
     *next_page = first;
     loop {
-        let mut stopped_at = None;
-        {
+        let mut full = false;
+        let mut add = |table: Table, key: &[u8], value: &[u8], buf: &mut Vec<u8>| {
+            let start = buf.len();
+            encode_snapshot_record(table, key, value, buf);
+            crc = crc32c::crc32c_append(crc, &buf[start..]);
+            len += (buf.len() - start) as u64;
+            records += 1;
+            buf.len() >= piece_bytes
+        };
+        if !map_done {
             let map = inner.read();
             let after = cursor.as_ref().map(|(t, k)| (*t, k.as_slice()));
+            let mut stopped_at = None;
             for (table, key, value) in map.iter_after(after) {
-                let start = buf.len();
-                encode_snapshot_record(table, key, value, &mut buf);
-                crc = crc32c::crc32c_append(crc, &buf[start..]);
-                len += (buf.len() - start) as u64;
-                records += 1;
-                if buf.len() >= piece_bytes {
+                if add(table, key, value, &mut buf) {
                     stopped_at = Some((table, key.to_vec()));
                     break;
                 }
             }
+            full = stopped_at.is_some();
+            map_done = !full;
+            cursor = stopped_at;
         }
-        let done = stopped_at.is_none();
-        cursor = stopped_at;
+        if !full {
+            if let Some(owned) = owned.as_mut() {
+                for (table, key, value) in owned.by_ref() {
+                    if add(table, &key, &value, &mut buf) {
+                        full = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let done = !full;
         let whole = if done {
             buf.len().div_ceil(page_size)
         } else {
@@ -597,11 +619,33 @@ struct Inner {
     room: Notify,
     /// Where the log goes next; whoever holds it writes the next group.
     writer: Arc<tokio::sync::Mutex<Writer>>,
+    /// Who keeps the records of some tables ([`TableStore::hand_over`]).
+    owner: Mutex<Option<Arc<dyn TableOwner>>>,
+    /// Bit `table.index()` set: the owner's table.
+    owned_mask: AtomicU8,
+    /// Bytes the next snapshot can take at most: the last snapshot's pages
+    /// and the log's bytes since (a snapshot record is no larger than the
+    /// log change that made it).
+    snapshot_bound_bytes: AtomicU64,
 }
 
 impl Inner {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, TableMap> {
         self.tables.read().expect("tables lock")
+    }
+
+    fn owned(&self) -> [bool; 5] {
+        let mask = self.owned_mask.load(Ordering::Acquire);
+        std::array::from_fn(|i| mask & (1 << i) != 0)
+    }
+
+    fn refuse_owned(&self, table: Table) -> Result<()> {
+        if self.owned()[table.index()] {
+            return Err(StoreError::Backend(format!(
+                "table {table:?} was handed over to its owner, which keeps its records"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -795,7 +839,10 @@ impl VolumeTableStore {
             queue: Mutex::new(Queue::default()),
             done: watch::Sender::new(0),
             room: Notify::new(),
+            snapshot_bound_bytes: AtomicU64::new(writer.snapshot_bound_bytes()),
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
+            owner: Mutex::new(None),
+            owned_mask: AtomicU8::new(0),
         });
         Ok(Self {
             inner,
@@ -815,6 +862,12 @@ impl VolumeTableStore {
             bytes,
             ..*self.inner.stats.lock().expect("table stats lock")
         }
+    }
+
+    /// Bytes the next snapshot takes at most: what a compaction needs free
+    /// beside the snapshot it replaces.
+    pub fn snapshot_bound_bytes(&self) -> u64 {
+        self.inner.snapshot_bound_bytes.load(Ordering::Relaxed)
     }
 
     /// Volume pages the tables hold now (root, snapshot and log).
@@ -838,12 +891,14 @@ impl VolumeTableStore {
         size: usize,
         ordered: bool,
     ) -> (u64, oneshot::Receiver<Result<()>>) {
+        // An owner's records take none of the store's memory.
+        let owned = self.inner.owned();
         let growth = batch
             .ops()
             .iter()
             .map(|op| match op {
-                Op::Put { key, value, .. } => record_bytes(key, value),
-                Op::Delete { .. } => 0,
+                Op::Put { table, key, value } if !owned[table.index()] => record_bytes(key, value),
+                _ => 0,
             })
             .sum();
         let (done, rx) = oneshot::channel();
@@ -979,24 +1034,37 @@ impl Writer {
     /// answered here): the group, its encoded size, and the last ticket
     /// taken (0 when the queue was empty).
     fn take_group(&mut self, inner: &Inner) -> (Vec<Pending>, usize, u64) {
+        // The writer is the map's only writer: what it holds now plus what
+        // the group could add bounds it until the group is applied.
+        let bound = inner.read().bytes();
+        let mut queue = inner.queue.lock().expect("table queue lock");
+        let (group, size, last, taken_bytes) = self.take_from(&mut queue.waiting, bound);
+        queue.bytes -= taken_bytes;
+        (group, size, last)
+    }
+
+    /// [`take_group`](Self::take_group) from `waiting`, with the map at
+    /// `bound` bytes; also the queue bytes taken.
+    fn take_from(
+        &mut self,
+        waiting: &mut VecDeque<Pending>,
+        mut bound: u64,
+    ) -> (Vec<Pending>, usize, u64, usize) {
         let mut group = Vec::new();
         let mut size = 4usize;
         let mut last = 0;
-        // The writer is the map's only writer: what it holds now plus what
-        // the group could add bounds it until the group is applied.
-        let mut bound = inner.read().bytes();
-        let mut queue = inner.queue.lock().expect("table queue lock");
+        let mut taken_bytes = 0;
         while group.len() < MAX_GROUP {
-            let Some(next) = queue.waiting.front() else {
+            let Some(next) = waiting.front() else {
                 break;
             };
             if size + next.size > MAX_BATCH_BYTES && !group.is_empty() {
                 break;
             }
-            let Some(p) = queue.waiting.pop_front() else {
+            let Some(p) = waiting.pop_front() else {
                 break;
             };
-            queue.bytes -= p.size + PENDING_OVERHEAD;
+            taken_bytes += p.size + PENDING_OVERHEAD;
             last = p.ticket;
             if let Some(reason) = self.refusal(&p, bound) {
                 if p.ordered && self.ordered_failed.is_none() {
@@ -1009,7 +1077,7 @@ impl Writer {
             bound += p.growth;
             group.push(p);
         }
-        (group, size, last)
+        (group, size, last, taken_bytes)
     }
 
     /// Why a batch cannot join the group: the log is broken, an earlier
@@ -1032,7 +1100,9 @@ impl Writer {
         None
     }
 
-    async fn commit_group(&mut self, inner: &Inner, group: Vec<Pending>, size: usize) {
+    /// Writes `group` as one log record, then applies and answers it;
+    /// whether it was written.
+    async fn commit_group(&mut self, inner: &Inner, group: Vec<Pending>, size: usize) -> bool {
         // Room for the whole record and its padding: no reallocation.
         let mut record =
             Vec::with_capacity((LOG_HEADER + size).div_ceil(self.page_size) * self.page_size);
@@ -1052,12 +1122,16 @@ impl Writer {
                 self.last_seq = seq;
                 self.log_next += n;
                 self.log_bytes += (LOG_HEADER + size) as u64;
+                inner
+                    .snapshot_bound_bytes
+                    .store(self.snapshot_bound_bytes(), Ordering::Relaxed);
                 let count = group.len() as u64;
+                let owned = inner.owned();
                 let mut dones = Vec::with_capacity(group.len());
                 {
                     let mut map = inner.tables.write().expect("tables lock");
                     for p in group {
-                        map.apply(p.batch);
+                        map.apply_unowned(p.batch, &owned);
                         dones.push(p.done);
                     }
                     let mut st = inner.stats.lock().expect("table stats lock");
@@ -1069,6 +1143,7 @@ impl Writer {
                 for done in dones {
                     let _ = done.send(Ok(()));
                 }
+                true
             }
             Err(e) => {
                 // Nothing was acknowledged. Take back the record's pages so
@@ -1087,8 +1162,54 @@ impl Writer {
                 for p in group {
                     let _ = p.done.send(Err(StoreError::Backend(reason.clone())));
                 }
+                false
             }
         }
+    }
+
+    /// See [`Inner::snapshot_bound_bytes`].
+    fn snapshot_bound_bytes(&self) -> u64 {
+        self.root.snapshot_pages * self.page_size as u64 + self.log_bytes
+    }
+
+    /// An owner's records for the next snapshot (None without an owner):
+    /// its copy, taken together with every batch waiting (the owner's are
+    /// all among them), which are written first so the copy and the log
+    /// agree.
+    async fn capture_owned(&mut self, inner: &Inner) -> Result<Option<OwnedRecords>> {
+        let owner = inner.owner.lock().expect("table owner lock").clone();
+        let Some(owner) = owner else {
+            return Ok(None);
+        };
+        if let Some(reason) = &self.ordered_failed {
+            // The owner's memory holds the failed batch; a snapshot of it
+            // would make a change reported as failed come back.
+            return Err(StoreError::Backend(format!(
+                "no snapshot of the owner's records after a submitted batch failed: {reason}"
+            )));
+        }
+        let mut taken = VecDeque::new();
+        let records = owner.capture(&mut || {
+            let mut queue = inner.queue.lock().expect("table queue lock");
+            taken = std::mem::take(&mut queue.waiting);
+            queue.bytes = 0;
+        });
+        inner.room.notify_waiters();
+        let mut written = true;
+        while !taken.is_empty() {
+            let bound = inner.read().bytes();
+            let (group, size, last, _) = self.take_from(&mut taken, bound);
+            if !group.is_empty() {
+                written &= self.commit_group(inner, group, size).await;
+            }
+            inner.done.send_replace(last);
+        }
+        if !written || self.ordered_failed.is_some() {
+            return Err(StoreError::Backend(
+                "no snapshot: the batches waiting at the owner's copy were not all written".into(),
+            ));
+        }
+        Ok(Some(records))
     }
 
     /// A compaction rewrites the whole snapshot, so it waits until the log
@@ -1111,6 +1232,7 @@ impl Writer {
         if let Some(reason) = &self.broken {
             return Err(StoreError::Backend(reason.clone()));
         }
+        let owned = self.capture_owned(inner).await?;
         let first = self.snapshot_next;
         let space = self.config.snapshot_space;
         let mut end = first;
@@ -1121,6 +1243,7 @@ impl Writer {
             &mut end,
             self.last_seq,
             inner,
+            owned,
             self.config.snapshot_piece_bytes,
         )
         .await;
@@ -1152,6 +1275,9 @@ impl Writer {
         }
         let old = std::mem::replace(&mut self.root, root);
         self.log_bytes = 0;
+        inner
+            .snapshot_bound_bytes
+            .store(self.snapshot_bound_bytes(), Ordering::Relaxed);
         {
             let mut st = inner.stats.lock().expect("table stats lock");
             st.log_pages = 0;
@@ -1185,6 +1311,7 @@ fn answer(mut rx: oneshot::Receiver<Result<()>>) -> Result<()> {
 
 impl TableStore for VolumeTableStore {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Bytes>> {
+        self.inner.refuse_owned(table)?;
         Ok(self.inner.read().get(table, key))
     }
 
@@ -1242,7 +1369,35 @@ impl TableStore for VolumeTableStore {
         after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Bytes)>> {
+        self.inner.refuse_owned(table)?;
         Ok(self.inner.read().scan(table, prefix, after, limit))
+    }
+
+    async fn hand_over(&self, owner: Arc<dyn TableOwner>) -> Result<()> {
+        let (tables, prefixes) = owner.claims();
+        if tables.is_empty() {
+            return Err(StoreError::Backend("an owner claiming no table".into()));
+        }
+        // Under the writer: no group is applied and no snapshot taken
+        // while the records change hands.
+        let _writer = self.inner.writer.lock().await;
+        let mut slot = self.inner.owner.lock().expect("table owner lock");
+        if slot.is_some() {
+            return Err(StoreError::Backend(
+                "the tables were handed over to an owner already".into(),
+            ));
+        }
+        let mut mask = 0u8;
+        {
+            let mut map = self.inner.tables.write().expect("tables lock");
+            for table in tables {
+                map.drop_prefixes(table, &prefixes);
+                mask |= 1 << table.index();
+            }
+        }
+        *slot = Some(owner);
+        self.inner.owned_mask.store(mask, Ordering::Release);
+        Ok(())
     }
 }
 
