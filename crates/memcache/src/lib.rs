@@ -66,6 +66,6 @@ pub use limits::{expiry_unix_secs, Expiry, Limits, RELATIVE_EXPTIME_MAX_SECS};
 pub use meta_reply::{
     ArithmeticOutcome, DebugView, DeleteStatus, ItemView, MetaSetOutcome, StoreStatus,
 };
-pub use parse::{parse, parse_bytes, CommandReader, Parsed};
+pub use parse::{parse, parse_bytes, CommandReader, Parsed, COPY_DATA_BELOW_BYTES};
 pub use parse_reply::{parse_reply, parse_reply_bytes, ParsedReply};
 pub use reply::{encode_value_header, MetaCode, MetaFlag, MetaReply, Reply};
