@@ -54,7 +54,7 @@ mod node;
 mod records;
 mod table;
 
-pub use config::{KvConfig, KvMode, TenantConfig, DEFAULT_DEDUP_MIN_BYTES};
+pub use config::{KvConfig, KvMode, TenantConfig, DEFAULT_BURST_MS, DEFAULT_DEDUP_MIN_BYTES};
 
 /// The volume space of the durable tenants' log (the object store has 1-3,
 /// block volumes 1000 and up).

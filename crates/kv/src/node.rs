@@ -13,7 +13,7 @@ use quarry_kv_api::{
 };
 use quarry_store::{Batch, OwnedRecords, Table, TableOwner, TableStore};
 
-use crate::config::{KvConfig, KvMode, TenantConfig};
+use crate::config::{KvConfig, KvMode, TenantConfig, DEFAULT_BURST_MS};
 use crate::records::{add_changes, copied_records, decode_item, tenant_prefix, value_fp};
 use crate::table::{fingerprint, Change, Fp, TableLimits, TenantTable};
 
@@ -39,19 +39,24 @@ pub enum KvOpenError {
     },
 }
 
-/// A token bucket: `rate` a second, a second's worth at most.
+/// A token bucket: `rate` a second, `depth` seconds' worth at most.
 #[derive(Debug)]
 struct Bucket {
     rate_per_sec: f64,
+    most_tokens: f64,
     tokens: f64,
     at: Instant,
 }
 
 impl Bucket {
-    fn new(rate_per_sec: u64) -> Self {
+    fn new(rate_per_sec: u64, depth: Duration) -> Self {
+        // At least one token, so a limit below one per depth still passes
+        // single requests.
+        let most_tokens = (rate_per_sec as f64 * depth.as_secs_f64()).max(1.0);
         Self {
             rate_per_sec: rate_per_sec as f64,
-            tokens: rate_per_sec as f64,
+            most_tokens,
+            tokens: most_tokens,
             at: Instant::now(),
         }
     }
@@ -62,7 +67,7 @@ impl Bucket {
             return Duration::ZERO;
         }
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate_per_sec).min(self.rate_per_sec);
+        self.tokens = (self.tokens + elapsed * self.rate_per_sec).min(self.most_tokens);
         self.at = now;
         let deficit = n - self.tokens;
         if deficit <= 0.0 {
@@ -207,7 +212,13 @@ fn tenant_of(t: &TenantConfig, dedup_min_bytes: usize) -> Result<Tenant, String>
         secret: t.secret.as_bytes().to_vec(),
         mode: t.mode,
         table: Mutex::new(TenantTable::new(limits)),
-        limits: Mutex::new((Bucket::new(t.ops_per_sec), Bucket::new(t.bytes_per_sec))),
+        limits: Mutex::new({
+            let depth = Duration::from_millis(t.burst_ms);
+            (
+                Bucket::new(t.ops_per_sec, depth),
+                Bucket::new(t.bytes_per_sec, depth),
+            )
+        }),
         limited: t.ops_per_sec > 0 || t.bytes_per_sec > 0,
         throttled: AtomicU64::new(0),
         refused: AtomicU64::new(0),
@@ -229,6 +240,7 @@ impl<T: TableStore> KvNode<T> {
                 max_keys: u64::MAX,
                 ops_per_sec: 0,
                 bytes_per_sec: 0,
+                burst_ms: DEFAULT_BURST_MS,
                 dedup: true,
             }]
         } else {

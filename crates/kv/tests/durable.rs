@@ -77,6 +77,7 @@ async fn open_with(
                 max_keys: u64::MAX,
                 ops_per_sec: 0,
                 bytes_per_sec: 0,
+                burst_ms: quarry_kv::DEFAULT_BURST_MS,
                 dedup: true,
             })
             .collect(),

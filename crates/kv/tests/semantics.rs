@@ -299,6 +299,7 @@ fn two_tenants(mode: KvMode, max_bytes: u64) -> KvConfig {
         max_keys: u64::MAX,
         ops_per_sec: 0,
         bytes_per_sec: 0,
+        burst_ms: quarry_kv::DEFAULT_BURST_MS,
         dedup: true,
     };
     KvConfig {
@@ -444,6 +445,7 @@ fn a_full_durable_tenant_refuses_and_keeps_what_it_has_and_a_cache_evicts() {
 fn a_tenant_over_its_rate_waits_then_is_refused() {
     let mut config = two_tenants(KvMode::Cache, 1 << 20);
     config.tenants[0].ops_per_sec = 20;
+    config.tenants[0].burst_ms = 1000;
     config.throttle_wait_ms = 200;
     let node = rt().block_on(Node::open(&config, None)).unwrap();
     let a = caller(&node, "alpha", "pa");
@@ -464,6 +466,30 @@ fn a_tenant_over_its_rate_waits_then_is_refused() {
         z.run(vec![get("x"); 1000]).await;
         assert!(a.stat("throttled").await >= 1);
         assert_eq!(a.stat("throttle_refused").await, 1);
+    });
+}
+
+/// A tenant's buckets hold `burst_ms` of its rate: that many operations
+/// pass at once, and a burst beyond waits for the rate, however long the
+/// tenant was idle.
+#[test]
+fn a_tenant_may_burst_only_its_buckets_depth() {
+    let mut config = two_tenants(KvMode::Cache, 1 << 20);
+    config.tenants[0].ops_per_sec = 1000;
+    config.tenants[0].burst_ms = 10;
+    let node = rt().block_on(Node::open(&config, None)).unwrap();
+    let a = caller(&node, "alpha", "pa");
+    rt().block_on(async {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // Ten tokens, one a call: none waits.
+        for _ in 0..10 {
+            a.one(get("x")).await;
+        }
+        assert_eq!(a.stat("throttled").await, 0);
+        // 500 at once: a second deep bucket would take them, this one
+        // makes them wait for about half a second's worth.
+        a.run(vec![get("x"); 500]).await;
+        assert_eq!(a.stat("throttled").await, 1);
     });
 }
 
