@@ -7,7 +7,7 @@ use quarry_kv_api::{Expiry, ItemKind, TenantName};
 use quarry_proto::{ByteReader, ByteWriter};
 use quarry_store::{Batch, Table};
 
-use crate::table::{Change, Entry, Fp};
+use crate::table::{Change, Entry, Fp, TableCopy};
 
 const ITEM_FORMAT: u8 = 1;
 
@@ -108,7 +108,7 @@ pub(crate) fn add_changes(batch: &mut Batch, prefix: &[u8], changes: Vec<Change>
 /// under `prefix`, encoded one at a time as they are taken.
 pub(crate) fn copied_records(
     prefix: Vec<u8>,
-    (items, values): (Vec<(Bytes, Entry)>, Vec<(Fp, Bytes)>),
+    TableCopy { items, values }: TableCopy,
 ) -> impl Iterator<Item = (Table, Vec<u8>, Bytes)> + Send {
     let p = prefix.clone();
     let items = items

@@ -43,6 +43,14 @@ struct Shared {
     refs: u64,
 }
 
+/// A copy of a tenant's records ([`TenantTable::copy_records`]).
+pub(crate) struct TableCopy {
+    /// Every item.
+    pub items: Vec<(Bytes, Entry)>,
+    /// Every shared value.
+    pub values: Vec<(Fp, Bytes)>,
+}
+
 /// A record change an operation made, for a durable tenant's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Change {
@@ -775,9 +783,9 @@ impl TenantTable {
     }
 
     /// The largest CAS value held.
-    /// A copy of the records a durable tenant's log holds for this table:
-    /// every item, and every shared value (the copies share the bytes).
-    pub(crate) fn copy_records(&self) -> (Vec<(Bytes, Entry)>, Vec<(Fp, Bytes)>) {
+    /// A copy of the records a durable tenant's log holds for this table
+    /// (the copies share the bytes).
+    pub(crate) fn copy_records(&self) -> TableCopy {
         let items = self
             .items
             .iter()
@@ -788,7 +796,7 @@ impl TenantTable {
             .iter()
             .map(|(fp, shared)| (*fp, shared.value.clone()))
             .collect();
-        (items, values)
+        TableCopy { items, values }
     }
 
     pub(crate) fn max_cas(&self) -> u64 {
