@@ -86,6 +86,9 @@ struct Tenant {
     secret: Vec<u8>,
     mode: KvMode,
     table: Mutex<TenantTable>,
+    /// The table's bytes as of its last change (read without its lock by
+    /// the device room check).
+    used_bytes: AtomicU64,
     /// Operations and bytes per second on this node.
     limits: Mutex<(Bucket, Bucket)>,
     /// Whether either bucket has a rate: an unlimited tenant's calls skip
@@ -193,9 +196,10 @@ pub struct KvNode<T> {
     room: Option<Room>,
 }
 
-/// Whether the device can take durable changes of this many more bytes
-/// (their log records, and the snapshot a later compaction writes).
-pub type Room = Arc<dyn Fn(u64) -> bool + Send + Sync>;
+/// Whether the device can take durable changes of `growth` more bytes
+/// (their log records, and the snapshot a later compaction writes) beside
+/// the durable tenants' `held` bytes: `room(growth, held)`.
+pub type Room = Arc<dyn Fn(u64, u64) -> bool + Send + Sync>;
 
 fn tenant_of(t: &TenantConfig, dedup_min_bytes: usize) -> Result<Tenant, String> {
     let name = TenantName::new(&t.name).map_err(|e| e.to_string())?;
@@ -212,6 +216,7 @@ fn tenant_of(t: &TenantConfig, dedup_min_bytes: usize) -> Result<Tenant, String>
         secret: t.secret.as_bytes().to_vec(),
         mode: t.mode,
         table: Mutex::new(TenantTable::new(limits)),
+        used_bytes: AtomicU64::new(0),
         limits: Mutex::new({
             let depth = Duration::from_millis(t.burst_ms);
             (
@@ -357,7 +362,10 @@ impl<T: TableStore> KvNode<T> {
                     .any(|op| matches!(op, KvOp::Store { .. } | KvOp::Arith { .. }));
                 let full = stores
                     && tenant.mode == KvMode::Durable
-                    && self.room.as_ref().is_some_and(|room| !room(bytes));
+                    && self
+                        .room
+                        .as_ref()
+                        .is_some_and(|room| !room(bytes, self.durable_bytes()));
                 // Fingerprints before the lock (see `fingerprint`); a call
                 // without stores (a batch of gets) allocates none.
                 let hints: Vec<Option<Fp>> = if stores {
@@ -446,6 +454,9 @@ impl<T: TableStore> KvNode<T> {
         let (out, pending) = {
             let mut table = tenant.table();
             let out = f(&mut table, &mut changes);
+            tenant
+                .used_bytes
+                .store(table.used_bytes(), Ordering::Relaxed);
             if changes.is_empty() {
                 (out, None)
             } else {
@@ -462,6 +473,15 @@ impl<T: TableStore> KvNode<T> {
             self.log_failed.store(true, Ordering::Release);
             format!("the key-value log could not commit: {e}")
         })
+    }
+
+    /// The durable tenants' bytes as of their last changes.
+    fn durable_bytes(&self) -> u64 {
+        self.tenants
+            .values()
+            .filter(|t| t.mode == KvMode::Durable)
+            .map(|t| t.used_bytes.load(Ordering::Relaxed))
+            .sum()
     }
 
     fn stats(&self, tenant: &Tenant) -> Vec<(String, u64)> {
@@ -586,6 +606,9 @@ async fn load<T: TableStore>(tables: &T, tenant: &Tenant) -> Result<u64, KvOpenE
             .map_err(|e| fail(e.to_string()))?;
     }
     let max_cas = table.max_cas();
+    tenant
+        .used_bytes
+        .store(table.used_bytes(), Ordering::Relaxed);
     *tenant.table() = table;
     Ok(max_cas)
 }

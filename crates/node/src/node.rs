@@ -450,19 +450,25 @@ async fn open_kv(
 }
 
 /// Whether the device can take `growth` more bytes of durable key-value
-/// changes: their log, and the next snapshot beside the one it replaces (a
-/// compaction writes the new before it trims the old; it is no larger than
-/// the last snapshot and the log since, the growth included), with a
-/// sixteenth of the device kept free as the object store keeps it (so
-/// deletes can always be logged).
+/// changes beside the `held` bytes the durable tenants hold: their log,
+/// and a snapshot of all of it beside the old one (a compaction writes
+/// the new before it trims the old), with a sixteenth of the device kept
+/// free as the object store keeps it (so deletes can always be logged).
+/// The tenants' own count, not the table store's bound on the next
+/// snapshot (the last one plus the log since): that bound only grows
+/// between compactions, so deletes would make no room until the next one.
 fn kv_room(volume: Arc<SpaceManager>, tables: Arc<VolumeTableStore>) -> quarry_kv::Room {
     let page = volume.page_size().max(1) as u64;
-    Arc::new(move |growth: u64| {
+    Arc::new(move |growth: u64, held: u64| {
         // Only the two page counts: the volume's full figures walk every
         // block, far too much for each durable call.
         let (live_pages, capacity_pages) = volume.fill_pages();
-        let snapshot = tables.snapshot_bound_bytes().saturating_add(growth);
-        let need = growth.div_ceil(page) + snapshot.div_ceil(page);
+        let after = tables
+            .stats()
+            .bytes
+            .saturating_add(held)
+            .saturating_add(growth);
+        let need = growth.div_ceil(page) + after.saturating_mul(2).div_ceil(page);
         let keep_free = (capacity_pages / 16).max(16);
         live_pages + need + keep_free <= capacity_pages
     })

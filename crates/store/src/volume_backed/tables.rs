@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
@@ -623,10 +623,6 @@ struct Inner {
     owner: Mutex<Option<Arc<dyn TableOwner>>>,
     /// Bit `table.index()` set: the owner's table.
     owned_mask: AtomicU8,
-    /// Bytes the next snapshot can take at most: the last snapshot's pages
-    /// and the log's bytes since (a snapshot record is no larger than the
-    /// log change that made it).
-    snapshot_bound_bytes: AtomicU64,
 }
 
 impl Inner {
@@ -839,7 +835,6 @@ impl VolumeTableStore {
             queue: Mutex::new(Queue::default()),
             done: watch::Sender::new(0),
             room: Notify::new(),
-            snapshot_bound_bytes: AtomicU64::new(writer.snapshot_bound_bytes()),
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
             owner: Mutex::new(None),
             owned_mask: AtomicU8::new(0),
@@ -862,12 +857,6 @@ impl VolumeTableStore {
             bytes,
             ..*self.inner.stats.lock().expect("table stats lock")
         }
-    }
-
-    /// Bytes the next snapshot takes at most: what a compaction needs free
-    /// beside the snapshot it replaces.
-    pub fn snapshot_bound_bytes(&self) -> u64 {
-        self.inner.snapshot_bound_bytes.load(Ordering::Relaxed)
     }
 
     /// Volume pages the tables hold now (root, snapshot and log).
@@ -1122,9 +1111,6 @@ impl Writer {
                 self.last_seq = seq;
                 self.log_next += n;
                 self.log_bytes += (LOG_HEADER + size) as u64;
-                inner
-                    .snapshot_bound_bytes
-                    .store(self.snapshot_bound_bytes(), Ordering::Relaxed);
                 let count = group.len() as u64;
                 let owned = inner.owned();
                 let mut dones = Vec::with_capacity(group.len());
@@ -1165,11 +1151,6 @@ impl Writer {
                 false
             }
         }
-    }
-
-    /// See [`Inner::snapshot_bound_bytes`].
-    fn snapshot_bound_bytes(&self) -> u64 {
-        self.root.snapshot_pages * self.page_size as u64 + self.log_bytes
     }
 
     /// An owner's records for the next snapshot (None without an owner):
@@ -1275,9 +1256,6 @@ impl Writer {
         }
         let old = std::mem::replace(&mut self.root, root);
         self.log_bytes = 0;
-        inner
-            .snapshot_bound_bytes
-            .store(self.snapshot_bound_bytes(), Ordering::Relaxed);
         {
             let mut st = inner.stats.lock().expect("table stats lock");
             st.log_pages = 0;
