@@ -782,7 +782,6 @@ impl TenantTable {
         Ok(())
     }
 
-    /// The largest CAS value held.
     /// A copy of the records a durable tenant's log holds for this table
     /// (the copies share the bytes).
     pub(crate) fn copy_records(&self) -> TableCopy {
@@ -799,6 +798,7 @@ impl TenantTable {
         TableCopy { items, values }
     }
 
+    /// The largest CAS value held.
     pub(crate) fn max_cas(&self) -> u64 {
         self.items.iter().map(|(_, e)| e.cas).max().unwrap_or(0)
     }

@@ -306,12 +306,7 @@ impl TableMap {
 
     /// Applies every change of `batch`, in order.
     pub fn apply(&mut self, batch: Batch) {
-        for op in batch.into_ops() {
-            match op {
-                Op::Put { table, key, value } => self.put(table, key, value),
-                Op::Delete { table, key } => self.delete(table, &key),
-            }
-        }
+        self.apply_unowned(batch, &[false; 5]);
     }
 
     /// Records in `table`.
