@@ -217,7 +217,19 @@ impl TenantTable {
             self.remove(key, changes);
             return None;
         }
-        self.items.get_mut(key)
+        self.find_mut(key)
+    }
+
+    /// The item under `key`; in cache mode made most recently used. A
+    /// durable table never evicts, so its order is not kept: moving an item
+    /// to the front touches its neighbours' links, two more cache misses per
+    /// call in a large table.
+    fn find_mut(&mut self, key: &Bytes) -> Option<&mut Entry> {
+        if self.limits.evict {
+            self.items.get_mut(key)
+        } else {
+            self.items.peek_mut(key)
+        }
     }
 
     /// Removes `key`'s item and lets go of its value.
@@ -409,19 +421,33 @@ impl TenantTable {
             value,
             fp,
         };
-        if self.items.contains(key) {
-            // Its DeleteItem is superseded by the PutItem below.
-            self.remove(key, changes);
-            changes.pop();
-        }
         self.used_bytes += item_cost(key, &entry);
         self.logical_bytes += entry.value.len() as u64;
         if entry.fp.is_none() {
             self.stored_bytes += entry.value.len() as u64;
         }
         self.counters.total_items += 1;
-        changes.push(Change::PutItem(key.clone(), entry.clone()));
-        self.items.put(key.clone(), entry);
+        let record = Change::PutItem(key.clone(), entry.clone());
+        // An item replaced is replaced in its slot: one lookup, and no
+        // slot freed and made again.
+        let replaced = match self.find_mut(key) {
+            Some(slot) => Some(std::mem::replace(slot, entry)),
+            None => {
+                self.items.put(key.clone(), entry);
+                None
+            }
+        };
+        if let Some(old) = replaced {
+            self.used_bytes -= item_cost(key, &old);
+            self.logical_bytes -= old.value.len() as u64;
+            if old.fp.is_none() {
+                self.stored_bytes -= old.value.len() as u64;
+            }
+            if let Some(fp) = old.fp {
+                self.release(&fp, changes);
+            }
+        }
+        changes.push(record);
         KvAnswer::Stored { cas }
     }
 
@@ -678,22 +704,28 @@ impl TenantTable {
         }
     }
 
-    /// Removes up to `limit` expired or flushed items, oldest use first;
-    /// how many it looked at.
+    /// Removes the expired or flushed items among the `limit` at the back of
+    /// the order (least recently used in cache mode); how many it looked
+    /// at. A durable table keeps no use order ([`Self::find_mut`]), so the
+    /// live items looked at go to the front: the next round looks at the
+    /// next `limit`, and every item is looked at in turn.
     pub(crate) fn sweep(&mut self, now: u64, limit: usize, changes: &mut Vec<Change>) -> usize {
-        let dead: Vec<Bytes> = self
+        let looked: Vec<(Bytes, bool)> = self
             .items
             .iter()
             .rev()
             .take(limit)
-            .filter(|(_, e)| self.dead(e, now).is_some())
-            .map(|(k, _)| k.clone())
+            .map(|(k, e)| (k.clone(), self.dead(e, now).is_some()))
             .collect();
-        for k in &dead {
-            self.remove(k, changes);
-            self.counters.reclaimed += 1;
+        for (key, dead) in &looked {
+            if *dead {
+                self.remove(key, changes);
+                self.counters.reclaimed += 1;
+            } else if !self.limits.evict {
+                self.items.promote(key);
+            }
         }
-        limit.min(self.items.len() + dead.len())
+        looked.len()
     }
 
     /// Puts back an item read from the log at open; `value` is the shared
@@ -801,5 +833,149 @@ impl TenantTable {
     /// The largest CAS value held.
     pub(crate) fn max_cas(&self) -> u64 {
         self.items.iter().map(|(_, e)| e.cas).max().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(evict: bool) -> TenantTable {
+        TenantTable::new(TableLimits {
+            max_bytes: 1 << 20,
+            max_keys: 1 << 10,
+            evict,
+            dedup_min_bytes: 8,
+        })
+    }
+
+    fn set(t: &mut TenantTable, key: &str, value: &str, expiry: Expiry) -> Vec<Change> {
+        let mut changes = Vec::new();
+        let mut cas = 0;
+        let op = KvOp::Store {
+            key: Bytes::from(key.to_string()),
+            mode: StoreMode::Set,
+            flags: 0,
+            expiry,
+            kind: ItemKind::Plain,
+            value: Bytes::from(value.to_string()),
+        };
+        let answer = t.apply(
+            op,
+            None,
+            10,
+            &mut || {
+                cas += 1;
+                cas
+            },
+            &mut changes,
+        );
+        assert!(matches!(answer, KvAnswer::Stored { .. }), "{answer:?}");
+        changes
+    }
+
+    fn read(t: &mut TenantTable, key: &str) -> Option<Bytes> {
+        let op = KvOp::Get {
+            key: Bytes::from(key.to_string()),
+            touch: None,
+        };
+        match t.apply(op, None, 10, &mut || 0, &mut Vec::new()) {
+            KvAnswer::Value(item) => Some(item.value),
+            _ => None,
+        }
+    }
+
+    /// A durable table keeps no use order, so its sweep must move on by
+    /// itself: expired items behind live old ones are reached in turn.
+    #[test]
+    fn a_durable_tables_sweep_reaches_every_item_in_turn() {
+        let mut t = table(false);
+        for i in 0..4 {
+            set(&mut t, &format!("old{i}"), "kept", Expiry::Never);
+        }
+        for i in 0..6 {
+            set(&mut t, &format!("new{i}"), "gone", Expiry::At(100));
+        }
+        let mut changes = Vec::new();
+        let mut rounds = 0;
+        while t.len() > 4 {
+            assert_eq!(t.sweep(200, 3, &mut changes), 3);
+            rounds += 1;
+            assert!(
+                rounds <= 4,
+                "a sweep of 3 items a round left {} items",
+                t.len()
+            );
+        }
+        assert_eq!(t.counters.reclaimed, 6);
+        assert_eq!(
+            changes
+                .iter()
+                .filter(|c| matches!(c, Change::DeleteItem(_)))
+                .count(),
+            6
+        );
+        for i in 0..4 {
+            assert_eq!(
+                read(&mut t, &format!("old{i}")).as_deref(),
+                Some(&b"kept"[..])
+            );
+        }
+        t.audit().unwrap();
+    }
+
+    /// An item replaced in its slot lets go of its old value (the count
+    /// and the records say so) and keeps the new one's.
+    #[test]
+    fn a_replaced_item_releases_its_old_value() {
+        let mut t = table(false);
+        set(&mut t, "a", "first value", Expiry::Never);
+        set(&mut t, "b", "first value", Expiry::Never);
+        let changes = set(&mut t, "a", "second value", Expiry::Never);
+        let kinds: Vec<&str> = changes
+            .iter()
+            .map(|c| match c {
+                Change::PutValue(..) => "put value",
+                Change::DeleteValue(_) => "delete value",
+                Change::PutItem(..) => "put item",
+                Change::DeleteItem(_) => "delete item",
+            })
+            .collect();
+        // The first value is still b's: only the new value and the item.
+        assert_eq!(kinds, ["put value", "put item"]);
+        let changes = set(&mut t, "b", "third value", Expiry::Never);
+        assert!(matches!(
+            changes.as_slice(),
+            [Change::PutValue(..), Change::DeleteValue(fp), Change::PutItem(..)]
+                if *fp == fingerprint(b"first value")
+        ));
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.shared_values(), 2);
+        assert!(t.refcounts().values().all(|&n| n == 1));
+        assert_eq!(read(&mut t, "a").as_deref(), Some(&b"second value"[..]));
+        t.audit().unwrap();
+    }
+
+    /// In cache mode a read or a replacement still makes an item the most
+    /// recently used, so eviction takes the other one.
+    #[test]
+    fn cache_mode_evicts_the_least_recently_used() {
+        let mut t = TenantTable::new(TableLimits {
+            max_bytes: 1 << 20,
+            max_keys: 2,
+            evict: true,
+            dedup_min_bytes: usize::MAX,
+        });
+        set(&mut t, "a", "1", Expiry::Never);
+        set(&mut t, "b", "2", Expiry::Never);
+        assert!(read(&mut t, "a").is_some());
+        set(&mut t, "c", "3", Expiry::Never);
+        assert!(read(&mut t, "b").is_none(), "b was the least recently used");
+        set(&mut t, "a", "4", Expiry::Never);
+        set(&mut t, "d", "5", Expiry::Never);
+        assert!(read(&mut t, "c").is_none(), "c was the least recently used");
+        assert_eq!(read(&mut t, "a").as_deref(), Some(&b"4"[..]));
+        assert_eq!(t.counters.evictions, 2);
+        t.audit().unwrap();
     }
 }
