@@ -235,16 +235,31 @@ impl TenantTable {
     /// Removes `key`'s item and lets go of its value.
     pub(crate) fn remove(&mut self, key: &Bytes, changes: &mut Vec<Change>) -> Option<Entry> {
         let entry = self.items.pop(key)?;
-        self.used_bytes -= item_cost(key, &entry);
+        self.forget(key, &entry, changes);
+        changes.push(Change::DeleteItem(key.clone()));
+        Some(entry)
+    }
+
+    /// Counts `entry`, held under `key`, in the byte figures.
+    fn count(&mut self, key: &[u8], entry: &Entry) {
+        self.used_bytes += item_cost(key, entry);
+        self.logical_bytes += entry.value.len() as u64;
+        if entry.fp.is_none() {
+            self.stored_bytes += entry.value.len() as u64;
+        }
+    }
+
+    /// Takes `entry`, no longer held under `key`, out of the byte figures
+    /// and lets go of its value.
+    fn forget(&mut self, key: &[u8], entry: &Entry, changes: &mut Vec<Change>) {
+        self.used_bytes -= item_cost(key, entry);
         self.logical_bytes -= entry.value.len() as u64;
         if entry.fp.is_none() {
             self.stored_bytes -= entry.value.len() as u64;
         }
-        if let Some(fp) = entry.fp {
-            self.release(&fp, changes);
+        if let Some(fp) = &entry.fp {
+            self.release(fp, changes);
         }
-        changes.push(Change::DeleteItem(key.clone()));
-        Some(entry)
     }
 
     fn release(&mut self, fp: &Fp, changes: &mut Vec<Change>) {
@@ -421,11 +436,7 @@ impl TenantTable {
             value,
             fp,
         };
-        self.used_bytes += item_cost(key, &entry);
-        self.logical_bytes += entry.value.len() as u64;
-        if entry.fp.is_none() {
-            self.stored_bytes += entry.value.len() as u64;
-        }
+        self.count(key, &entry);
         self.counters.total_items += 1;
         let record = Change::PutItem(key.clone(), entry.clone());
         // An item replaced is replaced in its slot: one lookup, and no
@@ -438,14 +449,7 @@ impl TenantTable {
             }
         };
         if let Some(old) = replaced {
-            self.used_bytes -= item_cost(key, &old);
-            self.logical_bytes -= old.value.len() as u64;
-            if old.fp.is_none() {
-                self.stored_bytes -= old.value.len() as u64;
-            }
-            if let Some(fp) = old.fp {
-                self.release(&fp, changes);
-            }
+            self.forget(key, &old, changes);
         }
         changes.push(record);
         KvAnswer::Stored { cas }
@@ -738,11 +742,7 @@ impl TenantTable {
             shared.refs += 1;
             entry.value = shared.value.clone();
         }
-        self.used_bytes += item_cost(&key, &entry);
-        self.logical_bytes += entry.value.len() as u64;
-        if entry.fp.is_none() {
-            self.stored_bytes += entry.value.len() as u64;
-        }
+        self.count(&key, &entry);
         self.items.put(key, entry);
         Ok(())
     }
