@@ -222,8 +222,8 @@ impl TenantTable {
 
     /// The item under `key`; in cache mode made most recently used. A
     /// durable table never evicts, so its order is not kept: moving an item
-    /// to the front touches its neighbours' links, two more cache misses per
-    /// call in a large table.
+    /// to the front rewrites its own and its neighbours' links, work with
+    /// no use there.
     fn find_mut(&mut self, key: &Bytes) -> Option<&mut Entry> {
         if self.limits.evict {
             self.items.get_mut(key)
