@@ -463,11 +463,7 @@ fn kv_room(volume: Arc<SpaceManager>, tables: Arc<VolumeTableStore>) -> quarry_k
         // Only the two page counts: the volume's full figures walk every
         // block, far too much for each durable call.
         let (live_pages, capacity_pages) = volume.fill_pages();
-        let after = tables
-            .stats()
-            .bytes
-            .saturating_add(held)
-            .saturating_add(growth);
+        let after = tables.bytes().saturating_add(held).saturating_add(growth);
         let need = growth.div_ceil(page) + after.saturating_mul(2).div_ceil(page);
         let keep_free = (capacity_pages / 16).max(16);
         live_pages + need + keep_free <= capacity_pages

@@ -616,6 +616,7 @@ async fn the_tables_refuse_puts_beyond_their_memory_and_still_delete() {
     assert!(err.contains("max_table_bytes"), "{err}");
     assert_eq!(tables.stats().records, 6);
     assert_eq!(tables.stats().bytes, 6 * 166);
+    assert_eq!(tables.bytes(), 6 * 166);
     // Deletes always pass, and free room.
     let mut batch = Batch::new();
     batch.delete(Table::Chunks, vec![b'k', 0]);

@@ -846,6 +846,13 @@ impl VolumeTableStore {
         })
     }
 
+    /// The bytes the records held in memory are counted with
+    /// ([`VolumeTableStats::bytes`] alone: no walk over the tables and no
+    /// stats lock, for a check made on every call).
+    pub fn bytes(&self) -> u64 {
+        self.inner.read().bytes()
+    }
+
     /// Current figures.
     pub fn stats(&self) -> VolumeTableStats {
         let (records, bytes) = {
