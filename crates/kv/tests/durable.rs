@@ -164,6 +164,7 @@ async fn acknowledged_changes_survive_a_crash_with_exact_counts() {
     }
     node.audit().unwrap();
     let stats_before = stats(&node).await;
+    tables.compacted().await;
     assert!(tables.stats().compactions >= 1, "{:?}", tables.stats());
     // The tenant's table is the only copy in memory: the tables log its
     // changes and snapshot them from it.

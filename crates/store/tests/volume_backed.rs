@@ -208,6 +208,7 @@ async fn a_crash_keeps_every_object_byte_for_byte_and_every_count() {
         for (fp, info) in n.chunks().await.unwrap() {
             counts.insert(fp, (info.location, info.refs));
         }
+        n.tables().compacted().await;
         compactions += n.tables().stats().compactions;
     }
     assert!(compactions > 0, "the tables were compacted meanwhile");
@@ -314,6 +315,7 @@ async fn concurrent_commits_survive_a_crash_through_compactions() {
         }
     }
     assert_eq!(dump(&tables).await, model);
+    tables.compacted().await;
     let st = tables.stats();
     assert_eq!(st.batches_committed, 320);
     assert!(st.compactions > 0, "{st:?}");
@@ -443,6 +445,7 @@ async fn an_owners_records_are_logged_and_snapshotted_from_its_copy() {
     for t in tasks {
         model.extend(t.await.unwrap());
     }
+    tables.compacted().await;
     let st = tables.stats();
     assert!(st.compactions >= 2, "{st:?}");
     assert!(
@@ -460,6 +463,124 @@ async fn an_owners_records_are_logged_and_snapshotted_from_its_copy() {
     let tables = open_tables(&volume, 8).await;
     assert_eq!(kv_items(&tables).await, expected, "after the crash");
     assert_eq!(dump(&tables).await, model);
+    drop(tables);
+    volume.close().await.unwrap();
+}
+
+/// An owner whose copy, once the gate is set, stops at its first record
+/// until the test lets it go: a compaction held in the middle of writing
+/// the owner's records.
+struct GatedOwner {
+    records: std::sync::Mutex<BTreeMap<Vec<u8>, Bytes>>,
+    /// (told when the copy is reached, waited on before it goes on)
+    gate: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+}
+
+impl TableOwner for GatedOwner {
+    fn claims(&self) -> (Vec<Table>, Vec<Vec<u8>>) {
+        (vec![Table::KvItems], vec![b"o/".to_vec()])
+    }
+
+    fn capture(&self, drain: &mut dyn FnMut()) -> OwnedRecords {
+        let records = self.records.lock().unwrap();
+        drain();
+        let copy: Vec<_> = records
+            .iter()
+            .map(|(k, v)| (Table::KvItems, k.clone(), v.clone()))
+            .collect();
+        let mut gate = self.gate.lock().unwrap().take();
+        Box::new(copy.into_iter().inspect(move |_| {
+            if let Some((reached, go)) = gate.take() {
+                reached.send(()).unwrap();
+                go.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+            }
+        }))
+    }
+}
+
+/// A commit that finds the log due for a compaction begins it and is
+/// answered; the snapshot's owner records are written by a task of its own
+/// while later commits go on, and those commits, in the log after the new
+/// snapshot, survive a crash with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = Arc::new(open_tables(&volume, 8).await);
+    let owner = Arc::new(GatedOwner {
+        records: std::sync::Mutex::new(
+            (0..50u64)
+                .map(|i| (format!("o/{i}").into_bytes(), Bytes::from(noise(i, 300))))
+                .collect(),
+        ),
+        gate: std::sync::Mutex::new(None),
+    });
+    tables.hand_over(owner.clone()).await.unwrap();
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    *owner.gate.lock().unwrap() = Some((reached_tx, go_rx));
+
+    let mut model = BTreeMap::new();
+    let mut commit = |i: u64| {
+        let key = format!("c/{i}").into_bytes();
+        let value = Bytes::from(noise(1000 + i, 100));
+        model.insert((Table::Chunks, key.clone()), value.clone());
+        let mut batch = Batch::new();
+        batch.put(Table::Chunks, key, value);
+        let tables = Arc::clone(&tables);
+        async move { tables.commit(batch).await.unwrap() }
+    };
+    // A record a page: the eighth makes the log due.
+    for i in 0..8 {
+        commit(i).await;
+    }
+    reached
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the eighth commit began a compaction");
+    // The compaction stands at the owner's first record.
+    let during = async {
+        for i in 8..30 {
+            commit(i).await;
+        }
+        let key = b"o/during".to_vec();
+        let value = Bytes::from_static(b"committed during the compaction");
+        let mut batch = Batch::new();
+        let done = {
+            let mut records = owner.records.lock().unwrap();
+            records.insert(key.clone(), value.clone());
+            batch.put(Table::KvItems, key, value);
+            tables.submit(batch)
+        };
+        done.await.unwrap();
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), during)
+        .await
+        .expect("commits go on while the compaction is under way");
+    let st = tables.stats();
+    assert_eq!(st.compactions, 0, "still under way: {st:?}");
+    assert_eq!(st.batches_committed, 31, "{st:?}");
+
+    go.send(()).unwrap();
+    tables.compacted().await;
+    let st = tables.stats();
+    assert_eq!(st.compactions, 1, "{st:?}");
+    // The log keeps what was committed after the snapshot began.
+    assert!(st.log_pages >= 23, "{st:?}");
+    let owned = owner.records.lock().unwrap().clone();
+    drop(tables);
+    drop(volume);
+    wait_released(device).await;
+
+    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = open_tables(&volume, 8).await;
+    assert_eq!(
+        kv_items(&tables).await,
+        owned,
+        "the owner's records after the crash"
+    );
+    assert_eq!(dump(&tables).await, model, "the commits after the crash");
+    let st = tables.stats();
+    assert!(st.records_replayed_at_open >= 23, "{st:?}");
     drop(tables);
     volume.close().await.unwrap();
 }

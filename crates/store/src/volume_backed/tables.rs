@@ -349,111 +349,164 @@ fn fill_snapshot_header(first_page: &mut [u8], seq: u64, records: u64, len: u64,
     h[36..40].copy_from_slice(&hcrc.to_le_bytes());
 }
 
-/// Writes `map` (held by `inner`; the caller is the writer, the map's only
-/// writer, so it does not change meanwhile), then an owner's records, as a
-/// snapshot (the format of [`fill_snapshot_header`]) from page `first` of
-/// `space`, encoded and written `piece_bytes` at a time so a compaction's
-/// memory stays bounded whatever the tables hold; the first page, which
-/// holds the header with the count and checksum of every record, goes
-/// last. `*next_page` follows the pages written, also on an error.
-#[allow(clippy::too_many_arguments)]
-async fn write_snapshot(
-    volume: &Arc<SpaceManager>,
+/// A snapshot on its way to its pages (the format of
+/// [`fill_snapshot_header`]), from page `first` of its space: records are
+/// encoded and written `piece_bytes` at a time, so a compaction's memory
+/// stays bounded whatever the tables hold; the first page, which holds the
+/// header with the count and checksum of every record, goes last
+/// ([`finish`](Self::finish)). The store's map goes in first, while the
+/// writer holds the map still; an owner's records (a copy) follow, with the
+/// writer free to commit again.
+struct SnapshotWriter {
+    volume: Arc<SpaceManager>,
     space: u32,
-    first: u64,
-    next_page: &mut u64,
-    seq: u64,
-    inner: &Inner,
-    mut owned: Option<OwnedRecords>,
+    page_size: usize,
     piece_bytes: usize,
-) -> Result<()> {
-    let page_size = volume.page_size();
-    let piece_bytes = piece_bytes.max(page_size);
-    let mut buf: Vec<u8> = Vec::with_capacity(piece_bytes + page_size);
-    buf.resize(SNAPSHOT_HEADER, 0);
-    let (mut records, mut len, mut crc) = (0u64, 0u64, 0u32);
-    let mut first_page: Option<Vec<u8>> = None;
-    let mut cursor: Option<(Table, Vec<u8>)> = None;
-    let mut map_done = false;
-    *next_page = first;
-    loop {
-        let mut full = false;
-        let mut add = |table: Table, key: &[u8], value: &[u8], buf: &mut Vec<u8>| {
-            let start = buf.len();
-            encode_snapshot_record(table, key, value, buf);
-            crc = crc32c::crc32c_append(crc, &buf[start..]);
-            len += (buf.len() - start) as u64;
-            records += 1;
-            buf.len() >= piece_bytes
-        };
-        if !map_done {
-            let map = inner.read();
-            let after = cursor.as_ref().map(|(t, k)| (*t, k.as_slice()));
-            let mut stopped_at = None;
-            for (table, key, value) in map.iter_after(after) {
-                if add(table, key, value, &mut buf) {
-                    stopped_at = Some((table, key.to_vec()));
-                    break;
-                }
-            }
-            full = stopped_at.is_some();
-            map_done = !full;
-            cursor = stopped_at;
+    /// The sequence number of the last log record the snapshot holds.
+    seq: u64,
+    first: u64,
+    /// The page after the last one written or tried: on an error, pages
+    /// `first..next` are what to trim.
+    next: u64,
+    /// Encoded records not yet written (less than a piece and a page).
+    buf: Vec<u8>,
+    records: u64,
+    len: u64,
+    crc: u32,
+    /// The first page, kept back until the header can be filled in.
+    first_page: Option<Vec<u8>>,
+}
+
+impl SnapshotWriter {
+    fn new(
+        volume: Arc<SpaceManager>,
+        space: u32,
+        first: u64,
+        seq: u64,
+        piece_bytes: usize,
+    ) -> Self {
+        let page_size = volume.page_size();
+        let piece_bytes = piece_bytes.max(page_size);
+        let mut buf = Vec::with_capacity(piece_bytes + page_size);
+        buf.resize(SNAPSHOT_HEADER, 0);
+        Self {
+            volume,
+            space,
+            page_size,
+            piece_bytes,
+            seq,
+            first,
+            next: first,
+            buf,
+            records: 0,
+            len: 0,
+            crc: 0,
+            first_page: None,
         }
-        if !full {
-            if let Some(owned) = owned.as_mut() {
-                for (table, key, value) in owned.by_ref() {
-                    if add(table, &key, &value, &mut buf) {
-                        full = true;
+    }
+
+    /// Encodes one record; whether a piece is full.
+    fn add(&mut self, table: Table, key: &[u8], value: &[u8]) -> bool {
+        let start = self.buf.len();
+        encode_snapshot_record(table, key, value, &mut self.buf);
+        self.crc = crc32c::crc32c_append(self.crc, &self.buf[start..]);
+        self.len += (self.buf.len() - start) as u64;
+        self.records += 1;
+        self.buf.len() >= self.piece_bytes
+    }
+
+    /// Adds the store's map (held by `inner`; the caller is the writer, the
+    /// map's only writer, so it does not change meanwhile), a piece at a
+    /// time: the map's lock is let go while a piece is written.
+    async fn add_map(&mut self, inner: &Inner) -> Result<()> {
+        let mut cursor: Option<(Table, Vec<u8>)> = None;
+        loop {
+            cursor = {
+                let map = inner.read();
+                let after = cursor.as_ref().map(|(t, k)| (*t, k.as_slice()));
+                let mut stopped_at = None;
+                for (table, key, value) in map.iter_after(after) {
+                    if self.add(table, key, value) {
+                        stopped_at = Some((table, key.to_vec()));
                         break;
                     }
                 }
+                stopped_at
+            };
+            if cursor.is_none() {
+                return Ok(());
+            }
+            self.write_whole_pages(false).await?;
+        }
+    }
+
+    /// Adds an owner's records.
+    async fn add_owned(&mut self, owned: OwnedRecords) -> Result<()> {
+        for (table, key, value) in owned {
+            if self.add(table, &key, &value) {
+                self.write_whole_pages(false).await?;
             }
         }
-        let done = !full;
-        let whole = if done {
-            buf.len().div_ceil(page_size)
+        Ok(())
+    }
+
+    /// Writes the whole pages encoded so far (with `last`, the partial one
+    /// too, padded), keeping back the first page.
+    async fn write_whole_pages(&mut self, last: bool) -> Result<()> {
+        let page_size = self.page_size;
+        let whole = if last {
+            self.buf.len().div_ceil(page_size)
         } else {
-            buf.len() / page_size
+            self.buf.len() / page_size
         };
-        let mut rest = Vec::with_capacity(piece_bytes + page_size);
-        if done {
-            buf.resize(whole * page_size, 0);
+        let mut rest = Vec::with_capacity(self.piece_bytes + page_size);
+        if last {
+            self.buf.resize(whole * page_size, 0);
         } else {
-            rest.extend_from_slice(&buf[whole * page_size..]);
-            buf.truncate(whole * page_size);
+            rest.extend_from_slice(&self.buf[whole * page_size..]);
+            self.buf.truncate(whole * page_size);
         }
-        let mut pages = paginate(std::mem::replace(&mut buf, rest), page_size);
-        let mut at = *next_page;
-        if first_page.is_none() {
-            first_page = Some(pages.remove(0).to_vec());
-            at += 1;
-            *next_page = at;
+        if self.buf.is_empty() {
+            // `paginate` would make a page of nothing.
+            self.buf = rest;
+            return Ok(());
+        }
+        let mut pages = paginate(std::mem::replace(&mut self.buf, rest), page_size);
+        if self.first_page.is_none() {
+            self.first_page = Some(pages.remove(0).to_vec());
+            self.next += 1;
         }
         while !pages.is_empty() {
             let run: Vec<Bytes> = pages
                 .drain(..pages.len().min(quarry_volume::MAX_RUN_PAGES))
                 .collect();
             let n = run.len() as u64;
-            let id = LogicalPage::new(space, at);
-            *next_page = at + n;
-            volume
+            let id = LogicalPage::new(self.space, self.next);
+            self.next += n;
+            self.volume
                 .write_run(id, run)
                 .await
                 .map_err(|e| volume_error(format_args!("writing snapshot pages {id}+{n}"), e))?;
-            at += n;
         }
-        if done {
-            break;
-        }
+        Ok(())
     }
-    let mut page = first_page.unwrap_or_else(|| vec![0u8; page_size]);
-    fill_snapshot_header(&mut page, seq, records, len, crc);
-    let id = LogicalPage::new(space, first);
-    volume
-        .write(id, Bytes::from(page))
-        .await
-        .map_err(|e| volume_error(format_args!("writing the snapshot's first page {id}"), e))
+
+    /// Writes what is left, then the first page with the header; returns
+    /// the snapshot's pages.
+    async fn finish(&mut self) -> Result<u64> {
+        self.write_whole_pages(true).await?;
+        let mut page = self
+            .first_page
+            .take()
+            .unwrap_or_else(|| vec![0u8; self.page_size]);
+        fill_snapshot_header(&mut page, self.seq, self.records, self.len, self.crc);
+        let id = LogicalPage::new(self.space, self.first);
+        self.volume
+            .write(id, Bytes::from(page))
+            .await
+            .map_err(|e| volume_error(format_args!("writing the snapshot's first page {id}"), e))?;
+        Ok(self.next - self.first)
+    }
 }
 
 /// The tables as the root's snapshot holds them (empty without one).
@@ -619,6 +672,9 @@ struct Inner {
     room: Notify,
     /// Where the log goes next; whoever holds it writes the next group.
     writer: Arc<tokio::sync::Mutex<Writer>>,
+    /// Held by the compaction under way (taken before `writer`, never
+    /// after): one at a time.
+    compacting: Arc<tokio::sync::Mutex<()>>,
     /// Who keeps the records of some tables ([`TableStore::hand_over`]).
     owner: Mutex<Option<Arc<dyn TableOwner>>>,
     /// Bit `table.index()` set: the owner's table.
@@ -836,6 +892,7 @@ impl VolumeTableStore {
             done: watch::Sender::new(0),
             room: Notify::new(),
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
+            compacting: Arc::new(tokio::sync::Mutex::new(())),
             owner: Mutex::new(None),
             owned_mask: AtomicU8::new(0),
         });
@@ -872,10 +929,25 @@ impl VolumeTableStore {
             + self.volume.pages_in(self.config.snapshot_space).len()) as u64
     }
 
-    /// Writes a snapshot now and drops the log before it.
+    /// Writes a snapshot now and drops the log before it (after the
+    /// compaction under way, if one is).
     pub async fn compact(&self) -> Result<()> {
-        let mut writer = self.inner.writer.lock().await;
-        writer.compact(&self.inner).await
+        let _compacting = self.inner.compacting.lock().await;
+        let begun = self
+            .inner
+            .writer
+            .lock()
+            .await
+            .begin_compaction(&self.inner)
+            .await?;
+        finish_compaction(&self.inner, begun).await
+    }
+
+    /// Returns once the compaction under way, if one is, is done. (A commit
+    /// that finds the log due for one begins it and leaves the rest to a
+    /// task of its own.)
+    pub async fn compacted(&self) {
+        let _compacting = self.inner.compacting.lock().await;
     }
 
     /// Queues `batch` (checked by [`batch_size`] at `size`) behind every
@@ -1019,9 +1091,27 @@ async fn lead(inner: Arc<Inner>, mut writer: OwnedMutexGuard<Writer>, until: u64
         }
         inner.done.send_replace(last);
     }
-    if writer.compaction_due() {
-        // A failure leaves the log as it was; a later commit tries again.
-        let _ = writer.compact(&inner).await;
+    if !writer.compaction_due() {
+        return;
+    }
+    // One compaction at a time: while one is under way, commits go on.
+    let Ok(compacting) = Arc::clone(&inner.compacting).try_lock_owned() else {
+        return;
+    };
+    // A failure leaves the log as it was; a later commit tries again.
+    let Ok(begun) = writer.begin_compaction(&inner).await else {
+        return;
+    };
+    drop(writer);
+    let rest = async move {
+        let _ = finish_compaction(&inner, begun).await;
+        drop(compacting);
+    };
+    // The rest is left to a task so that this commit's caller is answered
+    // now. Without a runtime (it is shutting down) it stops here, as at a
+    // crash: the next open trims what it wrote.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(rest);
     }
 }
 
@@ -1215,73 +1305,112 @@ impl Writer {
                 || log_pages >= self.root.snapshot_pages.saturating_mul(4))
     }
 
-    /// Snapshot, root, then trims of the old snapshot and log.
-    async fn compact(&mut self, inner: &Inner) -> Result<()> {
+    /// A compaction's first half, done by the writer: every batch waiting
+    /// is written, an owner's records are copied, and the store's map goes
+    /// into the snapshot. What is left ([`finish_compaction`]) needs no
+    /// writer, so commits go on meanwhile. The caller holds
+    /// [`Inner::compacting`].
+    async fn begin_compaction(&mut self, inner: &Inner) -> Result<Compaction> {
         if let Some(reason) = &self.broken {
             return Err(StoreError::Backend(reason.clone()));
         }
         let owned = self.capture_owned(inner).await?;
-        let first = self.snapshot_next;
-        let space = self.config.snapshot_space;
-        let mut end = first;
-        let written = write_snapshot(
-            &self.volume,
-            space,
-            first,
-            &mut end,
+        let mut snapshot = SnapshotWriter::new(
+            Arc::clone(&self.volume),
+            self.config.snapshot_space,
+            self.snapshot_next,
             self.last_seq,
-            inner,
-            owned,
             self.config.snapshot_piece_bytes,
-        )
-        .await;
+        );
+        let added = snapshot.add_map(inner).await;
         // Indices are never reused, so what a failure leaves is harmless
         // and trimmed at the next open at the latest.
-        self.snapshot_next = end.max(first + 1);
-        let n = end - first;
-        if let Err(e) = written {
-            let _ = trim_pages(&self.volume, space, first..end).await;
+        self.snapshot_next = snapshot.next.max(snapshot.first + 1);
+        if let Err(e) = added {
+            let _ = trim_pages(&self.volume, snapshot.space, snapshot.first..snapshot.next).await;
             return Err(e);
         }
-        let root = Root {
-            snapshot_seq: self.last_seq,
-            snapshot_first: first,
-            snapshot_pages: n,
+        Ok(Compaction {
+            snapshot,
+            owned,
             log_start: self.log_next,
-        };
-        let root_id = LogicalPage::new(space, ROOT_PAGE);
-        if let Err(e) = self
-            .volume
-            .write(root_id, root.encode(self.page_size))
-            .await
-        {
-            let _ = trim_pages(&self.volume, space, first..first + n).await;
-            return Err(volume_error(
-                format_args!("writing the table root {root_id}"),
-                e,
-            ));
-        }
-        let old = std::mem::replace(&mut self.root, root);
-        self.log_bytes = 0;
-        {
-            let mut st = inner.stats.lock().expect("table stats lock");
-            st.log_pages = 0;
-            st.snapshot_pages = n;
-            st.compactions += 1;
-        }
-        trim_pages(
-            &self.volume,
-            space,
-            old.snapshot_first..old.snapshot_first + old.snapshot_pages,
-        )
-        .await?;
-        trim_pages(
-            &self.volume,
-            self.config.log_space,
-            old.log_start..root.log_start,
-        )
-        .await
+            log_bytes: self.log_bytes,
+        })
     }
+}
+
+/// A compaction under way: a snapshot holding the tables as of its
+/// sequence number, and the log from `log_start` on, which holds every
+/// record after it.
+struct Compaction {
+    snapshot: SnapshotWriter,
+    owned: Option<OwnedRecords>,
+    log_start: u64,
+    /// The log's bytes before `log_start` (counted since the last snapshot).
+    log_bytes: u64,
+}
+
+/// A compaction's second half (see [`Writer::begin_compaction`]): the
+/// owner's records and the snapshot's first page, then the root (page 0 of
+/// the snapshot space, written in place: the volume keeps the old version
+/// until the new one is programmed), then trims of the old snapshot and of
+/// the log before `log_start`. The writer is taken only to note the new
+/// root. The caller holds [`Inner::compacting`].
+async fn finish_compaction(inner: &Inner, mut c: Compaction) -> Result<()> {
+    let volume = Arc::clone(&c.snapshot.volume);
+    let space = c.snapshot.space;
+    let first = c.snapshot.first;
+    let written = match c.owned.take() {
+        Some(owned) => c.snapshot.add_owned(owned).await,
+        None => Ok(()),
+    };
+    let written = match written {
+        Ok(()) => c.snapshot.finish().await,
+        Err(e) => Err(e),
+    };
+    let end = c.snapshot.next;
+    let root = written.map(|pages| Root {
+        snapshot_seq: c.snapshot.seq,
+        snapshot_first: first,
+        snapshot_pages: pages,
+        log_start: c.log_start,
+    });
+    let root_id = LogicalPage::new(space, ROOT_PAGE);
+    let installed = match root {
+        Ok(root) => volume
+            .write(root_id, root.encode(volume.page_size()))
+            .await
+            .map(|()| root)
+            .map_err(|e| volume_error(format_args!("writing the table root {root_id}"), e)),
+        Err(e) => Err(e),
+    };
+    let (root, old, log_space) = {
+        let mut writer = inner.writer.lock().await;
+        writer.snapshot_next = writer.snapshot_next.max(end);
+        match installed {
+            Ok(root) => {
+                let old = std::mem::replace(&mut writer.root, root);
+                writer.log_bytes = writer.log_bytes.saturating_sub(c.log_bytes);
+                let mut st = inner.stats.lock().expect("table stats lock");
+                st.log_pages = writer.log_next - root.log_start;
+                st.snapshot_pages = root.snapshot_pages;
+                st.compactions += 1;
+                (root, old, writer.config.log_space)
+            }
+            Err(e) => {
+                drop(writer);
+                let _ = trim_pages(&volume, space, first..end).await;
+                return Err(e);
+            }
+        }
+    };
+    trim_pages(
+        &volume,
+        space,
+        old.snapshot_first..old.snapshot_first + old.snapshot_pages,
+    )
+    .await?;
+    trim_pages(&volume, log_space, old.log_start..root.log_start).await
 }
 
 /// What a writer answers a batch with, once [`VolumeTableStore::drive`]
