@@ -120,3 +120,30 @@ impl tokio::io::AsyncWrite for CountingSink {
         std::task::Poll::Ready(Ok(()))
     }
 }
+
+/// utime + stime of a process in clock ticks (0 if it cannot be read).
+pub(crate) fn process_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the parenthesised name: state is the first, utime the
+    // 12th and stime the 13th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+/// Clock ticks a second, the unit of [`process_ticks`].
+pub(crate) fn ticks_per_sec() -> f64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    hz.max(1) as f64
+}

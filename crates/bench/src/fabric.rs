@@ -43,7 +43,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::args::{BenchFabricArgs, FabricPart};
-use crate::common::work_dir;
+use crate::common::{process_ticks, ticks_per_sec, work_dir};
 use crate::measure::{mib_per_s, MIB};
 use crate::plot::{HLine, LinePlot, Series};
 use crate::stats::LatencyStats;
@@ -1391,26 +1391,6 @@ impl CpuMark {
     }
 }
 
-/// utime + stime of a process in clock ticks (0 if it cannot be read).
-fn process_ticks(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    // Fields after the parenthesised name: state is the first, utime the
-    // 12th and stime the 13th.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    field(11) + field(12)
-}
-
 impl CpuTimes {
     fn add(&mut self, more: CpuTimes) {
         self.ticks += more.ticks;
@@ -1419,8 +1399,7 @@ impl CpuTimes {
 
     /// Cores busy on average (of the machine's 2).
     fn cores(&self) -> f64 {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let hz = ticks_per_sec();
         if self.seconds > 0.0 {
             self.ticks as f64 / hz / self.seconds
         } else {

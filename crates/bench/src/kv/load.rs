@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::common::{process_ticks, ticks_per_sec};
 use crate::stats::LatencyStats;
 
 /// How a system is spoken to.
@@ -30,6 +31,8 @@ pub(crate) struct Target {
     pub(crate) protocol: Protocol,
     /// memcached ASCII authentication (`user`, `secret`).
     pub(crate) auth: Option<(String, String)>,
+    /// The server's processes, whose CPU time a cell reports per op.
+    pub(crate) pids: Vec<u32>,
 }
 
 /// What the connections ask for.
@@ -50,11 +53,20 @@ pub(crate) struct Outcome {
     pub(crate) latency: LatencyStats,
     pub(crate) misses: u64,
     pub(crate) server_errors: u64,
+    /// CPU time the server's processes took during the cell (user and
+    /// system, every thread).
+    pub(crate) server_cpu_secs: f64,
 }
 
 impl Outcome {
     pub(crate) fn ops_per_sec(&self) -> f64 {
         self.ops as f64 / self.secs.max(1e-9)
+    }
+
+    /// The server's CPU time per op: what the system itself costs, apart
+    /// from the load generator and the peer it shares the cores with.
+    pub(crate) fn server_cpu_us_per_op(&self) -> f64 {
+        self.server_cpu_secs * 1e6 / self.ops.max(1) as f64
     }
 }
 
@@ -359,6 +371,8 @@ pub(crate) async fn drive(
     for _ in 0..conns {
         opened.push(Conn::open(target).await?);
     }
+    let server_ticks = || target.pids.iter().map(|&p| process_ticks(p)).sum::<u64>();
+    let ticks_before = server_ticks();
     let started = Instant::now();
     let deadline = started + duration;
     let mut tasks = Vec::new();
@@ -402,6 +416,7 @@ pub(crate) async fn drive(
         latency: LatencyStats::new(),
         misses: 0,
         server_errors: 0,
+        server_cpu_secs: 0.0,
     };
     for t in tasks {
         let (ops, misses, latency, errors) = t.await??;
@@ -411,5 +426,6 @@ pub(crate) async fn drive(
         outcome.latency.merge(&latency);
     }
     outcome.secs = started.elapsed().as_secs_f64();
+    outcome.server_cpu_secs = server_ticks().saturating_sub(ticks_before) as f64 / ticks_per_sec();
     Ok(outcome)
 }

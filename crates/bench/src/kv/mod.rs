@@ -51,6 +51,7 @@ impl Row {
             "ops_per_sec": self.outcome.ops_per_sec(),
             "latency_us_p50": self.outcome.latency.quantile_us(0.5),
             "latency_us_p99": self.outcome.latency.quantile_us(0.99),
+            "server_cpu_us_per_op": self.outcome.server_cpu_us_per_op(),
             "misses": self.outcome.misses,
             "ratio_to_peer": self.ratio,
         })
@@ -316,7 +317,16 @@ fn print(rows: &[Row], extra: &serde_json::Value, as_json: bool, plan: &Plan, no
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
     table.set_header([
-        "section", "case", "conns", "system", "ops/s", "MB/s", "p50 us", "p99 us", "x peer",
+        "section",
+        "case",
+        "conns",
+        "system",
+        "ops/s",
+        "MB/s",
+        "p50 us",
+        "p99 us",
+        "server CPU us/op",
+        "x peer",
     ]);
     for r in rows {
         let bytes = r
@@ -334,6 +344,7 @@ fn print(rows: &[Row], extra: &serde_json::Value, as_json: bool, plan: &Plan, no
             format!("{:.1}", r.outcome.ops_per_sec() * bytes / 1e6),
             format!("{:.0}", r.outcome.latency.quantile_us(0.5)),
             format!("{:.0}", r.outcome.latency.quantile_us(0.99)),
+            format!("{:.1}", r.outcome.server_cpu_us_per_op()),
             r.ratio.map_or(String::new(), |x| format!("{x:.2}x")),
         ]);
     }

@@ -66,12 +66,14 @@ pub(crate) fn memcached(threads: usize, memory_mib: u64) -> Result<Server> {
         .spawn()
         .context("cannot start memcached (scripts/setup.sh installs it)")?;
     wait_listening(&addr, &mut child, "memcached")?;
+    let pids = vec![child.id()];
     Ok(Server {
         child,
         target: Target {
             addr,
             protocol: Protocol::Memcached,
             auth: None,
+            pids,
         },
     })
 }
@@ -92,12 +94,14 @@ pub(crate) fn redis(dir: &Path, fsync: &str) -> Result<Server> {
         .spawn()
         .context("cannot start redis-server (scripts/setup.sh installs it)")?;
     wait_listening(&addr, &mut child, "redis-server")?;
+    let pids = vec![child.id()];
     Ok(Server {
         child,
         target: Target {
             addr,
             protocol: Protocol::Redis,
             auth: None,
+            pids,
         },
     })
 }
@@ -203,6 +207,7 @@ pub(crate) fn quarry_target(cluster: &LocalCluster, node: usize, tenant: &str) -
         addr,
         protocol: Protocol::Memcached,
         auth: Some((tenant.to_string(), format!("{tenant}-pw"))),
+        pids: cluster.cluster.nodes.iter().filter_map(|n| n.pid).collect(),
     })
 }
 

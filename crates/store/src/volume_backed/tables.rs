@@ -44,6 +44,11 @@ const QUEUE: usize = MAX_GROUP;
 const MAX_QUEUED_BYTES: usize = 4 * MAX_BATCH_BYTES;
 const PENDING_OVERHEAD: usize = 256;
 
+/// A snapshot's work between yields to the tasks beside it (the sessions
+/// of a key-value node share its thread with a compaction): records
+/// encoded, or pages written, about this many bytes at a time.
+const SNAPSHOT_SLICE_BYTES: usize = 256 << 10;
+
 const LOG_MAGIC: [u8; 4] = *b"QTLG";
 const SNAPSHOT_MAGIC: [u8; 4] = *b"QTSN";
 const ROOT_MAGIC: [u8; 4] = *b"QTRT";
@@ -442,9 +447,16 @@ impl SnapshotWriter {
 
     /// Adds an owner's records.
     async fn add_owned(&mut self, owned: OwnedRecords) -> Result<()> {
+        let mut since_yield = 0u64;
         for (table, key, value) in owned {
+            let before = self.len;
             if self.add(table, &key, &value) {
                 self.write_whole_pages(false).await?;
+            }
+            since_yield += self.len - before;
+            if since_yield >= SNAPSHOT_SLICE_BYTES as u64 {
+                since_yield = 0;
+                tokio::task::yield_now().await;
             }
         }
         Ok(())
@@ -476,10 +488,9 @@ impl SnapshotWriter {
             self.first_page = Some(pages.remove(0).to_vec());
             self.next += 1;
         }
+        let run_pages = (SNAPSHOT_SLICE_BYTES / page_size).clamp(1, quarry_volume::MAX_RUN_PAGES);
         while !pages.is_empty() {
-            let run: Vec<Bytes> = pages
-                .drain(..pages.len().min(quarry_volume::MAX_RUN_PAGES))
-                .collect();
+            let run: Vec<Bytes> = pages.drain(..pages.len().min(run_pages)).collect();
             let n = run.len() as u64;
             let id = LogicalPage::new(self.space, self.next);
             self.next += n;
@@ -487,6 +498,7 @@ impl SnapshotWriter {
                 .write_run(id, run)
                 .await
                 .map_err(|e| volume_error(format_args!("writing snapshot pages {id}+{n}"), e))?;
+            tokio::task::yield_now().await;
         }
         Ok(())
     }
