@@ -121,13 +121,16 @@ impl tokio::io::AsyncWrite for CountingSink {
     }
 }
 
-/// utime + stime of a process in clock ticks (0 if it cannot be read).
+/// CPU time of a process in clock ticks (0 if it cannot be read): its
+/// user and system time and that of the children it has waited for, so
+/// work a server forks off (Redis rewrites its append-only file in a child)
+/// is counted once the child is done.
 pub(crate) fn process_ticks(pid: u32) -> u64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0;
     };
-    // Fields after the parenthesised name: state is the first, utime the
-    // 12th and stime the 13th.
+    // Fields after the parenthesised name: state is the first, then utime,
+    // stime, cutime and cstime are the 12th to the 15th.
     let Some((_, rest)) = stat.rsplit_once(')') else {
         return 0;
     };
@@ -138,7 +141,7 @@ pub(crate) fn process_ticks(pid: u32) -> u64 {
             .and_then(|f| f.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    field(11) + field(12)
+    field(11) + field(12) + field(13) + field(14)
 }
 
 /// Clock ticks a second, the unit of [`process_ticks`].
