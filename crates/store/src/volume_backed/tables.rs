@@ -777,12 +777,16 @@ struct Writer {
 ///   hand-over between threads; a writer whose caller goes away finishes
 ///   its group on a task. A record is all or nothing at recovery, so each
 ///   batch is atomic.
-/// - **Compaction**, when the log spans `compact_min_log_pages` and at least
-///   as many pages as the last snapshot: the map is written as a snapshot at
-///   fresh pages, then the root page (page 0 of the snapshot space, written
-///   in place: the volume keeps the old version until the new one is
-///   programmed) is pointed at it and at the next log page, then the old
-///   snapshot's and log's pages are trimmed.
+/// - **Compaction**, when the log since the last snapshot holds as many
+///   bytes as it (and spans at least `compact_min_log_pages`): the writer
+///   writes the map as the start of a snapshot at fresh pages and takes an
+///   owner's copy; then, with the log free for the next commits, a task of
+///   its own writes the owner's records and the snapshot's header page,
+///   points the root page (page 0 of the snapshot space, written in place:
+///   the volume keeps the old version until the new one is programmed) at
+///   it and at the log page the compaction began at, and trims the old
+///   snapshot's and log's pages. One runs at a time
+///   ([`compacted`](Self::compacted) waits for it).
 /// - **Recovery** ([`open`](Self::open)): the root's snapshot, then the log
 ///   records from the root's log start, each the next sequence number, until
 ///   a page is missing or a record does not check (the torn tail of a commit
