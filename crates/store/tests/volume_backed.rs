@@ -264,6 +264,28 @@ async fn open_tables(volume: &Arc<SpaceManager>, compact_min_log_pages: u64) -> 
     .unwrap()
 }
 
+/// Lets go of `tables` and `volume` without closing them, as a crash does,
+/// then opens the tables again from the same files, compacting after
+/// `compact_min_log_pages`.
+async fn crash_and_reopen(
+    dir: &std::path::Path,
+    tables: impl Sized,
+    volume: Arc<SpaceManager>,
+    device: std::sync::Weak<quarry_device::Device>,
+    compact_min_log_pages: u64,
+) -> (
+    Arc<SpaceManager>,
+    std::sync::Weak<quarry_device::Device>,
+    VolumeTableStore,
+) {
+    drop(tables);
+    drop(volume);
+    wait_released(device).await;
+    let (volume, device) = open_volume(BackendKind::File, dir, quiet()).await;
+    let tables = open_tables(&volume, compact_min_log_pages).await;
+    (volume, device, tables)
+}
+
 async fn dump(t: &VolumeTableStore) -> BTreeMap<(Table, Vec<u8>), Bytes> {
     let mut out = BTreeMap::new();
     for table in [Table::Buckets, Table::Manifests, Table::Chunks] {
@@ -328,12 +350,7 @@ async fn concurrent_commits_survive_a_crash_through_compactions() {
     // The log is trimmed as it is compacted: what the tables hold stays
     // near twice the snapshot, not the 320 records' pages.
     assert!(tables.pages() < 2 * st.snapshot_pages + 40, "{st:?}");
-    drop(tables);
-    drop(volume);
-    wait_released(device).await;
-
-    let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
-    let tables = open_tables(&volume, 8).await;
+    let (volume, device, tables) = crash_and_reopen(dir.path(), tables, volume, device, 8).await;
     assert_eq!(dump(&tables).await, model, "after the crash");
     assert_eq!(tables.stats().last_seq, st.last_seq);
     assert_eq!(tables.pages(), volume.stats().live_pages);
@@ -353,9 +370,14 @@ async fn concurrent_commits_survive_a_crash_through_compactions() {
 }
 
 /// A test's owner of the records under `o/` of [`Table::KvItems`], as the
-/// key-value tenants keep theirs.
+/// key-value tenants keep theirs. Once its gate is set, its next copy stops
+/// at its first record until the test lets it go: a compaction held in the
+/// middle of writing the owner's records.
+#[derive(Default)]
 struct Owner {
     records: std::sync::Mutex<BTreeMap<Vec<u8>, Bytes>>,
+    /// (told when the copy is reached, waited on before it goes on)
+    gate: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
 }
 
 impl TableOwner for Owner {
@@ -367,7 +389,14 @@ impl TableOwner for Owner {
         let records = self.records.lock().unwrap();
         drain();
         let copy = records.clone();
-        Box::new(copy.into_iter().map(|(k, v)| (Table::KvItems, k, v)))
+        let mut gate = self.gate.lock().unwrap().take();
+        Box::new(copy.into_iter().map(move |(k, v)| {
+            if let Some((reached, go)) = gate.take() {
+                reached.send(()).unwrap();
+                go.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+            }
+            (Table::KvItems, k, v)
+        }))
     }
 }
 
@@ -403,6 +432,7 @@ async fn an_owners_records_are_logged_and_snapshotted_from_its_copy() {
                 .into_iter()
                 .collect(),
         ),
+        ..Owner::default()
     });
     tables.hand_over(owner.clone()).await.unwrap();
     let again = tables.hand_over(owner.clone()).await.unwrap_err();
@@ -455,47 +485,11 @@ async fn an_owners_records_are_logged_and_snapshotted_from_its_copy() {
     assert_eq!(st.records as usize, 1 + model.len(), "{st:?}");
     let mut expected = owner.records.lock().unwrap().clone();
     expected.insert(b"z/left".to_vec(), Bytes::from_static(b"2"));
-    drop(tables);
-    drop(volume);
-    wait_released(device).await;
-
-    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
-    let tables = open_tables(&volume, 8).await;
+    let (volume, _, tables) = crash_and_reopen(dir.path(), tables, volume, device, 8).await;
     assert_eq!(kv_items(&tables).await, expected, "after the crash");
     assert_eq!(dump(&tables).await, model);
     drop(tables);
     volume.close().await.unwrap();
-}
-
-/// An owner whose copy, once the gate is set, stops at its first record
-/// until the test lets it go: a compaction held in the middle of writing
-/// the owner's records.
-struct GatedOwner {
-    records: std::sync::Mutex<BTreeMap<Vec<u8>, Bytes>>,
-    /// (told when the copy is reached, waited on before it goes on)
-    gate: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
-}
-
-impl TableOwner for GatedOwner {
-    fn claims(&self) -> (Vec<Table>, Vec<Vec<u8>>) {
-        (vec![Table::KvItems], vec![b"o/".to_vec()])
-    }
-
-    fn capture(&self, drain: &mut dyn FnMut()) -> OwnedRecords {
-        let records = self.records.lock().unwrap();
-        drain();
-        let copy: Vec<_> = records
-            .iter()
-            .map(|(k, v)| (Table::KvItems, k.clone(), v.clone()))
-            .collect();
-        let mut gate = self.gate.lock().unwrap().take();
-        Box::new(copy.into_iter().inspect(move |_| {
-            if let Some((reached, go)) = gate.take() {
-                reached.send(()).unwrap();
-                go.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
-            }
-        }))
-    }
 }
 
 /// A commit that finds the log due for a compaction begins it and is
@@ -507,13 +501,13 @@ async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
     let dir = tempfile::tempdir().unwrap();
     let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
     let tables = Arc::new(open_tables(&volume, 8).await);
-    let owner = Arc::new(GatedOwner {
+    let owner = Arc::new(Owner {
         records: std::sync::Mutex::new(
             (0..50u64)
                 .map(|i| (format!("o/{i}").into_bytes(), Bytes::from(noise(i, 300))))
                 .collect(),
         ),
-        gate: std::sync::Mutex::new(None),
+        ..Owner::default()
     });
     tables.hand_over(owner.clone()).await.unwrap();
     let (reached_tx, reached) = std::sync::mpsc::channel();
@@ -567,12 +561,7 @@ async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
     // The log keeps what was committed after the snapshot began.
     assert!(st.log_pages >= 23, "{st:?}");
     let owned = owner.records.lock().unwrap().clone();
-    drop(tables);
-    drop(volume);
-    wait_released(device).await;
-
-    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
-    let tables = open_tables(&volume, 8).await;
+    let (volume, _, tables) = crash_and_reopen(dir.path(), tables, volume, device, 8).await;
     assert_eq!(
         kv_items(&tables).await,
         owned,
@@ -783,11 +772,7 @@ async fn submitted_batches_commit_in_the_order_they_were_handed_in() {
     tables.settled().await.unwrap();
     assert_eq!(value(&tables).await.as_deref(), Some("4"));
     assert_eq!(tables.stats().batches_committed, 4);
-    drop(tables);
-    drop(volume);
-    wait_released(device).await;
-    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
-    let tables = open_tables(&volume, 1000).await;
+    let (_volume, _, tables) = crash_and_reopen(dir.path(), tables, volume, device, 1000).await;
     assert_eq!(
         value(&tables).await.as_deref(),
         Some("4"),
