@@ -574,6 +574,54 @@ async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
     volume.close().await.unwrap();
 }
 
+/// A snapshot whose records end exactly at a page's end takes no page
+/// beyond them, whether a piece of it ends there too or not, and reads back
+/// whole. (The snapshot header is 40 bytes and a record of a 4-byte key and
+/// an 11-byte value 24, of a 19-byte value 32: 41 of the first fill a
+/// 1 KiB page, 32 of the second the next.)
+#[tokio::test]
+async fn a_snapshot_ending_at_a_page_boundary_takes_no_page_beyond() {
+    for piece_bytes in [1024, 4096] {
+        let dir = tempfile::tempdir().unwrap();
+        let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+        assert_eq!(volume.page_size(), 1024);
+        let config = VolumeTableConfig {
+            compact_min_log_pages: 1000,
+            snapshot_piece_bytes: piece_bytes,
+            ..VolumeTableConfig::default()
+        };
+        let tables = VolumeTableStore::open(Arc::clone(&volume), config.clone())
+            .await
+            .unwrap();
+        let mut model = BTreeMap::new();
+        let mut batch = Batch::new();
+        for (prefix, count, value_bytes) in [("a", 41, 11), ("b", 32, 19)] {
+            for i in 0..count {
+                let key = format!("{prefix}{i:03}").into_bytes();
+                let value = Bytes::from(noise(i, value_bytes));
+                batch.put(Table::Chunks, key.clone(), value.clone());
+                model.insert((Table::Chunks, key), value);
+            }
+        }
+        tables.commit(batch).await.unwrap();
+        tables.compact().await.unwrap();
+        let st = tables.stats();
+        assert_eq!(st.snapshot_pages, 2, "pieces of {piece_bytes}: {st:?}");
+        drop(tables);
+        volume.close().await.unwrap();
+        drop(volume);
+        wait_released(device).await;
+        let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+        let tables = VolumeTableStore::open(Arc::clone(&volume), config)
+            .await
+            .unwrap();
+        assert_eq!(dump(&tables).await, model, "pieces of {piece_bytes}");
+        assert_eq!(tables.stats().records_replayed_at_open, 0);
+        drop(tables);
+        volume.close().await.unwrap();
+    }
+}
+
 /// A log record as `docs/store.md` describes it, cut into 1 KiB pages:
 /// "QTLG", format 1, 3 zero bytes, sequence, payload length, pages, payload
 /// CRC-32C, header CRC-32C, payload. `good_crc: false` spoils the payload's.
