@@ -346,7 +346,7 @@ impl TableMap {
     }
 }
 
-/// Tables in memory: a [`TableMap`] behind a lock. A commit applies
+/// Tables in memory: one ordered map (`TableMap`) behind a lock. A commit applies
 /// the whole batch under the write lock, so it is atomic; "durable" here
 /// means "for as long as this value lives", which is what tests of crash
 /// ordering need: drop the node's store, open a new one over the same
