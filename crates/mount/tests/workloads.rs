@@ -13,26 +13,6 @@ use std::time::Instant;
 use common::*;
 use quarry_store::{BucketName, ObjectKey};
 
-/// Copies `from` into `to` (made), skipping `target` directories.
-fn copy_tree(from: &Path, to: &Path) -> usize {
-    fs::create_dir_all(to).unwrap();
-    let mut files = 0;
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let t = e.file_type().unwrap();
-        let dst = to.join(e.file_name());
-        if t.is_dir() {
-            if e.file_name() != "target" {
-                files += copy_tree(&e.path(), &dst);
-            }
-        } else if t.is_file() {
-            fs::copy(e.path(), &dst).unwrap();
-            files += 1;
-        }
-    }
-    files
-}
-
 #[test]
 fn cp_r_of_a_source_tree_then_diff_r_is_clean() {
     if !fuse_available() {
@@ -45,7 +25,7 @@ fn cp_r_of_a_source_tree_then_diff_r_is_clean() {
     // race with edits to the working tree.
     let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let tree = d.root.path().join("tree/crates");
-    let files = copy_tree(&crates, &tree);
+    let files = quarry_testkit::copy_tree(&crates, &tree, &["target"]).unwrap();
     assert!(files > 100, "{files} files");
 
     let started = Instant::now();

@@ -371,13 +371,20 @@ async fn concurrent_commits_survive_a_crash_through_compactions() {
 
 /// A test's owner of the records under `o/` of [`Table::KvItems`], as the
 /// key-value tenants keep theirs. Once its gate is set, its next copy stops
-/// at its first record until the test lets it go: a compaction held in the
-/// middle of writing the owner's records.
+/// before the gate's record until the test lets it go: a compaction held in
+/// the middle of writing the owner's records.
+type Gate = (
+    std::sync::mpsc::Sender<()>,
+    std::sync::mpsc::Receiver<()>,
+    usize,
+);
+
 #[derive(Default)]
 struct Owner {
     records: std::sync::Mutex<BTreeMap<Vec<u8>, Bytes>>,
-    /// (told when the copy is reached, waited on before it goes on)
-    gate: std::sync::Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+    /// (told when the copy is reached, waited on before it goes on, the
+    /// record it stops before)
+    gate: std::sync::Mutex<Option<Gate>>,
 }
 
 impl TableOwner for Owner {
@@ -390,10 +397,12 @@ impl TableOwner for Owner {
         drain();
         let copy = records.clone();
         let mut gate = self.gate.lock().unwrap().take();
-        Box::new(copy.into_iter().map(move |(k, v)| {
-            if let Some((reached, go)) = gate.take() {
-                reached.send(()).unwrap();
-                go.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+        Box::new(copy.into_iter().enumerate().map(move |(i, (k, v))| {
+            if gate.as_ref().is_some_and(|(_, _, at)| *at == i) {
+                if let Some((reached, go, _)) = gate.take() {
+                    reached.send(()).unwrap();
+                    go.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+                }
             }
             (Table::KvItems, k, v)
         }))
@@ -495,24 +504,38 @@ async fn an_owners_records_are_logged_and_snapshotted_from_its_copy() {
 /// A commit that finds the log due for a compaction begins it and is
 /// answered; the snapshot's owner records are written by a task of its own
 /// while later commits go on, and those commits, in the log after the new
-/// snapshot, survive a crash with it.
+/// snapshot, survive a crash with it. A crash while the snapshot is half
+/// written (its pages so far on the volume, the new root not yet) loses nothing
+/// either: the log is whole, and the half snapshot is trimmed at open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
     let dir = tempfile::tempdir().unwrap();
     let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
     let tables = Arc::new(open_tables(&volume, 8).await);
+    // The owner's records, committed and compacted before it takes them
+    // over (as the key-value store loads its records at open).
+    let mut loaded = Batch::new();
+    for i in 0..50u64 {
+        loaded.put(
+            Table::KvItems,
+            format!("o/{i:02}").into_bytes(),
+            Bytes::from(noise(i, 60)),
+        );
+    }
+    tables.commit(loaded).await.unwrap();
+    tables.compact().await.unwrap();
+    let first_snapshot_pages = tables.stats().snapshot_pages;
     let owner = Arc::new(Owner {
-        records: std::sync::Mutex::new(
-            (0..50u64)
-                .map(|i| (format!("o/{i}").into_bytes(), Bytes::from(noise(i, 300))))
-                .collect(),
-        ),
+        records: std::sync::Mutex::new(kv_items(&tables).await),
         ..Owner::default()
     });
+    assert_eq!(owner.records.lock().unwrap().len(), 50);
     tables.hand_over(owner.clone()).await.unwrap();
     let (reached_tx, reached) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel();
-    *owner.gate.lock().unwrap() = Some((reached_tx, go_rx));
+    // Stopped before the owner's last record: 3.5 KB of them encoded, a
+    // piece of 3000 bytes written.
+    *owner.gate.lock().unwrap() = Some((reached_tx, go_rx, 49));
 
     let mut model = BTreeMap::new();
     let mut commit = |i: u64| {
@@ -524,16 +547,17 @@ async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
         let tables = Arc::clone(&tables);
         async move { tables.commit(batch).await.unwrap() }
     };
-    // A record a page: the eighth makes the log due.
-    for i in 0..8 {
+    // A record a page, until the log is due (four times the snapshot's
+    // pages) and a commit begins the compaction.
+    let mut i = 0;
+    while reached.try_recv().is_err() {
+        assert!(i < 200, "200 commits began no compaction");
         commit(i).await;
+        i += 1;
     }
-    reached
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the eighth commit began a compaction");
-    // The compaction stands at the owner's first record.
+    // The compaction stands before the owner's last record.
     let during = async {
-        for i in 8..30 {
+        for i in i..i + 22 {
             commit(i).await;
         }
         let key = b"o/during".to_vec();
@@ -551,27 +575,66 @@ async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
         .await
         .expect("commits go on while the compaction is under way");
     let st = tables.stats();
-    assert_eq!(st.compactions, 0, "still under way: {st:?}");
-    assert_eq!(st.batches_committed, 31, "{st:?}");
+    assert_eq!(st.compactions, 1, "the second still under way: {st:?}");
+    // What a crash now would leave: nothing is being written.
+    let image = tempfile::tempdir().unwrap();
+    assert!(quarry_testkit::copy_tree(dir.path(), image.path(), &[]).unwrap() > 0);
+    let (model_at_image, owned_at_image) = (model.clone(), owner.records.lock().unwrap().clone());
 
     go.send(()).unwrap();
     tables.compacted().await;
     let st = tables.stats();
-    assert_eq!(st.compactions, 1, "{st:?}");
+    assert_eq!(st.compactions, 2, "{st:?}");
     // The log keeps what was committed after the snapshot began.
     assert!(st.log_pages >= 23, "{st:?}");
     let owned = owner.records.lock().unwrap().clone();
-    let (volume, _, tables) = crash_and_reopen(dir.path(), tables, volume, device, 8).await;
-    assert_eq!(
-        kv_items(&tables).await,
-        owned,
-        "the owner's records after the crash"
-    );
-    assert_eq!(dump(&tables).await, model, "the commits after the crash");
-    let st = tables.stats();
+    drop(tables);
+    drop(volume);
+    wait_released(device).await;
+    let st = open_and_check(dir.path(), &owned, &model, "after the crash").await;
     assert!(st.records_replayed_at_open >= 23, "{st:?}");
+
+    let st = open_and_check(
+        image.path(),
+        &owned_at_image,
+        &model_at_image,
+        "after a crash in the compaction",
+    )
+    .await;
+    assert_eq!(
+        st.snapshot_pages, first_snapshot_pages,
+        "the first snapshot's root: {st:?}"
+    );
+    assert!(
+        st.records_replayed_at_open >= 23,
+        "the log after it: {st:?}"
+    );
+    assert!(
+        st.pages_trimmed_at_open > 0,
+        "the half-written snapshot: {st:?}"
+    );
+}
+
+/// Opens the tables in `dir`, checks that they hold `owned` in the owner's
+/// table and `model` in the others, and closes them; their figures.
+async fn open_and_check(
+    dir: &std::path::Path,
+    owned: &BTreeMap<Vec<u8>, Bytes>,
+    model: &BTreeMap<(Table, Vec<u8>), Bytes>,
+    when: &str,
+) -> quarry_store::VolumeTableStats {
+    let (volume, _) = open_volume(BackendKind::File, dir, quiet()).await;
+    let tables = open_tables(&volume, 8).await;
+    assert_eq!(
+        &kv_items(&tables).await,
+        owned,
+        "the owner's records {when}"
+    );
+    assert_eq!(&dump(&tables).await, model, "the other records {when}");
+    let st = tables.stats();
     drop(tables);
     volume.close().await.unwrap();
+    st
 }
 
 /// A snapshot whose records end exactly at a page's end takes no page

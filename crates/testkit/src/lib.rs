@@ -225,6 +225,32 @@ pub fn require_root(purpose: &str) -> bool {
     )
 }
 
+/// Copies the files under `from` into `to` (made as needed), leaving out
+/// directories named in `skip`; how many files it copied. A copy of a
+/// process's files while it waits is what a crash at that moment leaves.
+pub fn copy_tree(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    skip: &[&str],
+) -> std::io::Result<usize> {
+    std::fs::create_dir_all(to)?;
+    let mut files = 0;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let kind = e.file_type()?;
+        let dst = to.join(e.file_name());
+        if kind.is_dir() {
+            if !skip.iter().any(|s| e.file_name() == *s) {
+                files += copy_tree(&e.path(), &dst, skip)?;
+            }
+        } else if kind.is_file() {
+            std::fs::copy(e.path(), &dst)?;
+            files += 1;
+        }
+    }
+    Ok(files)
+}
+
 /// `len` pseudo-random bytes from `seed` (xorshift64): the same bytes for
 /// the same seed, so a test that fails on them fails again.
 pub fn noise_bytes(len: usize, seed: u64) -> Vec<u8> {

@@ -447,15 +447,14 @@ impl SnapshotWriter {
 
     /// Adds an owner's records.
     async fn add_owned(&mut self, owned: OwnedRecords) -> Result<()> {
-        let mut since_yield = 0u64;
+        let slice = SNAPSHOT_SLICE_BYTES as u64;
+        let mut next_yield = self.len + slice;
         for (table, key, value) in owned {
-            let before = self.len;
             if self.add(table, &key, &value) {
                 self.write_whole_pages(false).await?;
             }
-            since_yield += self.len - before;
-            if since_yield >= SNAPSHOT_SLICE_BYTES as u64 {
-                since_yield = 0;
+            if self.len >= next_yield {
+                next_yield = self.len + slice;
                 tokio::task::yield_now().await;
             }
         }
@@ -1376,30 +1375,25 @@ async fn finish_compaction(inner: &Inner, mut c: Compaction) -> Result<()> {
     let volume = Arc::clone(&c.snapshot.volume);
     let space = c.snapshot.space;
     let first = c.snapshot.first;
-    let written = match c.owned.take() {
-        Some(owned) => c.snapshot.add_owned(owned).await,
-        None => Ok(()),
-    };
-    let written = match written {
-        Ok(()) => c.snapshot.finish().await,
-        Err(e) => Err(e),
-    };
-    let end = c.snapshot.next;
-    let root = written.map(|pages| Root {
-        snapshot_seq: c.snapshot.seq,
-        snapshot_first: first,
-        snapshot_pages: pages,
-        log_start: c.log_start,
-    });
     let root_id = LogicalPage::new(space, ROOT_PAGE);
-    let installed = match root {
-        Ok(root) => volume
+    let installed: Result<Root> = async {
+        if let Some(owned) = c.owned.take() {
+            c.snapshot.add_owned(owned).await?;
+        }
+        let root = Root {
+            snapshot_seq: c.snapshot.seq,
+            snapshot_first: first,
+            snapshot_pages: c.snapshot.finish().await?,
+            log_start: c.log_start,
+        };
+        volume
             .write(root_id, root.encode(volume.page_size()))
             .await
-            .map(|()| root)
-            .map_err(|e| volume_error(format_args!("writing the table root {root_id}"), e)),
-        Err(e) => Err(e),
-    };
+            .map_err(|e| volume_error(format_args!("writing the table root {root_id}"), e))?;
+        Ok(root)
+    }
+    .await;
+    let end = c.snapshot.next;
     let (root, old, log_space) = {
         let mut writer = inner.writer.lock().await;
         writer.snapshot_next = writer.snapshot_next.max(end);
