@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum KvMode {
-    /// In memory, bounded, least recently used items evicted to make room
-    /// (memcached).
+    /// In memory, bounded, the items not used lately evicted to make room
+    /// (memcached, whose LRU is approximate too).
     #[default]
     Cache,
     /// Every acknowledged change is in the node's log on its device first;

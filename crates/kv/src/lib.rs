@@ -1,7 +1,8 @@
 //! `quarry-kv` — layer 5: one node's key-value tables.
 //!
 //! Each tenant has its own items on each node: an index in memory (a hash
-//! table kept in least-recently-used order) over values that are
+//! table kept in use order, evicting by CLOCK as memcached approximates
+//! LRU) over values that are
 //! deduplicated inline (Multes++ Algorithm 1: a value of at least
 //! [`KvConfig::dedup_min_bytes`] is fingerprinted with SHA-256 and stored
 //! once, with an exact count of the items that hold it, kept through set,
@@ -50,6 +51,7 @@
 #![deny(missing_docs)]
 
 mod config;
+mod index;
 mod node;
 mod records;
 mod table;

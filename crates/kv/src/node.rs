@@ -15,7 +15,7 @@ use quarry_store::{Batch, OwnedRecords, Table, TableOwner, TableStore};
 
 use crate::config::{KvConfig, KvMode, TenantConfig, DEFAULT_BURST_MS};
 use crate::records::{add_changes, copied_records, decode_item, tenant_prefix, value_fp};
-use crate::table::{fingerprint, Change, Fp, TableLimits, TenantTable};
+use crate::table::{fingerprint, Change, Changes, Fp, TableLimits, TenantTable};
 
 /// Items an expiry sweep looks at per tenant and round.
 const SWEEP_ITEMS: usize = 4096;
@@ -380,7 +380,7 @@ impl<T: TableStore> KvNode<T> {
                 } else {
                     Vec::new()
                 };
-                let run = |table: &mut TenantTable, changes: &mut Vec<Change>| {
+                let run = |table: &mut TenantTable, changes: &mut Changes| {
                     let mut next_cas = || self.cas.fetch_add(1, Ordering::Relaxed);
                     let mut answers = Vec::with_capacity(ops.len());
                     let mut reply_bytes = 0;
@@ -431,13 +431,13 @@ impl<T: TableStore> KvNode<T> {
     async fn change<R>(
         &self,
         tenant: &Tenant,
-        f: impl FnOnce(&mut TenantTable, &mut Vec<Change>) -> R,
+        f: impl FnOnce(&mut TenantTable, &mut Changes) -> R,
     ) -> Result<R, String> {
-        let mut changes = Vec::new();
         let tables = match (&self.tables, tenant.mode) {
             (Some(tables), KvMode::Durable) if self.durable => tables,
-            _ => return Ok(f(&mut tenant.table(), &mut changes)),
+            _ => return Ok(f(&mut tenant.table(), &mut Changes::dropped())),
         };
+        let mut changes = Changes::kept();
         if self.log_failed.load(Ordering::Acquire) {
             return Err(format!(
                 "the key-value log of tenant {} failed earlier; restart the node to reload what \
@@ -461,7 +461,7 @@ impl<T: TableStore> KvNode<T> {
                 (out, None)
             } else {
                 let mut batch = Batch::new();
-                add_changes(&mut batch, &tenant.prefix, changes);
+                add_changes(&mut batch, &tenant.prefix, changes.into_list());
                 (out, Some(tables.submit(batch)))
             }
         };
