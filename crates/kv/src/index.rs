@@ -1,8 +1,8 @@
 //! The items of one tenant's table on one node, by key, in use order.
 //!
 //! Laid out for the few cache lines a request can afford to miss: a set or
-//! get on a large table finds nothing of it in the CPU's caches, and each
-//! pointer followed is a miss (docs/benchmarks.md, "Eighth run"). The hash
+//! get on a large table finds little of it in the CPU's caches, and each
+//! pointer followed can miss (docs/benchmarks.md, "Eighth run"). The hash
 //! table holds slot numbers; a slot holds the key (inline when short, as
 //! memcached keeps it in the item), the entry and its links in the use
 //! order. A lookup touches the table's control bytes, its bucket and the
