@@ -1521,3 +1521,80 @@ async fn an_unsynced_device_flushes_every_interval_and_only_with_one() {
         dev.close().await.unwrap();
     }
 }
+
+/// A program leaves long runs of zeros out of its write (the slot is
+/// erased, so the file already holds them): a page that is mostly zeros
+/// reads back whole, over a fresh sparse file (where the run left out
+/// stays a hole) and over pages that held other bytes until an erase,
+/// whether the erase punched them out or zeroed them in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zeros_left_out_of_a_program_read_back_as_zeros() {
+    let geometry = Geometry {
+        page_size_bytes: 16384,
+        ..small()
+    };
+    for preallocate in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig {
+            geometry: Some(geometry),
+            direct_io: Some(false),
+            preallocate: Some(preallocate),
+            ..cfg(BackendKind::File)
+        };
+        let dev = Device::open(&config, dir.path()).unwrap();
+        let path = dir.path().join("pages.bin");
+        let block = BlockAddr {
+            bus: 0,
+            chip: 0,
+            block: 1,
+        };
+        // Nonzero bytes at both ends, zeros between.
+        let mut ends = vec![0u8; 16384];
+        ends[..100].fill(7);
+        ends[16383] = 11;
+        let ends = Bytes::from(ends);
+        dev.program_page(block.page(0), ends.clone(), Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(dev.read_page(block.page(0)).await.unwrap().data, ends);
+        if !preallocate {
+            // The file's first whole 4 KiB page inside the zeros was never
+            // written: a hole.
+            let at = dev.page_offset_bytes(block.page(0)).unwrap();
+            let hole = (at + 512).next_multiple_of(4096);
+            let file = std::fs::File::open(&path).unwrap();
+            // SAFETY: lseek on a file descriptor this function holds open.
+            let data = unsafe {
+                libc::lseek(
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    hole as libc::off_t,
+                    libc::SEEK_DATA,
+                )
+            };
+            assert!(
+                data >= (hole + 4096) as libc::off_t,
+                "the zeros at {hole} were written (data at {data})"
+            );
+        }
+        // Zeros between nonzero bytes, over pages that held others.
+        let mut sparse = ends.to_vec();
+        sparse[8000] = 9;
+        let sparse = Bytes::from(sparse);
+        dev.program_page(block.page(1), Bytes::from(vec![0xEE; 16384]), Bytes::new())
+            .await
+            .unwrap();
+        dev.erase_block(block).await.unwrap();
+        for p in 0..2 {
+            dev.program_page(block.page(p), sparse.clone(), Bytes::new())
+                .await
+                .unwrap();
+            let read = dev.read_page(block.page(p)).await.unwrap();
+            assert!(!read.erased);
+            assert_eq!(read.data, sparse, "page {p}, preallocate {preallocate}");
+        }
+        dev.close().await.unwrap();
+        drop(dev);
+        let dev = Device::open(&config, dir.path()).unwrap();
+        assert_eq!(dev.read_page(block.page(1)).await.unwrap().data, sparse);
+    }
+}
