@@ -610,52 +610,6 @@ fn punch_or_zero(
     write_zeros(file, offset, len, slot_size)
 }
 
-/// Zeros a program leaves out of its write when they run this long.
-const SKIP_ZEROS_MIN_BYTES: usize = 4096;
-
-/// Writes the slots of a program, `slots` at `offset`, leaving out runs
-/// of at least [`SKIP_ZEROS_MIN_BYTES`] zeros (in 512-byte steps): a
-/// program only goes to erased slots, which the file holds as zeros (an
-/// erase punches or zeroes them, [`punch_or_zero`]; a new file is
-/// allocated or sparse), so what is left out already reads as written.
-///
-/// Why: a key-value log record of 1.2 KB fills an 8 KiB page with zeros,
-/// and copying them into new page-cache pages was a seventh of a durable
-/// set's CPU (docs/benchmarks.md, "Eighth run"); a 4 KiB run left out is
-/// a page the kernel neither allocates, zeroes nor copies into, nor
-/// writes back at the flush.
-fn write_nonzero_runs(file: &File, slots: &[u8], offset: u64) -> io::Result<()> {
-    const STEP: usize = 512;
-    let mut written_to = 0;
-    let mut zeros_from = None;
-    let mut at = 0;
-    while at < slots.len() {
-        let end = (at + STEP).min(slots.len());
-        // An OR over the step, which the compiler vectorises.
-        let zero = slots[at..end].iter().fold(0u8, |acc, &b| acc | b) == 0;
-        match (zero, zeros_from) {
-            (true, None) => zeros_from = Some(at),
-            (false, Some(z)) => {
-                if at - z >= SKIP_ZEROS_MIN_BYTES {
-                    file.write_all_at(&slots[written_to..z], offset + written_to as u64)?;
-                    written_to = at;
-                }
-                zeros_from = None;
-            }
-            _ => {}
-        }
-        at = end;
-    }
-    let last = match zeros_from {
-        Some(z) if slots.len() - z >= SKIP_ZEROS_MIN_BYTES => z,
-        _ => slots.len(),
-    };
-    if last > written_to {
-        file.write_all_at(&slots[written_to..last], offset + written_to as u64)?;
-    }
-    Ok(())
-}
-
 /// Most zeros [`write_zeros`] writes in one request.
 const MAX_ZERO_WRITE_BYTES: usize = 1 << 20;
 
@@ -1547,7 +1501,7 @@ impl Device {
                 // is made here: through the ring it waited for an io_uring
                 // worker thread and then the reaper, two thread wake-ups
                 // on every durable key-value set (docs/benchmarks.md).
-                let res = write_nonzero_runs(file, buf.buf().as_slice(), offset);
+                let res = file.write_all_at(buf.buf().as_slice(), offset);
                 drop(buf);
                 res.map_err(map)?;
                 self.flush_programs(&what).await
@@ -1566,7 +1520,8 @@ impl Device {
                 sched,
                 timing,
             } => {
-                write_nonzero_runs(file, buf.buf().as_slice(), offset).map_err(map)?;
+                file.write_all_at(buf.buf().as_slice(), offset)
+                    .map_err(map)?;
                 // The chip programs its pages one after another.
                 let mut end = arrival;
                 for _ in pages {
