@@ -304,6 +304,7 @@ impl Node {
         let managed = open_managed(&config, &device).await?;
         let volume = managed.as_ref().map(|m| m.volume.clone());
         let kv = managed.as_ref().map(|m| m.kv.clone());
+        let table_stores = managed.as_ref().map(|m| (m.store.clone(), m.kv.clone()));
         let peers = Arc::new(NodePeers {
             id: config.id,
             ..NodePeers::default()
@@ -355,6 +356,7 @@ impl Node {
             task,
             device,
             volume,
+            table_stores,
             fabric,
         })
     }
@@ -568,6 +570,9 @@ fn local_service(
     }))
 }
 
+/// Longest a shutdown waits for the table compactions under way.
+const COMPACTION_WAIT_AT_SHUTDOWN: Duration = Duration::from_secs(60);
+
 /// A running node. Dropping it stops accepting connections; call
 /// [`NodeHandle::shutdown`] to also finish in-flight work and close the device.
 pub struct NodeHandle {
@@ -578,6 +583,9 @@ pub struct NodeHandle {
     task: JoinHandle<()>,
     device: Arc<Device>,
     volume: Option<Arc<SpaceManager>>,
+    /// The object store's and the key-value service's, closed before the
+    /// volume.
+    table_stores: Option<(Arc<VolumeNodeStore>, Arc<KvNode<VolumeTableStore>>)>,
     fabric: Fabric,
 }
 
@@ -603,14 +611,36 @@ impl NodeHandle {
     }
 
     /// Stops accepting, lets requests in flight finish (at most
-    /// `limits.shutdown_grace_ms`), closes every connection, then closes the
-    /// device.
+    /// `limits.shutdown_grace_ms`), closes every connection, closes the
+    /// table stores (each waits for its compaction under way, at most 60 s
+    /// in all), then the volume and the device.
     pub async fn shutdown(mut self) -> Result<(), NodeError> {
         let _ = self.stop.send(true);
         if let Err(e) = (&mut self.task).await {
             tracing::error!(id = self.id, "node task failed: {e}");
         }
         self.fabric.shutdown();
+        if let Some((store, kv)) = self.table_stores.take() {
+            // A compaction the volume's close cut off would leave its pages
+            // for the next open to trim, and its work to do again; one that
+            // takes longer than the bound is left to that.
+            let closed = async {
+                store.tables().close().await;
+                if let Some(tables) = kv.tables() {
+                    tables.close().await;
+                }
+            };
+            if tokio::time::timeout(COMPACTION_WAIT_AT_SHUTDOWN, closed)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    id = self.id,
+                    "a table compaction still runs after {COMPACTION_WAIT_AT_SHUTDOWN:?}; the \
+                     next open trims what it wrote"
+                );
+            }
+        }
         if let Some(volume) = self.volume.take() {
             // A checkpoint makes the next start quick; what was acknowledged
             // is durable without it.

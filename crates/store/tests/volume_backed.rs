@@ -615,6 +615,78 @@ async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
     );
 }
 
+/// Closing the tables waits for the compaction under way and then refuses
+/// commits, so a node that closes them before its volume leaves a whole
+/// snapshot: the next open trims nothing and starts from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_tables_waits_for_the_compaction_under_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let tables = Arc::new(open_tables(&volume, 8).await);
+    let mut loaded = Batch::new();
+    for i in 0..50u64 {
+        loaded.put(
+            Table::KvItems,
+            format!("o/{i:02}").into_bytes(),
+            Bytes::from(noise(i, 60)),
+        );
+    }
+    tables.commit(loaded).await.unwrap();
+    tables.compact().await.unwrap();
+    let first_snapshot_pages = tables.stats().snapshot_pages;
+    let owner = Arc::new(Owner {
+        records: std::sync::Mutex::new(kv_items(&tables).await),
+        ..Owner::default()
+    });
+    tables.hand_over(owner.clone()).await.unwrap();
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    *owner.gate.lock().unwrap() = Some((reached_tx, go_rx, 49));
+    let mut model = BTreeMap::new();
+    let mut i = 0u64;
+    while reached.try_recv().is_err() {
+        assert!(i < 200, "200 commits began no compaction");
+        let key = format!("c/{i}").into_bytes();
+        let value = Bytes::from(noise(1000 + i, 100));
+        model.insert((Table::Chunks, key.clone()), value.clone());
+        let mut batch = Batch::new();
+        batch.put(Table::Chunks, key, value);
+        tables.commit(batch).await.unwrap();
+        i += 1;
+    }
+    // The compaction stands before the owner's last record: the close
+    // waits for it.
+    let closing = tokio::spawn({
+        let tables = Arc::clone(&tables);
+        async move { tables.close().await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !closing.is_finished(),
+        "the close waited for the compaction"
+    );
+    go.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(60), closing)
+        .await
+        .expect("the close returns once the compaction is done")
+        .unwrap();
+    assert_eq!(tables.stats().compactions, 2);
+    let mut late = Batch::new();
+    late.put(Table::Chunks, b"late".to_vec(), Bytes::from_static(b"x"));
+    let refused = tables.commit(late).await.unwrap_err();
+    assert!(refused.to_string().contains("closed"), "{refused}");
+    let owned = owner.records.lock().unwrap().clone();
+    drop(tables);
+    volume.close().await.unwrap();
+
+    let st = open_and_check(dir.path(), &owned, &model, "after the close").await;
+    assert_eq!(st.pages_trimmed_at_open, 0, "nothing half-written: {st:?}");
+    assert_ne!(
+        st.snapshot_pages, first_snapshot_pages,
+        "the second snapshot's root: {st:?}"
+    );
+}
+
 /// Opens the tables in `dir`, checks that they hold `owned` in the owner's
 /// table and `model` in the others, and closes them; their figures.
 async fn open_and_check(

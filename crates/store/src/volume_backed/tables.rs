@@ -965,6 +965,18 @@ impl VolumeTableStore {
         let _compacting = self.inner.compacting.lock().await;
     }
 
+    /// Waits for the compaction under way, if one is, then refuses every
+    /// later commit (and so every later compaction). A node calls it before
+    /// it closes its volume: a compaction the volume's close cut off would
+    /// leave its pages for the next open to trim, and its work to do again.
+    pub async fn close(&self) {
+        let _compacting = self.inner.compacting.lock().await;
+        let mut writer = self.inner.writer.lock().await;
+        if writer.broken.is_none() {
+            writer.broken = Some("the tables are closed".to_string());
+        }
+    }
+
     /// Queues `batch` (checked by [`batch_size`] at `size`) behind every
     /// batch queued before it; what answers it once a writer is done with
     /// it.
