@@ -501,19 +501,24 @@ async fn an_owners_records_are_logged_and_snapshotted_from_its_copy() {
     volume.close().await.unwrap();
 }
 
-/// A commit that finds the log due for a compaction begins it and is
-/// answered; the snapshot's owner records are written by a task of its own
-/// while later commits go on, and those commits, in the log after the new
-/// snapshot, survive a crash with it. A crash while the snapshot is half
-/// written (its pages so far on the volume, the new root not yet) loses nothing
-/// either: the log is whole, and the half snapshot is trimmed at open.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
-    let tables = Arc::new(open_tables(&volume, 8).await);
-    // The owner's records, committed and compacted before it takes them
-    // over (as the key-value store loads its records at open).
+/// Tables whose owner took over 50 records (committed and compacted
+/// first, as the key-value store loads its records at open), with a
+/// compaction under way that stands before the owner's last record: 3.5 KB
+/// of them encoded, a piece of 3000 bytes written.
+struct HeldCompaction {
+    tables: Arc<VolumeTableStore>,
+    owner: Arc<Owner>,
+    first_snapshot_pages: u64,
+    /// Lets the compaction go on.
+    go: std::sync::mpsc::Sender<()>,
+    /// The records the commits that began it wrote.
+    model: BTreeMap<(Table, Vec<u8>), Bytes>,
+    /// The number of the next commit ([`commit_numbered`]).
+    next: u64,
+}
+
+async fn hold_a_compaction(volume: &Arc<SpaceManager>) -> HeldCompaction {
+    let tables = Arc::new(open_tables(volume, 8).await);
     let mut loaded = Batch::new();
     for i in 0..50u64 {
         loaded.put(
@@ -533,32 +538,61 @@ async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
     tables.hand_over(owner.clone()).await.unwrap();
     let (reached_tx, reached) = std::sync::mpsc::channel();
     let (go, go_rx) = std::sync::mpsc::channel();
-    // Stopped before the owner's last record: 3.5 KB of them encoded, a
-    // piece of 3000 bytes written.
     *owner.gate.lock().unwrap() = Some((reached_tx, go_rx, 49));
-
-    let mut model = BTreeMap::new();
-    let mut commit = |i: u64| {
-        let key = format!("c/{i}").into_bytes();
-        let value = Bytes::from(noise(1000 + i, 100));
-        model.insert((Table::Chunks, key.clone()), value.clone());
-        let mut batch = Batch::new();
-        batch.put(Table::Chunks, key, value);
-        let tables = Arc::clone(&tables);
-        async move { tables.commit(batch).await.unwrap() }
-    };
     // A record a page, until the log is due (four times the snapshot's
     // pages) and a commit begins the compaction.
-    let mut i = 0;
+    let mut model = BTreeMap::new();
+    let mut next = 0;
     while reached.try_recv().is_err() {
-        assert!(i < 200, "200 commits began no compaction");
-        commit(i).await;
-        i += 1;
+        assert!(next < 200, "200 commits began no compaction");
+        commit_numbered(&tables, &mut model, next).await;
+        next += 1;
     }
-    // The compaction stands before the owner's last record.
+    HeldCompaction {
+        tables,
+        owner,
+        first_snapshot_pages,
+        go,
+        model,
+        next,
+    }
+}
+
+/// Commits record `c/{i}` (100 bytes) and notes it in `model`.
+async fn commit_numbered(
+    tables: &VolumeTableStore,
+    model: &mut BTreeMap<(Table, Vec<u8>), Bytes>,
+    i: u64,
+) {
+    let key = format!("c/{i}").into_bytes();
+    let value = Bytes::from(noise(1000 + i, 100));
+    model.insert((Table::Chunks, key.clone()), value.clone());
+    let mut batch = Batch::new();
+    batch.put(Table::Chunks, key, value);
+    tables.commit(batch).await.unwrap();
+}
+
+/// A commit that finds the log due for a compaction begins it and is
+/// answered; the snapshot's owner records are written by a task of its own
+/// while later commits go on, and those commits, in the log after the new
+/// snapshot, survive a crash with it. A crash while the snapshot is half
+/// written (its pages so far on the volume, the new root not yet) loses nothing
+/// either: the log is whole, and the half snapshot is trimmed at open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, device) = open_volume(BackendKind::File, dir.path(), quiet()).await;
+    let HeldCompaction {
+        tables,
+        owner,
+        first_snapshot_pages,
+        go,
+        mut model,
+        next,
+    } = hold_a_compaction(&volume).await;
     let during = async {
-        for i in i..i + 22 {
-            commit(i).await;
+        for i in next..next + 22 {
+            commit_numbered(&tables, &mut model, i).await;
         }
         let key = b"o/during".to_vec();
         let value = Bytes::from_static(b"committed during the compaction");
@@ -622,40 +656,15 @@ async fn commits_go_on_while_a_compaction_writes_the_owners_records() {
 async fn closing_the_tables_waits_for_the_compaction_under_way() {
     let dir = tempfile::tempdir().unwrap();
     let (volume, _) = open_volume(BackendKind::File, dir.path(), quiet()).await;
-    let tables = Arc::new(open_tables(&volume, 8).await);
-    let mut loaded = Batch::new();
-    for i in 0..50u64 {
-        loaded.put(
-            Table::KvItems,
-            format!("o/{i:02}").into_bytes(),
-            Bytes::from(noise(i, 60)),
-        );
-    }
-    tables.commit(loaded).await.unwrap();
-    tables.compact().await.unwrap();
-    let first_snapshot_pages = tables.stats().snapshot_pages;
-    let owner = Arc::new(Owner {
-        records: std::sync::Mutex::new(kv_items(&tables).await),
-        ..Owner::default()
-    });
-    tables.hand_over(owner.clone()).await.unwrap();
-    let (reached_tx, reached) = std::sync::mpsc::channel();
-    let (go, go_rx) = std::sync::mpsc::channel();
-    *owner.gate.lock().unwrap() = Some((reached_tx, go_rx, 49));
-    let mut model = BTreeMap::new();
-    let mut i = 0u64;
-    while reached.try_recv().is_err() {
-        assert!(i < 200, "200 commits began no compaction");
-        let key = format!("c/{i}").into_bytes();
-        let value = Bytes::from(noise(1000 + i, 100));
-        model.insert((Table::Chunks, key.clone()), value.clone());
-        let mut batch = Batch::new();
-        batch.put(Table::Chunks, key, value);
-        tables.commit(batch).await.unwrap();
-        i += 1;
-    }
-    // The compaction stands before the owner's last record: the close
-    // waits for it.
+    let HeldCompaction {
+        tables,
+        owner,
+        first_snapshot_pages,
+        go,
+        model,
+        ..
+    } = hold_a_compaction(&volume).await;
+    // The close waits for the compaction.
     let closing = tokio::spawn({
         let tables = Arc::clone(&tables);
         async move { tables.close().await }
