@@ -123,7 +123,10 @@ impl ItemIndex {
     }
 
     fn find(&self, key: &[u8]) -> Option<u32> {
-        let hash = self.hasher.hash_one(key);
+        self.find_hashed(key, self.hasher.hash_one(key))
+    }
+
+    fn find_hashed(&self, key: &[u8], hash: u64) -> Option<u32> {
         self.table
             .find(hash, |&at| {
                 let s = self.slot(at);
@@ -147,13 +150,17 @@ impl ItemIndex {
         Some(&mut slot.entry)
     }
 
-    /// Stores `entry` under `key` at the front; returns the item it
-    /// replaces, if any.
-    pub(crate) fn insert(&mut self, key: &Bytes, entry: Entry) -> Option<Entry> {
-        if let Some(e) = self.get_mut(key, true) {
-            return Some(std::mem::replace(e, entry));
-        }
+    /// Stores `entry` under `key`: in the key's slot when it has one
+    /// (marked as used when `mark`, as [`Self::get_mut`]), returning the
+    /// item it replaces, else in a new slot at the front. The key is hashed
+    /// once for both.
+    pub(crate) fn insert(&mut self, key: &Bytes, entry: Entry, mark: bool) -> Option<Entry> {
         let hash = self.hasher.hash_one(&key[..]);
+        if let Some(at) = self.find_hashed(key, hash) {
+            let slot = self.slot_mut(at);
+            slot.marked |= mark;
+            return Some(std::mem::replace(&mut slot.entry, entry));
+        }
         let slot = Slot {
             hash,
             key: Key::new(key),
@@ -332,7 +339,7 @@ mod tests {
     fn the_eviction_hand_spares_marked_items_once() {
         let mut index = ItemIndex::new();
         for (i, k) in ["a", "b", "c"].iter().enumerate() {
-            index.insert(&key(k), entry(i as u64));
+            index.insert(&key(k), entry(i as u64), true);
         }
         assert_eq!(order(&index), ["a", "b", "c"]);
         assert!(index.get_mut(b"a", true).is_some());
@@ -350,7 +357,7 @@ mod tests {
         assert_eq!(index.victim(b"z").as_deref(), Some(&b"b"[..]));
         assert_eq!(index.victim(b"b").as_deref(), Some(&b"c"[..]));
         let mut only = ItemIndex::new();
-        only.insert(&key("x"), entry(1));
+        only.insert(&key("x"), entry(1), true);
         assert_eq!(only.victim(b"x"), None);
         assert_eq!(ItemIndex::new().victim(b"x"), None);
     }
@@ -363,9 +370,9 @@ mod tests {
         let long_a = format!("{}a", "k".repeat(INLINE_KEY_BYTES));
         let long_b = format!("{}b", "k".repeat(INLINE_KEY_BYTES));
         let inline = "k".repeat(INLINE_KEY_BYTES);
-        index.insert(&key(&long_a), entry(1));
-        index.insert(&key(&long_b), entry(2));
-        index.insert(&key(&inline), entry(3));
+        index.insert(&key(&long_a), entry(1), true);
+        index.insert(&key(&long_b), entry(2), true);
+        index.insert(&key(&inline), entry(3), true);
         assert_eq!(index.get(long_a.as_bytes()).map(|e| e.cas), Some(1));
         assert_eq!(index.get(long_b.as_bytes()).map(|e| e.cas), Some(2));
         assert_eq!(index.get(inline.as_bytes()).map(|e| e.cas), Some(3));
@@ -417,7 +424,7 @@ mod tests {
                 let n = n as u64;
                 match s {
                     Step::Insert(k) => {
-                        let old = index.insert(&name(k), entry(n)).map(|e| e.cas);
+                        let old = index.insert(&name(k), entry(n), true).map(|e| e.cas);
                         prop_assert_eq!(old, model.insert(name(k), n));
                     }
                     Step::Remove(k) => {

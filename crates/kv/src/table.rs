@@ -151,9 +151,9 @@ pub(crate) struct Counters {
 pub(crate) struct TenantTable {
     items: ItemIndex,
     /// Hashed with foldhash, not std's SipHash: a set looks a fingerprint
-    /// up two to four times, and SipHash over 32 bytes was a measurable
-    /// part of it; foldhash is seeded per process, so a tenant cannot
-    /// choose values whose fingerprints collide in the table.
+    /// up two to four times, and foldhash is the cheaper of the two while
+    /// still seeded per process, so a tenant cannot choose values whose
+    /// fingerprints collide in the table.
     values: HashMap<Fp, Shared, foldhash::fast::RandomState>,
     limits: TableLimits,
     /// Bytes counted against `max_bytes`.
@@ -478,14 +478,7 @@ impl TenantTable {
             .then(|| Change::PutItem(key.clone(), entry.clone()));
         // An item replaced is replaced in its slot: one lookup, and no
         // slot freed and made again.
-        let replaced = match self.find_mut(key) {
-            Some(slot) => Some(std::mem::replace(slot, entry)),
-            None => {
-                self.items.insert(key, entry);
-                None
-            }
-        };
-        if let Some(old) = replaced {
+        if let Some(old) = self.items.insert(key, entry, self.limits.evict) {
             self.forget(key, &old, changes);
         }
         // After the old value's release, as a replay meets them.
@@ -796,7 +789,7 @@ impl TenantTable {
             entry.value = shared.value.clone();
         }
         self.count(&key, &entry);
-        self.items.insert(&key, entry);
+        self.items.insert(&key, entry, false);
         Ok(())
     }
 

@@ -751,8 +751,9 @@ struct Writer {
     last_seq: u64,
     /// Next free snapshot page (snapshots never reuse an index).
     snapshot_next: u64,
-    /// Set when a failed log write could not be cleaned up: later commits
-    /// fail until the store is reopened (recovery trims the torn record).
+    /// Set when a failed log write could not be cleaned up (recovery trims
+    /// the torn record), or by [`VolumeTableStore::close`]: later commits
+    /// fail until the store is reopened.
     broken: Option<String>,
     /// Set when a submitted batch failed: the submitter's memory then holds
     /// changes the log does not, so later submitted batches fail too.
