@@ -459,6 +459,10 @@ mod tests {
                 // Slots are only added when none is free.
                 prop_assert!(index.slots.len() <= 48);
                 prop_assert_eq!(index.slots.len() - index.free.len(), index.len());
+                // An emptied index gives its slots back.
+                if model.is_empty() {
+                    prop_assert!(index.slots.is_empty() && index.free.is_empty());
+                }
             }
         }
     }
