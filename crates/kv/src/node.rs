@@ -331,8 +331,11 @@ impl<T: TableStore> KvNode<T> {
 
     /// Serves one call.
     pub async fn call(&self, call: KvCall) -> KvReply {
-        let tenant = match self.tenant(call.tenant.as_str(), &call.secret) {
-            Ok(t) => Arc::clone(t),
+        // Borrowed, not cloned: every call of every connection would bump
+        // one shared count, a cache line the event-loop threads pass back
+        // and forth.
+        let tenant: &Tenant = match self.tenant(call.tenant.as_str(), &call.secret) {
+            Ok(t) => t,
             Err(e) => return refused(FailKind::Denied, e.to_string()),
         };
         match call.request {
@@ -406,16 +409,16 @@ impl<T: TableStore> KvNode<T> {
                     }
                     answers
                 };
-                match self.change(&tenant, run).await {
+                match self.change(tenant, run).await {
                     Ok(answers) => KvReply::Answers(answers),
                     Err(message) => refused(FailKind::Internal, message),
                 }
             }
-            KvRequest::Stats => KvReply::Stats(self.stats(&tenant)),
+            KvRequest::Stats => KvReply::Stats(self.stats(tenant)),
             KvRequest::FlushAll { at } => {
                 let now = now_unix_secs();
                 match self
-                    .change(&tenant, |table, changes| table.flush(at, now, changes))
+                    .change(tenant, |table, changes| table.flush(at, now, changes))
                     .await
                 {
                     Ok(()) => KvReply::Flushed,

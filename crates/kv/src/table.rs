@@ -4,6 +4,7 @@
 //! memcached semantics of every operation. Persistence is the caller's: each
 //! operation reports the record changes it made ([`Change`]).
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
@@ -306,43 +307,47 @@ impl TenantTable {
     }
 
     fn release(&mut self, fp: &Fp, changes: &mut Changes) {
-        let Some(shared) = self.values.get_mut(fp) else {
+        // One probe of the map whether the value stays or goes.
+        let MapEntry::Occupied(mut held) = self.values.entry(*fp) else {
             // An item named a value the table does not hold: the counts
             // are broken and any further step could lose data.
             panic!("an item names a deduplicated value the tenant's table does not hold");
         };
+        let shared = held.get_mut();
         assert!(shared.refs > 0, "a deduplicated value with no reference");
         shared.refs -= 1;
         if shared.refs == 0 {
-            if let Some(gone) = self.values.remove(fp) {
-                let n = gone.value.len() as u64;
-                self.used_bytes -= n + VALUE_OVERHEAD_BYTES;
-                self.stored_bytes -= n;
-                changes.note(|| Change::DeleteValue(*fp));
-            }
+            let gone = held.remove();
+            let n = gone.value.len() as u64;
+            self.used_bytes -= n + VALUE_OVERHEAD_BYTES;
+            self.stored_bytes -= n;
+            changes.note(|| Change::DeleteValue(*fp));
         }
     }
 
     /// Takes a reference to `value` under `fp`, storing it if it is new;
     /// returns the shared bytes (the stored copy, so duplicates free theirs).
     fn acquire(&mut self, fp: Fp, value: Bytes, changes: &mut Changes) -> Bytes {
-        if let Some(shared) = self.values.get_mut(&fp) {
-            shared.refs += 1;
-            self.counters.dedup_hits += 1;
-            return shared.value.clone();
+        // One probe of the map for a value held or new.
+        match self.values.entry(fp) {
+            MapEntry::Occupied(mut held) => {
+                let shared = held.get_mut();
+                shared.refs += 1;
+                self.counters.dedup_hits += 1;
+                shared.value.clone()
+            }
+            MapEntry::Vacant(room) => {
+                let n = value.len() as u64;
+                self.used_bytes += n + VALUE_OVERHEAD_BYTES;
+                self.stored_bytes += n;
+                changes.note(|| Change::PutValue(fp, value.clone()));
+                room.insert(Shared {
+                    value: value.clone(),
+                    refs: 1,
+                });
+                value
+            }
         }
-        let n = value.len() as u64;
-        self.used_bytes += n + VALUE_OVERHEAD_BYTES;
-        self.stored_bytes += n;
-        changes.note(|| Change::PutValue(fp, value.clone()));
-        self.values.insert(
-            fp,
-            Shared {
-                value: value.clone(),
-                refs: 1,
-            },
-        );
-        value
     }
 
     /// What storing `value` under `key` would add to `used_bytes` and free
