@@ -134,6 +134,32 @@ impl Drop for PendingProgram<'_> {
     }
 }
 
+/// A partial-page program in flight: if its future is dropped before the
+/// write ends, the page is taken off the pending list and closed (its
+/// sectors' contents are unknown, so none are offered again).
+struct SectorProgram<'a> {
+    block: &'a Mutex<BlockState>,
+    page: u32,
+    /// The page's first program (it is on the pending list).
+    first: bool,
+    done: bool,
+}
+
+impl Drop for SectorProgram<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut b = lock(self.block);
+        if self.first {
+            b.pending.retain(|p| *p != self.page);
+        }
+        if b.open.as_ref().is_some_and(|o| o.page == self.page) {
+            b.open = None;
+        }
+    }
+}
+
 /// Pages a small program fills ahead of itself (see
 /// [`Device::fill_or_wait`]): programs of fewer pages than this fill.
 const FILL_AHEAD_PAGES: u32 = 32;
@@ -179,10 +205,28 @@ struct BlockState {
     wp: u32,
     /// Pages whose program is still in flight (read as erased until done).
     pending: Vec<u32>,
+    /// The last page programmed, when it was programmed in pieces and has
+    /// sectors left ([`Device::program_sectors`]).
+    open: Option<OpenPage>,
     bad: bool,
     factory_bad: bool,
     erasing: bool,
     reads: u32,
+}
+
+/// A page programmed in pieces that takes more sectors: the block's last
+/// page, until the block's next page is programmed, the block is erased or
+/// the device reopens.
+#[derive(Debug)]
+struct OpenPage {
+    page: u32,
+    /// Sectors programmed so far (from sector 0 on).
+    sectors: u32,
+    /// The slot as programmed so far: a program of more sectors adds their
+    /// codes to this spare area and writes it again whole.
+    slot: Box<[u8]>,
+    /// A program of more sectors is in flight.
+    busy: bool,
 }
 
 enum Store {
@@ -1414,6 +1458,9 @@ impl Device {
             }
             b.wp += count;
             b.pending.extend(first.page..first.page + count);
+            // A later page programmed: NAND takes no more sectors of the
+            // page before it.
+            b.open = None;
             b.erase_count
         };
         self.fill_or_wait(bi, first, count).await;
@@ -1432,6 +1479,301 @@ impl Device {
             b.wp = first.page;
         }
         result
+    }
+
+    /// Data bytes of one sector: [`program_sectors`](Self::program_sectors)
+    /// programs whole sectors.
+    pub fn sector_size_bytes(&self) -> usize {
+        self.ecc.layout().sector_size
+    }
+
+    /// Programs sectors `first_sector..` of page `addr` with `data` (whole
+    /// sectors of [`sector_size_bytes`](Self::sector_size_bytes)): NAND's
+    /// partial-page program. A page's first such program starts at sector 0,
+    /// goes to the block's next page as [`program_page`](Self::program_page)
+    /// does and carries the page's OOB (at most `oob_size_bytes`). The page
+    /// is then *open*: it takes the sectors after those programmed, in
+    /// order and with no OOB, until it is full, the block's next page is
+    /// programmed, the block is erased or the device reopens. Sectors never
+    /// programmed read as an erased page does (0xFF).
+    ///
+    /// Why: a log of small records fills a page a few sectors at a time
+    /// instead of taking a page a record, so the backing file takes the
+    /// record's bytes and the spare area, not a whole slot (the crate's
+    /// doc, "Pages programmed in pieces").
+    ///
+    /// A read of the page while more of its sectors are programmed may fail,
+    /// as a chip busy programming a page cannot read it; callers order the
+    /// two. On an error the page is closed; what it held before stays as it
+    /// was, and a failed first program leaves the page free as
+    /// [`program_pages`](Self::program_pages) does.
+    pub async fn program_sectors(
+        &self,
+        addr: PageAddr,
+        first_sector: u32,
+        data: Bytes,
+        oob: Bytes,
+    ) -> Result<(), DeviceError> {
+        let arrival = Instant::now();
+        self.check_sectors(addr, first_sector, &data, &oob)?;
+        let l = self.ecc.layout();
+        let first = first_sector as usize;
+        let count = data.len() / l.sector_size;
+        let _op = self.begin_op()?;
+        let bi = self.geometry.block_index(addr.block_addr()) as usize;
+        let (erase_count, mut slot) = self.claim_sectors(bi, addr, first_sector)?;
+        let mut guard = SectorProgram {
+            block: &self.blocks[bi],
+            page: addr.page,
+            first: first == 0,
+            done: false,
+        };
+        if first == 0 {
+            self.fill_or_wait(bi, addr, 1).await;
+        }
+        let meta = (first == 0).then(|| {
+            (
+                &oob[..],
+                Header {
+                    erase_count,
+                    page_index: self.geometry.page_index(addr),
+                    partial: true,
+                },
+            )
+        });
+        self.ecc.encode_sectors(&mut slot, first, &data, meta);
+        let result = self
+            .write_sectors(addr, &slot, first..first + count, arrival)
+            .await;
+        guard.done = true;
+        self.settle_sectors(bi, addr, first_sector, (count, slot), result.is_ok());
+        result
+    }
+
+    /// [`program_sectors`](Self::program_sectors)' arguments, before any
+    /// state is touched.
+    fn check_sectors(
+        &self,
+        addr: PageAddr,
+        first_sector: u32,
+        data: &Bytes,
+        oob: &Bytes,
+    ) -> Result<(), DeviceError> {
+        self.geometry.check_page(addr)?;
+        let l = self.ecc.layout();
+        let count = data.len() / l.sector_size;
+        if data.is_empty()
+            || !data.len().is_multiple_of(l.sector_size)
+            || first_sector as usize + count > l.sectors
+        {
+            return Err(DeviceError::SectorRange {
+                addr,
+                first_sector,
+                bytes: data.len(),
+                sector_bytes: l.sector_size,
+                sectors: l.sectors,
+            });
+        }
+        if oob.len() > l.oob_size {
+            return Err(DeviceError::OobSize {
+                max: self.geometry.oob_size_bytes,
+                got: oob.len(),
+            });
+        }
+        if first_sector > 0 && !oob.is_empty() {
+            return Err(DeviceError::PageNotOpen {
+                addr,
+                reason: "only a page's first program (from sector 0) carries OOB bytes".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes page `addr` of block `bi` for a program of sectors from
+    /// `first_sector`: the block's next page for a first program (now
+    /// pending), or its open page when it takes that sector next (now
+    /// busy). Returns the block's erase count and the slot as programmed so
+    /// far.
+    fn claim_sectors(
+        &self,
+        bi: usize,
+        addr: PageAddr,
+        first_sector: u32,
+    ) -> Result<(u32, Box<[u8]>), DeviceError> {
+        let block = addr.block_addr();
+        let mut b = lock(&self.blocks[bi]);
+        if b.bad {
+            return Err(DeviceError::BadBlock { block });
+        }
+        if b.erasing {
+            return Err(DeviceError::BlockBusy {
+                block,
+                reason: "an erase is in flight".into(),
+            });
+        }
+        let erase_count = b.erase_count;
+        if first_sector == 0 {
+            if addr.page < b.wp {
+                return Err(DeviceError::AlreadyProgrammed { addr });
+            }
+            if addr.page > b.wp {
+                return Err(DeviceError::OutOfOrder {
+                    addr,
+                    expected: b.wp,
+                });
+            }
+            b.wp += 1;
+            b.pending.push(addr.page);
+            b.open = None;
+            let slot = vec![0u8; self.ecc.layout().slot_size].into_boxed_slice();
+            return Ok((erase_count, slot));
+        }
+        match b.open.as_mut() {
+            Some(o) if o.page == addr.page && o.busy => Err(DeviceError::BlockBusy {
+                block,
+                reason: format!("sectors of page {addr} are being programmed"),
+            }),
+            Some(o) if o.page == addr.page && o.sectors == first_sector => {
+                o.busy = true;
+                Ok((erase_count, std::mem::take(&mut o.slot)))
+            }
+            Some(o) if o.page == addr.page => Err(DeviceError::PageNotOpen {
+                addr,
+                reason: format!(
+                    "sector {first_sector} asked for; the page takes sector {} next",
+                    o.sectors
+                ),
+            }),
+            _ => Err(DeviceError::PageNotOpen {
+                addr,
+                reason: "the page takes no more sectors (programmed whole or full, or since \
+                         then a later page of its block was programmed, the block erased or \
+                         the device reopened)"
+                    .into(),
+            }),
+        }
+    }
+
+    /// After a program of `count` sectors from `first_sector` (`slot`, the
+    /// page as now programmed) of page `addr`: the page opens, stays open
+    /// with more sectors, closes once full, or, on a failure, closes (and a
+    /// failed first program gives the page back if nothing later came).
+    fn settle_sectors(
+        &self,
+        bi: usize,
+        addr: PageAddr,
+        first_sector: u32,
+        (count, slot): (usize, Box<[u8]>),
+        written: bool,
+    ) {
+        let sectors_per_page = self.ecc.layout().sectors;
+        let mut b = lock(&self.blocks[bi]);
+        if first_sector == 0 {
+            b.pending.retain(|p| *p != addr.page);
+        }
+        let sectors = first_sector + count as u32;
+        let ours = b.open.as_ref().is_some_and(|o| o.page == addr.page);
+        if !written {
+            if first_sector == 0 && b.wp == addr.page + 1 {
+                // Nothing later was accepted: the page can be programmed again.
+                b.wp = addr.page;
+            }
+            if ours {
+                b.open = None;
+            }
+            return;
+        }
+        let room = (sectors as usize) < sectors_per_page;
+        if first_sector == 0 {
+            // Still the block's last page, with room: open.
+            if b.wp == addr.page + 1 && room {
+                b.open = Some(OpenPage {
+                    page: addr.page,
+                    sectors,
+                    slot,
+                    busy: false,
+                });
+            }
+        } else if ours && room {
+            if let Some(o) = b.open.as_mut() {
+                o.sectors = sectors;
+                o.slot = slot;
+                o.busy = false;
+            }
+        } else if ours {
+            b.open = None;
+        }
+    }
+
+    /// Writes sectors `sectors` of the slot image `slot` of page `addr` and
+    /// its spare area (which holds their codes): two writes on the file
+    /// backends, the sectors' bytes and the spare area's, so the file takes
+    /// the bytes a record fills rather than a slot.
+    async fn write_sectors(
+        &self,
+        addr: PageAddr,
+        slot: &[u8],
+        sectors: std::ops::Range<usize>,
+        arrival: Instant,
+    ) -> Result<(), DeviceError> {
+        let l = self.ecc.layout();
+        let index = self.geometry.page_index(addr);
+        let base = l.slot_offset(index);
+        let data = sectors.start * l.sector_size..sectors.end * l.sector_size;
+        // From the page's end to the slot's, so that O_DIRECT's alignment
+        // holds: both are multiples of 512.
+        let spare = l.page_size..l.slot_size;
+        let what = || {
+            format!(
+                "programming sectors {}..{} of page {addr}",
+                sectors.start, sectors.end
+            )
+        };
+        let path = || self.backing_path.clone().unwrap_or_default();
+        let map = |e: io::Error| {
+            if e.raw_os_error() == Some(libc::ENOSPC) {
+                DeviceError::NoSpace {
+                    path: path(),
+                    source: e,
+                }
+            } else {
+                io_err(what(), e)
+            }
+        };
+        let file = match &self.store {
+            Store::Mem(slots) => {
+                *lock(&slots[index as usize]) = Some(slot.into());
+                return Ok(());
+            }
+            Store::File { file, .. } | Store::Nand { file, .. } => Arc::clone(file),
+        };
+        let mut buf = self.pool.take();
+        buf.buf_mut().set_len(l.slot_size);
+        buf.buf_mut().as_mut_slice().copy_from_slice(slot);
+        let write = move || -> io::Result<()> {
+            let b = buf.buf().as_slice();
+            file.write_all_at(&b[data.clone()], base + data.start as u64)?;
+            file.write_all_at(&b[spare.clone()], base + spare.start as u64)
+        };
+        if self.direct_io {
+            // Synchronous writes to the disk: off the runtime's thread.
+            tokio::task::spawn_blocking(write)
+                .await
+                .map_err(|e| io_err(what(), io::Error::other(e.to_string())))?
+                .map_err(map)?;
+        } else {
+            // Buffered: a copy into the page cache, made here (as
+            // `write_slots` does for one page).
+            write().map_err(map)?;
+        }
+        if let Store::Nand { sched, timing, .. } = &self.store {
+            let t_prog = self.sample(timing.t_prog_min_ns, timing.t_prog_max_ns);
+            let end = self
+                .model(sched, addr.block_addr(), OpKind::Program, t_prog, arrival)
+                .await?;
+            spin_until(end);
+        }
+        self.flush_programs(&what).await
     }
 
     /// Encodes `pages` into the slots from `first` on and writes them: one
@@ -1466,6 +1808,7 @@ impl Device {
                 Header {
                     erase_count,
                     page_index: first_index + k as u64,
+                    partial: false,
                 },
             );
         }
@@ -1669,6 +2012,7 @@ impl Device {
             b.erasing = true;
             b.erase_count = b.erase_count.saturating_add(1);
             b.wp = 0;
+            b.open = None;
             // The erase punches the block's pages out (or zeroes the range):
             // its next programs fill it again.
             b.fill = BlockFill::default();

@@ -62,6 +62,9 @@ const MAX_CODEWORDS_PER_UNIT: usize = 8;
 const MAGIC: [u8; 4] = *b"QPG1";
 const VERSION: u8 = 1;
 const FLAG_PROGRAMMED: u8 = 1;
+/// The page was programmed a few sectors at a time ([`Ecc::encode_sectors`]):
+/// sectors never programmed read as erased (0xFF), not as damage.
+const FLAG_PARTIAL: u8 = 2;
 
 /// Where each part of a page lives inside its slot in the backing store.
 ///
@@ -206,6 +209,8 @@ impl SlotLayout {
 pub(crate) struct Header {
     pub erase_count: u32,
     pub page_index: u64,
+    /// Programmed in pieces (NAND partial-page programs).
+    pub partial: bool,
 }
 
 /// Result of decoding a slot.
@@ -309,7 +314,7 @@ impl Ecc {
         let h = &mut slot[l.header_offset..l.oob_offset];
         h[0..4].copy_from_slice(&MAGIC);
         h[4] = VERSION;
-        h[5] = FLAG_PROGRAMMED;
+        h[5] = FLAG_PROGRAMMED | if header.partial { FLAG_PARTIAL } else { 0 };
         h[6..8].copy_from_slice(&[0, 0]);
         h[8..12].copy_from_slice(&header.erase_count.to_le_bytes());
         h[12..16].copy_from_slice(&[0; 4]);
@@ -333,6 +338,85 @@ impl Ecc {
             slot[l.meta_parity_offset..l.used_bytes].fill(0);
         }
         slot[l.used_bytes..].fill(0);
+    }
+
+    /// Programs sectors `first..first + data.len() / sector_size` of the
+    /// open page held in `slot` (NAND's partial-page program): their data,
+    /// CRCs and parity. With `meta` (the page's first program, which must
+    /// start at sector 0) the slot is cleared to erased first and the
+    /// header, marked partial, and `meta`'s OOB are written with their CRC
+    /// and parity. Bytes of other sectors are left as they are: those
+    /// programmed before keep their codes, the rest stay erased.
+    pub(crate) fn encode_sectors(
+        &self,
+        slot: &mut [u8],
+        first: usize,
+        data: &[u8],
+        meta: Option<(&[u8], Header)>,
+    ) {
+        let l = &self.layout;
+        assert_eq!(slot.len(), l.slot_size, "slot buffer length");
+        assert!(
+            data.len().is_multiple_of(l.sector_size) && !data.is_empty(),
+            "whole sectors"
+        );
+        let count = data.len() / l.sector_size;
+        assert!(first + count <= l.sectors, "sectors within the page");
+        if let Some((oob, header)) = meta {
+            assert_eq!(first, 0, "a page's first program starts at sector 0");
+            assert!(oob.len() <= l.oob_size, "oob length");
+            assert!(header.partial, "a page programmed in pieces says so");
+            slot.fill(0);
+            let h = &mut slot[l.header_offset..l.oob_offset];
+            h[0..4].copy_from_slice(&MAGIC);
+            h[4] = VERSION;
+            h[5] = FLAG_PROGRAMMED | FLAG_PARTIAL;
+            h[8..12].copy_from_slice(&header.erase_count.to_le_bytes());
+            h[16..24].copy_from_slice(&header.page_index.to_le_bytes());
+            slot[l.oob_offset..l.oob_offset + oob.len()].copy_from_slice(oob);
+            slot[l.oob_offset + oob.len()..l.meta_crc_offset].fill(0xFF);
+            let meta_crc = crc32c::crc32c(&slot[l.header_offset..l.meta_crc_offset]);
+            slot[l.meta_crc_offset..l.meta_crc_offset + 4].copy_from_slice(&meta_crc.to_le_bytes());
+            if self.correcting {
+                self.encode_unit(slot, Unit::Meta);
+            }
+        }
+        slot[first * l.sector_size..(first + count) * l.sector_size].copy_from_slice(data);
+        for k in first..first + count {
+            let crc = crc32c_fast(&slot[k * l.sector_size..(k + 1) * l.sector_size]);
+            let at = l.sector_crc_offset + 4 * k;
+            slot[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+            if self.correcting {
+                self.encode_unit(slot, Unit::Sector(k));
+            }
+        }
+    }
+
+    /// Whether sector `k` of a page programmed in pieces was never
+    /// programmed: its data, CRC and parity all zero but for at most
+    /// [`ECC_CORRECTABLE_BYTES`] bytes (bit errors in an erased sector, which
+    /// a controller reads as erased too). Such a sector reads as an erased
+    /// page does, all 0xFF.
+    fn clear_if_erased(&self, slot: &mut [u8], k: usize) -> bool {
+        let l = &self.layout;
+        let data = k * l.sector_size..(k + 1) * l.sector_size;
+        let crc = l.sector_crc_offset + 4 * k..l.sector_crc_offset + 4 * k + 4;
+        let parity_len = l.sector_codewords * ECC_PARITY_BYTES;
+        let parity = if self.correcting {
+            let base = l.sector_parity_offset + k * parity_len;
+            base..base + parity_len
+        } else {
+            0..0
+        };
+        let set = [data.clone(), crc, parity]
+            .into_iter()
+            .map(|r| slot[r].iter().filter(|&&b| b != 0).count())
+            .sum::<usize>();
+        if set > ECC_CORRECTABLE_BYTES {
+            return false;
+        }
+        slot[data].fill(0xFF);
+        true
     }
 
     fn encode_unit(&self, slot: &mut [u8], unit: Unit) {
@@ -480,6 +564,7 @@ impl Ecc {
         Ok(Header {
             erase_count: u32::from_le_bytes(ec),
             page_index: u64::from_le_bytes(pi),
+            partial: h[5] & FLAG_PARTIAL != 0,
         })
     }
 
@@ -527,6 +612,9 @@ impl Ecc {
         }
         for k in 0..self.layout.sectors {
             if !self.sector_ok(slot, k) {
+                if header.partial && self.clear_if_erased(slot, k) {
+                    continue;
+                }
                 corrected += self
                     .correct_unit(slot, Unit::Sector(k))
                     .map_err(|e| format!("sector {k}: {e}"))?;
@@ -653,6 +741,7 @@ mod tests {
             Header {
                 erase_count: 3,
                 page_index: 9,
+                partial: false,
             },
         );
         assert!(slot[l.meta_parity_offset..].iter().all(|&b| b == 0));
@@ -679,6 +768,7 @@ mod tests {
             Header {
                 erase_count: 3,
                 page_index: 77,
+                partial: false,
             },
         );
         (slot, data, oob)
@@ -717,6 +807,7 @@ mod tests {
         let header = Header {
             erase_count: 1,
             page_index: 5,
+            partial: false,
         };
         e.encode(&mut slot, &data, b"oob", header);
         let mut clean = slot.clone();
@@ -746,7 +837,8 @@ mod tests {
             d.header,
             Header {
                 erase_count: 3,
-                page_index: 77
+                page_index: 77,
+                partial: false,
             }
         );
         assert_eq!(&slot[..8192], &data[..]);
@@ -801,7 +893,7 @@ mod tests {
             let e = ecc(2048, 64);
             let l = e.layout().clone();
             let mut slot = vec![0u8; l.slot_size];
-            e.encode(&mut slot, &data, &oob, Header { erase_count: 9, page_index: 1 });
+            e.encode(&mut slot, &data, &oob, Header { erase_count: 9, page_index: 1, partial: false });
             // Corrupt at most 6 bytes per codeword: count per (unit, codeword).
             let mut per_cw = std::collections::HashMap::new();
             let mut flipped = std::collections::HashSet::new();

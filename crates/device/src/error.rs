@@ -42,6 +42,33 @@ pub enum DeviceError {
         /// The next page the block accepts.
         expected: u32,
     },
+    /// A partial-page program's sectors do not fit the page, or are not
+    /// whole sectors.
+    #[error(
+        "sectors {first_sector}.. of page {addr}: {bytes} bytes is not a whole number of \
+         {sector_bytes}-byte sectors that fits the page's {sectors}"
+    )]
+    SectorRange {
+        /// The page.
+        addr: PageAddr,
+        /// The first sector asked for.
+        first_sector: u32,
+        /// The bytes given.
+        bytes: usize,
+        /// Bytes of a sector.
+        sector_bytes: usize,
+        /// Sectors of a page.
+        sectors: usize,
+    },
+    /// A partial-page program of more sectors to a page that does not take
+    /// them.
+    #[error("page {addr} takes no sectors here: {reason}")]
+    PageNotOpen {
+        /// The page.
+        addr: PageAddr,
+        /// Why.
+        reason: String,
+    },
     /// The block is in the bad-block table.
     #[error("block {block} is bad")]
     BadBlock {

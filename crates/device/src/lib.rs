@@ -10,6 +10,21 @@
 //! `nand` (an emulated flash array with RFSA's per-bus scheduler, a timing
 //! model and wear-dependent bit errors — see [`NandTiming`]).
 //!
+//! **Pages programmed in pieces.** [`Device::program_sectors`] is NAND's
+//! partial-page program: a page's first program writes its first sectors
+//! and its OOB and leaves it *open*; later programs add the sectors after,
+//! in order, until the page is full or the block's next page is
+//! programmed, the block erased, or the device reopened. Each program
+//! writes only its sectors' bytes and the spare area (two writes on the
+//! file backends), and the page header says it was programmed in pieces,
+//! so sectors never programmed read as erased (0xFF) rather than as
+//! damage, bit errors in them included; a sector whose data landed
+//! without its codes (a torn program) is damage. It is for logs of records
+//! much smaller than a page: in a timing of 8 KiB pages over a buffered
+//! file, 2 KiB records took 6.5-8.9 us each as four programs a page against
+//! 13.0-17.2 us as a page each (two runs, one thread; docs/benchmarks.md,
+//! "Ninth run").
+//!
 //! ```
 //! use bytes::Bytes;
 //! use quarry_device::{BackendKind, Device, DeviceConfig, PageAddr};

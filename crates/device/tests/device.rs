@@ -1521,3 +1521,252 @@ async fn an_unsynced_device_flushes_every_interval_and_only_with_one() {
         dev.close().await.unwrap();
     }
 }
+
+/// Page `p` as read, checked against `want` for its first `sectors`
+/// sectors and erased (0xFF) after them.
+async fn assert_sectors(dev: &Device, p: PageAddr, want: &Bytes, sectors: usize) {
+    let s = dev.sector_size_bytes();
+    let r = dev
+        .read_page(p)
+        .await
+        .expect("a page programmed in pieces reads");
+    assert!(!r.erased);
+    assert_eq!(
+        &r.data[..sectors * s],
+        &want[..sectors * s],
+        "programmed sectors"
+    );
+    assert!(
+        r.data[sectors * s..].iter().all(|&b| b == 0xFF),
+        "sectors after {sectors} read as erased"
+    );
+}
+
+async fn pieces(backend: BackendKind) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = open(backend, dir.path());
+    let s = dev.sector_size_bytes();
+    assert_eq!(s, 1024);
+    let full = page_data(&dev, 7);
+    dev.erase_block(B).await.expect("erase");
+    let p = B.page(0);
+    dev.program_sectors(p, 0, full.slice(..s), Bytes::from_static(b"log"))
+        .await
+        .expect("first sector");
+    assert_sectors(&dev, p, &full, 1).await;
+    assert_eq!(&dev.read_page(p).await.expect("read").oob[..3], b"log");
+    dev.program_sectors(p, 1, full.slice(s..3 * s), Bytes::new())
+        .await
+        .expect("two more");
+    assert_sectors(&dev, p, &full, 3).await;
+    dev.program_sectors(p, 3, full.slice(3 * s..), Bytes::new())
+        .await
+        .expect("the last");
+    assert_sectors(&dev, p, &full, 4).await;
+    match dev
+        .program_sectors(p, 3, full.slice(3 * s..), Bytes::new())
+        .await
+    {
+        Err(DeviceError::PageNotOpen { .. }) => {}
+        other => panic!("a full page takes no more sectors: {other:?}"),
+    }
+    // The next page, whole, and one more in pieces: a multi-page read
+    // takes both kinds.
+    let next = page_data(&dev, 8);
+    dev.program_page(B.page(1), next.clone(), Bytes::new())
+        .await
+        .expect("whole page");
+    dev.program_sectors(B.page(2), 0, next.slice(..2 * s), Bytes::new())
+        .await
+        .expect("pieces again");
+    let run = dev.read_pages(B.page(0), 3).await.expect("read run");
+    let run: Vec<_> = run
+        .into_iter()
+        .map(|r| r.expect("each page of the run").data)
+        .collect();
+    assert_eq!(run[0], full);
+    assert_eq!(run[1], next);
+    assert_eq!(&run[2][..2 * s], &next[..2 * s]);
+    assert!(run[2][2 * s..].iter().all(|&b| b == 0xFF));
+    dev.close().await.expect("close");
+}
+
+#[tokio::test]
+async fn a_page_programmed_in_pieces_reads_back_at_each_step_mem() {
+    pieces(BackendKind::Mem).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_programmed_in_pieces_reads_back_at_each_step_file() {
+    pieces(BackendKind::File).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_programmed_in_pieces_reads_back_at_each_step_nand() {
+    pieces(BackendKind::Nand).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_program_out_of_turn_is_refused_and_keeps_what_is_stored() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let dev = open(BackendKind::File, dir.path());
+    let s = dev.sector_size_bytes();
+    let d = page_data(&dev, 3);
+    dev.erase_block(B).await.expect("erase");
+    let p = B.page(0);
+    dev.program_sectors(p, 0, d.slice(..s), Bytes::new())
+        .await
+        .expect("first sector");
+    let refusal = |r: Result<(), DeviceError>| match r {
+        Err(e) => e,
+        Ok(()) => panic!("accepted"),
+    };
+    let e = refusal(dev.program_sectors(p, 2, d.slice(..s), Bytes::new()).await);
+    assert!(
+        matches!(e, DeviceError::PageNotOpen { .. }) && e.to_string().contains("takes sector 1"),
+        "{e}"
+    );
+    let e = refusal(
+        dev.program_sectors(p, 1, d.slice(..s), Bytes::from_static(b"x"))
+            .await,
+    );
+    assert!(e.to_string().contains("OOB"), "{e}");
+    let e = refusal(
+        dev.program_sectors(p, 1, d.slice(..100), Bytes::new())
+            .await,
+    );
+    assert!(
+        matches!(e, DeviceError::SectorRange { bytes: 100, .. }),
+        "{e}"
+    );
+    let e = refusal(
+        dev.program_sectors(p, 3, d.slice(..2 * s), Bytes::new())
+            .await,
+    );
+    assert!(matches!(e, DeviceError::SectorRange { .. }), "{e}");
+    let e = refusal(dev.program_sectors(p, 0, d.slice(..s), Bytes::new()).await);
+    assert!(matches!(e, DeviceError::AlreadyProgrammed { .. }), "{e}");
+    let e = refusal(
+        dev.program_sectors(B.page(2), 0, d.slice(..s), Bytes::new())
+            .await,
+    );
+    assert!(
+        matches!(e, DeviceError::OutOfOrder { expected: 1, .. }),
+        "{e}"
+    );
+    let e = refusal(
+        dev.program_sectors(B.page(1), 1, d.slice(..s), Bytes::new())
+            .await,
+    );
+    assert!(matches!(e, DeviceError::PageNotOpen { .. }), "{e}");
+    assert_sectors(&dev, p, &d, 1).await;
+    // A later page programmed closes it.
+    dev.program_page(B.page(1), d.clone(), Bytes::new())
+        .await
+        .expect("next page");
+    let e = refusal(dev.program_sectors(p, 1, d.slice(..s), Bytes::new()).await);
+    assert!(matches!(e, DeviceError::PageNotOpen { .. }), "{e}");
+    assert_sectors(&dev, p, &d, 1).await;
+    // So does an erase.
+    dev.program_sectors(B.page(2), 0, d.slice(..s), Bytes::new())
+        .await
+        .expect("pieces");
+    dev.erase_block(B).await.expect("erase");
+    let e = refusal(
+        dev.program_sectors(B.page(2), 1, d.slice(..s), Bytes::new())
+            .await,
+    );
+    assert!(matches!(e, DeviceError::PageNotOpen { .. }), "{e}");
+    assert_eq!(dev.write_pointer(B).expect("wp"), 0);
+    assert!(dev.read_page(p).await.expect("read").erased);
+    dev.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopen_closes_an_open_page_and_keeps_its_sectors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s;
+    let d;
+    {
+        let dev = open(BackendKind::File, dir.path());
+        s = dev.sector_size_bytes();
+        d = page_data(&dev, 9);
+        dev.erase_block(B).await.expect("erase");
+        dev.program_sectors(B.page(0), 0, d.slice(..2 * s), Bytes::from_static(b"hd"))
+            .await
+            .expect("two sectors");
+        // Unclean stop.
+        drop(dev);
+    }
+    let dev = open(BackendKind::File, dir.path());
+    assert_eq!(
+        dev.write_pointer(B).expect("wp"),
+        1,
+        "the page counts as programmed"
+    );
+    assert_sectors(&dev, B.page(0), &d, 2).await;
+    assert_eq!(
+        &dev.read_page(B.page(0)).await.expect("read").oob[..2],
+        b"hd"
+    );
+    match dev
+        .program_sectors(B.page(0), 2, d.slice(2 * s..3 * s), Bytes::new())
+        .await
+    {
+        Err(DeviceError::PageNotOpen { .. }) => {}
+        other => panic!("a reopened device's pages take no more sectors: {other:?}"),
+    }
+    dev.program_page(B.page(1), d.clone(), Bytes::new())
+        .await
+        .expect("the next page");
+    dev.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damage_in_a_page_programmed_in_pieces_is_corrected_or_reported() {
+    for ecc in [EccMode::Rs, EccMode::Crc] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = DeviceConfig {
+            ecc,
+            ..cfg(BackendKind::File)
+        };
+        let dev = Device::open_with(&config, dir.path(), OpenOptions::default()).expect("open");
+        let s = dev.sector_size_bytes();
+        let d = page_data(&dev, 11);
+        dev.erase_block(B).await.expect("erase");
+        let p = B.page(0);
+        dev.program_sectors(p, 0, d.slice(..2 * s), Bytes::new())
+            .await
+            .expect("two sectors");
+        let off = dev.page_offset_bytes(p).expect("offset");
+        // A few bad bytes in a sector never programmed: still erased.
+        flip_bytes(&dev, off + 3 * s as u64 + 10, 3);
+        assert_sectors(&dev, p, &d, 2).await;
+        // In a programmed sector: corrected with parity, reported without.
+        flip_bytes(&dev, off + s as u64 + 5, 3);
+        match (ecc, dev.read_page(p).await) {
+            (EccMode::Rs, Ok(r)) => {
+                assert_eq!(&r.data[..2 * s], &d[..2 * s]);
+                assert_eq!(r.corrected_bytes, 3);
+            }
+            (EccMode::Crc, Err(DeviceError::Uncorrectable { .. })) => {}
+            (_, other) => panic!("{ecc:?}: {other:?}"),
+        }
+        flip_bytes(&dev, off + s as u64 + 5, 3);
+        // A torn program of sector 2: its data landed, its codes did not.
+        let path = dev.backing_path().expect("path").to_path_buf();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        file.write_all_at(&d[2 * s..3 * s], off + 2 * s as u64)
+            .expect("write");
+        match dev.read_page(p).await {
+            Err(DeviceError::Uncorrectable { detail, .. }) => {
+                assert!(detail.contains("sector 2"), "{detail}")
+            }
+            other => panic!("{ecc:?}: a torn sector is damage, not data: {other:?}"),
+        }
+        dev.close().await.expect("close");
+    }
+}
