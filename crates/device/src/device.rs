@@ -985,6 +985,29 @@ impl Device {
 
     /// Reads one page; corrects what the ECC can, returns an uncorrectable page as an error.
     pub async fn read_page(&self, addr: PageAddr) -> Result<PageRead, DeviceError> {
+        self.read_page_as(addr, false).await.map(|(read, _)| read)
+    }
+
+    /// [`read_page`](Self::read_page) for a page programmed in pieces
+    /// ([`program_sectors`](Self::program_sectors)): a sector that fails its
+    /// check (after correction) does not fail the read; its bytes come back
+    /// as read and its index in the list. A program cut short by a crash
+    /// leaves such sectors after the ones programmed before it, and a log
+    /// whose records carry their own checksums can tell those from damage
+    /// to what it had written. Any other page reads as `read_page` reads it
+    /// (and the list is empty).
+    pub async fn read_page_pieces(
+        &self,
+        addr: PageAddr,
+    ) -> Result<(PageRead, Vec<u32>), DeviceError> {
+        self.read_page_as(addr, true).await
+    }
+
+    async fn read_page_as(
+        &self,
+        addr: PageAddr,
+        pieces: bool,
+    ) -> Result<(PageRead, Vec<u32>), DeviceError> {
         let arrival = Instant::now();
         self.geometry.check_page(addr)?;
         let _op = self.begin_op()?;
@@ -1013,7 +1036,7 @@ impl Device {
         let (mut buf, deadline) = match &self.store {
             Store::Mem(slots) => {
                 if !programmed {
-                    return Ok(self.erased());
+                    return Ok((self.erased(), Vec::new()));
                 }
                 match lock(&slots[index as usize]).as_deref() {
                     Some(s) => buf.buf_mut().as_mut_slice().copy_from_slice(s),
@@ -1023,7 +1046,7 @@ impl Device {
             }
             Store::File { engine, .. } => {
                 if !programmed {
-                    return Ok(self.erased());
+                    return Ok((self.erased(), Vec::new()));
                 }
                 let fut = engine
                     .read()
@@ -1049,7 +1072,7 @@ impl Device {
                     .await?;
                 if !programmed {
                     spin_until(end);
-                    return Ok(self.erased());
+                    return Ok((self.erased(), Vec::new()));
                 }
                 self.inject_bit_errors(&mut buf, timing, erase_count, index);
                 (buf, Some(end))
@@ -1062,11 +1085,16 @@ impl Device {
             if let Some(end) = deadline {
                 spin_until(end);
             }
-            return Ok(read);
+            return Ok((read, Vec::new()));
         }
-        let result = self
-            .check_slot(addr, index, buf.buf_mut().as_mut_slice())
-            .map(|corrected_bytes| self.page_read_of(buf, corrected_bytes));
+        let checked = if pieces {
+            self.check_slot_pieces(addr, index, buf.buf_mut().as_mut_slice())
+        } else {
+            self.check_slot(addr, index, buf.buf_mut().as_mut_slice())
+                .map(|corrected_bytes| (corrected_bytes, Vec::new()))
+        };
+        let result = checked
+            .map(|(corrected_bytes, damaged)| (self.page_read_of(buf, corrected_bytes), damaged));
         if let Some(end) = deadline {
             spin_until(end);
         }
@@ -1086,6 +1114,27 @@ impl Device {
                 ),
             }),
             Ok(d) => Ok(d.corrected_bytes),
+            Err(detail) => Err(DeviceError::Uncorrectable { addr, detail }),
+        }
+    }
+
+    /// [`check_slot`](Self::check_slot) that names the damaged sectors of a
+    /// page programmed in pieces instead of failing on them.
+    fn check_slot_pieces(
+        &self,
+        addr: PageAddr,
+        index: u64,
+        slot: &mut [u8],
+    ) -> Result<(u32, Vec<u32>), DeviceError> {
+        match self.ecc.decode_pieces(slot) {
+            Ok((d, _)) if d.header.page_index != index => Err(DeviceError::Uncorrectable {
+                addr,
+                detail: format!(
+                    "slot holds page #{} (misdirected write?)",
+                    d.header.page_index
+                ),
+            }),
+            Ok((d, damaged)) => Ok((d.corrected_bytes, damaged)),
             Err(detail) => Err(DeviceError::Uncorrectable { addr, detail }),
         }
     }

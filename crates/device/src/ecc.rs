@@ -628,6 +628,48 @@ impl Ecc {
             corrected_bytes: corrected,
         })
     }
+
+    /// [`decode`](Self::decode) that goes on past a damaged sector of a page
+    /// programmed in pieces: a sector that fails its check after correction
+    /// is left as read (or part corrected) and named in the list returned.
+    /// Whether its bytes matter, a program cut short or damage, is the
+    /// caller's to tell: a log whose records carry checksums can. The header
+    /// and OOB must hold, and any other page decodes as `decode` does.
+    pub(crate) fn decode_pieces(&self, slot: &mut [u8]) -> Result<(Decoded, Vec<u32>), String> {
+        assert_eq!(slot.len(), self.layout.slot_size, "slot buffer length");
+        let mut corrected = 0u32;
+        if !self.meta_ok(slot) {
+            corrected += self
+                .correct_unit(slot, Unit::Meta)
+                .map_err(|e| format!("header/OOB: {e}"))?;
+            if !self.meta_ok(slot) {
+                return Err("header/OOB CRC mismatch after correction".into());
+            }
+        }
+        let header = self.parse_header(slot)?;
+        if !header.partial {
+            return self.decode(slot).map(|d| (d, Vec::new()));
+        }
+        let mut damaged = Vec::new();
+        if !self.sectors_ok(slot) {
+            for k in 0..self.layout.sectors {
+                if self.sector_ok(slot, k) || self.clear_if_erased(slot, k) {
+                    continue;
+                }
+                match self.correct_unit(slot, Unit::Sector(k)) {
+                    Ok(n) if self.sector_ok(slot, k) => corrected += n,
+                    _ => damaged.push(k as u32),
+                }
+            }
+        }
+        Ok((
+            Decoded {
+                header,
+                corrected_bytes: corrected,
+            },
+            damaged,
+        ))
+    }
 }
 
 /// CRC-32C of `data` with the fastest code this CPU has (folding with

@@ -19,7 +19,10 @@
 //! file backends), and the page header says it was programmed in pieces,
 //! so sectors never programmed read as erased (0xFF) rather than as
 //! damage, bit errors in them included; a sector whose data landed
-//! without its codes (a torn program) is damage. It is for logs of records
+//! without its codes (a torn program) is damage, which
+//! [`Device::read_page_pieces`] names instead of failing the read, so a
+//! log with checksummed records can keep what came before a program cut
+//! short. It is for logs of records
 //! much smaller than a page: in a timing of 8 KiB pages over a buffered
 //! file, 2 KiB records took 6.5-8.9 us each as four programs a page against
 //! 13.0-17.2 us as a page each (two runs, one thread; docs/benchmarks.md,

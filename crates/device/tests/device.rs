@@ -1752,6 +1752,13 @@ async fn damage_in_a_page_programmed_in_pieces_is_corrected_or_reported() {
             (EccMode::Crc, Err(DeviceError::Uncorrectable { .. })) => {}
             (_, other) => panic!("{ecc:?}: {other:?}"),
         }
+        // Read in pieces, the damage is named instead (without parity).
+        let (r, damaged) = dev.read_page_pieces(p).await.expect("read in pieces");
+        assert_eq!(&r.data[..s], &d[..s]);
+        match ecc {
+            EccMode::Rs => assert!(damaged.is_empty(), "corrected: {damaged:?}"),
+            EccMode::Crc => assert_eq!(damaged, vec![1]),
+        }
         flip_bytes(&dev, off + s as u64 + 5, 3);
         // A torn program of sector 2: its data landed, its codes did not.
         let path = dev.backing_path().expect("path").to_path_buf();
@@ -1767,6 +1774,23 @@ async fn damage_in_a_page_programmed_in_pieces_is_corrected_or_reported() {
             }
             other => panic!("{ecc:?}: a torn sector is damage, not data: {other:?}"),
         }
+        // Read in pieces: the sectors before it, and its name.
+        let (r, damaged) = dev.read_page_pieces(p).await.expect("read in pieces");
+        assert_eq!(damaged, vec![2], "{ecc:?}");
+        assert_eq!(&r.data[..2 * s], &d[..2 * s]);
+        assert!(r.data[3 * s..].iter().all(|&b| b == 0xFF));
+        // A page programmed whole reads in pieces as it reads: damage fails it.
+        dev.program_page(B.page(1), d.clone(), Bytes::new())
+            .await
+            .expect("whole page");
+        let (r, damaged) = dev.read_page_pieces(B.page(1)).await.expect("a whole page");
+        assert_eq!((r.data, damaged), (d.clone(), Vec::new()));
+        let off1 = dev.page_offset_bytes(B.page(1)).expect("offset");
+        flip_bytes(&dev, off1 + 100, 200);
+        assert!(matches!(
+            dev.read_page_pieces(B.page(1)).await,
+            Err(DeviceError::Uncorrectable { .. })
+        ));
         dev.close().await.expect("close");
     }
 }
