@@ -95,5 +95,8 @@ pub use block::{
 pub use config::{VictimPolicy, VolumeConfig};
 pub use error::VolumeError;
 pub use faults::FaultPlan;
-pub use manager::{FetchedRun, LocatedRun, SpaceManager, TaggedPage, VolumeStats, MAX_RUN_PAGES};
+pub use manager::{
+    FetchedRun, LocatedRun, SectorsWritten, SpaceManager, TaggedPage, VolumeStats, MAX_OPEN_PIECES,
+    MAX_RUN_PAGES,
+};
 pub use oob::{LogicalPage, OOB_RECORD_BYTES};

@@ -167,6 +167,37 @@ enum Alloc {
     NeedGc,
 }
 
+/// Most pages written in pieces that take more sectors at once: a page
+/// past it is written, but takes no more (its writer starts it anew).
+pub const MAX_OPEN_PIECES: usize = 256;
+
+/// Longest garbage collection waits for a write of sectors to a page it is
+/// to move.
+const CLOSE_PIECES_WAIT: Duration = Duration::from_secs(10);
+
+/// A page written in pieces that takes more sectors.
+#[derive(Debug, Clone, Copy)]
+struct OpenPieces {
+    id: LogicalPage,
+    /// Sectors written so far.
+    sectors: u32,
+    /// More sectors are being written.
+    busy: bool,
+}
+
+/// What [`SpaceManager::write_sectors`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SectorsWritten {
+    /// The sectors are on the device (durable as [`SpaceManager::write`]
+    /// makes a page).
+    Written,
+    /// The page takes no more sectors here (written anew or trimmed since,
+    /// moved by garbage collection, full, its block's next page programmed,
+    /// or the volume reopened): nothing was written, and the caller writes
+    /// the page again from sector 0 with all of its sectors.
+    Closed,
+}
+
 struct State {
     /// Ordered by (space, index), so the pages of one space are one range.
     map: BTreeMap<LogicalPage, Entry>,
@@ -184,6 +215,9 @@ struct State {
     trimming: Vec<LogicalPage>,
     open_user: Vec<Option<u32>>,
     open_gc: Option<u32>,
+    /// Pages written in pieces that take more sectors
+    /// ([`SpaceManager::write_sectors`]), at most [`MAX_OPEN_PIECES`].
+    pieces: HashMap<Phys, OpenPieces>,
     generation: u64,
     changes_since_checkpoint: u64,
     counters: Counters,
@@ -233,6 +267,20 @@ async fn read_page(device: &Device, addr: PageAddr) -> Result<PageRead, DeviceEr
                 attempt += 1;
             }
             other => return other,
+        }
+    }
+}
+
+/// [`read_page`] that reads a page written in pieces as far as it holds
+/// (`Device::read_page_pieces`).
+async fn read_page_pieces(device: &Device, addr: PageAddr) -> Result<PageRead, DeviceError> {
+    let mut attempt = 1;
+    loop {
+        match device.read_page_pieces(addr).await {
+            Err(DeviceError::Uncorrectable { .. }) if attempt < UNCORRECTABLE_RETRIES => {
+                attempt += 1;
+            }
+            other => return other.map(|(r, _)| r),
         }
     }
 }
@@ -508,7 +556,13 @@ impl State {
             None => None,
         };
         match old {
-            Some(p) => self.blocks.clear_live(p),
+            Some(p) => {
+                self.blocks.clear_live(p);
+                if p != phys {
+                    // Another version now: the old one takes no more sectors.
+                    self.pieces.remove(&p);
+                }
+            }
             None => self.live += 1,
         }
         self.blocks.set_live(phys);
@@ -530,6 +584,7 @@ impl State {
                 phys: Some(phys), ..
             }) => {
                 self.blocks.clear_live(phys);
+                self.pieces.remove(&phys);
                 self.live -= 1;
             }
             _ => {}
@@ -965,6 +1020,154 @@ impl SpaceManager {
         RunToEnd::new(async move { inner.write_run(first, pages, tag).await }).await
     }
 
+    /// Data bytes of one device sector: what
+    /// [`write_sectors`](Self::write_sectors) writes whole.
+    pub fn sector_size_bytes(&self) -> usize {
+        self.inner.device.sector_size_bytes()
+    }
+
+    /// Writes logical page `id` in pieces, `data` (whole sectors of
+    /// [`sector_size_bytes`](Self::sector_size_bytes)) from sector
+    /// `first_sector` on: NAND's partial-page program through the map.
+    /// From sector 0 it writes a new version of the page, as
+    /// [`write`](Self::write) does, holding only these sectors (the rest
+    /// read as 0xFF); from a later sector it adds the sectors after those
+    /// written, on the same physical page, and answers
+    /// [`SectorsWritten::Closed`] without writing when the page takes no
+    /// more (see there). Either way, `Written` means durable as `write`
+    /// makes a page.
+    ///
+    /// Why: a log of records much smaller than a page (the key-value
+    /// store's) writes each record's sectors, not a page a record
+    /// (`docs/volume.md`, "Pages written in pieces"). A page written in
+    /// pieces reads back with [`read`](Self::read) while every sector holds;
+    /// [`read_pieces`](Self::read_pieces) reads one whose last program was
+    /// cut short.
+    pub async fn write_sectors(
+        &self,
+        id: LogicalPage,
+        first_sector: u32,
+        data: Bytes,
+    ) -> Result<SectorsWritten, VolumeError> {
+        self.inner.check_open()?;
+        let sector = self.sector_size_bytes();
+        let sectors = self.inner.sectors_per_page();
+        let count = data.len() / sector;
+        if data.is_empty()
+            || !data.len().is_multiple_of(sector)
+            || first_sector as usize + count > sectors
+        {
+            return Err(VolumeError::Config {
+                reason: format!(
+                    "sectors {first_sector}.. of {id}: {} bytes is not a whole number of \
+                     {sector}-byte sectors that fits a page's {sectors}",
+                    data.len()
+                ),
+            });
+        }
+        let inner = Arc::clone(&self.inner);
+        if first_sector == 0 {
+            let (seq, is_new) = self.inner.admit(id)?;
+            let oob = Bytes::from(OobRecord::spare_area_pieces(
+                id,
+                seq,
+                &[],
+                self.inner.geometry.oob_size_bytes as usize,
+            ));
+            return RunToEnd::new(async move {
+                let result = inner
+                    .place_page(
+                        id,
+                        (seq, is_new),
+                        (data, oob),
+                        Some(count as u32),
+                        &mut None,
+                    )
+                    .await;
+                if result.is_err() {
+                    inner.lock().end_write(seq, is_new);
+                }
+                result.map(|()| SectorsWritten::Written)
+            })
+            .await;
+        }
+        let phys = {
+            let mut st = self.inner.lock();
+            let Some((_, phys)) = st.current(&id) else {
+                return Ok(SectorsWritten::Closed);
+            };
+            match st.pieces.get_mut(&phys) {
+                Some(o) if o.id == id && o.sectors == first_sector && !o.busy => {
+                    o.busy = true;
+                    phys
+                }
+                _ => return Ok(SectorsWritten::Closed),
+            }
+        };
+        RunToEnd::new(async move {
+            inner
+                .program_more_sectors(id, phys, first_sector, data)
+                .await
+        })
+        .await
+    }
+
+    /// Reads logical page `id` as [`read`](Self::read) does, but a page
+    /// written in pieces whose sectors do not all hold (a program cut short
+    /// by a crash, or damage) comes back with the numbers of those sectors
+    /// rather than as an error; whether they matter is the caller's to
+    /// tell (a log with checksummed records can). A page written whole
+    /// reads as `read` reads it, with an empty list.
+    pub async fn read_pieces(
+        &self,
+        id: LogicalPage,
+    ) -> Result<Option<(Bytes, Vec<u32>)>, VolumeError> {
+        self.inner.check_open()?;
+        let _permit = self
+            .inner
+            .reads
+            .acquire()
+            .await
+            .map_err(|_| VolumeError::Closed)?;
+        let mut last = None;
+        for _ in 0..MAX_READ_ATTEMPTS {
+            let Some((seq, phys)) = self.inner.lock().current(&id) else {
+                return Ok(None);
+            };
+            let addr = page_addr(&self.inner.geometry, phys);
+            let why = match self.inner.device.read_page_pieces(addr).await {
+                Err(DeviceError::Closed) => return Err(VolumeError::Closed),
+                Err(e) => e.to_string(),
+                Ok((r, _)) if r.erased => "the page reads as erased".to_string(),
+                Ok((r, damaged)) => match OobRecord::decode_checked(&r.oob, &r.data) {
+                    Ok(rec) if rec.page == id && rec.seq == seq => {
+                        return Ok(Some((r.data, damaged)))
+                    }
+                    Ok(rec) => format!(
+                        "the page holds {} version {}, not version {seq}",
+                        rec.page, rec.seq
+                    ),
+                    Err(e) => e.to_string(),
+                },
+            };
+            if self.inner.lock().current(&id) == Some((seq, phys)) {
+                // The map still points here: the page itself is wrong.
+                return Err(VolumeError::Corrupt {
+                    page: id,
+                    addr,
+                    reason: why,
+                });
+            }
+            last = Some((addr, why));
+        }
+        let (addr, why) = last.expect("at least one attempt");
+        Err(VolumeError::Corrupt {
+            page: id,
+            addr,
+            reason: format!("moved {MAX_READ_ATTEMPTS} times while being read; last: {why}"),
+        })
+    }
+
     /// Reads one logical page: `None` if it was never written or was trimmed.
     /// The page read back is checked against its OOB record (identity,
     /// version, checksum); a mismatch is an error, never data.
@@ -1260,6 +1463,21 @@ impl Inner {
             tag,
             self.geometry.oob_size_bytes as usize,
         ));
+        self.place_page(id, (seq, is_new), (data, oob), None, held)
+            .await
+    }
+
+    /// Programs `data` for `id` at `seq` on some chip and commits it: a
+    /// whole page, or with `pieces` the first sectors of one
+    /// ([`SpaceManager::write_sectors`]), which then takes more.
+    async fn place_page(
+        &self,
+        id: LogicalPage,
+        (seq, is_new): (u64, bool),
+        (data, oob): (Bytes, Bytes),
+        pieces: Option<u32>,
+        held: &mut Option<(usize, OwnedMutexGuard<()>)>,
+    ) -> Result<(), VolumeError> {
         let mut gc_steps = 0u32;
         let mut failures = 0u32;
         loop {
@@ -1281,11 +1499,26 @@ impl Inner {
                 }
                 continue;
             };
-            match self.program(phys, data.clone(), oob.clone()).await {
+            let programmed = match pieces {
+                None => self.program(phys, data.clone(), oob.clone()).await,
+                Some(_) => self.program_first_sectors(phys, &data, &oob).await,
+            };
+            match programmed {
                 Ok(()) => {
                     let wake = {
                         let mut st = self.lock();
                         st.land_user(id, seq, is_new, phys);
+                        let room = pieces.is_some_and(|n| (n as usize) < self.sectors_per_page());
+                        if room && st.pieces.len() < MAX_OPEN_PIECES {
+                            st.pieces.insert(
+                                phys,
+                                OpenPieces {
+                                    id,
+                                    sectors: pieces.unwrap_or(0),
+                                    busy: false,
+                                },
+                            );
+                        }
                         self.wants_background(&st)
                     };
                     *held = Some((chip, guard));
@@ -1504,6 +1737,74 @@ impl Inner {
         }
     }
 
+    fn sectors_per_page(&self) -> usize {
+        self.device.slot_layout().sectors
+    }
+
+    /// Programs the first sectors of a page written in pieces, through the
+    /// fault plan.
+    async fn program_first_sectors(
+        &self,
+        phys: Phys,
+        data: &Bytes,
+        oob: &Bytes,
+    ) -> Result<(), DeviceError> {
+        let addr = page_addr(&self.geometry, phys);
+        if self.faults.program_fails(addr.block_addr()) {
+            return Err(injected(&format!("programming page {addr} in pieces")));
+        }
+        self.device
+            .program_sectors(addr, 0, data.clone(), oob.clone())
+            .await
+    }
+
+    /// Programs more sectors of the page written in pieces at `phys`: the
+    /// sectors from `first` on, taken for this writer
+    /// ([`OpenPieces::busy`]). Settles the page's entry either way.
+    async fn program_more_sectors(
+        &self,
+        id: LogicalPage,
+        phys: Phys,
+        first: u32,
+        data: Bytes,
+    ) -> Result<SectorsWritten, VolumeError> {
+        let addr = page_addr(&self.geometry, phys);
+        let count = (data.len() / self.device.sector_size_bytes()) as u32;
+        let programmed = if self.faults.program_fails(addr.block_addr()) {
+            Err(injected(&format!("programming sectors of page {addr}")))
+        } else {
+            self.device
+                .program_sectors(addr, first, data, Bytes::new())
+                .await
+        };
+        let mut st = self.lock();
+        let full = (first + count) as usize >= self.sectors_per_page();
+        let entry = st.pieces.get_mut(&phys).filter(|o| o.id == id);
+        match (programmed, entry) {
+            (Ok(()), Some(o)) if !full => {
+                o.sectors = first + count;
+                o.busy = false;
+                Ok(SectorsWritten::Written)
+            }
+            (Ok(()), _) => {
+                st.pieces.remove(&phys);
+                Ok(SectorsWritten::Written)
+            }
+            (Err(DeviceError::PageNotOpen { .. }), _) => {
+                st.pieces.remove(&phys);
+                Ok(SectorsWritten::Closed)
+            }
+            (Err(DeviceError::Closed), _) => Err(VolumeError::Closed),
+            (Err(e), _) => {
+                st.pieces.remove(&phys);
+                Err(VolumeError::device(
+                    format!("programming sectors {first}.. of {id} at {addr}"),
+                    e,
+                ))
+            }
+        }
+    }
+
     /// Programs one page, through the fault plan.
     async fn program(&self, phys: Phys, data: Bytes, oob: Bytes) -> Result<(), DeviceError> {
         self.program_run(phys, &[(data, oob)]).await
@@ -1651,6 +1952,10 @@ impl Inner {
         };
         let batch = self.config.gc_batch_pages as usize;
         for chunk in pages.chunks(batch) {
+            let olds = chunk
+                .iter()
+                .map(|&p| victim * self.geometry.pages_per_block + p);
+            self.close_pieces(olds).await?;
             let reads = futures::future::join_all(
                 chunk
                     .iter()
@@ -1740,6 +2045,43 @@ impl Inner {
             }
             Err(e) => Err(VolumeError::device(format!("erasing block {baddr}"), e)),
         }
+    }
+
+    /// Closes the pages written in pieces among `pages` before they are
+    /// moved, waiting for a write of more sectors under way: a copy must
+    /// hold every sector its page was acknowledged with, and the page takes
+    /// no more once copied (its writer then writes it anew). A write of
+    /// sectors is one device program; past [`CLOSE_PIECES_WAIT`] the move
+    /// is given up (the block stays sealed, and a later collection tries
+    /// again).
+    async fn close_pieces(&self, pages: impl Iterator<Item = Phys>) -> Result<(), VolumeError> {
+        for phys in pages {
+            let started = std::time::Instant::now();
+            loop {
+                {
+                    let mut st = self.lock();
+                    match st.pieces.get(&phys) {
+                        Some(o) if o.busy => {}
+                        Some(_) => {
+                            st.pieces.remove(&phys);
+                            break;
+                        }
+                        None => break,
+                    }
+                }
+                if started.elapsed() > CLOSE_PIECES_WAIT {
+                    return Err(VolumeError::Invariant {
+                        reason: format!(
+                            "a write of sectors to physical page {phys} took over {:?}; \
+                             its block is not collected now",
+                            CLOSE_PIECES_WAIT
+                        ),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        Ok(())
     }
 
     /// Copies live pages into garbage collection's open block in batches of
@@ -2115,7 +2457,10 @@ async fn scan_records(
         .flat_map(|r| (r.from..r.to).map(move |p| (r.block, p)));
     let mut reads = futures::stream::iter(pages.map(|(block, page)| async move {
         let addr = geometry.block_at(u64::from(block)).page(page);
-        match read_page(device, addr).await {
+        // A page written in pieces whose last program was cut short still
+        // holds what came before: it is mapped, and its reader is told which
+        // sectors fail (`read_pieces`).
+        match read_page_pieces(device, addr).await {
             Ok(r) if r.erased => Ok(None),
             Ok(r) => Ok(OobRecord::decode_checked(&r.oob, &r.data)
                 .ok()
@@ -2227,6 +2572,7 @@ async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, Vol
         trimming: Vec::new(),
         open_user: vec![None; chips],
         open_gc: None,
+        pieces: HashMap::new(),
         generation: from_gen,
         changes_since_checkpoint: 0,
         counters: Counters {

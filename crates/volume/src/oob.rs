@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | 0 | 2 | magic `QV` |
 //! | 2 | 1 | format version (2; 1 is still read) |
-//! | 3 | 1 | kind (1 = data page) |
+//! | 3 | 1 | kind (1 = data page; 2 = data page written in pieces, version 2 only: the checksum leaves the data out) |
 //! | 4 | 4 | owner space |
 //! | 8 | 8 | logical index in the space |
 //! | 16 | 8 | sequence number of the write |
@@ -57,6 +57,10 @@ const VERSION_UNTAGGED: u8 = 1;
 /// Records followed by a tag, checksummed with it.
 const VERSION_TAGGED: u8 = 2;
 const KIND_DATA: u8 = 1;
+/// A data page programmed in pieces (a sector range at a time): the
+/// checksum covers the record and tag only, since sectors come after it is
+/// written; the device's sector codes check the data.
+const KIND_PIECES: u8 = 2;
 const CRC_AT: usize = 24;
 
 /// What a programmed page says about itself.
@@ -67,6 +71,8 @@ pub(crate) struct OobRecord {
     pub crc: u32,
     /// Version 2: bytes 28.. of the spare area are the writer's tag.
     pub tagged: bool,
+    /// Programmed in pieces: the checksum does not cover the data.
+    pub pieces: bool,
 }
 
 /// Why a spare area is not a valid record.
@@ -139,6 +145,22 @@ impl OobRecord {
         b
     }
 
+    /// [`spare_area`](Self::spare_area) of a page programmed in pieces
+    /// (`SpaceManager::write_sectors`): the checksum covers the record and
+    /// the tag, not the data, which grows after the record is written.
+    pub fn spare_area_pieces(
+        page: LogicalPage,
+        seq: u64,
+        tag: &[u8],
+        spare_bytes: usize,
+    ) -> Vec<u8> {
+        let mut b = Self::spare_area(page, seq, &[], tag, spare_bytes);
+        b[3] = KIND_PIECES;
+        let crc = checksum(&[], &b, true);
+        b[CRC_AT..OOB_RECORD_BYTES].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
     /// Parses a spare area without checking the data (cheap: identity only).
     pub fn decode(oob: &[u8]) -> Result<OobRecord, OobError> {
         if oob.len() < OOB_RECORD_BYTES || oob[0..2] != MAGIC {
@@ -149,9 +171,11 @@ impl OobRecord {
             VERSION_TAGGED => true,
             _ => return Err(OobError::Unknown),
         };
-        if oob[3] != KIND_DATA {
-            return Err(OobError::Unknown);
-        }
+        let pieces = match oob[3] {
+            KIND_DATA => false,
+            KIND_PIECES if tagged => true,
+            _ => return Err(OobError::Unknown),
+        };
         let u32_at = |at: usize| u32::from_le_bytes(oob[at..at + 4].try_into().expect("4 bytes"));
         let u64_at = |at: usize| u64::from_le_bytes(oob[at..at + 8].try_into().expect("8 bytes"));
         Ok(OobRecord {
@@ -162,12 +186,14 @@ impl OobRecord {
             seq: u64_at(16),
             crc: u32_at(CRC_AT),
             tagged,
+            pieces,
         })
     }
 
     /// Parses a spare area and checks the checksum over `data` and the record.
     pub fn decode_checked(oob: &[u8], data: &[u8]) -> Result<OobRecord, OobError> {
         let rec = OobRecord::decode(oob)?;
+        let data = if rec.pieces { &[][..] } else { data };
         if checksum(data, oob, rec.tagged) != rec.crc {
             return Err(OobError::Checksum);
         }
@@ -240,6 +266,27 @@ mod tests {
             oob[at] ^= 1;
             assert_eq!(
                 OobRecord::decode_checked(&oob, &data),
+                Err(OobError::Checksum),
+                "byte {at}"
+            );
+            oob[at] ^= 1;
+        }
+    }
+
+    #[test]
+    fn a_record_of_a_page_in_pieces_checks_itself_not_the_data() {
+        let page = LogicalPage::new(3, 9);
+        let mut oob = OobRecord::spare_area_pieces(page, 12, b"t", 64);
+        for data in [&[0u8; 512][..], &[7u8; 512][..]] {
+            let rec = OobRecord::decode_checked(&oob, data).unwrap();
+            assert_eq!((rec.page, rec.seq, rec.pieces), (page, 12, true));
+        }
+        let whole = OobRecord::spare_area(page, 12, &[7u8; 512], b"t", 64);
+        assert!(!OobRecord::decode(&whole).unwrap().pieces);
+        for at in [5, 17, 28] {
+            oob[at] ^= 1;
+            assert_eq!(
+                OobRecord::decode_checked(&oob, &[0u8; 512]),
                 Err(OobError::Checksum),
                 "byte {at}"
             );
