@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use quarry_volume::{LogicalPage, SpaceManager};
+use quarry_volume::{LogicalPage, SectorsWritten, SpaceManager};
 use tokio::sync::{oneshot, watch, Notify, OwnedMutexGuard};
 
 use super::{paginate, read_pages, trim_pages, u32_at, u64_at, volume_error, write_pages};
@@ -53,6 +53,9 @@ const LOG_MAGIC: [u8; 4] = *b"QTLG";
 const SNAPSHOT_MAGIC: [u8; 4] = *b"QTSN";
 const ROOT_MAGIC: [u8; 4] = *b"QTRT";
 const FORMAT: u8 = 1;
+/// Log records packed into the sectors of a page after the one before
+/// ([`Writer::commit_group`]); format 1 records began a page each.
+const LOG_FORMAT_PACKED: u8 = 2;
 const LOG_HEADER: usize = 32;
 const SNAPSHOT_HEADER: usize = 40;
 const ROOT_BYTES: usize = 44;
@@ -227,25 +230,44 @@ fn apply_encoded(c: &mut Reader<'_>, map: &mut TableMap) -> Result<()> {
 /// payload CRC-32C, header CRC-32C) and cuts the record into pages, without
 /// copying the payload.
 fn seal_log_record(seq: u64, mut record: Vec<u8>, page_size: usize) -> Vec<Bytes> {
+    fill_log_header(seq, &mut record, page_size, FORMAT);
+    paginate(record, page_size)
+}
+
+/// A log record of one page or less (see [`seal_log_record`]), packed:
+/// padded with zeros to whole sectors of `sector_size`.
+fn seal_packed_log_record(
+    seq: u64,
+    mut record: Vec<u8>,
+    page_size: usize,
+    sector_size: usize,
+) -> Bytes {
+    debug_assert!(record.len() <= page_size, "a packed record fits a page");
+    fill_log_header(seq, &mut record, page_size, LOG_FORMAT_PACKED);
+    record.resize(record.len().div_ceil(sector_size) * sector_size, 0);
+    Bytes::from(record)
+}
+
+/// Fills in a log record's header (see [`seal_log_record`]).
+fn fill_log_header(seq: u64, record: &mut [u8], page_size: usize, format: u8) {
     let len = record.len() - LOG_HEADER;
     let pages = record.len().div_ceil(page_size) as u32;
     let crc = crc32c::crc32c(&record[LOG_HEADER..]);
     record[0..4].copy_from_slice(&LOG_MAGIC);
-    record[4..8].copy_from_slice(&[FORMAT, 0, 0, 0]);
+    record[4..8].copy_from_slice(&[format, 0, 0, 0]);
     record[8..16].copy_from_slice(&seq.to_le_bytes());
     record[16..20].copy_from_slice(&(len as u32).to_le_bytes());
     record[20..24].copy_from_slice(&pages.to_le_bytes());
     record[24..28].copy_from_slice(&crc.to_le_bytes());
     let hcrc = crc32c::crc32c(&record[..28]);
     record[28..32].copy_from_slice(&hcrc.to_le_bytes());
-    paginate(record, page_size)
 }
 
 /// A log record header: (sequence, payload length, pages, payload CRC).
 fn decode_log_header(page: &[u8], page_size: usize) -> Option<(u64, usize, u64, u32)> {
     if page.len() < LOG_HEADER
         || page[0..4] != LOG_MAGIC
-        || page[4] != FORMAT
+        || !(page[4] == FORMAT || page[4] == LOG_FORMAT_PACKED)
         || crc32c::crc32c(&page[..28]) != u32_at(page, 28)
     {
         return None;
@@ -551,8 +573,18 @@ async fn load_snapshot(
 }
 
 /// Applies the log's records after the snapshot, up to its torn tail;
-/// returns the page after the last whole record, its sequence number, and
-/// the bytes of the records applied.
+/// returns the page after the last page with a whole record, its sequence
+/// number, and the bytes of the records applied.
+///
+/// A page holds one record that begins it and may span pages (format 1,
+/// and records of more than a page), or records packed into its sectors one
+/// after another (format 2). Within a page, records are read until one
+/// does not check (the sectors never written, or a write of more sectors
+/// cut short: [`SpaceManager::read_pieces`] names the sectors that fail);
+/// the log goes on at the next page, whose first record must be the next
+/// sequence number, so an acknowledged record lost in the middle is an
+/// error, not a shorter log. The log ends at a page that is missing or
+/// does not begin with a record that checks.
 async fn replay_log(
     volume: &Arc<SpaceManager>,
     log_space: u32,
@@ -561,50 +593,101 @@ async fn replay_log(
     stats: &mut VolumeTableStats,
 ) -> Result<(u64, u64, u64)> {
     let page_size = volume.page_size();
+    let sector = volume.sector_size_bytes();
     let mut next = root.log_start;
     let mut seq = root.snapshot_seq;
     let mut bytes = 0u64;
-    loop {
+    'pages: loop {
         let id = LogicalPage::new(log_space, next);
-        let Some(first) = volume
-            .read(id)
+        let Some((page, damaged)) = volume
+            .read_pieces(id)
             .await
             .map_err(|e| volume_error(format_args!("reading table log page {id}"), e))?
         else {
             break;
         };
-        let Some((rseq, len, pages, crc)) = decode_log_header(&first, page_size) else {
-            break;
-        };
-        if rseq != seq + 1 {
-            return Err(malformed(
-                "table log",
-                format!(
-                    "page {id} holds record {rseq} where record {} was due",
-                    seq + 1
-                ),
-            ));
+        let mut at = 0usize;
+        while at + LOG_HEADER <= page_size {
+            let Some((rseq, len, pages, crc)) = decode_log_header(&page[at..], page_size) else {
+                break;
+            };
+            if rseq != seq + 1 {
+                return Err(malformed(
+                    "table log",
+                    format!(
+                        "page {id} holds record {rseq}{} where record {} was due",
+                        if at > 0 {
+                            format!(" at byte {at}")
+                        } else {
+                            String::new()
+                        },
+                        seq + 1
+                    ),
+                ));
+            }
+            if pages > 1 {
+                if at > 0 || !damaged.is_empty() {
+                    break;
+                }
+                let rest = read_pages(volume, log_space, next + 1, pages - 1).await?;
+                if rest.iter().any(Option::is_none) {
+                    break 'pages;
+                }
+                let mut payload = Vec::with_capacity(pages as usize * page_size);
+                payload.extend_from_slice(&page);
+                for p in rest.into_iter().flatten() {
+                    payload.extend_from_slice(&p);
+                }
+                let Some(payload) = payload.get(LOG_HEADER..LOG_HEADER + len) else {
+                    break 'pages;
+                };
+                if crc32c::crc32c(payload) != crc {
+                    break 'pages;
+                }
+                apply_log_payload(payload, map)?;
+                stats.records_replayed_at_open += 1;
+                seq = rseq;
+                bytes += (LOG_HEADER + len) as u64;
+                next += pages;
+                continue 'pages;
+            }
+            let end = at + LOG_HEADER + len;
+            let sectors = at / sector..end.div_ceil(sector);
+            if end > page_size || damaged.iter().any(|&k| sectors.contains(&(k as usize))) {
+                break;
+            }
+            let payload = &page[at + LOG_HEADER..end];
+            if crc32c::crc32c(payload) != crc {
+                break;
+            }
+            apply_log_payload(payload, map)?;
+            stats.records_replayed_at_open += 1;
+            seq = rseq;
+            bytes += (LOG_HEADER + len) as u64;
+            at = sectors.end * sector;
         }
-        let rest = read_pages(volume, log_space, next + 1, pages - 1).await?;
-        if rest.iter().any(Option::is_none) {
+        if at == 0 {
+            // No record begins this page: the log ends before it, unless
+            // the page is damaged and the log goes on after it (a record
+            // lost, not a write cut short: those are the last).
+            let after = LogicalPage::new(log_space, next + 1);
+            if !damaged.is_empty()
+                && volume
+                    .read_pieces(after)
+                    .await
+                    .map_err(|e| volume_error(format_args!("reading table log page {after}"), e))?
+                    .is_some()
+            {
+                return Err(malformed(
+                    "table log",
+                    format!(
+                        "page {id} is damaged (sectors {damaged:?}) and page {after} follows it"
+                    ),
+                ));
+            }
             break;
         }
-        let mut payload = Vec::with_capacity(pages as usize * page_size);
-        payload.extend_from_slice(&first);
-        for p in rest.into_iter().flatten() {
-            payload.extend_from_slice(&p);
-        }
-        let Some(payload) = payload.get(LOG_HEADER..LOG_HEADER + len) else {
-            break;
-        };
-        if crc32c::crc32c(payload) != crc {
-            break;
-        }
-        apply_log_payload(payload, map)?;
-        stats.records_replayed_at_open += 1;
-        seq = rseq;
-        next += pages;
-        bytes += (LOG_HEADER + len) as u64;
+        next += 1;
     }
     Ok((next, seq, bytes))
 }
@@ -742,9 +825,14 @@ struct Writer {
     volume: Arc<SpaceManager>,
     config: VolumeTableConfig,
     page_size: usize,
+    /// The volume's sector: packed log records take whole ones.
+    sector_size: usize,
     root: Root,
     /// Next log page.
     log_next: u64,
+    /// The log page the next record of a page or less is packed into, when
+    /// it has room.
+    open_log: Option<OpenLogPage>,
     /// Bytes of the log records since the snapshot (headers and payloads,
     /// not the padding of their last pages).
     log_bytes: u64,
@@ -760,6 +848,15 @@ struct Writer {
     ordered_failed: Option<String>,
 }
 
+/// The log page records are being packed into.
+struct OpenLogPage {
+    index: u64,
+    /// Its records as written, padded to whole sectors: written again from
+    /// sector 0 with the next record when the page takes no more sectors
+    /// in place ([`SectorsWritten::Closed`]).
+    written: Vec<u8>,
+}
+
 /// A crash-safe table store over a [`SpaceManager`]: the tables live in
 /// memory as one ordered map, every commit is first appended to a log in
 /// the log space, and the log is compacted now and then into a snapshot in
@@ -770,7 +867,9 @@ struct Writer {
 ///   beyond waits for room). The first caller to find the log free becomes
 ///   its writer: it takes every batch waiting (group commit, up to 1024
 ///   batches and 16 MiB), writes them as one log record (sequence number,
-///   length, CRC-32C, spanning pages as needed) at the next log pages, and
+///   length, CRC-32C): packed into the sectors after the records of the
+///   open log page when it is a page or less, else at the next log pages
+///   (`docs/store.md`, "Packed log records"), and
 ///   only then applies them to the map and answers each; callers that
 ///   queued meanwhile form the next group. The writing is done by a caller,
 ///   not a task of its own, so a commit with nobody ahead of it costs no
@@ -893,8 +992,12 @@ impl VolumeTableStore {
             volume: Arc::clone(&volume),
             config: config.clone(),
             page_size,
+            sector_size: volume.sector_size_bytes(),
             root,
             log_next: next,
+            // A reopened volume's pages take no more sectors in place: the
+            // next record begins a page.
+            open_log: None,
             log_bytes,
             last_seq: seq,
             snapshot_next,
@@ -1227,14 +1330,9 @@ impl Writer {
         }
         debug_assert_eq!(record.len(), LOG_HEADER + size);
         let seq = self.last_seq + 1;
-        let pages = seal_log_record(seq, record, self.page_size);
-        let n = pages.len() as u64;
-        let first = self.log_next;
-        let space = self.config.log_space;
-        match write_pages(&self.volume, space, first, pages).await {
-            Ok(()) => {
+        match self.write_log_record(seq, record).await {
+            Ok(n) => {
                 self.last_seq = seq;
-                self.log_next += n;
                 self.log_bytes += (LOG_HEADER + size) as u64;
                 let count = group.len() as u64;
                 let owned = inner.owned();
@@ -1256,17 +1354,7 @@ impl Writer {
                 }
                 true
             }
-            Err(e) => {
-                // Nothing was acknowledged. Take back the record's pages so
-                // the next one can go at the same place; if that fails too,
-                // stop (recovery trims the torn record).
-                let reason = format!("table log record {seq} at {space}/{first}: {e}");
-                if let Err(t) = trim_pages(&self.volume, space, first..first + n).await {
-                    self.broken = Some(format!(
-                        "{reason}; its pages could not be trimmed ({t}): the tables refuse \
-                         commits until reopened"
-                    ));
-                }
+            Err(reason) => {
                 if group.iter().any(|p| p.ordered) && self.ordered_failed.is_none() {
                     self.ordered_failed = Some(reason.clone());
                 }
@@ -1276,6 +1364,103 @@ impl Writer {
                 false
             }
         }
+    }
+
+    /// Writes log record `seq` (`record`: room for the header, then the
+    /// payload); returns the log pages it added. A record of a page or less
+    /// is packed into the sectors after the records of the open log page
+    /// when they have room ([`SpaceManager::write_sectors`]: the file takes
+    /// the record's sectors, not a page), else it begins the next page,
+    /// which opens; a longer one takes whole pages from the next page on.
+    /// On an error nothing was acknowledged, the record's own pages are
+    /// taken back, and the next record begins a page.
+    async fn write_log_record(
+        &mut self,
+        seq: u64,
+        record: Vec<u8>,
+    ) -> std::result::Result<u64, String> {
+        let space = self.config.log_space;
+        if record.len() > self.page_size {
+            self.open_log = None;
+            let pages = seal_log_record(seq, record, self.page_size);
+            let n = pages.len() as u64;
+            let first = self.log_next;
+            return match write_pages(&self.volume, space, first, pages).await {
+                Ok(()) => {
+                    self.log_next += n;
+                    Ok(n)
+                }
+                Err(e) => Err(self.abandon(seq, first, n, e.to_string()).await),
+            };
+        }
+        let packed = seal_packed_log_record(seq, record, self.page_size, self.sector_size);
+        if let Some(open) = self.open_log.take() {
+            if open.written.len() + packed.len() <= self.page_size {
+                return self.pack(seq, open, packed).await;
+            }
+        }
+        let index = self.log_next;
+        let id = LogicalPage::new(space, index);
+        match self.volume.write_sectors(id, 0, packed.clone()).await {
+            Ok(_) => {
+                self.log_next += 1;
+                if packed.len() < self.page_size {
+                    self.open_log = Some(OpenLogPage {
+                        index,
+                        written: packed.to_vec(),
+                    });
+                }
+                Ok(1)
+            }
+            Err(e) => Err(self.abandon(seq, index, 1, e.to_string()).await),
+        }
+    }
+
+    /// Packs `packed` (record `seq`, whole sectors) after the records of
+    /// the open log page: in place, or with them from sector 0 when the page
+    /// takes no more in place. On an error the page keeps what it held
+    /// (acknowledged records, and perhaps sectors of this one cut short,
+    /// which recovery reads past), and the next record begins a page.
+    async fn pack(
+        &mut self,
+        seq: u64,
+        mut open: OpenLogPage,
+        packed: Bytes,
+    ) -> std::result::Result<u64, String> {
+        let id = LogicalPage::new(self.config.log_space, open.index);
+        let sector = (open.written.len() / self.sector_size) as u32;
+        let mut written = self.volume.write_sectors(id, sector, packed.clone()).await;
+        if let Ok(SectorsWritten::Closed) = written {
+            let mut whole = open.written.clone();
+            whole.extend_from_slice(&packed);
+            written = self.volume.write_sectors(id, 0, Bytes::from(whole)).await;
+        }
+        match written {
+            Ok(_) => {
+                open.written.extend_from_slice(&packed);
+                if open.written.len() < self.page_size {
+                    self.open_log = Some(open);
+                }
+                Ok(0)
+            }
+            Err(e) => Err(format!("table log record {seq} packed into {id}: {e}")),
+        }
+    }
+
+    /// After a failed write of record `seq` to pages `first..first + n`,
+    /// which nothing acknowledged: takes them back so the next record can
+    /// go at the same place; if that fails too, the tables stop (recovery
+    /// trims the torn record). Returns why the write failed.
+    async fn abandon(&mut self, seq: u64, first: u64, n: u64, e: String) -> String {
+        let space = self.config.log_space;
+        let reason = format!("table log record {seq} at {space}/{first}: {e}");
+        if let Err(t) = trim_pages(&self.volume, space, first..first + n).await {
+            self.broken = Some(format!(
+                "{reason}; its pages could not be trimmed ({t}): the tables refuse commits \
+                 until reopened"
+            ));
+        }
+        reason
     }
 
     /// An owner's records for the next snapshot (None without an owner):
@@ -1358,6 +1543,9 @@ impl Writer {
             let _ = trim_pages(&self.volume, snapshot.space, snapshot.first..snapshot.next).await;
             return Err(e);
         }
+        // The log after the snapshot begins at a page of its own: a record
+        // packed into the open page would lie before it.
+        self.open_log = None;
         Ok(Compaction {
             snapshot,
             owned,
