@@ -1796,24 +1796,24 @@ impl Device {
             }
             Store::File { file, .. } | Store::Nand { file, .. } => Arc::clone(file),
         };
-        let mut buf = self.pool.take();
-        buf.buf_mut().set_len(l.slot_size);
-        buf.buf_mut().as_mut_slice().copy_from_slice(slot);
-        let write = move || -> io::Result<()> {
-            let b = buf.buf().as_slice();
+        let write = move |file: &File, b: &[u8]| -> io::Result<()> {
             file.write_all_at(&b[data.clone()], base + data.start as u64)?;
             file.write_all_at(&b[spare.clone()], base + spare.start as u64)
         };
         if self.direct_io {
-            // Synchronous writes to the disk: off the runtime's thread.
-            tokio::task::spawn_blocking(write)
+            // O_DIRECT wants an aligned buffer, and the writes go to the
+            // disk: a pool buffer, off the runtime's thread.
+            let mut buf = self.pool.take();
+            buf.buf_mut().set_len(l.slot_size);
+            buf.buf_mut().as_mut_slice().copy_from_slice(slot);
+            tokio::task::spawn_blocking(move || write(&file, buf.buf().as_slice()))
                 .await
                 .map_err(|e| io_err(what(), io::Error::other(e.to_string())))?
                 .map_err(map)?;
         } else {
-            // Buffered: a copy into the page cache, made here (as
-            // `write_slots` does for one page).
-            write().map_err(map)?;
+            // Buffered: copies into the page cache straight from the slot,
+            // made here (as `write_slots` does for one page).
+            write(&file, slot).map_err(map)?;
         }
         if let Store::Nand { sched, timing, .. } = &self.store {
             let t_prog = self.sample(timing.t_prog_min_ns, timing.t_prog_max_ns);
