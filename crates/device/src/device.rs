@@ -1754,6 +1754,20 @@ impl Device {
         }
     }
 
+    /// A program's failed write: the file system full is
+    /// [`DeviceError::NoSpace`] (the device file's, not the device's), the
+    /// rest an I/O error naming `what` was programmed.
+    fn program_error(&self, what: String, e: io::Error) -> DeviceError {
+        if e.raw_os_error() == Some(libc::ENOSPC) {
+            DeviceError::NoSpace {
+                path: self.backing_path.clone().unwrap_or_default(),
+                source: e,
+            }
+        } else {
+            io_err(what, e)
+        }
+    }
+
     /// Writes sectors `sectors` of the slot image `slot` of page `addr` and
     /// its spare area (which holds their codes): two writes on the file
     /// backends, the sectors' bytes and the spare area's, so the file takes
@@ -1778,17 +1792,7 @@ impl Device {
                 sectors.start, sectors.end
             )
         };
-        let path = || self.backing_path.clone().unwrap_or_default();
-        let map = |e: io::Error| {
-            if e.raw_os_error() == Some(libc::ENOSPC) {
-                DeviceError::NoSpace {
-                    path: path(),
-                    source: e,
-                }
-            } else {
-                io_err(what(), e)
-            }
-        };
+        let map = |e: io::Error| self.program_error(what(), e);
         let file = match &self.store {
             Store::Mem(slots) => {
                 *lock(&slots[index as usize]) = Some(slot.into());
@@ -1868,17 +1872,7 @@ impl Device {
                 format!("programming pages {first}+{}", pages.len())
             }
         };
-        let path = || self.backing_path.clone().unwrap_or_default();
-        let map = |e: io::Error| {
-            if e.raw_os_error() == Some(libc::ENOSPC) {
-                DeviceError::NoSpace {
-                    path: path(),
-                    source: e,
-                }
-            } else {
-                io_err(what(), e)
-            }
-        };
+        let map = |e: io::Error| self.program_error(what(), e);
         match &self.store {
             Store::Mem(slots) => {
                 for (k, slot) in buf.buf().as_slice().chunks_exact(l.slot_size).enumerate() {

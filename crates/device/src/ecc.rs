@@ -590,9 +590,9 @@ impl Ecc {
         self.parse_header(slot).ok()
     }
 
-    /// Verifies the whole slot, correcting what the code can. On success the
-    /// slot holds the corrected data and OOB.
-    pub(crate) fn decode(&self, slot: &mut [u8]) -> Result<Decoded, String> {
+    /// The header and OOB region checked and repaired, as the first step of
+    /// a whole decode: the header and the bytes corrected.
+    fn decode_header(&self, slot: &mut [u8]) -> Result<(Header, u32), String> {
         assert_eq!(slot.len(), self.layout.slot_size, "slot buffer length");
         let mut corrected = 0u32;
         if !self.meta_ok(slot) {
@@ -603,7 +603,13 @@ impl Ecc {
                 return Err("header/OOB CRC mismatch after correction".into());
             }
         }
-        let header = self.parse_header(slot)?;
+        Ok((self.parse_header(slot)?, corrected))
+    }
+
+    /// Verifies the whole slot, correcting what the code can. On success the
+    /// slot holds the corrected data and OOB.
+    pub(crate) fn decode(&self, slot: &mut [u8]) -> Result<Decoded, String> {
+        let (header, mut corrected) = self.decode_header(slot)?;
         if self.sectors_ok(slot) {
             return Ok(Decoded {
                 header,
@@ -636,17 +642,7 @@ impl Ecc {
     /// caller's to tell: a log whose records carry checksums can. The header
     /// and OOB must hold, and any other page decodes as `decode` does.
     pub(crate) fn decode_pieces(&self, slot: &mut [u8]) -> Result<(Decoded, Vec<u32>), String> {
-        assert_eq!(slot.len(), self.layout.slot_size, "slot buffer length");
-        let mut corrected = 0u32;
-        if !self.meta_ok(slot) {
-            corrected += self
-                .correct_unit(slot, Unit::Meta)
-                .map_err(|e| format!("header/OOB: {e}"))?;
-            if !self.meta_ok(slot) {
-                return Err("header/OOB CRC mismatch after correction".into());
-            }
-        }
-        let header = self.parse_header(slot)?;
+        let (header, mut corrected) = self.decode_header(slot)?;
         if !header.partial {
             return self.decode(slot).map(|d| (d, Vec::new()));
         }

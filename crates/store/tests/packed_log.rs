@@ -6,6 +6,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
@@ -35,6 +36,21 @@ async fn open_tables(volume: &Arc<SpaceManager>) -> VolumeTableStore {
     .unwrap()
 }
 
+type Model = BTreeMap<Vec<u8>, Bytes>;
+
+/// A file-backed volume of 4 KiB pages in `dir`, the tables over it, and
+/// the model of what they hold.
+async fn start(dir: &Path) -> (Arc<SpaceManager>, Weak<Device>, VolumeTableStore, Model) {
+    let (volume, device) = open_volume_with(BackendKind::File, dir, quiet(), sectored()).await;
+    let tables = open_tables(&volume).await;
+    (volume, device, tables, Model::new())
+}
+
+async fn finish(tables: VolumeTableStore, volume: Arc<SpaceManager>) {
+    drop(tables);
+    volume.close().await.unwrap();
+}
+
 async fn reopen(
     dir: &std::path::Path,
     tables: VolumeTableStore,
@@ -50,7 +66,7 @@ async fn reopen(
 }
 
 /// Commits key `i` with a value that makes a record of one sector.
-async fn commit(tables: &VolumeTableStore, model: &mut BTreeMap<Vec<u8>, Bytes>, i: u64) {
+async fn commit(tables: &VolumeTableStore, model: &mut Model, i: u64) {
     let key = format!("key-{i:04}").into_bytes();
     let value = Bytes::from(noise(i, 300));
     let mut batch = Batch::new();
@@ -59,8 +75,8 @@ async fn commit(tables: &VolumeTableStore, model: &mut BTreeMap<Vec<u8>, Bytes>,
     model.insert(key, value);
 }
 
-async fn assert_holds(tables: &VolumeTableStore, model: &BTreeMap<Vec<u8>, Bytes>) {
-    let got: BTreeMap<Vec<u8>, Bytes> = tables
+async fn assert_holds(tables: &VolumeTableStore, model: &Model) {
+    let got: Model = tables
         .scan(Table::Chunks, b"", None, usize::MAX)
         .await
         .unwrap()
@@ -72,10 +88,7 @@ async fn assert_holds(tables: &VolumeTableStore, model: &BTreeMap<Vec<u8>, Bytes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_commits_share_log_pages_and_come_back_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let (volume, device) =
-        open_volume_with(BackendKind::File, dir.path(), quiet(), sectored()).await;
-    let tables = open_tables(&volume).await;
-    let mut model = BTreeMap::new();
+    let (volume, device, tables, mut model) = start(dir.path()).await;
     for i in 0..10 {
         commit(&tables, &mut model, i).await;
     }
@@ -98,17 +111,13 @@ async fn small_commits_share_log_pages_and_come_back_after_a_crash() {
     let (volume, _, tables) = reopen(dir.path(), tables, volume, device).await;
     assert_holds(&tables, &model).await;
     assert_eq!(tables.stats().last_seq, 15);
-    drop(tables);
-    volume.close().await.unwrap();
+    finish(tables, volume).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_page_that_takes_no_more_sectors_in_place_is_written_again_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let (volume, device) =
-        open_volume_with(BackendKind::File, dir.path(), quiet(), sectored()).await;
-    let tables = open_tables(&volume).await;
-    let mut model = BTreeMap::new();
+    let (volume, device, tables, mut model) = start(dir.path()).await;
     commit(&tables, &mut model, 0).await;
     // Every chip's open block takes two more pages: the log page's block
     // has its next page programmed, so the device takes no more sectors of
@@ -125,8 +134,7 @@ async fn a_log_page_that_takes_no_more_sectors_in_place_is_written_again_whole()
     let (volume, _, tables) = reopen(dir.path(), tables, volume, device).await;
     assert_holds(&tables, &model).await;
     assert_eq!(tables.stats().last_seq, 3);
-    drop(tables);
-    volume.close().await.unwrap();
+    finish(tables, volume).await;
 }
 
 /// The bytes of the device file behind log page `index`.
@@ -147,10 +155,7 @@ fn log_page_offset(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_cut_short_ends_its_page_and_the_log_goes_on_after_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (volume, device) =
-        open_volume_with(BackendKind::File, dir.path(), quiet(), sectored()).await;
-    let tables = open_tables(&volume).await;
-    let mut model = BTreeMap::new();
+    let (volume, device, tables, mut model) = start(dir.path()).await;
     commit(&tables, &mut model, 0).await;
     commit(&tables, &mut model, 1).await;
     let first = *volume.pages_in(LOG_SPACE).first().unwrap();
@@ -200,10 +205,7 @@ async fn a_record_cut_short_ends_its_page_and_the_log_goes_on_after_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_after_a_compaction_begin_a_page_of_the_new_log() {
     let dir = tempfile::tempdir().unwrap();
-    let (volume, device) =
-        open_volume_with(BackendKind::File, dir.path(), quiet(), sectored()).await;
-    let tables = open_tables(&volume).await;
-    let mut model = BTreeMap::new();
+    let (volume, device, tables, mut model) = start(dir.path()).await;
     commit(&tables, &mut model, 0).await;
     tables.compact().await.unwrap();
     // The page holding record 1 has room, but the log after the snapshot
@@ -214,6 +216,5 @@ async fn records_after_a_compaction_begin_a_page_of_the_new_log() {
     assert_holds(&tables, &model).await;
     let st = tables.stats();
     assert_eq!((st.records_replayed_at_open, st.last_seq), (2, 3), "{st:?}");
-    drop(tables);
-    volume.close().await.unwrap();
+    finish(tables, volume).await;
 }

@@ -1129,43 +1129,8 @@ impl SpaceManager {
             .acquire()
             .await
             .map_err(|_| VolumeError::Closed)?;
-        let mut last = None;
-        for _ in 0..MAX_READ_ATTEMPTS {
-            let Some((seq, phys)) = self.inner.lock().current(&id) else {
-                return Ok(None);
-            };
-            let addr = page_addr(&self.inner.geometry, phys);
-            let why = match self.inner.device.read_page_pieces(addr).await {
-                Err(DeviceError::Closed) => return Err(VolumeError::Closed),
-                Err(e) => e.to_string(),
-                Ok((r, _)) if r.erased => "the page reads as erased".to_string(),
-                Ok((r, damaged)) => match OobRecord::decode_checked(&r.oob, &r.data) {
-                    Ok(rec) if rec.page == id && rec.seq == seq => {
-                        return Ok(Some((r.data, damaged)))
-                    }
-                    Ok(rec) => format!(
-                        "the page holds {} version {}, not version {seq}",
-                        rec.page, rec.seq
-                    ),
-                    Err(e) => e.to_string(),
-                },
-            };
-            if self.inner.lock().current(&id) == Some((seq, phys)) {
-                // The map still points here: the page itself is wrong.
-                return Err(VolumeError::Corrupt {
-                    page: id,
-                    addr,
-                    reason: why,
-                });
-            }
-            last = Some((addr, why));
-        }
-        let (addr, why) = last.expect("at least one attempt");
-        Err(VolumeError::Corrupt {
-            page: id,
-            addr,
-            reason: format!("moved {MAX_READ_ATTEMPTS} times while being read; last: {why}"),
-        })
+        let read = self.inner.read_permitted_as(id, true).await?;
+        Ok(read.map(|(page, damaged)| (page.data, damaged)))
     }
 
     /// Reads one logical page: `None` if it was never written or was trimmed.
@@ -2273,19 +2238,36 @@ impl Inner {
 
     /// [`read`](Self::read) with the caller holding a read permit.
     async fn read_permitted(&self, id: LogicalPage) -> Result<Option<TaggedPage>, VolumeError> {
+        let read = self.read_permitted_as(id, false).await?;
+        Ok(read.map(|(page, _)| page))
+    }
+
+    /// [`read_permitted`](Self::read_permitted); with `pieces`, a page
+    /// written in pieces whose sectors do not all hold comes back with
+    /// their numbers ([`SpaceManager::read_pieces`]).
+    async fn read_permitted_as(
+        &self,
+        id: LogicalPage,
+        pieces: bool,
+    ) -> Result<Option<(TaggedPage, Vec<u32>)>, VolumeError> {
         let mut last: Option<(PageAddr, String)> = None;
         for _ in 0..MAX_READ_ATTEMPTS {
             let Some((seq, phys)) = self.lock().current(&id) else {
                 return Ok(None);
             };
             let addr = page_addr(&self.geometry, phys);
-            let why = match read_page(&self.device, addr).await {
+            let read = if pieces {
+                self.device.read_page_pieces(addr).await
+            } else {
+                read_page(&self.device, addr).await.map(|r| (r, Vec::new()))
+            };
+            let why = match read {
                 Err(DeviceError::Closed) => return Err(VolumeError::Closed),
                 Err(e) => e.to_string(),
-                Ok(r) if r.erased => "the page reads as erased".to_string(),
-                Ok(r) => match OobRecord::decode_checked(&r.oob, &r.data) {
+                Ok((r, _)) if r.erased => "the page reads as erased".to_string(),
+                Ok((r, damaged)) => match OobRecord::decode_checked(&r.oob, &r.data) {
                     Ok(rec) if rec.page == id && rec.seq == seq => {
-                        return Ok(Some(TaggedPage::of(&rec, r)))
+                        return Ok(Some((TaggedPage::of(&rec, r), damaged)))
                     }
                     Ok(rec) => format!(
                         "the page holds {} version {}, not version {seq}",
