@@ -214,6 +214,23 @@ struct BlockState {
     reads: u32,
 }
 
+impl BlockState {
+    /// Whether the block (`block`) takes a program now: not bad, and no
+    /// erase in flight.
+    fn programmable(&self, block: BlockAddr) -> Result<(), DeviceError> {
+        if self.bad {
+            return Err(DeviceError::BadBlock { block });
+        }
+        if self.erasing {
+            return Err(DeviceError::BlockBusy {
+                block,
+                reason: "an erase is in flight".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A page programmed in pieces that takes more sectors: the block's last
 /// page, until the block's next page is programmed, the block is erased or
 /// the device reopens.
@@ -1487,15 +1504,7 @@ impl Device {
         let bi = self.geometry.block_index(block) as usize;
         let erase_count = {
             let mut b = lock(&self.blocks[bi]);
-            if b.bad {
-                return Err(DeviceError::BadBlock { block });
-            }
-            if b.erasing {
-                return Err(DeviceError::BlockBusy {
-                    block,
-                    reason: "an erase is in flight".into(),
-                });
-            }
+            b.programmable(block)?;
             if first.page < b.wp {
                 return Err(DeviceError::AlreadyProgrammed { addr: first });
             }
@@ -1651,15 +1660,7 @@ impl Device {
     ) -> Result<(u32, Box<[u8]>), DeviceError> {
         let block = addr.block_addr();
         let mut b = lock(&self.blocks[bi]);
-        if b.bad {
-            return Err(DeviceError::BadBlock { block });
-        }
-        if b.erasing {
-            return Err(DeviceError::BlockBusy {
-                block,
-                reason: "an erase is in flight".into(),
-            });
-        }
+        b.programmable(block)?;
         let erase_count = b.erase_count;
         if first_sector == 0 {
             if addr.page < b.wp {
