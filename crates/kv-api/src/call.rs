@@ -162,6 +162,10 @@ fn mode_of(r: &ByteReader<'_>, code: u8, cas: u64) -> Result<StoreMode> {
     })
 }
 
+/// Bytes of the smallest encoded operation ([`put_op`]): a touch of a
+/// 1-byte key.
+const MIN_OP_BYTES: usize = 1 + 1 + 1 + 8;
+
 fn put_op(w: &mut ByteWriter, op: &KvOp) {
     match op {
         KvOp::Get { key, touch } => {
@@ -331,8 +335,9 @@ impl KvCall {
         let secret = r.slice_of(body, secret_len)?;
         let request = match kind {
             1 => {
-                // The smallest operation takes 12 bytes.
-                let n = r.count(12)?;
+                // The smallest operation takes 11 bytes: a touch of a
+                // 1-byte key (code, key length, key, expiry).
+                let n = r.count(MIN_OP_BYTES)?;
                 if n > MAX_OPS_PER_CALL {
                     return Err(KvError::TooLarge(format!(
                         "a batch of {n} operations; the limit is {MAX_OPS_PER_CALL}"
@@ -611,6 +616,29 @@ mod tests {
                 message
             }),
         ]
+    }
+
+    /// The smallest operations, alone and many: a call of touches of
+    /// 1-byte keys was refused as "cannot fit" when the decoder took 12
+    /// bytes for the smallest operation.
+    #[test]
+    fn calls_of_the_smallest_operations_round_trip() {
+        let touch = |k: u8| KvOp::Touch {
+            key: Bytes::from(vec![k]),
+            expiry: Expiry::Never,
+        };
+        for n in [1u8, 2, 200] {
+            let call = KvCall {
+                tenant: TenantName::new("t").unwrap(),
+                secret: Bytes::new(),
+                request: KvRequest::Ops((0..n).map(touch).collect()),
+            };
+            let bytes = call.encode();
+            assert_eq!(KvCall::decode(&bytes).unwrap(), call, "{n} touches");
+        }
+        let mut smallest = ByteWriter(Vec::new());
+        put_op(&mut smallest, &touch(0));
+        assert_eq!(smallest.0.len(), MIN_OP_BYTES);
     }
 
     proptest! {
