@@ -311,18 +311,7 @@ impl Ecc {
         assert_eq!(data.len(), l.page_size, "page data length");
         assert!(oob.len() <= l.oob_size, "oob length");
         slot[..l.page_size].copy_from_slice(data);
-        let h = &mut slot[l.header_offset..l.oob_offset];
-        h[0..4].copy_from_slice(&MAGIC);
-        h[4] = VERSION;
-        h[5] = FLAG_PROGRAMMED | if header.partial { FLAG_PARTIAL } else { 0 };
-        h[6..8].copy_from_slice(&[0, 0]);
-        h[8..12].copy_from_slice(&header.erase_count.to_le_bytes());
-        h[12..16].copy_from_slice(&[0; 4]);
-        h[16..24].copy_from_slice(&header.page_index.to_le_bytes());
-        slot[l.oob_offset..l.oob_offset + oob.len()].copy_from_slice(oob);
-        slot[l.oob_offset + oob.len()..l.meta_crc_offset].fill(0xFF);
-        let meta_crc = crc32c::crc32c(&slot[l.header_offset..l.meta_crc_offset]);
-        slot[l.meta_crc_offset..l.meta_crc_offset + 4].copy_from_slice(&meta_crc.to_le_bytes());
+        self.encode_meta(slot, oob, header);
         for k in 0..l.sectors {
             let crc = crc32c_fast(&slot[k * l.sector_size..(k + 1) * l.sector_size]);
             let at = l.sector_crc_offset + 4 * k;
@@ -338,6 +327,24 @@ impl Ecc {
             slot[l.meta_parity_offset..l.used_bytes].fill(0);
         }
         slot[l.used_bytes..].fill(0);
+    }
+
+    /// Writes the header (flagged partial as `header` says), `oob` padded
+    /// with 0xFF, and their CRC into `slot`.
+    fn encode_meta(&self, slot: &mut [u8], oob: &[u8], header: Header) {
+        let l = &self.layout;
+        let h = &mut slot[l.header_offset..l.oob_offset];
+        h[0..4].copy_from_slice(&MAGIC);
+        h[4] = VERSION;
+        h[5] = FLAG_PROGRAMMED | if header.partial { FLAG_PARTIAL } else { 0 };
+        h[6..8].copy_from_slice(&[0, 0]);
+        h[8..12].copy_from_slice(&header.erase_count.to_le_bytes());
+        h[12..16].copy_from_slice(&[0; 4]);
+        h[16..24].copy_from_slice(&header.page_index.to_le_bytes());
+        slot[l.oob_offset..l.oob_offset + oob.len()].copy_from_slice(oob);
+        slot[l.oob_offset + oob.len()..l.meta_crc_offset].fill(0xFF);
+        let meta_crc = crc32c::crc32c(&slot[l.header_offset..l.meta_crc_offset]);
+        slot[l.meta_crc_offset..l.meta_crc_offset + 4].copy_from_slice(&meta_crc.to_le_bytes());
     }
 
     /// Programs sectors `first..first + data.len() / sector_size` of the
@@ -367,16 +374,7 @@ impl Ecc {
             assert!(oob.len() <= l.oob_size, "oob length");
             assert!(header.partial, "a page programmed in pieces says so");
             slot.fill(0);
-            let h = &mut slot[l.header_offset..l.oob_offset];
-            h[0..4].copy_from_slice(&MAGIC);
-            h[4] = VERSION;
-            h[5] = FLAG_PROGRAMMED | FLAG_PARTIAL;
-            h[8..12].copy_from_slice(&header.erase_count.to_le_bytes());
-            h[16..24].copy_from_slice(&header.page_index.to_le_bytes());
-            slot[l.oob_offset..l.oob_offset + oob.len()].copy_from_slice(oob);
-            slot[l.oob_offset + oob.len()..l.meta_crc_offset].fill(0xFF);
-            let meta_crc = crc32c::crc32c(&slot[l.header_offset..l.meta_crc_offset]);
-            slot[l.meta_crc_offset..l.meta_crc_offset + 4].copy_from_slice(&meta_crc.to_le_bytes());
+            self.encode_meta(slot, oob, header);
             if self.correcting {
                 self.encode_unit(slot, Unit::Meta);
             }

@@ -168,7 +168,9 @@ enum Alloc {
 }
 
 /// Most pages written in pieces that take more sectors at once: a page
-/// past it is written, but takes no more (its writer starts it anew).
+/// past it is written, but takes no more (its writer starts it anew). An
+/// open page is the last page taken in its block, so there are at most as
+/// many as open blocks; the bound is a guard.
 pub const MAX_OPEN_PIECES: usize = 256;
 
 /// Longest garbage collection waits for a write of sectors to a page it is
@@ -260,27 +262,30 @@ pub struct SpaceManager {
 
 /// Reads a page, again when the ECC could not correct it.
 async fn read_page(device: &Device, addr: PageAddr) -> Result<PageRead, DeviceError> {
+    read_page_as(device, addr, false).await.map(|(r, _)| r)
+}
+
+/// [`Device::read_page`], tried again while uncorrectable (the `nand`
+/// backend's bit errors differ between reads); with `pieces`,
+/// [`Device::read_page_pieces`], which reads a page written in pieces as far
+/// as it holds and names the sectors that fail.
+async fn read_page_as(
+    device: &Device,
+    addr: PageAddr,
+    pieces: bool,
+) -> Result<(PageRead, Vec<u32>), DeviceError> {
     let mut attempt = 1;
     loop {
-        match device.read_page(addr).await {
+        let read = if pieces {
+            device.read_page_pieces(addr).await
+        } else {
+            device.read_page(addr).await.map(|r| (r, Vec::new()))
+        };
+        match read {
             Err(DeviceError::Uncorrectable { .. }) if attempt < UNCORRECTABLE_RETRIES => {
                 attempt += 1;
             }
             other => return other,
-        }
-    }
-}
-
-/// [`read_page`] that reads a page written in pieces as far as it holds
-/// (`Device::read_page_pieces`).
-async fn read_page_pieces(device: &Device, addr: PageAddr) -> Result<PageRead, DeviceError> {
-    let mut attempt = 1;
-    loop {
-        match device.read_page_pieces(addr).await {
-            Err(DeviceError::Uncorrectable { .. }) if attempt < UNCORRECTABLE_RETRIES => {
-                attempt += 1;
-            }
-            other => return other.map(|(r, _)| r),
         }
     }
 }
@@ -443,6 +448,12 @@ impl State {
         let page = info.written;
         info.written += pages;
         info.last_write = clock;
+        if page > 0 {
+            // The device takes no more sectors of a page once a later page
+            // of its block is programmed: nor does the map of open pages.
+            let before = self.blocks.phys(block, page - 1);
+            self.pieces.remove(&before);
+        }
         self.blocks.phys(block, page)
     }
 
@@ -2256,12 +2267,7 @@ impl Inner {
                 return Ok(None);
             };
             let addr = page_addr(&self.geometry, phys);
-            let read = if pieces {
-                self.device.read_page_pieces(addr).await
-            } else {
-                read_page(&self.device, addr).await.map(|r| (r, Vec::new()))
-            };
-            let why = match read {
+            let why = match read_page_as(&self.device, addr, pieces).await {
                 Err(DeviceError::Closed) => return Err(VolumeError::Closed),
                 Err(e) => e.to_string(),
                 Ok((r, _)) if r.erased => "the page reads as erased".to_string(),
@@ -2442,7 +2448,7 @@ async fn scan_records(
         // A page written in pieces whose last program was cut short still
         // holds what came before: it is mapped, and its reader is told which
         // sectors fail (`read_pieces`).
-        match read_page_pieces(device, addr).await {
+        match read_page_as(device, addr, true).await.map(|(r, _)| r) {
             Ok(r) if r.erased => Ok(None),
             Ok(r) => Ok(OobRecord::decode_checked(&r.oob, &r.data)
                 .ok()

@@ -173,3 +173,41 @@ async fn a_program_cut_short_keeps_what_came_before() {
     assert!(page[2 * s..].iter().all(|&b| b == 0xFF));
     m.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn pages_left_behind_leave_room_for_the_next_ones_to_grow() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = open(BackendKind::Mem, sectored(), dir.path(), quiet()).await;
+    let s = m.sector_size_bytes();
+    let size = m.page_size();
+    // More pages written in pieces than the volume keeps open at once: those
+    // left behind close as their blocks move on, so the last still grow.
+    let pages = quarry_volume::MAX_OPEN_PIECES as u64 + 44;
+    for i in 0..pages {
+        let id = LogicalPage::new(6, i);
+        let first = content(id, 1, size).slice(..s);
+        assert_eq!(
+            m.write_sectors(id, 0, first).await.unwrap(),
+            SectorsWritten::Written
+        );
+    }
+    let last = LogicalPage::new(6, pages - 1);
+    let want = content(last, 1, size);
+    assert_eq!(
+        m.write_sectors(last, 1, want.slice(s..2 * s))
+            .await
+            .unwrap(),
+        SectorsWritten::Written
+    );
+    assert_page(&m, last, &want, 2).await;
+    // The first page's block has moved on: it takes no more.
+    let first = LogicalPage::new(6, 0);
+    assert_eq!(
+        m.write_sectors(first, 1, content(first, 1, size).slice(s..2 * s))
+            .await
+            .unwrap(),
+        SectorsWritten::Closed
+    );
+    m.verify().unwrap();
+    m.close().await.unwrap();
+}
