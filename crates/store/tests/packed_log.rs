@@ -137,6 +137,42 @@ async fn a_log_page_that_takes_no_more_sectors_in_place_is_written_again_whole()
     finish(tables, volume).await;
 }
 
+// The page written again is a new version holding the old one's records;
+// until it is durable the old version is what holds them. A power loss in
+// the middle of it may keep the new version's spare area and lose its
+// sectors: the records acknowledged before must still be there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_page_written_again_and_lost_leaves_the_records_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (volume, device, tables, mut model) = start(dir.path()).await;
+    commit(&tables, &mut model, 0).await;
+    commit(&tables, &mut model, 1).await;
+    for i in 0..8u64 {
+        volume
+            .write(LogicalPage::new(9, i), Bytes::from(noise(i, 4096)))
+            .await
+            .unwrap();
+    }
+    commit(&tables, &mut model, 2).await;
+    assert_eq!(tables.stats().log_pages, 1, "{:?}", tables.stats());
+    let (offset, path) = log_page_offset(&volume, &device, 0);
+    drop(tables);
+    drop(volume);
+    wait_released(device).await;
+    // As the power loss leaves it: the new version's sectors did not
+    // arrive, its spare area did (the old version is untouched).
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&[0xFF; 3 * 1024], offset).unwrap();
+    drop(file);
+    model.remove(b"key-0002".as_slice());
+
+    let (volume, _) = open_volume_with(BackendKind::File, dir.path(), quiet(), sectored()).await;
+    let tables = open_tables(&volume).await;
+    assert_holds(&tables, &model).await;
+    assert_eq!(tables.stats().last_seq, 2);
+    finish(tables, volume).await;
+}
+
 /// The bytes of the device file behind log page `index`.
 fn log_page_offset(
     volume: &SpaceManager,

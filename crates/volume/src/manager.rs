@@ -38,7 +38,7 @@ use tokio::task::JoinHandle;
 
 use crate::blocks::{page_addr, BlockState, Blocks, Phys, Wear};
 use crate::meta::{self, Checkpoint, CkptBlock, CkptEntry, TrimLog, TrimRecord};
-use crate::oob::{OobError, OobRecord, OOB_RECORD_BYTES};
+use crate::oob::{OobError, OobRecord, OOB_RECORD_BYTES, PIECES_RECORD_BYTES};
 use crate::recovery::{self, Candidate, DeviceBlock, Entry};
 use crate::{FaultPlan, LogicalPage, VictimPolicy, VolumeConfig, VolumeError};
 
@@ -800,10 +800,13 @@ fn lock_dir(dir: &Path) -> Result<File, VolumeError> {
 /// The checks a geometry must pass; returns (chips, reserve, high watermark).
 fn plan(geometry: &Geometry, config: &VolumeConfig) -> Result<(usize, u64, u64), VolumeError> {
     config.validate()?;
-    if (geometry.oob_size_bytes as usize) < OOB_RECORD_BYTES {
+    // A page written whole needs its record; one written in pieces, a
+    // little more. Every page may be written in pieces (the tables' log
+    // is), so a volume asks for the larger.
+    if (geometry.oob_size_bytes as usize) < PIECES_RECORD_BYTES {
         return Err(VolumeError::OobTooSmall {
             have: geometry.oob_size_bytes,
-            need: OOB_RECORD_BYTES as u32,
+            need: PIECES_RECORD_BYTES as u32,
         });
     }
     if geometry.pages() >= u64::from(u32::MAX) {
@@ -1082,7 +1085,7 @@ impl SpaceManager {
             let oob = Bytes::from(OobRecord::spare_area_pieces(
                 id,
                 seq,
-                &[],
+                &data,
                 self.inner.geometry.oob_size_bytes as usize,
             ));
             return RunToEnd::new(async move {
@@ -2271,7 +2274,14 @@ impl Inner {
                 Err(DeviceError::Closed) => return Err(VolumeError::Closed),
                 Err(e) => e.to_string(),
                 Ok((r, _)) if r.erased => "the page reads as erased".to_string(),
-                Ok((r, damaged)) => match OobRecord::decode_checked(&r.oob, &r.data) {
+                Ok((r, damaged)) => match if damaged.is_empty() {
+                    OobRecord::decode_checked(&r.oob, &r.data)
+                } else {
+                    // The device names the sectors that fail, and the
+                    // caller is told them; the checksum over the first
+                    // program would only fail again for the same damage.
+                    OobRecord::decode(&r.oob)
+                } {
                     Ok(rec) if rec.page == id && rec.seq == seq => {
                         return Ok(Some((TaggedPage::of(&rec, r), damaged)))
                     }
@@ -2583,7 +2593,8 @@ pub struct TaggedPage {
     /// The spare-area bytes after the record, as
     /// [`SpaceManager::write_run_tagged`] was given them and padded with
     /// 0xFF to [`SpaceManager::tag_capacity_bytes`]; all 0xFF for a page
-    /// written without a tag, empty for one written before tags existed.
+    /// written without a tag, empty for one written before tags existed
+    /// or written in pieces.
     pub tag: Bytes,
 }
 

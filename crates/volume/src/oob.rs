@@ -6,12 +6,20 @@
 //! |---|---|---|
 //! | 0 | 2 | magic `QV` |
 //! | 2 | 1 | format version (2; 1 is still read) |
-//! | 3 | 1 | kind (1 = data page; 2 = data page written in pieces, version 2 only: the checksum leaves the data out) |
+//! | 3 | 1 | kind (1 = data page; 2 = data page written in pieces, version 2 only) |
 //! | 4 | 4 | owner space |
 //! | 8 | 8 | logical index in the space |
 //! | 16 | 8 | sequence number of the write |
 //! | 24 | 4 | CRC-32C of the page data, bytes 0..24, and (version 2) bytes 28.. |
 //! | 28 | the rest | version 2: the writer's tag, padded with 0xFF |
+//!
+//! A page written in pieces (kind 2) has no tag: bytes 28..32 hold how many
+//! bytes its first program wrote, and the checksum covers those bytes of
+//! data rather than the page's. The sectors added later are checked by the
+//! device's sector codes alone, and may be cut short by a crash; the first
+//! program's may not: a new version of a page written from sector 0 repeats
+//! what the old one held, so recovery must not take it over the old one
+//! unless all of that arrived (`docs/volume.md`, "Pages written in pieces").
 //!
 //! The tag lets a layer above keep a few bytes about a page beside it
 //! rather than in its data (the chunk store keeps a chunk's header there, so
@@ -58,10 +66,16 @@ const VERSION_UNTAGGED: u8 = 1;
 const VERSION_TAGGED: u8 = 2;
 const KIND_DATA: u8 = 1;
 /// A data page programmed in pieces (a sector range at a time): the
-/// checksum covers the record and tag only, since sectors come after it is
-/// written; the device's sector codes check the data.
+/// checksum covers the record and the data of the first program only, since
+/// sectors come after it is written; the device's sector codes check those.
 const KIND_PIECES: u8 = 2;
 const CRC_AT: usize = 24;
+/// Where a page written in pieces keeps its first program's length.
+const FIRST_BYTES_AT: usize = OOB_RECORD_BYTES;
+/// The spare area a page written in pieces needs: the record and the
+/// length of its first program. The volume asks at least this of a
+/// geometry.
+pub const PIECES_RECORD_BYTES: usize = FIRST_BYTES_AT + 4;
 
 /// What a programmed page says about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +85,12 @@ pub(crate) struct OobRecord {
     pub crc: u32,
     /// Version 2: bytes 28.. of the spare area are the writer's tag.
     pub tagged: bool,
-    /// Programmed in pieces: the checksum does not cover the data.
+    /// Programmed in pieces: the checksum covers only the data of the
+    /// first program, `first_bytes` long.
     pub pieces: bool,
+    /// How many bytes the first program of a page written in pieces wrote
+    /// (0 for a page written whole).
+    pub first_bytes: u32,
 }
 
 /// Why a spare area is not a valid record.
@@ -146,17 +164,19 @@ impl OobRecord {
     }
 
     /// [`spare_area`](Self::spare_area) of a page programmed in pieces
-    /// (`SpaceManager::write_sectors`): the checksum covers the record and
-    /// the tag, not the data, which grows after the record is written.
+    /// (`SpaceManager::write_sectors`) whose first program writes `first`:
+    /// the checksum covers the record and `first`, not the sectors added
+    /// after the record is written.
     pub fn spare_area_pieces(
         page: LogicalPage,
         seq: u64,
-        tag: &[u8],
+        first: &[u8],
         spare_bytes: usize,
     ) -> Vec<u8> {
-        let mut b = Self::spare_area(page, seq, &[], tag, spare_bytes);
+        let first_bytes = u32::try_from(first.len()).expect("a page's bytes fit a u32");
+        let mut b = Self::spare_area(page, seq, &[], &first_bytes.to_le_bytes(), spare_bytes);
         b[3] = KIND_PIECES;
-        let crc = checksum(&[], &b, true);
+        let crc = checksum(first, &b, true);
         b[CRC_AT..OOB_RECORD_BYTES].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -173,7 +193,7 @@ impl OobRecord {
         };
         let pieces = match oob[3] {
             KIND_DATA => false,
-            KIND_PIECES if tagged => true,
+            KIND_PIECES if tagged && oob.len() >= PIECES_RECORD_BYTES => true,
             _ => return Err(OobError::Unknown),
         };
         let u32_at = |at: usize| u32::from_le_bytes(oob[at..at + 4].try_into().expect("4 bytes"));
@@ -187,13 +207,20 @@ impl OobRecord {
             crc: u32_at(CRC_AT),
             tagged,
             pieces,
+            first_bytes: if pieces { u32_at(FIRST_BYTES_AT) } else { 0 },
         })
     }
 
     /// Parses a spare area and checks the checksum over `data` and the record.
     pub fn decode_checked(oob: &[u8], data: &[u8]) -> Result<OobRecord, OobError> {
         let rec = OobRecord::decode(oob)?;
-        let data = if rec.pieces { &[][..] } else { data };
+        let data = if rec.pieces {
+            // A length beyond the page is a record that cannot be right.
+            data.get(..rec.first_bytes as usize)
+                .ok_or(OobError::Checksum)?
+        } else {
+            data
+        };
         if checksum(data, oob, rec.tagged) != rec.crc {
             return Err(OobError::Checksum);
         }
@@ -201,9 +228,12 @@ impl OobRecord {
     }
 
     /// The tag in `oob`, the spare area this record was decoded from: what
-    /// follows the record, padding included (empty for version 1).
+    /// follows the record, padding included (empty for version 1 and for a
+    /// page written in pieces).
     pub fn tag_in(&self, oob: &bytes::Bytes) -> bytes::Bytes {
-        if self.tagged {
+        if self.pieces {
+            bytes::Bytes::new()
+        } else if self.tagged {
             oob.slice(OOB_RECORD_BYTES.min(oob.len())..)
         } else {
             bytes::Bytes::new()
@@ -274,24 +304,49 @@ mod tests {
     }
 
     #[test]
-    fn a_record_of_a_page_in_pieces_checks_itself_not_the_data() {
+    fn a_record_of_a_page_in_pieces_checks_its_first_program_not_the_rest() {
         let page = LogicalPage::new(3, 9);
-        let mut oob = OobRecord::spare_area_pieces(page, 12, b"t", 64);
-        for data in [&[0u8; 512][..], &[7u8; 512][..]] {
-            let rec = OobRecord::decode_checked(&oob, data).unwrap();
-            assert_eq!((rec.page, rec.seq, rec.pieces), (page, 12, true));
+        let first = [7u8; 1024];
+        let mut oob = OobRecord::spare_area_pieces(page, 12, &first, 64);
+        // Sectors added after the first program may be anything, even torn.
+        for rest in [0x00, 0xFF, 0x5A] {
+            let mut data = vec![rest; 4096];
+            data[..1024].copy_from_slice(&first);
+            let rec = OobRecord::decode_checked(&oob, &data).unwrap();
+            assert_eq!(
+                (rec.page, rec.seq, rec.pieces, rec.first_bytes),
+                (page, 12, true, 1024)
+            );
+            assert!(rec.tag_in(&Bytes::from(oob.clone())).is_empty());
         }
+        // The first program's bytes are checked: one that did not arrive
+        // (erased, or stale) fails, as does a page too short for them.
+        let mut lost = vec![0xFF; 4096];
+        lost[..1023].copy_from_slice(&first[..1023]);
+        assert_eq!(
+            OobRecord::decode_checked(&oob, &lost),
+            Err(OobError::Checksum)
+        );
+        assert_eq!(
+            OobRecord::decode_checked(&oob, &first[..512]),
+            Err(OobError::Checksum)
+        );
         let whole = OobRecord::spare_area(page, 12, &[7u8; 512], b"t", 64);
         assert!(!OobRecord::decode(&whole).unwrap().pieces);
-        for at in [5, 17, 28] {
+        for at in [5, 17, 28, 31] {
             oob[at] ^= 1;
             assert_eq!(
-                OobRecord::decode_checked(&oob, &[0u8; 512]),
+                OobRecord::decode_checked(&oob, &first),
                 Err(OobError::Checksum),
                 "byte {at}"
             );
             oob[at] ^= 1;
         }
+        // A spare area too short for the length is not such a record.
+        assert_eq!(
+            OobRecord::decode(&oob[..PIECES_RECORD_BYTES - 1]),
+            Err(OobError::Unknown)
+        );
     }
 
     #[test]

@@ -144,9 +144,9 @@ async fn a_geometry_with_too_small_an_oob_is_refused() {
     let err = refused(BackendKind::Mem, g, dir.path()).await;
     assert!(matches!(
         err,
-        VolumeError::OobTooSmall { have: 16, need: 28 }
+        VolumeError::OobTooSmall { have: 16, need: 32 }
     ));
-    assert!(err.to_string().contains("oob_size_bytes >= 28"), "{err}");
+    assert!(err.to_string().contains("oob_size_bytes >= 32"), "{err}");
     // Too few blocks for the reserve and the open blocks.
     let g = Geometry {
         blocks_per_chip: 1,
