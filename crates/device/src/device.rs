@@ -1783,10 +1783,19 @@ impl Device {
         let l = self.ecc.layout();
         let index = self.geometry.page_index(addr);
         let base = l.slot_offset(index);
-        let data = sectors.start * l.sector_size..sectors.end * l.sector_size;
-        // From the page's end to the slot's, so that O_DIRECT's alignment
-        // holds: both are multiples of 512.
-        let spare = l.page_size..l.slot_size;
+        // One write from the first sector to the slot's end: the sectors,
+        // those after them (not programmed yet: zeros, as the erase left
+        // the file), and the spare area. Two writes (the sectors, then the
+        // spare area) cost a second syscall, which is most of a small
+        // program's time; the bytes between are at most a page. Both
+        // ends are multiples of 512, so O_DIRECT's alignment holds.
+        debug_assert!(
+            slot[sectors.end * l.sector_size..l.page_size]
+                .iter()
+                .all(|&b| b == 0),
+            "sectors not programmed yet are as the erase left them"
+        );
+        let range = sectors.start * l.sector_size..l.slot_size;
         let what = || {
             format!(
                 "programming sectors {}..{} of page {addr}",
@@ -1802,8 +1811,7 @@ impl Device {
             Store::File { file, .. } | Store::Nand { file, .. } => Arc::clone(file),
         };
         let write = move |file: &File, b: &[u8]| -> io::Result<()> {
-            file.write_all_at(&b[data.clone()], base + data.start as u64)?;
-            file.write_all_at(&b[spare.clone()], base + spare.start as u64)
+            file.write_all_at(&b[range.clone()], base + range.start as u64)
         };
         if self.direct_io {
             // O_DIRECT wants an aligned buffer, and the writes go to the
