@@ -56,7 +56,7 @@ fn parse(line: &str) -> Option<(bool, String, String, State)> {
 #[test]
 fn kill_9_while_putting_and_deleting_objects_10_times() {
     let dir = tempfile::tempdir().unwrap();
-    kill_rounds(dir.path(), None, KILL_ROUNDS);
+    kill_rounds(dir.path(), None, KILL_ROUNDS, "1k");
 }
 
 #[test]
@@ -65,15 +65,36 @@ fn power_loss_while_putting_and_deleting_objects_20_times() {
         return;
     }
     let fs = CrashFs::mount_temporary().expect("mount crashfs");
-    kill_rounds(fs.mountpoint(), Some(&fs), POWER_LOSS_ROUNDS);
+    kill_rounds(fs.mountpoint(), Some(&fs), POWER_LOSS_ROUNDS, "1k");
+    fs.unmount().expect("unmount crashfs");
+}
+
+/// The power-loss test on pages of four sectors: the tables' log packs
+/// records into the sectors of a page and writes a page again from sector
+/// 0, with the records it held, when the page takes no more in place (on 1
+/// KiB pages, one sector each, it never does either). It does not find
+/// every fault of that path: the one recovery once had (a new version whose
+/// spare area survived and whose sectors did not, taken over the old one)
+/// needs the power to go in the moment between such a write and its sync,
+/// which these rounds seldom hit; `crates/volume/tests/pieces.rs` and
+/// `packed_log.rs` make that case on purpose.
+#[test]
+fn power_loss_while_putting_and_deleting_objects_on_pages_of_four_sectors_20_times() {
+    if !quarry_testkit::require_fuse() {
+        return;
+    }
+    let fs = CrashFs::mount_temporary().expect("mount crashfs");
+    kill_rounds(fs.mountpoint(), Some(&fs), POWER_LOSS_ROUNDS, "4k");
     fs.unmount().expect("unmount crashfs");
 }
 
 /// Runs the writer and kills it `rounds` times in `dir`; with `power`, each
 /// kill is followed by a power loss (all unsynced state lost in even rounds,
-/// a seeded half kept in odd ones) and the writer uses O_DIRECT.
+/// a seeded half kept in odd ones) and the writer uses O_DIRECT. `pages`
+/// names the geometry ([`geometry_named`]).
 #[allow(clippy::too_many_lines)] // one scenario, step by step
-fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64) {
+fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64, pages: &str) {
+    let geometry = geometry_named(pages).expect("a geometry of the test helpers");
     let exe = env!("CARGO_BIN_EXE_store-crash-writer");
     let mode = if power.is_some() {
         "direct"
@@ -94,7 +115,7 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64) {
     let mut rng = Rng(seed);
     let (mut acked_total, mut in_flight_seen, mut lowered, mut orphan_extents) =
         (0u64, 0u64, 0u64, 0u64);
-    let (mut erase_count_max, mut snapshots_seen) = (0, 0);
+    let (mut erase_count_max, mut snapshots_seen, mut packed_seen) = (0, 0, 0u64);
     let started = Instant::now();
     for round in 0..rounds {
         // Every fifth round is killed early, maybe while still recovering.
@@ -102,7 +123,11 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64) {
         let acks = if early { 0 } else { 50 + rng.below(300) };
         let then = Duration::from_millis(rng.below(if early { 60 } else { 10 }));
         let lines = run_then_kill(
-            Command::new(exe).arg(dir).arg(round.to_string()).arg(mode),
+            Command::new(exe)
+                .arg(dir)
+                .arg(round.to_string())
+                .arg(mode)
+                .arg(pages),
             !early,
             acks,
             then,
@@ -138,7 +163,8 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64) {
         }
 
         runtime.block_on(async {
-            let (volume, device) = open_volume(BackendKind::File, dir, quiet()).await;
+            let (volume, device) =
+                open_volume_with(BackendKind::File, dir, quiet(), geometry).await;
             let vs = volume.stats();
             assert_eq!(vs.pages_lost_at_open, 0);
             erase_count_max = vs.erase_count_max;
@@ -147,7 +173,10 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64) {
                 .await
                 .unwrap_or_else(|e| panic!("round {round}: open the node: {e}"));
             orphan_extents += recovery.orphan_extents_trimmed;
-            snapshots_seen += u64::from(node.tables().stats().snapshot_pages > 0);
+            let tables = node.tables().stats();
+            snapshots_seen += u64::from(tables.snapshot_pages > 0);
+            // More records than pages replayed: records shared log pages.
+            packed_seen += u64::from(tables.records_replayed_at_open > tables.log_pages);
             let mut s = ObjectStore::new([Arc::new(node)]).unwrap();
             s.set_put_deadline_ms(0);
 
@@ -211,14 +240,18 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64) {
         });
     }
     eprintln!(
-        "{rounds} kills ({mode}), {lost_pages} unsynced 4 KiB pages lost at power losses, \
+        "{rounds} kills ({mode}, {pages} pages), {lost_pages} unsynced 4 KiB pages lost at power losses, \
          {acked_total} acknowledged operations, {in_flight_seen} unacknowledged \
          ones found applied, {orphan_extents} unnamed extents trimmed at open, {lowered} chunk \
          counts lowered by the collector, {snapshots_seen} reopens from a snapshot, most \
-         erases of a block {erase_count_max}, {:.1} s",
+         erases of a block {erase_count_max}, {packed_seen} reopens replaying packed log \
+         pages, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     assert!(acked_total > 1000, "{acked_total} acknowledged operations");
     assert!(snapshots_seen > 0, "the tables were never compacted");
     assert!(erase_count_max >= 1, "garbage collection never ran");
+    if geometry.page_size_bytes > 1024 {
+        assert!(packed_seen > 0, "no log page held more than one record");
+    }
 }

@@ -13,9 +13,10 @@
 //! ```
 //!
 //! Each (bucket, key) belongs to one task, so at most one operation on it is
-//! in flight. Usage: `store-crash-writer DIR ROUND direct|buffered` (the
-//! backing file opened with O_DIRECT or through the page cache). The test
-//! kills it with SIGKILL.
+//! in flight. Usage: `store-crash-writer DIR ROUND direct|buffered 1k|4k`
+//! (the backing file opened with O_DIRECT or through the page cache; pages
+//! of 1 KiB or 4 KiB, the test helpers' `geometry_named`). The test kills
+//! it with SIGKILL.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -52,10 +53,14 @@ fn say(line: String) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 4 || !["direct", "buffered"].contains(&args[3].as_str()) {
-        eprintln!("usage: store-crash-writer DIR ROUND direct|buffered");
+    let geometry = args.get(4).and_then(|g| common::geometry_named(g));
+    let (true, Some(geometry)) = (
+        args.len() == 5 && ["direct", "buffered"].contains(&args[3].as_str()),
+        geometry,
+    ) else {
+        eprintln!("usage: store-crash-writer DIR ROUND direct|buffered 1k|4k");
         std::process::exit(2);
-    }
+    };
     let dir = PathBuf::from(&args[1]);
     let round: u64 = args[2].parse().expect("ROUND is a number");
     let config = VolumeConfig {
@@ -64,7 +69,7 @@ async fn main() {
     };
     let device_config = DeviceConfig {
         direct_io: Some(args[3] == "direct"),
-        ..common::device_config(BackendKind::File, common::geometry())
+        ..common::device_config(BackendKind::File, geometry)
     };
     let device = Arc::new(Device::open(&device_config, &dir).expect("open device"));
     let volume = Arc::new(

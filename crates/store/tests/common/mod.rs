@@ -26,6 +26,27 @@ pub fn geometry() -> Geometry {
     }
 }
 
+/// [`geometry`]'s bytes in pages of 4 KiB, four sectors each: the tables'
+/// log packs small records into a page's sectors and writes a page again
+/// from sector 0 when it takes no more in place, which 1 KiB pages (one
+/// sector) never do.
+pub fn sectored_geometry() -> Geometry {
+    Geometry {
+        blocks_per_chip: 8,
+        page_size_bytes: 4096,
+        ..geometry()
+    }
+}
+
+/// The geometry named `name` ("1k": [`geometry`], "4k": [`sectored_geometry`]).
+pub fn geometry_named(name: &str) -> Option<Geometry> {
+    match name {
+        "1k" => Some(geometry()),
+        "4k" => Some(sectored_geometry()),
+        _ => None,
+    }
+}
+
 pub fn open_device(backend: BackendKind, dir: &Path) -> Arc<Device> {
     open_device_with(backend, dir, geometry())
 }
