@@ -278,7 +278,8 @@ pub struct Device {
     store: Store,
     /// Makes programs durable before they are acknowledged (`sync_writes`).
     flusher: Option<Flusher>,
-    /// `fdatasync` calls of the `flush_interval_ms` thread.
+    /// `fdatasync` calls of the `flush_interval_ms` thread and of `sync`
+    /// without a flusher.
     periodic_flushes: Arc<std::sync::atomic::AtomicU64>,
     /// Wakes programs waiting for their block's fill.
     filled: Notify,
@@ -2025,8 +2026,34 @@ impl Device {
             .map_err(|e| io_err(format!("flushing the backing file after {}", what()), e))
     }
 
+    /// Waits until every program completed so far is on the medium: one
+    /// `fdatasync` of the backing file; nothing under `sync_writes` (a
+    /// program completes only once flushed) or on the `mem` backend.
+    ///
+    /// Why: without `sync_writes` a program is acknowledged from the page
+    /// cache, and the layer above must not make an older copy unreachable
+    /// (erase it, trim it, or save a map that no longer names it) until the
+    /// newer one is durable, or a power loss takes both: data acknowledged
+    /// long before the last periodic flush, which `flush_interval_ms`
+    /// promises to keep.
+    pub async fn sync(&self) -> Result<(), DeviceError> {
+        let file = match &self.store {
+            Store::Mem(_) => return Ok(()),
+            _ if self.flusher.is_some() => return Ok(()),
+            Store::File { file, .. } | Store::Nand { file, .. } => Arc::clone(file),
+        };
+        let what = || "syncing the backing file".to_string();
+        tokio::task::spawn_blocking(move || file.sync_data())
+            .await
+            .map_err(|e| io_err(what(), io::Error::other(e)))?
+            .map_err(|e| io_err(what(), e))?;
+        self.periodic_flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
     /// `fdatasync` calls made since the device opened: for programs
-    /// (`sync_writes`), or every `flush_interval_ms`.
+    /// (`sync_writes`), every `flush_interval_ms`, or for [`sync`](Self::sync).
     pub fn flushes(&self) -> u64 {
         self.flusher.as_ref().map_or(0, Flusher::flushes)
             + self

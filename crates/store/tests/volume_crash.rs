@@ -255,3 +255,84 @@ fn kill_rounds(dir: &Path, power: Option<&CrashFs>, rounds: u64, pages: &str) {
         assert!(packed_seen > 0, "no log page held more than one record");
     }
 }
+
+/// A device without `sync_writes` (Redis's everysec contract) acknowledges
+/// programs from the page cache. A compaction writes the snapshot and the
+/// root, then trims the log they replace; the trim is durable at once, so
+/// the volume syncs the device before it. Without that sync, a power loss
+/// right after the compaction kept the trim and lost the snapshot: records
+/// that were on the medium before it were gone.
+#[test]
+fn a_compaction_on_a_device_without_synced_writes_keeps_what_it_replaced() {
+    use quarry_store::{Batch, Table, TableStore, VolumeTableConfig, VolumeTableStore};
+    if !quarry_testkit::require_fuse() {
+        return;
+    }
+    let fs = CrashFs::mount_temporary().expect("mount crashfs");
+    let dir = fs.mountpoint();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let device_config = quarry_device::DeviceConfig {
+        sync_writes: Some(false),
+        flush_interval_ms: None,
+        ..device_config(BackendKind::File, geometry())
+    };
+    let tables_config = VolumeTableConfig {
+        compact_min_log_pages: 1_000_000,
+        ..VolumeTableConfig::default()
+    };
+    let open = || async {
+        let device = Arc::new(quarry_device::Device::open(&device_config, dir).unwrap());
+        let weak = Arc::downgrade(&device);
+        let volume = Arc::new(
+            quarry_volume::SpaceManager::open(device, quiet(), dir)
+                .await
+                .unwrap(),
+        );
+        let tables = VolumeTableStore::open(Arc::clone(&volume), tables_config.clone())
+            .await
+            .unwrap();
+        (volume, weak, tables)
+    };
+    let key = |i: u64| format!("key-{i:03}").into_bytes();
+    runtime.block_on(async {
+        let (volume, weak, tables) = open().await;
+        for i in 0..60 {
+            let mut batch = Batch::new();
+            batch.put(Table::Chunks, key(i), bytes::Bytes::from(noise(i, 200)));
+            tables.commit(batch).await.unwrap();
+        }
+        // On the medium, as the periodic flush would leave them.
+        weak.upgrade().unwrap().sync().await.unwrap();
+        tables.compact().await.unwrap();
+        assert!(tables.stats().snapshot_pages > 0, "{:?}", tables.stats());
+        drop(tables);
+        drop(volume);
+        wait_released(weak).await;
+    });
+    fs.power_loss(PowerLoss::DropAll).expect("power loss");
+    runtime.block_on(async {
+        let (volume, _, tables) = open().await;
+        let held = tables
+            .scan(Table::Chunks, b"", None, usize::MAX)
+            .await
+            .unwrap();
+        assert_eq!(
+            held.len(),
+            60,
+            "records on the medium before the compaction"
+        );
+        for (i, (k, v)) in held.iter().enumerate() {
+            assert_eq!(
+                (&k[..], &v[..]),
+                (&key(i as u64)[..], &noise(i as u64, 200)[..])
+            );
+        }
+        drop(tables);
+        volume.close().await.unwrap();
+    });
+    drop(fs);
+}

@@ -1920,6 +1920,24 @@ impl Inner {
         result
     }
 
+    /// Erases a victim whose live pages are moved: the device's answer, or
+    /// the volume's error when the sync before it failed.
+    async fn erase_victim(&self, baddr: BlockAddr) -> Result<Result<(), DeviceError>, VolumeError> {
+        // The copies just made, and the newer versions of the victim's
+        // dead pages, may still be only in the host's page cache (a device
+        // without `sync_writes`): once the victim is erased they are all
+        // there is, so they go to the medium first.
+        self.device
+            .sync()
+            .await
+            .map_err(|e| VolumeError::device(format!("syncing before erasing {baddr}"), e))?;
+        Ok(if self.faults.erase_fails(baddr) {
+            Err(injected(&format!("erasing block {baddr}")))
+        } else {
+            self.device.erase_block(baddr).await
+        })
+    }
+
     async fn move_out(&self, victim: u32, kind: MoveKind) -> Result<(), VolumeError> {
         let (pages, baddr, retiring) = {
             let st = self.lock();
@@ -1996,11 +2014,7 @@ impl Inner {
             }
             return Ok(());
         }
-        let erased = if self.faults.erase_fails(baddr) {
-            Err(injected(&format!("erasing block {baddr}")))
-        } else {
-            self.device.erase_block(baddr).await
-        };
+        let erased = self.erase_victim(baddr).await?;
         match erased {
             Ok(()) => {
                 let ec = self
@@ -2338,6 +2352,16 @@ impl Inner {
             .zip(first..)
             .map(|(&page, seq)| TrimRecord { page, seq })
             .collect();
+        // A trim makes data unreachable: the pages it names, and for the
+        // layer above what they were replaced by (a log's pages after its
+        // snapshot, an object's chunks after its manifest is gone). What
+        // was written before it goes to the medium first (a device without
+        // `sync_writes` acknowledges from the page cache), or a power loss
+        // could keep the trim and lose its reason.
+        if let Err(e) = self.device.sync().await {
+            self.lock().trimming.clear();
+            return Err(VolumeError::device("syncing before a trim", e));
+        }
         let appended = log.append(&records, self.faults.trim_append_fails()).await;
         if appended.is_err() {
             self.lock().trimming.clear();
@@ -2372,6 +2396,15 @@ impl Inner {
             ckpt
         };
         let generation = ckpt.generation;
+        // Every page the checkpoint maps is on the medium before it is
+        // saved: recovery reads no OOB record of a page the checkpoint
+        // covers, so a mapped page the power took (a device without
+        // `sync_writes` acknowledges from the page cache) would read as
+        // lost, and the older version it replaced is no longer named.
+        self.device
+            .sync()
+            .await
+            .map_err(|e| VolumeError::device("syncing before a checkpoint", e))?;
         let dir = self.dir.clone();
         tokio::task::spawn_blocking(move || {
             meta::save_checkpoint(&dir, &ckpt)?;

@@ -14,8 +14,9 @@
 //! Usage: `volume-crash-writer DIR ROUND direct|buffered|unsynced` (the
 //! backing file opened with O_DIRECT or through the page cache; `unsynced`
 //! is O_DIRECT without the flush before an acknowledgement, to show that
-//! the power-loss test catches its absence). The test kills it with
-//! SIGKILL.
+//! the power-loss test catches its absence: it only writes, and takes no
+//! checkpoint, since the volume syncs the device before a trim and a
+//! checkpoint). The test kills it with SIGKILL.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -56,8 +57,9 @@ async fn main() {
         ..common::device_config(BackendKind::File, common::crash_geometry())
     };
     let device = Arc::new(Device::open(&device_config, &dir).expect("open device"));
+    let unsynced = args[3] == "unsynced";
     let config = VolumeConfig {
-        checkpoint_interval_pages: 200,
+        checkpoint_interval_pages: if unsynced { 0 } else { 200 },
         ..VolumeConfig::default()
     };
     let volume = Arc::new(
@@ -75,7 +77,7 @@ async fn main() {
                 let index = rng.below(PAGES / TASKS) * TASKS + t;
                 let id = LogicalPage::new(1, index);
                 let version = (round << 32) | (t << 24) | n;
-                if rng.below(100) < 85 {
+                if unsynced || rng.below(100) < 85 {
                     say(format!("B W {index} {version}"));
                     volume
                         .write(id, content(id, version, volume.page_size()))
