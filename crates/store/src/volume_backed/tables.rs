@@ -1137,6 +1137,33 @@ impl VolumeTableStore {
         }
     }
 
+    /// The answer to batch `ticket` (`rx`, from [`enqueue`](Self::enqueue)),
+    /// writing groups itself whenever the log is free, as
+    /// [`drive`](Self::drive) does. Only this batch's answer wakes it: the
+    /// `done` watch that `drive` waits on wakes every waiting committer at
+    /// each group, a wake-up (often of the other event-loop thread) for
+    /// each one whose batch is not in it.
+    async fn answered(&self, ticket: u64, mut rx: oneshot::Receiver<Result<()>>) -> Result<()> {
+        loop {
+            tokio::select! {
+                biased;
+                answer = &mut rx => {
+                    return answer.unwrap_or_else(|_| {
+                        Err(StoreError::Backend(
+                            "the table writer dropped a batch unanswered".into(),
+                        ))
+                    });
+                }
+                writer = Arc::clone(&self.inner.writer).lock_owned() => {
+                    // Leads until this batch is done with: its answer is
+                    // sent by then.
+                    let until = ticket.min(self.inner.queue.lock().expect("table queue lock").last_ticket);
+                    Finishing::new(lead(Arc::clone(&self.inner), writer, until)).await;
+                }
+            }
+        }
+    }
+
     /// Returns once a writer is done with every batch up to `ticket`,
     /// writing groups itself whenever the log is free. (With `u64::MAX`,
     /// it writes or waits until a writer takes batches.)
@@ -1624,16 +1651,6 @@ async fn finish_compaction(inner: &Inner, mut c: Compaction) -> Result<()> {
     trim_pages(&volume, log_space, old.log_start..root.log_start).await
 }
 
-/// What a writer answers a batch with, once [`VolumeTableStore::drive`]
-/// returns.
-fn answer(mut rx: oneshot::Receiver<Result<()>>) -> Result<()> {
-    rx.try_recv().unwrap_or_else(|_| {
-        Err(StoreError::Backend(
-            "the table writer dropped a batch unanswered".into(),
-        ))
-    })
-}
-
 impl TableStore for VolumeTableStore {
     async fn get(&self, table: Table, key: &[u8]) -> Result<Option<Bytes>> {
         self.inner.refuse_owned(table)?;
@@ -1647,8 +1664,7 @@ impl TableStore for VolumeTableStore {
         let size = batch_size(&batch)?;
         self.wait_for_room().await;
         let (ticket, rx) = self.enqueue(batch, size, false);
-        self.drive(ticket).await;
-        answer(rx)
+        self.answered(ticket, rx).await
     }
 
     async fn room(&self) -> Result<()> {
@@ -1666,10 +1682,7 @@ impl TableStore for VolumeTableStore {
             match queued {
                 None => Ok(()),
                 Some(Err(e)) => Err(e),
-                Some(Ok((ticket, rx))) => {
-                    self.drive(ticket).await;
-                    answer(rx)
-                }
+                Some(Ok((ticket, rx))) => self.answered(ticket, rx).await,
             }
         }
     }
