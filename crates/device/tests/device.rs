@@ -1522,6 +1522,47 @@ async fn an_unsynced_device_flushes_every_interval_and_only_with_one() {
     }
 }
 
+/// `Device::sync` (what the volume calls before a checkpoint, a trim or an
+/// erase): one `fdatasync` on a device that acknowledges from the page
+/// cache; none under `sync_writes`, whose programs complete only once
+/// flushed, nor on the `mem` backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_flushes_only_a_device_that_acknowledges_unflushed() {
+    for (backend, sync_writes, flushes_a_sync) in [
+        (BackendKind::File, false, 1),
+        (BackendKind::File, true, 0),
+        (BackendKind::Mem, false, 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DeviceConfig {
+            sync_writes: Some(sync_writes),
+            flush_interval_ms: None,
+            ..cfg(backend)
+        };
+        let dev = Device::open(&config, dir.path()).unwrap();
+        let p = BlockAddr {
+            bus: 0,
+            chip: 0,
+            block: 1,
+        }
+        .page(0);
+        let data = page_data(&dev, 3);
+        dev.program_page(p, data.clone(), Bytes::new())
+            .await
+            .unwrap();
+        let before = dev.flushes();
+        dev.sync().await.unwrap();
+        dev.sync().await.unwrap();
+        assert_eq!(
+            dev.flushes() - before,
+            2 * flushes_a_sync,
+            "{backend:?}, sync_writes {sync_writes}"
+        );
+        assert_eq!(dev.read_page(p).await.unwrap().data, data);
+        dev.close().await.unwrap();
+    }
+}
+
 /// Page `p` as read, checked against `want` for its first `sectors`
 /// sectors and erased (0xFF) after them.
 async fn assert_sectors(dev: &Device, p: PageAddr, want: &Bytes, sectors: usize) {

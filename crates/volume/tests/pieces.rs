@@ -146,14 +146,7 @@ async fn a_program_cut_short_keeps_what_came_before() {
     let want = content(id, 1, m.page_size());
     m.write_sectors(id, 0, want.slice(..s)).await.unwrap();
     m.write_sectors(id, 1, want.slice(s..2 * s)).await.unwrap();
-    let (addr, _) = m.locate(&[id]).unwrap().device_reads().next().unwrap();
-    let (offset, path) = {
-        let device = weak.upgrade().unwrap();
-        (
-            device.page_offset_bytes(addr).unwrap(),
-            device.backing_path().unwrap().to_path_buf(),
-        )
-    };
+    let (offset, path) = file_offset(&m, &weak, id);
     crash(m, weak).await;
     // As a crash mid-program leaves it: sector 1's bytes changed under its
     // codes.
