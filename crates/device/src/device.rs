@@ -160,6 +160,10 @@ impl Drop for SectorProgram<'_> {
     }
 }
 
+/// Longest [`Device::close_sectors`] waits for a program of sectors in
+/// flight.
+const CLOSE_SECTORS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Pages a small program fills ahead of itself (see
 /// [`Device::fill_or_wait`]): programs of fewer pages than this fill.
 const FILL_AHEAD_PAGES: u32 = 32;
@@ -1609,6 +1613,44 @@ impl Device {
         result
     }
 
+    /// Page `addr` takes no more sectors from now on
+    /// ([`program_sectors`](Self::program_sectors) answers
+    /// [`DeviceError::PageNotOpen`]); a program of its sectors in flight is
+    /// waited for first, at most [`CLOSE_SECTORS_WAIT`]. Nothing for a page
+    /// that is not open.
+    ///
+    /// Why: a copy of the page (garbage collection's) must hold every
+    /// sector programmed before it, and none may land on the page after it
+    /// is copied.
+    pub async fn close_sectors(&self, addr: PageAddr) -> Result<(), DeviceError> {
+        self.geometry.check_page(addr)?;
+        let bi = self.geometry.block_index(addr.block_addr()) as usize;
+        let started = Instant::now();
+        loop {
+            {
+                let mut b = lock(&self.blocks[bi]);
+                match &b.open {
+                    Some(o) if o.page == addr.page && o.busy => {}
+                    Some(o) if o.page == addr.page => {
+                        b.open = None;
+                        return Ok(());
+                    }
+                    _ => return Ok(()),
+                }
+            }
+            if started.elapsed() > CLOSE_SECTORS_WAIT {
+                return Err(DeviceError::BlockBusy {
+                    block: addr.block_addr(),
+                    reason: format!(
+                        "a program of sectors of page {addr} took over {CLOSE_SECTORS_WAIT:?}"
+                    ),
+                });
+            }
+            // A program of sectors is one write: a short wait.
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
     /// [`program_sectors`](Self::program_sectors)' arguments, before any
     /// state is touched.
     fn check_sectors(
@@ -1771,9 +1813,9 @@ impl Device {
     }
 
     /// Writes sectors `sectors` of the slot image `slot` of page `addr` and
-    /// its spare area (which holds their codes): two writes on the file
-    /// backends, the sectors' bytes and the spare area's, so the file takes
-    /// the bytes a record fills rather than a slot.
+    /// its spare area (which holds their codes): one write on the file
+    /// backends, from the first sector to the slot's end, so the file takes
+    /// at most the rest of a slot rather than a whole one.
     async fn write_sectors(
         &self,
         addr: PageAddr,

@@ -306,27 +306,8 @@ impl Ecc {
     /// Fills `slot` (exactly `slot_size` bytes) with `data`, the header, `oob`
     /// padded with 0xFF, CRCs and parity. Every byte of the slot is written.
     pub(crate) fn encode(&self, slot: &mut [u8], data: &[u8], oob: &[u8], header: Header) {
-        let l = &self.layout;
-        assert_eq!(slot.len(), l.slot_size, "slot buffer length");
-        assert_eq!(data.len(), l.page_size, "page data length");
-        assert!(oob.len() <= l.oob_size, "oob length");
-        slot[..l.page_size].copy_from_slice(data);
-        self.encode_meta(slot, oob, header);
-        for k in 0..l.sectors {
-            let crc = crc32c_fast(&slot[k * l.sector_size..(k + 1) * l.sector_size]);
-            let at = l.sector_crc_offset + 4 * k;
-            slot[at..at + 4].copy_from_slice(&crc.to_le_bytes());
-        }
-        if self.correcting {
-            self.encode_unit(slot, Unit::Meta);
-            for k in 0..l.sectors {
-                self.encode_unit(slot, Unit::Sector(k));
-            }
-        } else {
-            // The parity regions (meta, then sectors) run up to used_bytes.
-            slot[l.meta_parity_offset..l.used_bytes].fill(0);
-        }
-        slot[l.used_bytes..].fill(0);
+        assert_eq!(data.len(), self.layout.page_size, "page data length");
+        self.encode_from(slot, 0, data, Some((oob, header)));
     }
 
     /// Writes the header (flagged partial as `header` says), `oob` padded
@@ -361,6 +342,24 @@ impl Ecc {
         data: &[u8],
         meta: Option<(&[u8], Header)>,
     ) {
+        assert!(
+            meta.is_none_or(|(_, h)| h.partial),
+            "a page programmed in pieces says so"
+        );
+        self.encode_from(slot, first, data, meta);
+    }
+
+    /// Sectors `first..` of `slot` from `data`, with their CRCs and parity;
+    /// with `meta` (from sector 0) everything after `data` cleared to the
+    /// erased state first, then the header, OOB and their codes. The
+    /// encoding of a whole page and of a page's pieces alike.
+    fn encode_from(
+        &self,
+        slot: &mut [u8],
+        first: usize,
+        data: &[u8],
+        meta: Option<(&[u8], Header)>,
+    ) {
         let l = &self.layout;
         assert_eq!(slot.len(), l.slot_size, "slot buffer length");
         assert!(
@@ -369,17 +368,17 @@ impl Ecc {
         );
         let count = data.len() / l.sector_size;
         assert!(first + count <= l.sectors, "sectors within the page");
+        let end = (first + count) * l.sector_size;
         if let Some((oob, header)) = meta {
             assert_eq!(first, 0, "a page's first program starts at sector 0");
             assert!(oob.len() <= l.oob_size, "oob length");
-            assert!(header.partial, "a page programmed in pieces says so");
-            slot.fill(0);
+            slot[end..].fill(0);
             self.encode_meta(slot, oob, header);
             if self.correcting {
                 self.encode_unit(slot, Unit::Meta);
             }
         }
-        slot[first * l.sector_size..(first + count) * l.sector_size].copy_from_slice(data);
+        slot[first * l.sector_size..end].copy_from_slice(data);
         for k in first..first + count {
             let crc = crc32c_fast(&slot[k * l.sector_size..(k + 1) * l.sector_size]);
             let at = l.sector_crc_offset + 4 * k;

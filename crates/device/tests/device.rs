@@ -1563,6 +1563,31 @@ async fn a_sync_flushes_only_a_device_that_acknowledges_unflushed() {
     }
 }
 
+/// `Device::close_sectors` (garbage collection's, before it copies a
+/// page): the page keeps what it holds and takes no more sectors; a page
+/// that is not open is left as it is.
+#[tokio::test]
+async fn a_closed_page_keeps_its_sectors_and_takes_no_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = open(BackendKind::File, dir.path());
+    let s = dev.sector_size_bytes();
+    let full = page_data(&dev, 5);
+    let p = B.page(0);
+    dev.close_sectors(p).await.unwrap();
+    dev.program_sectors(p, 0, full.slice(..s), Bytes::new())
+        .await
+        .unwrap();
+    dev.close_sectors(p).await.unwrap();
+    dev.close_sectors(p).await.unwrap();
+    let e = dev
+        .program_sectors(p, 1, full.slice(s..2 * s), Bytes::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, DeviceError::PageNotOpen { .. }), "{e}");
+    assert_sectors(&dev, p, &full, 1).await;
+    dev.close().await.unwrap();
+}
+
 /// Page `p` as read, checked against `want` for its first `sectors`
 /// sectors and erased (0xFF) after them.
 async fn assert_sectors(dev: &Device, p: PageAddr, want: &Bytes, sectors: usize) {

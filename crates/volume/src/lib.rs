@@ -96,7 +96,6 @@ pub use config::{VictimPolicy, VolumeConfig};
 pub use error::VolumeError;
 pub use faults::FaultPlan;
 pub use manager::{
-    FetchedRun, LocatedRun, SectorsWritten, SpaceManager, TaggedPage, VolumeStats, MAX_OPEN_PIECES,
-    MAX_RUN_PAGES,
+    FetchedRun, LocatedRun, SectorsWritten, SpaceManager, TaggedPage, VolumeStats, MAX_RUN_PAGES,
 };
 pub use oob::{LogicalPage, OOB_RECORD_BYTES};

@@ -167,26 +167,6 @@ enum Alloc {
     NeedGc,
 }
 
-/// Most pages written in pieces that take more sectors at once: a page
-/// past it is written, but takes no more (its writer starts it anew). An
-/// open page is the last page taken in its block, so there are at most as
-/// many as open blocks; the bound is a guard.
-pub const MAX_OPEN_PIECES: usize = 256;
-
-/// Longest garbage collection waits for a write of sectors to a page it is
-/// to move.
-const CLOSE_PIECES_WAIT: Duration = Duration::from_secs(10);
-
-/// A page written in pieces that takes more sectors.
-#[derive(Debug, Clone, Copy)]
-struct OpenPieces {
-    id: LogicalPage,
-    /// Sectors written so far.
-    sectors: u32,
-    /// More sectors are being written.
-    busy: bool,
-}
-
 /// What [`SpaceManager::write_sectors`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SectorsWritten {
@@ -217,9 +197,6 @@ struct State {
     trimming: Vec<LogicalPage>,
     open_user: Vec<Option<u32>>,
     open_gc: Option<u32>,
-    /// Pages written in pieces that take more sectors
-    /// ([`SpaceManager::write_sectors`]), at most [`MAX_OPEN_PIECES`].
-    pieces: HashMap<Phys, OpenPieces>,
     generation: u64,
     changes_since_checkpoint: u64,
     counters: Counters,
@@ -448,12 +425,6 @@ impl State {
         let page = info.written;
         info.written += pages;
         info.last_write = clock;
-        if page > 0 {
-            // The device takes no more sectors of a page once a later page
-            // of its block is programmed: nor does the map of open pages.
-            let before = self.blocks.phys(block, page - 1);
-            self.pieces.remove(&before);
-        }
         self.blocks.phys(block, page)
     }
 
@@ -567,13 +538,7 @@ impl State {
             None => None,
         };
         match old {
-            Some(p) => {
-                self.blocks.clear_live(p);
-                if p != phys {
-                    // Another version now: the old one takes no more sectors.
-                    self.pieces.remove(&p);
-                }
-            }
+            Some(p) => self.blocks.clear_live(p),
             None => self.live += 1,
         }
         self.blocks.set_live(phys);
@@ -595,7 +560,6 @@ impl State {
                 phys: Some(phys), ..
             }) => {
                 self.blocks.clear_live(phys);
-                self.pieces.remove(&phys);
                 self.live -= 1;
             }
             _ => {}
@@ -1090,13 +1054,7 @@ impl SpaceManager {
             ));
             return RunToEnd::new(async move {
                 let result = inner
-                    .place_page(
-                        id,
-                        (seq, is_new),
-                        (data, oob),
-                        Some(count as u32),
-                        &mut None,
-                    )
+                    .place_page(id, (seq, is_new), (data, oob), true, &mut None)
                     .await;
                 if result.is_err() {
                     inner.lock().end_write(seq, is_new);
@@ -1105,18 +1063,10 @@ impl SpaceManager {
             })
             .await;
         }
-        let phys = {
-            let mut st = self.inner.lock();
-            let Some((_, phys)) = st.current(&id) else {
-                return Ok(SectorsWritten::Closed);
-            };
-            match st.pieces.get_mut(&phys) {
-                Some(o) if o.id == id && o.sectors == first_sector && !o.busy => {
-                    o.busy = true;
-                    phys
-                }
-                _ => return Ok(SectorsWritten::Closed),
-            }
+        // The page's current version takes the sectors if the device still
+        // has it open at that sector; it says so, and keeps the state.
+        let Some((_, phys)) = self.inner.lock().current(&id) else {
+            return Ok(SectorsWritten::Closed);
         };
         RunToEnd::new(async move {
             inner
@@ -1442,7 +1392,7 @@ impl Inner {
             tag,
             self.geometry.oob_size_bytes as usize,
         ));
-        self.place_page(id, (seq, is_new), (data, oob), None, held)
+        self.place_page(id, (seq, is_new), (data, oob), false, held)
             .await
     }
 
@@ -1454,7 +1404,7 @@ impl Inner {
         id: LogicalPage,
         (seq, is_new): (u64, bool),
         (data, oob): (Bytes, Bytes),
-        pieces: Option<u32>,
+        pieces: bool,
         held: &mut Option<(usize, OwnedMutexGuard<()>)>,
     ) -> Result<(), VolumeError> {
         let mut gc_steps = 0u32;
@@ -1478,26 +1428,16 @@ impl Inner {
                 }
                 continue;
             };
-            let programmed = match pieces {
-                None => self.program(phys, data.clone(), oob.clone()).await,
-                Some(_) => self.program_first_sectors(phys, &data, &oob).await,
+            let programmed = if pieces {
+                self.program_first_sectors(phys, &data, &oob).await
+            } else {
+                self.program(phys, data.clone(), oob.clone()).await
             };
             match programmed {
                 Ok(()) => {
                     let wake = {
                         let mut st = self.lock();
                         st.land_user(id, seq, is_new, phys);
-                        let room = pieces.is_some_and(|n| (n as usize) < self.sectors_per_page());
-                        if room && st.pieces.len() < MAX_OPEN_PIECES {
-                            st.pieces.insert(
-                                phys,
-                                OpenPieces {
-                                    id,
-                                    sectors: pieces.unwrap_or(0),
-                                    busy: false,
-                                },
-                            );
-                        }
                         self.wants_background(&st)
                     };
                     *held = Some((chip, guard));
@@ -1737,9 +1677,9 @@ impl Inner {
             .await
     }
 
-    /// Programs more sectors of the page written in pieces at `phys`: the
-    /// sectors from `first` on, taken for this writer
-    /// ([`OpenPieces::busy`]). Settles the page's entry either way.
+    /// Programs more sectors of the page written in pieces at `phys`, the
+    /// current version of `id`, from sector `first` on: `Closed` when the
+    /// device has the page closed or open at another sector.
     async fn program_more_sectors(
         &self,
         id: LogicalPage,
@@ -1748,7 +1688,6 @@ impl Inner {
         data: Bytes,
     ) -> Result<SectorsWritten, VolumeError> {
         let addr = page_addr(&self.geometry, phys);
-        let count = (data.len() / self.device.sector_size_bytes()) as u32;
         let programmed = if self.faults.program_fails(addr.block_addr()) {
             Err(injected(&format!("programming sectors of page {addr}")))
         } else {
@@ -1756,31 +1695,14 @@ impl Inner {
                 .program_sectors(addr, first, data, Bytes::new())
                 .await
         };
-        let mut st = self.lock();
-        let full = (first + count) as usize >= self.sectors_per_page();
-        let entry = st.pieces.get_mut(&phys).filter(|o| o.id == id);
-        match (programmed, entry) {
-            (Ok(()), Some(o)) if !full => {
-                o.sectors = first + count;
-                o.busy = false;
-                Ok(SectorsWritten::Written)
-            }
-            (Ok(()), _) => {
-                st.pieces.remove(&phys);
-                Ok(SectorsWritten::Written)
-            }
-            (Err(DeviceError::PageNotOpen { .. }), _) => {
-                st.pieces.remove(&phys);
-                Ok(SectorsWritten::Closed)
-            }
-            (Err(DeviceError::Closed), _) => Err(VolumeError::Closed),
-            (Err(e), _) => {
-                st.pieces.remove(&phys);
-                Err(VolumeError::device(
-                    format!("programming sectors {first}.. of {id} at {addr}"),
-                    e,
-                ))
-            }
+        match programmed {
+            Ok(()) => Ok(SectorsWritten::Written),
+            Err(DeviceError::PageNotOpen { .. }) => Ok(SectorsWritten::Closed),
+            Err(DeviceError::Closed) => Err(VolumeError::Closed),
+            Err(e) => Err(VolumeError::device(
+                format!("programming sectors {first}.. of {id} at {addr}"),
+                e,
+            )),
         }
     }
 
@@ -2041,38 +1963,18 @@ impl Inner {
     }
 
     /// Closes the pages written in pieces among `pages` before they are
-    /// moved, waiting for a write of more sectors under way: a copy must
-    /// hold every sector its page was acknowledged with, and the page takes
-    /// no more once copied (its writer then writes it anew). A write of
-    /// sectors is one device program; past [`CLOSE_PIECES_WAIT`] the move
-    /// is given up (the block stays sealed, and a later collection tries
+    /// moved ([`Device::close_sectors`], which waits for a program of more
+    /// sectors under way): a copy must hold every sector its page was
+    /// acknowledged with, and the page takes no more once copied (its
+    /// writer then writes it anew). Past the device's wait the move is
+    /// given up (the block stays sealed, and a later collection tries
     /// again).
     async fn close_pieces(&self, pages: impl Iterator<Item = Phys>) -> Result<(), VolumeError> {
         for phys in pages {
-            let started = std::time::Instant::now();
-            loop {
-                {
-                    let mut st = self.lock();
-                    match st.pieces.get(&phys) {
-                        Some(o) if o.busy => {}
-                        Some(_) => {
-                            st.pieces.remove(&phys);
-                            break;
-                        }
-                        None => break,
-                    }
-                }
-                if started.elapsed() > CLOSE_PIECES_WAIT {
-                    return Err(VolumeError::Invariant {
-                        reason: format!(
-                            "a write of sectors to physical page {phys} took over {:?}; \
-                             its block is not collected now",
-                            CLOSE_PIECES_WAIT
-                        ),
-                    });
-                }
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
+            let addr = page_addr(&self.geometry, phys);
+            self.device.close_sectors(addr).await.map_err(|e| {
+                VolumeError::device(format!("closing page {addr} before it is moved"), e)
+            })?;
         }
         Ok(())
     }
@@ -2603,7 +2505,6 @@ async fn recover(device: &Device, dir: &Path, chips: usize) -> Result<State, Vol
         trimming: Vec::new(),
         open_user: vec![None; chips],
         open_gc: None,
-        pieces: HashMap::new(),
         generation: from_gen,
         changes_since_checkpoint: 0,
         counters: Counters {
